@@ -1,0 +1,301 @@
+"""Configs as data: frozen dataclasses loaded from YAML/JSON, validated, overridden and hashed.
+
+Every config in glasslab is a frozen dataclass. This module is the one machinery that turns plain
+data (a YAML file plus ``a.b.c=value`` overrides from the command line) into such a dataclass, with a
+one-line :class:`ConfigError` naming the key, the value and what was expected when anything is off.
+It imports no other part of glasslab (only the shared ``errors`` leaf), so every part can build its configs on it.
+
+Conventions for config classes:
+
+- ``@dataclass(frozen=True)``; every field has a default; a docstring says what each field means.
+- Range checks go in ``__post_init__`` through :func:`require`, which raises a one-line error.
+- A field whose value must not change a step's identity (worker counts, log intervals) is declared
+  with ``field(default=..., metadata=UNVERSIONED)`` and is left out of :func:`config_hash`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import hashlib
+import json
+import re
+import types
+import typing
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
+
+import yaml
+
+from glasslab.errors import UserError
+
+T = TypeVar("T")
+
+UNVERSIONED = {"versioned": False}
+"""Field metadata for values that do not change what a step computes (see module docstring)."""
+
+SECRET_KEY_PATTERN = re.compile(r"(token|key|secret|password|passwd|credential)", re.IGNORECASE)
+REDACTED = "***redacted***"
+
+
+class ConfigError(UserError, ValueError):
+    """A user's config is wrong; the message is one line naming key, value and expectation."""
+
+
+def require(condition: bool, key: str, value: Any, expected: str) -> None:
+    """Raise a :class:`ConfigError` ``"<key>=<value>: expected <expected>"`` unless ``condition``."""
+    if not condition:
+        raise ConfigError(f"{key}={value!r}: expected {expected}")
+
+
+# --- building dataclasses from plain data -------------------------------------------------------
+
+
+def from_dict(cls: type[T], data: Mapping[str, Any] | None, prefix: str = "") -> T:
+    """Build config class ``cls`` from a mapping, checking keys and types recursively.
+
+    ``prefix`` is the dotted path of ``data`` inside the root config, used in error messages.
+    """
+    data = {} if data is None else data
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{prefix or '<root>'}={data!r}: expected a mapping of {cls.__name__} fields")
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    hints = get_type_hints(cls)
+    for key in data:
+        if key not in fields:
+            raise ConfigError(_unknown_key_message(_join(prefix, str(key)), str(key), fields))
+    kwargs = {name: _coerce(data[name], hints[name], _join(prefix, name)) for name in fields if name in data}
+    try:
+        return cls(**kwargs)
+    except ConfigError:
+        raise
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{prefix or cls.__name__}: {exc}") from None
+
+
+def _join(prefix: str, key: str) -> str:
+    return f"{prefix}.{key}" if prefix else key
+
+
+def _unknown_key_message(path: str, key: str, fields: Iterable[str]) -> str:
+    names = sorted(fields)
+    close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
+    hint = f"; did you mean '{close[0]}'?" if close else f"; known keys: {', '.join(names)}"
+    return f"{path}: unknown key{hint}"
+
+
+def _type_name(tp: Any) -> str:
+    origin = get_origin(tp)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in get_args(tp))
+    if origin in (Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in get_args(tp))
+    if tp is type(None):
+        return "null"
+    if origin is not None:
+        return str(tp).replace("typing.", "")
+    return getattr(tp, "__name__", str(tp))
+
+
+def _coerce(value: Any, tp: Any, path: str) -> Any:
+    """Check ``value`` against annotation ``tp``; return it converted (lists to tuples, ints to floats)."""
+    origin = get_origin(tp)
+    if tp is Any:
+        return value
+    if origin in (Union, types.UnionType):
+        args = get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(value, arg, path)
+            except ConfigError:
+                continue
+        raise ConfigError(f"{path}={value!r}: expected {_type_name(tp)}")
+    if origin is Literal:
+        allowed = get_args(tp)
+        if value not in allowed:
+            close = difflib.get_close_matches(str(value), [str(a) for a in allowed], n=1, cutoff=0.6)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(f"{path}={value!r}: expected {_type_name(tp)}{hint}")
+        return value
+    if dataclasses.is_dataclass(tp):
+        if isinstance(value, tp):
+            return value
+        return from_dict(tp, value, path)
+    if origin is tuple:
+        args = get_args(tp)
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{path}={value!r}: expected a list")
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_coerce(v, args[0], f"{path}[{i}]") for i, v in enumerate(value))
+        if len(args) != len(value):
+            raise ConfigError(f"{path}={value!r}: expected a list of {len(args)} items")
+        return tuple(_coerce(v, a, f"{path}[{i}]") for i, (v, a) in enumerate(zip(args, value, strict=True)))
+    if origin in (dict, Mapping, typing.Mapping):
+        key_tp, val_tp = get_args(tp) or (Any, Any)
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{path}={value!r}: expected a mapping")
+        return _FrozenDict(
+            {_coerce(k, key_tp, path): _coerce(v, val_tp, f"{path}.{k}") for k, v in value.items()}
+        )
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{path}={value!r}: expected true or false")
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        raise ConfigError(f"{path}={value!r}: expected an integer")
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise ConfigError(f"{path}={value!r}: expected a number")
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        raise ConfigError(f"{path}={value!r}: expected a string")
+    raise ConfigError(f"{path}: unsupported annotation {tp!r} (a bug in the config class)")
+
+
+class _FrozenDict(dict):
+    """A dict that refuses mutation and hashes, so dict fields keep configs immutable and hashable."""
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(tuple(sorted(self.items())))
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("config mappings are read-only")
+
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _refuse  # type: ignore
+
+
+# --- plain data, overrides, files ---------------------------------------------------------------
+
+
+def to_dict(cfg: Any, versioned_only: bool = False) -> Any:
+    """Plain JSON-able data for a config (nested dataclasses, tuples as lists)."""
+    if dataclasses.is_dataclass(cfg) and not isinstance(cfg, type):
+        return {
+            f.name: to_dict(getattr(cfg, f.name), versioned_only)
+            for f in dataclasses.fields(cfg)
+            if not (versioned_only and f.metadata.get("versioned", True) is False)
+        }
+    if isinstance(cfg, Mapping):
+        return {str(k): to_dict(v, versioned_only) for k, v in cfg.items()}
+    if isinstance(cfg, (list, tuple)):
+        return [to_dict(v, versioned_only) for v in cfg]
+    return cfg
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """Split ``a.b.c=value`` into its key path and a YAML-parsed value (``3e-4`` is a float)."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"override {text!r}: expected KEY=VALUE, e.g. train.lr=3e-4")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    if isinstance(value, str) and re.fullmatch(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+", value.strip()):
+        value = float(value)  # YAML 1.1 reads 3e-4 as a string
+    return key.strip().split("."), value
+
+
+def apply_overrides(data: Mapping[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
+    """Return a deep copy of ``data`` with every ``a.b.c=value`` override applied."""
+    result = json.loads(json.dumps(data)) if data else {}
+    for text in overrides:
+        keys, value = parse_override(text)
+        node = result
+        for i, key in enumerate(keys[:-1]):
+            child = node.setdefault(key, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"override {text!r}: {'.'.join(keys[: i + 1])} is not a section")
+            node = child
+        node[keys[-1]] = value
+    return result
+
+
+def read_file(path: str | Path) -> dict[str, Any]:
+    """Read a YAML or JSON config file into plain data, with one-line errors."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: config file not found")
+    try:
+        text = path.read_text(encoding="utf-8")
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError, UnicodeDecodeError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ConfigError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'} ({first})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
+    return data
+
+
+def load(cls: type[T], path: str | Path | None = None, overrides: Iterable[str] = ()) -> T:
+    """Load ``cls`` from an optional YAML/JSON file plus dotted overrides."""
+    data = read_file(path) if path is not None else {}
+    return from_dict(cls, apply_overrides(data, overrides))
+
+
+def replace(cfg: T, overrides: Iterable[str]) -> T:
+    """A copy of ``cfg`` with dotted overrides applied and validated again."""
+    return from_dict(type(cfg), apply_overrides(to_dict(cfg), overrides))
+
+
+# --- identity and printing ----------------------------------------------------------------------
+
+
+def canonical_json(data: Any) -> str:
+    """Deterministic JSON (sorted keys, no spaces) used for hashing."""
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def config_hash(cfg: Any, length: int = 16) -> str:
+    """Stable hex hash of a config's versioned fields (independent of dict order and Python run)."""
+    data = to_dict(cfg, versioned_only=True)
+    return hashlib.sha256(canonical_json(data).encode()).hexdigest()[:length]
+
+
+def redact(data: Any) -> Any:
+    """Copy of plain data with values under secret-looking keys (token, key, password…) replaced."""
+    if isinstance(data, Mapping):
+        return {
+            k: (REDACTED if SECRET_KEY_PATTERN.search(str(k)) and not isinstance(v, Mapping) else redact(v))
+            for k, v in data.items()
+        }
+    if isinstance(data, (list, tuple)):
+        return [redact(v) for v in data]
+    return data
+
+
+def dumps(cfg: Any) -> str:
+    """The resolved config as YAML, secrets redacted, for printing."""
+    return yaml.safe_dump(redact(to_dict(cfg)), sort_keys=False, default_flow_style=False)
+
+
+def diff(a: Any, b: Any) -> list[str]:
+    """Dotted keys whose values differ between two configs (or plain mappings)."""
+    da = _flatten(to_dict(a))
+    db = _flatten(to_dict(b))
+    return sorted(k for k in set(da) | set(db) if da.get(k, _MISSING) != db.get(k, _MISSING))
+
+
+_MISSING = object()
+
+
+def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(data, Mapping):
+        out: dict[str, Any] = {}
+        for k, v in data.items():
+            out.update(_flatten(v, _join(prefix, str(k))))
+        return out
+    return {prefix: data}

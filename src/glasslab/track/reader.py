@@ -1,0 +1,95 @@
+"""Read a run store without disturbing its writer: latest attempt per step, events, samples.
+
+Readers open ``metrics.db`` read-only, so a page or a test can read while a trainer writes, and a
+store left by a killed writer opens as it is.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+from glasslab.errors import UserError
+from glasslab.track.store import DB_NAME, connect
+
+
+class RunReader:
+    """Read-only view of one run's ``metrics.db``."""
+
+    def __init__(self, run_dir: str | Path) -> None:
+        self.run_dir = Path(run_dir)
+        path = self.run_dir / DB_NAME
+        if not path.is_file():
+            raise UserError(f"{self.run_dir}: no run store here ({DB_NAME} missing)")
+        self.conn = connect(path, readonly=True)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> RunReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _rows(self, sql: str, params: tuple = ()) -> list[tuple]:
+        try:
+            return self.conn.execute(sql, params).fetchall()
+        except sqlite3.OperationalError as exc:
+            if "no such table" in str(exc):  # a store whose writer has not created the schema yet
+                return []
+            raise
+
+    def scalar_keys(self) -> list[str]:
+        return [r[0] for r in self._rows("SELECT DISTINCT key FROM scalars ORDER BY key")]
+
+    def scalars(self, key: str, after_step: int = -1) -> tuple[list[int], list[float]]:
+        """Steps and values of ``key`` (latest attempt per step), for steps after ``after_step``."""
+        # SQLite returns the bare column `value` from the row holding MAX(attempt) in each group.
+        rows = self._rows(
+            "SELECT step, value, MAX(attempt) FROM scalars WHERE key=? AND step>? GROUP BY step ORDER BY step",
+            (key, after_step),
+        )
+        return [r[0] for r in rows], [r[1] for r in rows]
+
+    def last(self, key: str) -> tuple[int, float] | None:
+        """The latest step and value of ``key``, or None when it was never logged."""
+        rows = self._rows(
+            "SELECT step, value FROM scalars WHERE key=? ORDER BY step DESC, attempt DESC LIMIT 1", (key,)
+        )
+        return (rows[0][0], rows[0][1]) if rows else None
+
+    def vector_keys(self) -> list[str]:
+        return [r[0] for r in self._rows("SELECT DISTINCT key FROM vectors ORDER BY key")]
+
+    def vectors(self, key: str, after_step: int = -1) -> tuple[list[int], list[list[float]]]:
+        """Steps and vectors of ``key``, latest attempt per step."""
+        rows = self._rows(
+            'SELECT step, "values", MAX(attempt) FROM vectors WHERE key=? AND step>? GROUP BY step ORDER BY step',
+            (key, after_step),
+        )
+        return [r[0] for r in rows], [json.loads(r[1]) for r in rows]
+
+    def events(self, after_id: int = 0) -> list[dict]:
+        rows = self._rows(
+            "SELECT id, step, time, kind, severity, title, body, attempt FROM events WHERE id>? ORDER BY id",
+            (after_id,),
+        )
+        names = ("id", "step", "time", "kind", "severity", "title", "body", "attempt")
+        return [dict(zip(names, r, strict=True)) for r in rows]
+
+    def samples(self, after_id: int = 0) -> list[dict]:
+        rows = self._rows(
+            "SELECT id, step, prompt, text, time, attempt FROM samples WHERE id>? ORDER BY id", (after_id,)
+        )
+        names = ("id", "step", "prompt", "text", "time", "attempt")
+        return [dict(zip(names, r, strict=True)) for r in rows]
+
+    def attempts(self) -> list[dict]:
+        rows = self._rows("SELECT attempt, start_step, time, reason FROM attempts ORDER BY attempt")
+        return [dict(zip(("attempt", "start_step", "time", "reason"), r, strict=True)) for r in rows]
+
+    def meta(self, key: str) -> object | None:
+        rows = self._rows("SELECT value FROM meta WHERE key=?", (key,))
+        return json.loads(rows[0][0]) if rows else None

@@ -1,0 +1,268 @@
+"""The run store: one SQLite database per run (``metrics.db``) in WAL mode.
+
+WAL lets any number of readers (the observatory, tests, ``glasslab note``) read while one trainer
+writes. The writer buffers rows and commits them in batches, so logging costs microseconds per
+metric; a row is *committed* once :meth:`RunStore.flush` returns, and a process killed at any moment
+leaves a database that opens and holds every committed row.
+
+Attempts: each writer session (a fresh start, a resume, a rollback) logs under a new ``attempt``
+number, so re-logged steps never overwrite history; readers take the latest attempt per step.
+
+The writer lease: the ``meta`` row ``writer`` names the pid and host of the trainer that holds the
+run. A second writer is refused while the holder is alive (same host: its pid exists; another host:
+its heartbeat is fresh). Short appends of events and notes from other processes need no lease.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sqlite3
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from glasslab.errors import UserError
+
+DB_NAME = "metrics.db"
+BUSY_TIMEOUT_MS = 10_000
+LEASE_STALE_SECONDS = 120.0
+EVENT_KINDS = frozenset(
+    "note resume fork checkpoint_fallback spike_skipped rollback nonfinite preempted mixture_phase "
+    "prediction_out_of_band sink_failed step_started step_succeeded step_failed step_retried".split()
+)
+SEVERITIES = ("info", "warning", "incident")
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS scalars(
+    key TEXT NOT NULL, step INTEGER NOT NULL, value REAL, time REAL NOT NULL, attempt INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS scalars_key_step ON scalars(key, step, attempt);
+CREATE TABLE IF NOT EXISTS vectors(
+    key TEXT NOT NULL, step INTEGER NOT NULL, "values" TEXT NOT NULL, time REAL NOT NULL,
+    attempt INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS vectors_key_step ON vectors(key, step, attempt);
+CREATE TABLE IF NOT EXISTS events(
+    id INTEGER PRIMARY KEY AUTOINCREMENT, step INTEGER, time REAL NOT NULL, kind TEXT NOT NULL,
+    severity TEXT NOT NULL, title TEXT NOT NULL, body TEXT NOT NULL DEFAULT '', attempt INTEGER);
+CREATE TABLE IF NOT EXISTS samples(
+    id INTEGER PRIMARY KEY AUTOINCREMENT, step INTEGER NOT NULL, prompt TEXT NOT NULL,
+    text TEXT NOT NULL, time REAL NOT NULL, attempt INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS attempts(
+    attempt INTEGER PRIMARY KEY, start_step INTEGER, time REAL NOT NULL, reason TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+
+def connect(path: Path, readonly: bool = False) -> sqlite3.Connection:
+    """Open a run or lab database with WAL and a busy timeout (read-only when asked)."""
+    if readonly:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
+    else:
+        conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+    return conn
+
+
+def open_db(run_dir: str | Path) -> sqlite3.Connection:
+    """Open (creating if needed) a run's ``metrics.db`` for writing, schema in place."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    conn = connect(run_dir / DB_NAME)
+    conn.executescript(SCHEMA)
+    return conn
+
+
+def check_event(kind: str, severity: str) -> None:
+    """Refuse event kinds and severities outside the shared vocabulary (DESIGN.md)."""
+    if kind not in EVENT_KINDS:
+        raise UserError(f"event kind {kind!r}: expected one of {', '.join(sorted(EVENT_KINDS))}")
+    if severity not in SEVERITIES:
+        raise UserError(f"event severity {severity!r}: expected one of {', '.join(SEVERITIES)}")
+
+
+def append_event(
+    run_dir: str | Path, kind: str, title: str, body: str = "", step: int | None = None,
+    severity: str = "info",
+) -> None:
+    """Add one event to a run's store from any process, without the writer lease (e.g. a note)."""
+    check_event(kind, severity)
+    if not (Path(run_dir) / DB_NAME).is_file():
+        raise UserError(f"{run_dir}: no run store here ({DB_NAME} missing)")
+    conn = open_db(run_dir)
+    try:
+        conn.execute(
+            "INSERT INTO events(step, time, kind, severity, title, body, attempt) VALUES (?,?,?,?,?,?,NULL)",
+            (step, time.time(), kind, severity, title, body),
+        )
+    finally:
+        conn.close()
+
+
+class RunStore:
+    """The writer side of a run's ``metrics.db``: holds the lease, buffers rows, commits in batches.
+
+    ``flush_rows`` and ``flush_seconds`` bound how much a crash can lose; :meth:`flush` commits now.
+    """
+
+    def __init__(
+        self, run_dir: str | Path, reason: str = "start", flush_rows: int = 20_000,
+        flush_seconds: float = 1.0,
+    ) -> None:
+        self.run_dir = Path(run_dir)
+        self.flush_rows = flush_rows
+        self.flush_seconds = flush_seconds
+        self.conn = open_db(self.run_dir)
+        self._take_lease()
+        self.attempt = self._begin_attempt(reason)
+        self._scalars: list[tuple[str, int, float, float, int]] = []
+        self._vectors: list[tuple[str, int, str, float, int]] = []
+        self._samples: list[tuple[int, str, str, float, int]] = []
+        self._last_flush = time.monotonic()
+        self._first_step_seen = False
+        self.closed = False
+
+    # --- lease -----------------------------------------------------------------------------------
+
+    def _take_lease(self) -> None:
+        me = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time(), "heartbeat": time.time()}
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            row = self.conn.execute("SELECT value FROM meta WHERE key='writer'").fetchone()
+            if row is not None:
+                holder = json.loads(row[0])
+                if _holder_alive(holder) and holder["pid"] != os.getpid():
+                    raise UserError(
+                        f"{self.run_dir}: run is already being written by pid {holder['pid']} on "
+                        f"{holder['host']}; stop that trainer first (notes can still be added)"
+                    )
+            self.conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('writer', ?)", (json.dumps(me),))
+            self.conn.execute("COMMIT")
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            self.conn.close()
+            raise
+
+    def _heartbeat(self) -> None:
+        self.conn.execute(
+            "UPDATE meta SET value=json_set(value, '$.heartbeat', ?) WHERE key='writer'", (time.time(),)
+        )
+
+    def _begin_attempt(self, reason: str) -> int:
+        row = self.conn.execute("SELECT COALESCE(MAX(attempt), 0) FROM attempts").fetchone()
+        attempt = int(row[0]) + 1
+        self.conn.execute(
+            "INSERT INTO attempts(attempt, start_step, time, reason) VALUES (?, NULL, ?, ?)",
+            (attempt, time.time(), reason),
+        )
+        return attempt
+
+    def new_attempt(self, reason: str) -> int:
+        """Start a new attempt in this session (after a rollback): later rows supersede earlier ones."""
+        self.flush()
+        self.attempt = self._begin_attempt(reason)
+        self._first_step_seen = False
+        return self.attempt
+
+    # --- buffered writes ---------------------------------------------------------------------------
+
+    def _note_step(self, step: int) -> None:
+        if not self._first_step_seen:
+            self._first_step_seen = True
+            self.conn.execute("UPDATE attempts SET start_step=? WHERE attempt=?", (step, self.attempt))
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        """Buffer one step's scalars; non-finite values are kept as NULL-free floats (inf, nan)."""
+        self._note_step(step)
+        now = time.time()
+        attempt = self.attempt
+        self._scalars.extend((key, step, float(value), now, attempt) for key, value in metrics.items())
+        self._maybe_flush()
+
+    def log_vector(self, key: str, values: Sequence[float], step: int) -> None:
+        """Buffer one vector (per-expert load, router bias) for a step."""
+        self._note_step(step)
+        payload = json.dumps([float(v) for v in values])
+        self._vectors.append((key, step, payload, time.time(), self.attempt))
+        self._maybe_flush()
+
+    def sample(self, step: int, prompt: str, text: str) -> None:
+        """Buffer one generated sample."""
+        self._samples.append((step, prompt, text, time.time(), self.attempt))
+        self._maybe_flush()
+
+    def annotate(self, kind: str, title: str, body: str = "", step: int | None = None,
+                 severity: str = "info") -> None:
+        """Write one event now (events are rare and should survive a crash right after)."""
+        check_event(kind, severity)
+        self.flush()
+        self.conn.execute(
+            "INSERT INTO events(step, time, kind, severity, title, body, attempt) VALUES (?,?,?,?,?,?,?)",
+            (step, time.time(), kind, severity, title, body, self.attempt),
+        )
+
+    def _maybe_flush(self) -> None:
+        pending = len(self._scalars) + len(self._vectors) + len(self._samples)
+        if pending >= self.flush_rows or time.monotonic() - self._last_flush >= self.flush_seconds:
+            self.flush()
+
+    def flush(self) -> None:
+        """Commit every buffered row in one transaction."""
+        self._last_flush = time.monotonic()
+        if not (self._scalars or self._vectors or self._samples):
+            return
+        with _transaction(self.conn):
+            if self._scalars:
+                self.conn.executemany(
+                    "INSERT INTO scalars(key, step, value, time, attempt) VALUES (?,?,?,?,?)", self._scalars
+                )
+            if self._vectors:
+                self.conn.executemany(
+                    'INSERT INTO vectors(key, step, "values", time, attempt) VALUES (?,?,?,?,?)', self._vectors
+                )
+            if self._samples:
+                self.conn.executemany(
+                    "INSERT INTO samples(step, prompt, text, time, attempt) VALUES (?,?,?,?,?)", self._samples
+                )
+            self._heartbeat()
+        self._scalars, self._vectors, self._samples = [], [], []
+
+    def set_meta(self, key: str, value: object) -> None:
+        """Record a small JSON value under ``key`` (run status, final numbers)."""
+        self.conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, json.dumps(value)))
+
+    def close(self, status: str = "finished") -> None:
+        """Flush, record the status, release the lease and close."""
+        if self.closed:
+            return
+        self.flush()
+        self.set_meta("status", status)
+        self.conn.execute("DELETE FROM meta WHERE key='writer'")
+        self.conn.close()
+        self.closed = True
+
+
+class _transaction:
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    def __enter__(self) -> None:
+        self.conn.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.conn.execute("ROLLBACK" if exc_type else "COMMIT")
+
+
+def _holder_alive(holder: dict) -> bool:
+    if holder.get("host") == socket.gethostname():
+        try:
+            os.kill(int(holder["pid"]), 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    return time.time() - float(holder.get("heartbeat", 0)) < LEASE_STALE_SECONDS
+
