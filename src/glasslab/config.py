@@ -104,12 +104,12 @@ def _coerce(value: Any, tp: Any, path: str) -> Any:
     if tp is Any:
         return value
     if origin in (Union, types.UnionType):
-        args = get_args(tp)
-        if value is None and type(None) in args:
+        args = [a for a in get_args(tp) if a is not type(None)]
+        if value is None and len(args) < len(get_args(tp)):
             return None
+        if len(args) == 1:
+            return _coerce(value, args[0], path)
         for arg in args:
-            if arg is type(None):
-                continue
             try:
                 return _coerce(value, arg, path)
             except ConfigError:
@@ -283,19 +283,15 @@ def dumps(cfg: Any) -> str:
 
 
 def diff(a: Any, b: Any) -> list[str]:
-    """Dotted keys whose values differ between two configs (or plain mappings)."""
-    da = _flatten(to_dict(a))
-    db = _flatten(to_dict(b))
-    return sorted(k for k in set(da) | set(db) if da.get(k, _MISSING) != db.get(k, _MISSING))
+    """Dotted keys whose values differ between two configs (or plain mappings), shallowest first."""
+    return sorted(_diff(to_dict(a), to_dict(b), ""))
+
+
+def _diff(a: Any, b: Any, prefix: str) -> list[str]:
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        keys = sorted(set(a) | set(b), key=str)
+        return [d for k in keys for d in _diff(a.get(k, _MISSING), b.get(k, _MISSING), _join(prefix, str(k)))]
+    return [] if a == b else [prefix]
 
 
 _MISSING = object()
-
-
-def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(data, Mapping):
-        out: dict[str, Any] = {}
-        for k, v in data.items():
-            out.update(_flatten(v, _join(prefix, str(k))))
-        return out
-    return {prefix: data}

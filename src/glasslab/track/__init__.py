@@ -24,6 +24,7 @@ from glasslab.track.sinks import Sink, make_sink
 from glasslab.track.store import RunStore, append_event
 
 __all__ = [
+    "Sink",
     "Run", "RunReader", "init", "note", "log_lab_event", "read_lab_events", "read_record", "append_event",
 ]
 

@@ -1,0 +1,144 @@
+"""Config machinery: round trips, stable hashes, overrides and one-line errors."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from typing import Literal
+
+import pytest
+from tests.conftest import subprocess_env
+
+from glasslab.config import (
+    UNVERSIONED,
+    ConfigError,
+    apply_overrides,
+    config_hash,
+    diff,
+    dumps,
+    from_dict,
+    load,
+    redact,
+    replace,
+    require,
+    to_dict,
+)
+
+
+@dataclass(frozen=True)
+class Inner:
+    num_experts: int = 8
+    """Experts per MoE layer."""
+    top_k: int = 2
+    """Experts chosen per token."""
+    router: Literal["softmax", "sigmoid"] = "sigmoid"
+
+    def __post_init__(self) -> None:
+        require(self.num_experts >= 1, "model.moe.num_experts", self.num_experts, "an integer >= 1")
+        require(self.top_k <= self.num_experts, "model.moe.top_k", self.top_k,
+                f"at most model.moe.num_experts ({self.num_experts})")
+
+
+@dataclass(frozen=True)
+class Model:
+    d_model: int = 64
+    moe: Inner | None = None
+    dims: tuple[int, ...] = (1, 2)
+
+
+@dataclass(frozen=True)
+class Train:
+    lr: float = 1e-3
+    weights: dict[str, float] = field(default_factory=dict)
+    num_workers: int = field(default=2, metadata=UNVERSIONED)
+    api_token: str = "abc"
+
+
+@dataclass(frozen=True)
+class Root:
+    model: Model = Model()
+    train: Train = Train()
+
+
+def test_round_trip_and_yaml_json(tmp_path):
+    cfg = from_dict(Root, {"model": {"d_model": 96, "moe": {"num_experts": 4}}, "train": {"weights": {"a": 1}}})
+    assert cfg.model.moe == Inner(num_experts=4)
+    assert isinstance(cfg.train.weights["a"], float)
+    assert from_dict(Root, to_dict(cfg)) == cfg
+    (tmp_path / "c.json").write_text(json.dumps(to_dict(cfg)))
+    (tmp_path / "c.yaml").write_text(dumps(Root(train=Train(api_token=""))).replace("''", "x"))
+    assert load(Root, tmp_path / "c.json") == cfg
+    assert load(Root, tmp_path / "c.yaml").model == Model()
+
+
+def test_hash_is_stable_across_processes_and_ignores_unversioned():
+    cfg = from_dict(Root, {"model": {"moe": {"top_k": 1}}})
+    code = (
+        "from tests.test_config import Root, from_dict, config_hash;"
+        "print(config_hash(from_dict(Root, {'model': {'moe': {'top_k': 1}}})))"
+    )
+    env = subprocess_env(PYTHONHASHSEED="123", PYTHONPATH=subprocess_env()["PYTHONPATH"] + ":.")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.strip() == config_hash(cfg)
+    assert config_hash(replace(cfg, ["train.num_workers=7"])) == config_hash(cfg)
+    assert config_hash(replace(cfg, ["train.lr=3e-4"])) != config_hash(cfg)
+    assert len(config_hash(cfg)) == 16 and int(config_hash(cfg), 16) >= 0
+
+
+def test_overrides_parse_types_and_create_sections():
+    data = apply_overrides({}, ["train.lr=3e-4", "model.moe.num_experts=16", "model.dims=[3, 4]"])
+    cfg = from_dict(Root, data)
+    assert cfg.train.lr == pytest.approx(3e-4)
+    assert cfg.model.moe.num_experts == 16
+    assert cfg.model.dims == (3, 4)
+    assert diff(Root(), cfg) == ["model.dims", "model.moe", "train.lr"]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["train.lrr=1"], "train.lrr: unknown key; did you mean 'lr'?"),
+        (["model.d_model=big"], "model.d_model='big': expected an integer"),
+        (["model.moe.router=softmx"], "expected one of 'softmax', 'sigmoid'; did you mean 'softmax'?"),
+        (["model.moe.top_k=9"], "model.moe.top_k=9: expected at most model.moe.num_experts (8)"),
+        (["model.moe.num_experts=0"], "model.moe.num_experts=0: expected an integer >= 1"),
+        (["train.lr"], "expected KEY=VALUE"),
+        (["model.d_model.x=1"], "model.d_model is not a section"),
+    ],
+)
+def test_bad_overrides_fail_with_one_line(overrides, message):
+    with pytest.raises(ConfigError) as info:
+        from_dict(Root, apply_overrides({"model": {"d_model": 8}}, overrides))
+    assert message in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_bad_files(tmp_path):
+    (tmp_path / "bad.yaml").write_text("model: [1, 2\n")
+    with pytest.raises(ConfigError, match="bad.yaml: not valid YAML"):
+        load(Root, tmp_path / "bad.yaml")
+    with pytest.raises(ConfigError, match="config file not found"):
+        load(Root, tmp_path / "missing.yaml")
+    (tmp_path / "list.yaml").write_text("- 1\n")
+    with pytest.raises(ConfigError, match="expected a mapping at the top level"):
+        load(Root, tmp_path / "list.yaml")
+
+
+def test_configs_are_frozen_and_hashable():
+    cfg = from_dict(Root, {"train": {"weights": {"a": 1.0}}})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.train.lr = 2.0  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        cfg.train.weights["b"] = 1.0
+    assert hash(cfg) == hash(from_dict(Root, {"train": {"weights": {"a": 1.0}}}))
+
+
+def test_redaction():
+    data = {"train": {"api_token": "s3cret", "wandb_key": "k", "lr": 1}, "password": "p", "keys": {"x": 1}}
+    red = redact(data)
+    assert red["train"]["api_token"] == red["train"]["wandb_key"] == red["password"] == "***redacted***"
+    assert red["train"]["lr"] == 1 and red["keys"] == {"x": 1}
+    assert "s3cret" not in dumps(Root(train=Train(api_token="s3cret")))
