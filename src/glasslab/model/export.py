@@ -71,7 +71,7 @@ def _hf_config(cfg: ModelConfig, architecture: str):  # noqa: ANN202 - a transfo
         intermediate_size=cfg.d_ff,
         num_hidden_layers=cfg.n_layers,
         num_attention_heads=cfg.n_heads,
-        num_key_value_heads=cfg.n_kv_heads,
+        num_key_value_heads=cfg.kv_heads,
         head_dim=cfg.attn_head_dim,
         hidden_act="silu",
         rms_norm_eps=cfg.norm_eps,
@@ -122,7 +122,7 @@ def hf_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
     for i, block in enumerate(model.blocks):
         p = f"model.layers.{i}"
         q, k, v = block.attn.qkv_proj.weight.split(
-            (cfg.n_heads * hd, cfg.n_kv_heads * hd, cfg.n_kv_heads * hd)
+            (cfg.n_heads * hd, cfg.kv_heads * hd, cfg.kv_heads * hd)
         )
         out |= {f"{p}.self_attn.q_proj.weight": q, f"{p}.self_attn.k_proj.weight": k}
         out |= {f"{p}.self_attn.v_proj.weight": v, f"{p}.self_attn.o_proj.weight": block.attn.o_proj.weight}

@@ -75,8 +75,8 @@ class Attention(nn.Module):
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
-        self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.n_kv_heads, cfg.attn_head_dim
-        qkv_width = (cfg.n_heads + 2 * cfg.n_kv_heads) * self.head_dim
+        self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.kv_heads, cfg.attn_head_dim
+        qkv_width = (cfg.n_heads + 2 * cfg.kv_heads) * self.head_dim
         self.qkv_proj = nn.Linear(cfg.d_model, qkv_width, bias=False)
         self.o_proj = nn.Linear(cfg.d_attn, cfg.d_model, bias=False)
         self.q_norm = RMSNorm(self.head_dim, cfg.norm_eps) if cfg.qk_norm else None

@@ -102,7 +102,7 @@ class Transformer(nn.Module):
     def new_kv_caches(self, batch: int, max_len: int) -> list[LayerKVCache]:
         """Empty per-layer KV caches for decoding up to ``max_len`` positions."""
         cfg, like = self.cfg, self.embed.weight
-        return [LayerKVCache(batch, cfg.n_kv_heads, max_len, cfg.attn_head_dim, like) for _ in self.blocks]
+        return [LayerKVCache(batch, cfg.kv_heads, max_len, cfg.attn_head_dim, like) for _ in self.blocks]
 
     def param_groups(self) -> dict[str, list[tuple[str, nn.Parameter]]]:
         """Parameters by group (``embed, attn, mlp, experts, router, norm, lm_head``); a tied LM head is
