@@ -1,7 +1,6 @@
 """Router-bias balancing: rules fix a skewed router; bias untouched by gradients and eval; statistics are
 exact under gradient accumulation, activation checkpointing and all-reduce over two ranks."""
 
-import os
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,9 @@ E, K, D = 8, 2, 16
 
 
 def _skewed_layer(balancing: str, rate: float, router: str = "sigmoid") -> MoEFeedForward:
-    moe = MoEConfig(num_experts=E, top_k=K, d_expert=8, balancing=balancing, bias_update_rate=rate, router=router)
+    moe = MoEConfig(
+        num_experts=E, top_k=K, d_expert=8, balancing=balancing, bias_update_rate=rate, router=router
+    )
     cfg = ModelConfig(vocab_size=32, d_model=D, n_layers=1, n_heads=2, d_ff=8, moe=moe)
     torch.manual_seed(0)
     layer = MoEFeedForward(cfg, 0)
@@ -107,7 +108,9 @@ def test_counts_equal_under_gradient_accumulation_and_checkpointing():
     micro = _moe_model()
     for chunk in tokens.split(4):
         micro(chunk)
-    assert all(torch.equal(m.ffn.pending_counts_E, c) for m, c in zip(micro.blocks, whole_counts, strict=True))
+    assert all(
+        torch.equal(m.ffn.pending_counts_E, c) for m, c in zip(micro.blocks, whole_counts, strict=True)
+    )
     for reentrant in (False, True):
         layer = _moe_model().blocks[0].ffn
         x = torch.randn(8, 12, 16, requires_grad=True)
@@ -136,13 +139,12 @@ def _rank_main(rank: int, init_file: str, out_dir: str) -> None:
 
 
 def test_statistics_are_all_reduced_over_ranks(tmp_path: Path):
-    os.environ.setdefault("PYTHONPATH", str(Path(__file__).resolve().parents[1] / "src"))
-    mp.start_processes(_rank_main, args=(str(tmp_path / "init"), str(tmp_path)), nprocs=2, start_method="spawn")
+    mp.start_processes(
+        _rank_main, args=(str(tmp_path / "init"), str(tmp_path)), nprocs=2, start_method="spawn"
+    )
     r0, r1 = (torch.load(tmp_path / f"rank{r}.pt") for r in range(2))
     single = _moe_model(bias_update_rate=0.05)
     single(torch.randint(0, 64, (4, 10), generator=torch.Generator().manual_seed(1)))
     stats = single.balancer.step()
     assert torch.equal(r0["bias"], r1["bias"]) and torch.equal(r0["bias"], single.blocks[1].ffn.router.bias)
     assert r0["stats"] == pytest.approx(stats.scalars) and r1["stats"] == pytest.approx(stats.scalars)
-
-

@@ -100,7 +100,10 @@ def test_param_groups_cover_every_parameter_once():
     names = [n for members in groups.values() for n, _ in members]
     assert sorted(names) == sorted(n for n, _ in model.named_parameters())
     assert [n for n, _ in groups["router"]] == ["blocks.1.ffn.router.weight"]
-    assert {n for n, _ in groups["experts"]} == {"blocks.1.ffn.experts.gate_up_EDF2", "blocks.1.ffn.experts.down_EFD"}
+    assert {n for n, _ in groups["experts"]} == {
+        "blocks.1.ffn.experts.gate_up_EDF2",
+        "blocks.1.ffn.experts.down_EFD",
+    }
     assert "blocks.1.ffn.shared.gate_up_proj.weight" in {n for n, _ in groups["mlp"]}
     assert [n for n, _ in groups["lm_head"]] == ["lm_head.weight"]
 
