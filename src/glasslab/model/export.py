@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import warnings
 from pathlib import Path
 
 import torch
@@ -179,7 +180,9 @@ def export_hf(model: Transformer, cfg: ModelConfig, tokenizer_dir: Path | None, 
         raise UserError(f"{tokenizer_dir}: tokenizer folder not found")
     hf_cfg = _hf_config(cfg, architecture)
     hf_cfg.architectures = [architecture]
-    hf_model = getattr(transformers, architecture)(hf_cfg).float()
+    with warnings.catch_warnings():  # zero-width shared experts warn that their init is a no-op
+        warnings.simplefilter("ignore")
+        hf_model = getattr(transformers, architecture)(hf_cfg).float()
     weights = hf_state_dict(model)
     if cfg.tie_embeddings:
         weights["lm_head.weight"] = weights["model.embed_tokens.weight"]
