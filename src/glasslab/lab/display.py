@@ -22,15 +22,17 @@ OUTCOME_STYLE = {
 
 
 def _path(path: os.PathLike) -> str:
+    """Relative to the working folder when inside it, else absolute."""
     try:
-        return os.path.relpath(path)
+        relative = os.path.relpath(path)
     except ValueError:
         return str(path)
+    return str(path) if relative.startswith("..") else relative
 
 
 def plan_table(plan: Plan) -> Table:
-    table = Table(title=f"plan for lab {_path(plan.lab_root)}: {len(plan.to_run())} to run, "
-                  f"{len(plan.cached())} cached", title_justify="left")
+    table = Table(title=f"plan: {len(plan.to_run())} to run, {len(plan.cached())} cached "
+                  f"(lab {_path(plan.lab_root)})", title_justify="left")
     for column in ("step", "action", "why", "output folder", "depends on"):
         table.add_column(column, overflow="fold")
     for node in plan.steps:
