@@ -35,12 +35,12 @@ from rich.console import Console
 from glasslab.config import redact, to_dict
 from glasslab.errors import UserError
 from glasslab.lab.display import ProgressPrinter, plan_table, report_table
-from glasslab.lab.local_backend import AttemptResult, LocalBackend
+from glasslab.lab.attempt import AttemptResult, WorkerSpec
+from glasslab.lab.local_backend import LocalBackend
 from glasslab.lab.lock import GUARD_FILE, LOCK_FILE, StepLock, new_owner_id
 from glasslab.lab.plan import Plan, PlannedStep, make_plan
 from glasslab.lab.status import create_step_record, read_step_record, write_step_record
 from glasslab.lab.step import Step
-from glasslab.lab.worker import WorkerSpec
 from glasslab.track import log_lab_event
 from glasslab.track.run_record import code_version
 

@@ -21,19 +21,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from glasslab.lab.worker import PARENT_PID_ENV, WorkerSpec
+from glasslab.lab.attempt import PARENT_PID_ENV, AttemptResult, WorkerSpec
 
 STEP_LOG = "step.log"
-
-
-@dataclass
-class AttemptResult:
-    """How one attempt ended: ``ok`` only when the step function returned."""
-
-    ok: bool
-    error: str | None
-    host: str
-    pid: int | None
 
 
 def user_pythonpath(paths: list[str] | None = None) -> str:

@@ -27,9 +27,9 @@ from typing import Any
 
 import ray
 
-from glasslab.lab.local_backend import AttemptResult, finish_result, start_worker, user_pythonpath
+from glasslab.lab.attempt import AttemptResult, WorkerSpec, one_line_error
+from glasslab.lab.local_backend import finish_result, start_worker, user_pythonpath
 from glasslab.lab.step import Resources
-from glasslab.lab.worker import WorkerSpec, one_line_error
 
 STEP_TERM_GRACE_S = 60.0
 

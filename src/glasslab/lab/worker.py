@@ -19,6 +19,7 @@ step over without two processes writing one folder.
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import signal
@@ -26,43 +27,13 @@ import sys
 import threading
 import time
 import traceback
-from dataclasses import dataclass
 from pathlib import Path
 
-from glasslab.lab.step import FunctionRef, StepContext
+from glasslab.lab.attempt import PARENT_PID_ENV, WorkerSpec, one_line_error
 from glasslab.track.run_record import write_json_atomic
 
-PARENT_PID_ENV = "GLASSLAB_PARENT_PID"
 ORPHAN_GRACE_S = 30.0
 WATCHDOG_INTERVAL_S = 0.5
-
-
-@dataclass(frozen=True)
-class WorkerSpec:
-    """Everything a step process needs; pickled to a file (config pickled on its own, so the
-    experiment file defining its class is loaded before it is unpickled)."""
-
-    name: str
-    step_hash: str
-    ref: FunctionRef
-    config_pickle: bytes
-    output_dir: str
-    inputs: dict[str, str]
-    lab_root: str
-    attempt: int
-    workers: int
-
-    def context(self) -> StepContext:
-        return StepContext(
-            name=self.name, output_dir=Path(self.output_dir), config=pickle.loads(self.config_pickle),
-            inputs={k: Path(v) for k, v in self.inputs.items()}, lab_root=Path(self.lab_root),
-            attempt=self.attempt, step_hash=self.step_hash,
-        )
-
-
-def one_line_error(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _watch_parent(parent_pid: int) -> None:
@@ -118,8 +89,6 @@ def rank_result_path(result_path: Path, rank: int) -> Path:
 
 
 def _read_rank_error(result_path: Path, rank: int) -> str | None:
-    import json
-
     try:
         return json.loads(rank_result_path(result_path, rank).read_text()).get("error")
     except (OSError, ValueError):
