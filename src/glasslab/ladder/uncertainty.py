@@ -52,14 +52,13 @@ def estimate_noise(rungs: Sequence[Rung], law: ComputeLaw) -> NoiseEstimate:
     return NoiseEstimate(math.sqrt((seed_ss + misfit_ss) / dof), dof, seed_dof)
 
 
-def bootstrap_predictions(rungs: Sequence[Rung], law: ComputeLaw, noise: NoiseEstimate,
-                          flops_T: Sequence[float], *, level: float = 0.9, num_bootstrap: int = 1000,
-                          seeds_at_target: int | None = None, rng: np.random.Generator) -> np.ndarray:
-    """Predicted losses (B, T) at ``flops_T`` from B replicate ladders drawn around ``law``.
+def bootstrap_laws(rungs: Sequence[Rung], law: ComputeLaw, noise: NoiseEstimate, *, level: float = 0.9,
+                   num_bootstrap: int = 1000,
+                   rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Refit B replicate ladders drawn around ``law``: ``(L_inf_B, log_A_B, alpha_B)``, NaN where failed.
 
-    Each replicate keeps the rungs' seed counts and the law's asymptote mode (a pinned ``L_inf``
-    stays pinned). ``seeds_at_target`` adds the noise of averaging that many seeds at the target (1 for
-    a single hero run); None predicts the law itself. Failed replicates (NaN) are dropped.
+    Each replicate keeps the rungs' seed counts and the law's asymptote mode (a pinned ``L_inf`` stays
+    pinned); its mean losses scatter around the law by the noise, inflated for its few dof at ``level``.
     """
     log_flops_n = np.log([r.flops for r in rungs])
     seeds_n = np.array([len(r.losses) for r in rungs], dtype=float)
@@ -68,12 +67,36 @@ def bootstrap_predictions(rungs: Sequence[Rung], law: ComputeLaw, noise: NoiseEs
     draws_Bn = rng.standard_normal((num_bootstrap, len(rungs)))
     loss_Bn = fitted_n[None, :] * np.exp(draws_Bn * sigma / np.sqrt(seeds_n)[None, :])
     pinned = law.L_inf if law.L_inf_mode == "pinned" else None
-    L_inf_B, log_A_B, alpha_B = fit_batch(log_flops_n, loss_Bn, seeds_n, pinned)
+    return fit_batch(log_flops_n, loss_Bn, seeds_n, pinned)
+
+
+def bootstrap_predictions(rungs: Sequence[Rung], law: ComputeLaw, noise: NoiseEstimate,
+                          flops_T: Sequence[float], *, level: float = 0.9, num_bootstrap: int = 1000,
+                          seeds_at_target: int | None = None, rng: np.random.Generator) -> np.ndarray:
+    """Predicted losses (B, T) at ``flops_T`` FLOPs from :func:`bootstrap_laws` replicates.
+
+    ``seeds_at_target`` adds the noise of averaging that many seeds at the target (1 for a single hero
+    run); None predicts the law itself. Failed replicates are dropped.
+    """
+    L_inf_B, log_A_B, alpha_B = bootstrap_laws(rungs, law, noise, level=level, num_bootstrap=num_bootstrap,
+                                               rng=rng)
     pred_BT = predict_batch(L_inf_B, log_A_B, alpha_B, np.asarray(flops_T, dtype=float))
     if seeds_at_target:
-        target_draws_BT = rng.standard_normal(pred_BT.shape)
-        pred_BT = pred_BT * np.exp(target_draws_BT * sigma / math.sqrt(seeds_at_target))
+        sigma = noise.sigma * t_inflation(noise.dof, level)
+        pred_BT = pred_BT * np.exp(rng.standard_normal(pred_BT.shape) * sigma / math.sqrt(seeds_at_target))
     return pred_BT[np.all(np.isfinite(pred_BT), axis=1)]
+
+
+def law_param_se(rungs: Sequence[Rung], law: ComputeLaw, noise: NoiseEstimate, *,
+                 num_bootstrap: int = 1000, rng: np.random.Generator) -> dict[str, float]:
+    """Bootstrap standard errors of ``L_inf`` (0 when pinned), ``A`` and ``alpha``."""
+    level = math.erf(1 / math.sqrt(2))  # one standard error: inflate the noise at the 68% level
+    L_inf_B, log_A_B, alpha_B = bootstrap_laws(rungs, law, noise, level=level, num_bootstrap=num_bootstrap,
+                                               rng=rng)
+    ok_B = np.isfinite(log_A_B)
+    L_inf_se = float(np.std(L_inf_B[ok_B], ddof=1)) if law.L_inf_mode == "free" else 0.0
+    return {"L_inf": L_inf_se, "A": float(np.std(np.exp(log_A_B[ok_B]), ddof=1)),
+            "alpha": float(np.std(alpha_B[ok_B], ddof=1))}
 
 
 def t_inflation(dof: int, level: float) -> float:
