@@ -31,7 +31,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     fit = ladder_sub.add_parser("fit", help="fit laws to finished rungs and write fit.json + figures",
                                 description="Fit L(C) (and approach 3 on isoFLOP ladders) to the rungs' "
                                 "eval/macro/loss; predict the target compute with a 90% interval; back-test.")
-    fit.add_argument("runs", nargs="*", metavar="RUN", help="rung run folders (default: every rung under --lab)")
+    fit.add_argument("runs", nargs="*", metavar="RUN",
+                     help="rung run folders (default: every rung under --lab)")
     fit.add_argument("--lab", default=os.environ.get("GLASSLAB_ROOT", "lab"), help="lab root (default ./lab)")
     fit.add_argument("--ladder", default=None, help="only the rungs of this ladder (with --lab)")
     fit.add_argument("--L-inf", dest="L_inf", required=True, metavar="NATS|free",
@@ -102,11 +103,13 @@ def format_fit(fit: dict) -> str:
     lines.append(f"prediction at {pred['flops']:.3g} FLOPs: {pred['point']:.4f} "
                  f"[{pred['lo']:.4f}, {pred['hi']:.4f}] ({pred['level']:.0%})")
     for row in fit["sweep_table"]:
-        lines.append(f"  if L_inf = {row['L_inf']:.4g}: {row['point']:.4f} [{row['lo']:.4f}, {row['hi']:.4f}]")
+        lines.append(f"  if L_inf = {row['L_inf']:.4g}: {row['point']:.4f} "
+                     f"[{row['lo']:.4f}, {row['hi']:.4f}]")
     last = fit["backtest"]["last"]
     if last:
-        lines.append(f"back-test (leave last rung out, {last['extrapolation']:.1f}x): predicted {last['point']:.4f}"
-                     f", measured {last['measured']:.4f}, error {last['rel_error_pct']:+.2f}%")
+        lines.append(f"back-test (leave last rung out, {last['extrapolation']:.1f}x): "
+                     f"predicted {last['point']:.4f}, measured {last['measured']:.4f}, "
+                     f"error {last['rel_error_pct']:+.2f}%")
     a3 = fit["approach3"]
     if a3["fitted"]:
         opt = a3["compute_optimal"]

@@ -19,8 +19,9 @@ def roll_forward(rungs: Sequence[Rung], *, L_inf: float | None = None, sweep: Se
                  level: float = 0.9, num_bootstrap: int = 400, seed: int = 0) -> dict:
     """Leave-last-rung-out roll-forward back-test of ``L(C)`` on ``rungs`` (any order).
 
-    Returns ``{"method", "steps": [{"fit_rungs", "held_out", "flops", "measured", "point", "lo", "hi",
-    "rel_error_pct", "covered"}, ...], "last": <the step predicting the largest rung>, "mean_abs_rel_error_pct"}``;
+    Returns ``{"method", "steps": [{"fit_rungs", "held_out", "flops", "extrapolation", "measured",
+    "point", "lo", "hi", "rel_error_pct", "covered"}, ...], "last": <the step predicting the largest
+    rung>, "mean_abs_rel_error_pct"}``;
     ``last`` is None when the ladder has too few rungs to hold one out.
     """
     ordered = sorted(rungs, key=lambda r: r.flops)

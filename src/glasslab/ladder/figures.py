@@ -49,8 +49,8 @@ def draw_fit(fit: dict[str, Any], out_dir: str | Path, *, stem: str = "ladder",
                         label=f"predicted hero curve, {fit['prediction']['level']:.0%} band")
         ax.plot(flops, [c["point"] for c in curve], color="C2", lw=1, ls="--")
     pred = fit["prediction"]
-    ax.errorbar([pred["flops"]], [pred["point"]], yerr=[[pred["point"] - pred["lo"]], [pred["hi"] - pred["point"]]],
-                fmt="*", ms=11, color="C3", capsize=4, zorder=4,
+    yerr = [[pred["point"] - pred["lo"]], [pred["hi"] - pred["point"]]]
+    ax.errorbar([pred["flops"]], [pred["point"]], yerr=yerr, fmt="*", ms=11, color="C3", capsize=4, zorder=4,
                 label=f"prediction {pred['point']:.4g} [{pred['lo']:.4g}, {pred['hi']:.4g}]")
     if hero_losses:
         ax.plot([c for c, _ in hero_losses], [loss for _, loss in hero_losses], color="k", lw=1, label="hero")

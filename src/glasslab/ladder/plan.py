@@ -184,9 +184,8 @@ def _width_for_budget(spec: LadderSpec, budget: float) -> int:
     while _rule_compute(spec, width + spec.head_dim) <= budget and width < 1 << 16:
         width += spec.head_dim
     above = width + spec.head_dim
-    if abs(math.log(_rule_compute(spec, above) / budget)) < abs(math.log(_rule_compute(spec, width) / budget)):
-        return above
-    return width
+    miss = lambda w: abs(math.log(_rule_compute(spec, w) / budget))
+    return above if miss(above) < miss(width) else width
 
 
 def plan_ladder(spec: LadderSpec) -> LadderPlan:
@@ -209,8 +208,10 @@ def plan_ladder(spec: LadderSpec) -> LadderPlan:
     for i, budget in enumerate(budgets):
         center = _width_for_budget(spec, budget)
         half = (spec.isoflop_sizes - 1) / 2
-        widths = sorted({max(spec.head_dim, spec.head_dim * round(center * 2 ** ((k - half) / 2) / spec.head_dim))
-                         for k in range(spec.isoflop_sizes)})
+        # Sizes spaced by sqrt(2) in width around the rule's size, snapped to whole heads.
+        scales = [2 ** ((k - half) / 2) for k in range(spec.isoflop_sizes)]
+        head = spec.head_dim
+        widths = sorted({max(head, head * round(center * s / head)) for s in scales})
         for width in widths:
             tokens = budget / model_at_width(spec, width).flops_per_token(spec.seq_len)
             rung = plan_run(spec, width, name=f"C{budget:.0e}-d{width}", tokens=tokens, seeds=_seeds(spec, i))
@@ -226,10 +227,14 @@ _FIXED_RATIO_NOTE = ("fixed tokens per parameter (D ∝ N): only L(C) can be fit
 
 
 def rung_record_extra(rung: PlannedRung, seed: int, ladder: str) -> dict:
-    """The fields a rung's (or the hero's) ``run.json`` carries so the fit can read it back."""
+    """The fields a rung's (or the hero's) ``run.json`` carries so the fit can read it back.
+
+    Training tokens are carried as ``steps · batch_size · seq_len``: the run store redacts any key
+    that looks like a secret, and ``tokens`` matches its ``token`` pattern.
+    """
     return {"role": rung.role, "ladder": ladder, "rung": rung.name, "seed": seed, "size_name": rung.size_name,
-            "params_active": rung.params_active, "tokens": rung.tokens, "flops": rung.flops,
-            "steps": rung.steps, "batch_size": rung.batch_size, "learning_rate": rung.learning_rate}
+            "params_active": rung.params_active, "flops": rung.flops, "steps": rung.steps,
+            "batch_size": rung.batch_size, "seq_len": rung.seq_len, "learning_rate": rung.learning_rate}
 
 
 def plan_table(plan: LadderPlan):  # -> rich.table.Table (rich is imported here to keep imports light)

@@ -6,8 +6,8 @@ timeout serialises their short writes. The observatory reads it to draw the lab'
 
 from __future__ import annotations
 
-import socket
 import os
+import socket
 import time
 from pathlib import Path
 
