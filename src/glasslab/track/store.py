@@ -5,6 +5,10 @@ writes. The writer buffers rows and commits them in batches, so logging costs mi
 metric; a row is *committed* once :meth:`RunStore.flush` returns, and a process killed at any moment
 leaves a database that opens and holds every committed row.
 
+Rollups: each flush also folds the new scalars into ``rollups`` (min, max and last value per fixed
+bucket of ``ROLLUP_WIDTHS`` steps), so a reader can draw a million-point series from a few thousand
+rows instead of grouping the raw table (about half a second for 1M rows here).
+
 Attempts: each writer session (a fresh start, a resume, a rollback) logs under a new ``attempt``
 number, so re-logged steps never overwrite history; readers take the latest attempt per step.
 
@@ -51,6 +55,25 @@ CREATE TABLE IF NOT EXISTS samples(
 CREATE TABLE IF NOT EXISTS attempts(
     attempt INTEGER PRIMARY KEY, start_step INTEGER, time REAL NOT NULL, reason TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS rollups(
+    key TEXT NOT NULL, width INTEGER NOT NULL, bucket INTEGER NOT NULL, attempt INTEGER NOT NULL,
+    n INTEGER NOT NULL, min REAL, max REAL, last REAL, last_step INTEGER NOT NULL,
+    PRIMARY KEY(key, width, bucket)) WITHOUT ROWID;
+"""
+# Bucket widths in steps: 16× apart, so any target of ~1-4k points finds a level within 16× of it.
+ROLLUP_WIDTHS = (16, 256, 4096)
+
+# Merge one flush's partial bucket into the stored one; only when the stored row is from the same
+# attempt (otherwise the bucket is recomputed from the raw rows, see RunStore._roll_up).
+_MERGE_ROLLUP = """
+INSERT INTO rollups(key, width, bucket, attempt, n, min, max, last, last_step) VALUES (?,?,?,?,?,?,?,?,?)
+ON CONFLICT(key, width, bucket) DO UPDATE SET
+    n = n + excluded.n,
+    min = min(coalesce(min, excluded.min), coalesce(excluded.min, min)),
+    max = max(coalesce(max, excluded.max), coalesce(excluded.max, max)),
+    last = CASE WHEN excluded.last_step >= last_step THEN excluded.last ELSE last END,
+    last_step = max(last_step, excluded.last_step)
+WHERE attempt = excluded.attempt
 """
 
 
@@ -122,12 +145,15 @@ class RunStore:
         self._samples: list[tuple[int, str, str, float, int]] = []
         self._last_flush = time.monotonic()
         self._first_step_seen = False
+        # (key, width) -> the bucket whose stored rollup already matches this attempt's rows.
+        self._fresh_bucket: dict[tuple[str, int], int] = {}
         self.closed = False
 
     # --- lease -----------------------------------------------------------------------------------
 
     def _take_lease(self) -> None:
-        me = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time(), "heartbeat": time.time()}
+        now = time.time()
+        me = {"pid": os.getpid(), "host": socket.gethostname(), "since": now, "heartbeat": now}
         self.conn.execute("BEGIN IMMEDIATE")
         try:
             row = self.conn.execute("SELECT value FROM meta WHERE key='writer'").fetchone()
@@ -138,7 +164,9 @@ class RunStore:
                         f"{self.run_dir}: run is already being written by pid {holder['pid']} on "
                         f"{holder['host']}; stop that trainer first (notes can still be added)"
                     )
-            self.conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('writer', ?)", (json.dumps(me),))
+            self.conn.execute(
+                "INSERT OR REPLACE INTO meta(key, value) VALUES ('writer', ?)", (json.dumps(me),)
+            )
             self.conn.execute("COMMIT")
         except BaseException:
             self.conn.execute("ROLLBACK")
@@ -164,6 +192,7 @@ class RunStore:
         self.flush()
         self.attempt = self._begin_attempt(reason)
         self._first_step_seen = False
+        self._fresh_bucket.clear()
         return self.attempt
 
     # --- buffered writes ---------------------------------------------------------------------------
@@ -218,9 +247,11 @@ class RunStore:
                 self.conn.executemany(
                     "INSERT INTO scalars(key, step, value, time, attempt) VALUES (?,?,?,?,?)", self._scalars
                 )
+                self._roll_up()
             if self._vectors:
                 self.conn.executemany(
-                    'INSERT INTO vectors(key, step, "values", time, attempt) VALUES (?,?,?,?,?)', self._vectors
+                    'INSERT INTO vectors(key, step, "values", time, attempt) VALUES (?,?,?,?,?)',
+                    self._vectors,
                 )
             if self._samples:
                 self.conn.executemany(
@@ -228,6 +259,51 @@ class RunStore:
                 )
             self._heartbeat()
         self._scalars, self._vectors, self._samples = [], [], []
+
+    def _roll_up(self) -> None:
+        """Fold the buffered scalars (already inserted) into the per-bucket min/max/last rollups.
+
+        A bucket first touched by this attempt may hold rows of an earlier attempt that the new
+        steps supersede, so it is recomputed from the raw rows (latest attempt per step) once;
+        after that, each flush merges into it. Steps rise within an attempt, so remembering the one
+        fresh bucket per key and width is enough.
+        """
+        partial: dict[tuple[str, int, int], list] = {}
+        for key, step, value, _, _ in self._scalars:
+            finite = value if value == value else None  # NaN never wins a min or max
+            for width in ROLLUP_WIDTHS:
+                agg = partial.get((key, width, step // width))
+                if agg is None:
+                    partial[(key, width, step // width)] = [1, finite, finite, value, step]
+                    continue
+                agg[0] += 1
+                if finite is not None:
+                    agg[1] = finite if agg[1] is None else min(agg[1], finite)
+                    agg[2] = finite if agg[2] is None else max(agg[2], finite)
+                if step >= agg[4]:
+                    agg[3], agg[4] = value, step
+        merges = []
+        for (key, width, bucket), (n, lo, hi, last, last_step) in partial.items():
+            if self._fresh_bucket.get((key, width)) == bucket:
+                merges.append((key, width, bucket, self.attempt, n, lo, hi, last, last_step))
+            else:
+                self._recompute_bucket(key, width, bucket)
+                self._fresh_bucket[(key, width)] = bucket
+        self.conn.executemany(_MERGE_ROLLUP, merges)
+
+    def _recompute_bucket(self, key: str, width: int, bucket: int) -> None:
+        rows = self.conn.execute(
+            "SELECT step, value, MAX(attempt) FROM scalars WHERE key=? AND step>=? AND step<? GROUP BY step",
+            (key, bucket * width, (bucket + 1) * width),
+        ).fetchall()
+        finite = [v for _, v, _ in rows if v == v]
+        last_step, last, _ = max(rows)
+        self.conn.execute(
+            "INSERT OR REPLACE INTO rollups(key, width, bucket, attempt, n, min, max, last, last_step) "
+            "VALUES (?,?,?,?,?,?,?,?,?)",
+            (key, width, bucket, self.attempt, len(rows), min(finite, default=None),
+             max(finite, default=None), last, last_step),
+        )
 
     def set_meta(self, key: str, value: object) -> None:
         """Record a small JSON value under ``key`` (run status, final numbers)."""
