@@ -1,8 +1,8 @@
 """Series for charts: raw when short, min/max/last buckets when long, so spikes survive downsampling.
 
 The writer keeps rollups of every scalar at a few bucket widths (``track.store.ROLLUP_WIDTHS``); a
-long series is read from the finest level that gives at most ``ROWS_PER_POINT`` rows per point and
-merged down to ``max_points`` here, so a million-point series costs a few thousand rows.
+long series is read from the coarsest level that still has at least ``max_points`` rows and merged
+down to ``max_points`` here, so a million-point series costs a few thousand rows.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from glasslab.track.reader import RunReader
 from glasslab.track.store import ROLLUP_WIDTHS
 
 DEFAULT_POINTS = 2000
-ROWS_PER_POINT = 4
 
 
 def finite(value: Any) -> float | None:
@@ -46,7 +45,8 @@ def read_series(reader: RunReader, key: str, max_points: int = DEFAULT_POINTS) -
     if count <= max_points:  # also a store without rollups yet: read it raw
         steps, values = reader.scalars(key)
         return {"steps": steps, "values": [finite(v) for v in values]}
-    width = next((w for w in ROLLUP_WIDTHS if count / w <= ROWS_PER_POINT * max_points), ROLLUP_WIDTHS[-1])
+    # The coarsest level that still has a row per point: fewest rows read, no resolution lost.
+    width = next((w for w in reversed(ROLLUP_WIDTHS) if count / w >= max_points), ROLLUP_WIDTHS[0])
     return merge_buckets(reader.rollups(key, width), max_points)
 
 

@@ -296,7 +296,7 @@ class RunStore:
             "SELECT step, value, MAX(attempt) FROM scalars WHERE key=? AND step>=? AND step<? GROUP BY step",
             (key, bucket * width, (bucket + 1) * width),
         ).fetchall()
-        finite = [v for _, v, _ in rows if v == v]
+        finite = [v for _, v, _ in rows if v is not None and v == v]  # SQLite stores NaN as NULL
         last_step, last, _ = max(rows)
         self.conn.execute(
             "INSERT OR REPLACE INTO rollups(key, width, bucket, attempt, n, min, max, last, last_step) "
