@@ -129,9 +129,13 @@ class Lab:
 
 
 def file_stamp(path: Path) -> tuple[int, int]:
-    """(mtime in ns, size) of ``path``, zeros when it is missing."""
+    """(mtime in ns, size) of ``path``; zeros when it is missing or empty.
+
+    Empty counts as missing because a reader opening a WAL database creates an empty ``-wal`` file:
+    looking at a run must not look like a change to it.
+    """
     try:
         st = path.stat()
     except OSError:
         return (0, 0)
-    return (st.st_mtime_ns, st.st_size)
+    return (st.st_mtime_ns, st.st_size) if st.st_size else (0, 0)

@@ -127,12 +127,13 @@ def append_event(
 class RunStore:
     """The writer side of a run's ``metrics.db``: holds the lease, buffers rows, commits in batches.
 
-    ``flush_rows`` and ``flush_seconds`` bound how much a crash can lose; :meth:`flush` commits now.
+    ``flush_rows`` and ``flush_seconds`` bound how much a crash can lose and how late a live page sees
+    a step (the observatory promises under a second); :meth:`flush` commits now.
     """
 
     def __init__(
         self, run_dir: str | Path, reason: str = "start", flush_rows: int = 20_000,
-        flush_seconds: float = 1.0,
+        flush_seconds: float = 0.5,
     ) -> None:
         self.run_dir = Path(run_dir)
         self.flush_rows = flush_rows
