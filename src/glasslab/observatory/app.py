@@ -123,4 +123,5 @@ def serve(lab_root: str | Path, host: str = "127.0.0.1", port: int = 8765) -> No
     """Run the app with uvicorn until interrupted."""
     import uvicorn
 
-    uvicorn.run(create_app(lab_root), host=host, port=port, log_level="warning")
+    # Open pages hold their event streams forever: stop waiting for them soon after Ctrl-C.
+    uvicorn.run(create_app(lab_root), host=host, port=port, log_level="warning", timeout_graceful_shutdown=2)

@@ -103,8 +103,9 @@ class Lab:
         self._index: LabIndex | None = None
         self._scanned_at = 0.0
 
-    def index(self) -> LabIndex:
-        if self._index is None or time.monotonic() - self._scanned_at > self.max_age:
+    def index(self, fresh: bool = False) -> LabIndex:
+        """The scan, at most ``max_age`` seconds old (``fresh``: rescan now)."""
+        if fresh or self._index is None or time.monotonic() - self._scanned_at > self.max_age:
             self._index = scan(self.root)
             self._scanned_at = time.monotonic()
         return self._index

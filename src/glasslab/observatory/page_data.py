@@ -207,7 +207,9 @@ def compare_page(lab: Lab, run_ids: list[str] | None = None, key: str | None = N
     if run_ids is None:
         run_ids = list(index.runs)[:MAX_COMPARE_RUNS]
     if any(r not in index.runs for r in run_ids):
-        return None
+        index = lab.index(fresh=True)
+        if any(r not in index.runs for r in run_ids):
+            return None
     keys = tuple(dict.fromkeys((*COMPARE_KEYS, *([key] if key else []))))
     runs = [_run_curve(lab, r, keys) for r in run_ids[:MAX_COMPARE_RUNS]]
     return clean({
@@ -275,4 +277,8 @@ def build_page(lab: Lab, page: str, item_id: str | None = None, **options: Any) 
     builders = {"run": run_page, "ladder": ladder_page, "data": data_page, "provenance": provenance_page}
     if page not in builders or item_id is None:
         return None
-    return builders[page](lab, item_id)
+    data = builders[page](lab, item_id)
+    if data is None:  # perhaps created since the cached scan: look again before answering 404
+        lab.index(fresh=True)
+        data = builders[page](lab, item_id)
+    return data

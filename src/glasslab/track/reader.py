@@ -42,7 +42,11 @@ class RunReader:
             raise
 
     def scalar_keys(self) -> list[str]:
-        return [r[0] for r in self._rows("SELECT DISTINCT key FROM scalars ORDER BY key")]
+        """Every scalar name logged, from the coarsest rollup (a few rows, not the whole table)."""
+        rows = self._rows("SELECT DISTINCT key FROM rollups WHERE width=? ORDER BY key", (ROLLUP_WIDTHS[-1],))
+        if not rows:  # a store written before rollups existed
+            rows = self._rows("SELECT DISTINCT key FROM scalars ORDER BY key")
+        return [r[0] for r in rows]
 
     def scalars(self, key: str, after_step: int = -1) -> tuple[list[int], list[float]]:
         """Steps and values of ``key`` (latest attempt per step), for steps after ``after_step``."""

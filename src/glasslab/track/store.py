@@ -146,7 +146,12 @@ class RunStore:
         self._samples: list[tuple[int, str, str, float, int]] = []
         self._last_flush = time.monotonic()
         self._first_step_seen = False
-        # (key, width) -> the bucket whose stored rollup already matches this attempt's rows.
+        # key -> the last step that earlier attempts rolled up: buckets up to it may hold rows this
+        # attempt supersedes; (key, width) -> the one such bucket already recomputed for this attempt.
+        self._older_last_step: dict[str, int] = dict(self.conn.execute(
+            "SELECT key, MAX(last_step) FROM rollups WHERE width=? GROUP BY key", (ROLLUP_WIDTHS[-1],)
+        ).fetchall())
+        self._rolled_last_step: dict[str, int] = {}
         self._fresh_bucket: dict[tuple[str, int], int] = {}
         self.closed = False
 
@@ -193,6 +198,9 @@ class RunStore:
         self.flush()
         self.attempt = self._begin_attempt(reason)
         self._first_step_seen = False
+        for key, step in self._rolled_last_step.items():
+            self._older_last_step[key] = max(step, self._older_last_step.get(key, step))
+        self._rolled_last_step.clear()
         self._fresh_bucket.clear()
         return self.attempt
 
@@ -264,32 +272,35 @@ class RunStore:
     def _roll_up(self) -> None:
         """Fold the buffered scalars (already inserted) into the per-bucket min/max/last rollups.
 
-        A bucket first touched by this attempt may hold rows of an earlier attempt that the new
-        steps supersede, so it is recomputed from the raw rows (latest attempt per step) once;
-        after that, each flush merges into it. Steps rise within an attempt, so remembering the one
-        fresh bucket per key and width is enough.
+        A bucket that reaches back to steps an earlier attempt logged may hold rows the new steps
+        supersede, so the first time this attempt touches it, it is recomputed from the raw rows
+        (latest attempt per step); every other bucket, and that one afterwards, is merged in
+        place. Steps rise within an attempt, so remembering one recomputed bucket per key and
+        width is enough.
         """
-        partial: dict[tuple[str, int, int], list] = {}
+        # Rows fold into the finest buckets; each coarser level folds the level below, not the rows.
+        finest = ROLLUP_WIDTHS[0]
+        level: dict[tuple[str, int], list] = {}
         for key, step, value, _, _ in self._scalars:
             finite = value if value == value else None  # NaN never wins a min or max
-            for width in ROLLUP_WIDTHS:
-                agg = partial.get((key, width, step // width))
-                if agg is None:
-                    partial[(key, width, step // width)] = [1, finite, finite, value, step]
-                    continue
-                agg[0] += 1
-                if finite is not None:
-                    agg[1] = finite if agg[1] is None else min(agg[1], finite)
-                    agg[2] = finite if agg[2] is None else max(agg[2], finite)
-                if step >= agg[4]:
-                    agg[3], agg[4] = value, step
+            _fold(level, (key, step // finest), [1, finite, finite, value, step])
+        partial = {(key, finest, bucket): agg for (key, bucket), agg in level.items()}
+        for width in ROLLUP_WIDTHS[1:]:
+            coarser: dict[tuple[str, int], list] = {}
+            for (key, _), agg in level.items():
+                _fold(coarser, (key, agg[4] // width), list(agg))
+            partial.update({(key, width, bucket): agg for (key, bucket), agg in coarser.items()})
+            level = coarser
         merges = []
         for (key, width, bucket), (n, lo, hi, last, last_step) in partial.items():
-            if self._fresh_bucket.get((key, width)) == bucket:
-                merges.append((key, width, bucket, self.attempt, n, lo, hi, last, last_step))
-            else:
+            older = self._older_last_step.get(key, -1) >= bucket * width
+            if older and self._fresh_bucket.get((key, width)) != bucket:
                 self._recompute_bucket(key, width, bucket)
                 self._fresh_bucket[(key, width)] = bucket
+            else:
+                merges.append((key, width, bucket, self.attempt, n, lo, hi, last, last_step))
+            if last_step > self._rolled_last_step.get(key, -1):
+                self._rolled_last_step[key] = last_step
         self.conn.executemany(_MERGE_ROLLUP, merges)
 
     def _recompute_bucket(self, key: str, width: int, bucket: int) -> None:
@@ -319,6 +330,20 @@ class RunStore:
         self.conn.execute("DELETE FROM meta WHERE key='writer'")
         self.conn.close()
         self.closed = True
+
+
+def _fold(buckets: dict, where: tuple, part: list) -> None:
+    """Merge ``part`` = [n, min, max, last, last_step] into ``buckets[where]`` (None = no finite value)."""
+    agg = buckets.get(where)
+    if agg is None:
+        buckets[where] = part
+        return
+    agg[0] += part[0]
+    if part[1] is not None:
+        agg[1] = part[1] if agg[1] is None else min(agg[1], part[1])
+        agg[2] = part[2] if agg[2] is None else max(agg[2], part[2])
+    if part[4] >= agg[4]:
+        agg[3], agg[4] = part[3], part[4]
 
 
 class _transaction:
