@@ -1,0 +1,56 @@
+"""The static export: `glasslab publish` writes a self-contained site; --watch re-exports what changed."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from observatory_lab import SECRET, build_lab, log_step
+
+from glasslab import track
+from glasslab.observatory.publish import Publisher, page_file
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+
+
+def glasslab(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": SRC}
+    return subprocess.run([sys.executable, "-m", "glasslab", *args], capture_output=True, text=True, env=env,
+                          timeout=60)
+
+
+def test_publish_cli_writes_a_self_contained_site(tmp_path):
+    lab = build_lab(tmp_path / "lab")
+    done = glasslab("publish", "--lab", str(lab), "--out", str(tmp_path / "site"))
+    assert done.returncode == 0, done.stderr
+    site = tmp_path / "site"
+    names = {p.relative_to(site).as_posix() for p in site.rglob("*") if p.is_file()}
+    for expected in ("index.html", "compare.html", page_file("run", "hero-dddd4444"),
+                     page_file("ladder", "ladder-cccc3333"), page_file("data", "data-abc12345"),
+                     page_file("provenance", "hero-dddd4444"), "static/uPlot.iife.min.js", "data/site.js"):
+        assert expected in names
+    text = "".join(p.read_text() for p in site.rglob("*") if p.suffix in (".html", ".js"))
+    assert SECRET not in text
+    html = "".join(p.read_text() for p in site.glob("*.html"))
+    assert 'src="http' not in html and 'href="http' not in html and "//cdn" not in html  # nothing remote
+    assert "MIT License" in (site / "static" / "uPlot.iife.min.js").read_text()[:400]
+    bad = glasslab("publish", "--lab", str(tmp_path / "missing"), "--out", str(tmp_path / "x"))
+    assert bad.returncode == 2 and "--lab" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_watch_reexports_only_changed_pages(tmp_path):
+    lab = build_lab(tmp_path / "lab")
+    publisher = Publisher(lab, tmp_path / "site")
+    first = publisher.export()
+    assert page_file("run", "hero-dddd4444") in first and len(first) >= 8
+    assert publisher.export() == []
+    run = track.init(lab / "rung-s-aaaa1111", {}, reason="resume")
+    log_step(run, 30)
+    run.finish()
+    again = set(publisher.export())
+    assert page_file("run", "rung-s-aaaa1111") in again
+    assert page_file("run", "hero-dddd4444") not in again and page_file("data", "data-abc12345") not in again
+    data_js = (tmp_path / "site" / "data" / page_file("run", "rung-s-aaaa1111").replace(".html", ".js")).read_text()
+    assert data_js.startswith("window.GLASSLAB_DATA = ") and '"steps":[0,1,2' in data_js and ",30]" in data_js
