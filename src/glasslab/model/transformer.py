@@ -1,0 +1,129 @@
+"""The decoder-only transformer: embedding, pre-norm blocks (attention + dense or MoE feed-forward),
+final norm, LM head. Logits come out in fp32 whatever the compute dtype."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from glasslab.model.balancing import Balancer
+from glasslab.model.config import ModelConfig
+from glasslab.model.layers import Attention, LayerKVCache, RMSNorm, SwiGLU, output_std, rope_cos_sin
+from glasslab.model.moe import MoEFeedForward
+
+PARAM_GROUPS = ("embed", "attn", "mlp", "experts", "router", "norm", "lm_head")
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig, layer_index: int) -> None:
+        super().__init__()
+        self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.attn = Attention(cfg)
+        self.ffn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.ffn: nn.Module = (
+            MoEFeedForward(cfg, layer_index)
+            if cfg.is_moe_layer(layer_index)
+            else SwiGLU(cfg.d_model, cfg.d_ff)
+        )
+
+    def forward(
+        self,
+        x_BTD: torch.Tensor,
+        cos_TD: torch.Tensor,
+        sin_TD: torch.Tensor,
+        cache: LayerKVCache | None = None,
+    ) -> torch.Tensor:
+        x_BTD = x_BTD + self.attn(self.attn_norm(x_BTD), cos_TD, sin_TD, cache)
+        return x_BTD + self.ffn(self.ffn_norm(x_BTD))
+
+
+class Transformer(nn.Module):
+    """``forward(tokens_BT) -> logits_BTV`` (fp32) for a dense or MoE ``ModelConfig``."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layers))
+        self.final_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.lm_head = None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self._logit_z_loss: torch.Tensor | None = None
+        self.reset_parameters()
+        self.balancer = Balancer(self)
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """Normal(0, init_std) for embeddings and matmul weights; residual-writing ones scaled down."""
+        std, out_std = self.cfg.init_std, output_std(self.cfg)
+        for name, p in self.named_parameters():
+            if "norm" in name:
+                nn.init.ones_(p)
+            elif name.endswith(("o_proj.weight", "down_proj.weight", "down_EFD")):
+                nn.init.normal_(p, std=out_std)
+            else:
+                nn.init.normal_(p, std=std)
+        for m in self.modules():
+            if isinstance(m, MoEFeedForward):
+                m.router.bias.zero_()
+
+    @property
+    def output_weight_VD(self) -> torch.Tensor:
+        return self.embed.weight if self.lm_head is None else self.lm_head.weight
+
+    def forward(self, tokens_BT: torch.Tensor, caches: list[LayerKVCache] | None = None) -> torch.Tensor:
+        """Logits (B, T, vocab) in fp32. With ``caches`` (generation), positions continue after them."""
+        B, T = tokens_BT.shape
+        x_BTD = self.embed(tokens_BT)
+        start = caches[0].length if caches else 0
+        positions_T = torch.arange(start, start + T, device=tokens_BT.device)
+        cos_TD, sin_TD = rope_cos_sin(positions_T, self.cfg.attn_head_dim, self.cfg.rope_theta, x_BTD.dtype)
+        for i, block in enumerate(self.blocks):
+            x_BTD = block(x_BTD, cos_TD, sin_TD, caches[i] if caches else None)
+        logits_BTV = F.linear(self.final_norm(x_BTD), self.output_weight_VD).float()
+        self._logit_z_loss = None
+        if self.training and self.cfg.logit_z_loss_coef > 0:
+            self._logit_z_loss = (
+                self.cfg.logit_z_loss_coef * (torch.logsumexp(logits_BTV, dim=-1) ** 2).mean()
+            )
+        return logits_BTV
+
+    def aux_loss(self) -> torch.Tensor:
+        """Sum of the enabled auxiliary losses of the last training forward (balance, router z, logit z)."""
+        losses = [
+            m.aux_loss for m in self.modules() if isinstance(m, MoEFeedForward) and m.aux_loss is not None
+        ]
+        if self._logit_z_loss is not None:
+            losses.append(self._logit_z_loss)
+        if not losses:
+            return torch.zeros((), device=self.embed.weight.device)
+        return torch.stack(losses).sum()
+
+    def new_kv_caches(self, batch: int, max_len: int) -> list[LayerKVCache]:
+        """Empty per-layer KV caches for decoding up to ``max_len`` positions."""
+        cfg, like = self.cfg, self.embed.weight
+        return [LayerKVCache(batch, cfg.n_kv_heads, max_len, cfg.attn_head_dim, like) for _ in self.blocks]
+
+    def param_groups(self) -> dict[str, list[tuple[str, nn.Parameter]]]:
+        """Parameters by group (``embed, attn, mlp, experts, router, norm, lm_head``); a tied LM head is
+        in ``embed`` only. Shared experts are dense, so they are ``mlp``."""
+        groups: dict[str, list[tuple[str, nn.Parameter]]] = {g: [] for g in PARAM_GROUPS}
+        for name, p in self.named_parameters():
+            groups[_group_of(name)].append((name, p))
+        return groups
+
+
+def _group_of(name: str) -> str:
+    if "norm" in name:
+        return "norm"
+    if name.startswith("embed."):
+        return "embed"
+    if name.startswith("lm_head."):
+        return "lm_head"
+    if ".attn." in name:
+        return "attn"
+    if ".router." in name:
+        return "router"
+    if ".experts." in name:
+        return "experts"
+    return "mlp"
