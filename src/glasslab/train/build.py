@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import functools
 
+import torch.utils.checkpoint
+from torch import nn
+
 from glasslab.data import Loader, eval_batches, eval_bytes_per_token, load_tokenizer, manifest_hash
-from glasslab.model import Balancer, Transformer, generate
+from glasslab.model import Transformer, generate
 from glasslab.train.distributed import DistContext
 from glasslab.train.evals import evaluate
 from glasslab.train.loop import RunParts
@@ -25,10 +28,7 @@ def build_parts(run_cfg: RunConfig, ctx: DistContext) -> RunParts:
     seed_everything(cfg.seed)
     model = Transformer(run_cfg.model)
     if cfg.activation_checkpointing:
-        model.set_activation_checkpointing(True)
-    balancer = getattr(model, "balancer", None)
-    if balancer is None and run_cfg.model.moe is not None:
-        balancer = Balancer(model)
+        checkpoint_activations(model.blocks)
     dataset = run_cfg.data.path
     domains = list(loader.domains)
     batches_by_domain = {
@@ -49,7 +49,7 @@ def build_parts(run_cfg: RunConfig, ctx: DistContext) -> RunParts:
             return take_samples(model_to_sample, tokenizer, cfg.sample_prompts, cfg.sample_max_new_tokens,
                                 seed=cfg.seed + step, generate=generate)
 
-    return RunParts(model=model, balancer=balancer, loader=loader,
+    return RunParts(model=model, balancer=model.balancer, loader=loader,
                     flops_per_token=run_cfg.model.flops_per_token(cfg.seq_len),
                     evaluate=evaluate_model, sample=sample)
 
@@ -62,3 +62,12 @@ def describe(run_cfg: RunConfig) -> dict:
         "flops_per_token": run_cfg.model.flops_per_token(run_cfg.train.seq_len),
         "data_manifest_hash": manifest_hash(run_cfg.data.path),
     }
+
+
+def checkpoint_activations(blocks: nn.ModuleList) -> None:
+    """Recompute each block's activations during backward instead of storing them (saves memory).
+
+    The block's ``forward`` is wrapped in place, so parameter names and checkpoints are unchanged.
+    """
+    for block in blocks:
+        block.forward = functools.partial(torch.utils.checkpoint.checkpoint, block.forward, use_reentrant=False)

@@ -85,9 +85,9 @@ def build_optimizer(
         {"params": parts["adamw_no_decay"], "weight_decay": 0.0, "base_lr": cfg.lr, "label": "no_decay"},
     ]
     adamw_groups = [g for g in adamw_groups if g["params"]]
-    optimizers: list[torch.optim.Optimizer] = [
-        torch.optim.AdamW(adamw_groups, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, fused=fused or None)
-    ]
+    optimizers: list[torch.optim.Optimizer] = []
+    if adamw_groups:
+        optimizers.append(torch.optim.AdamW(adamw_groups, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, fused=fused or None))
     if parts["muon"]:
         optimizers.append(Muon(
             [{"params": parts["muon"], "base_lr": cfg.muon_lr, "label": "muon"}], lr=cfg.muon_lr,

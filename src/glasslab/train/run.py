@@ -113,6 +113,7 @@ def _resume_point(run_dir: Path, run_cfg: RunConfig, config_data: dict, fallback
     record = track.read_record(run_dir)
     if record is None:
         raise UserError(f"{run_dir}: nothing to resume (no run.json); start it without --resume")
+    ckpt.sweep_temp(run_dir)
     found = ckpt.latest_valid(run_dir, on_fallback=lambda step, problem: fallbacks.append((step, problem)))
     previous = checkpoint_config(found[1]) if found else record["config"]
     changed = [key for key in configs.diff(configs.redact(previous), configs.redact(config_data))

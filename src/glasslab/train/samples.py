@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 GenerateFn = Callable[..., list[int]]
+"""``glasslab.model.generate``: (model, prompt ids, max new tokens, ...) -> the new ids only."""
 
 
 def encode(tokenizer, text: str) -> list[int]:
@@ -32,9 +33,8 @@ def take_samples(
         with torch.random.fork_rng(devices=[]), torch.no_grad():
             for i, prompt in enumerate(prompts):
                 prompt_ids = encode(tokenizer, prompt)
-                ids = generate(model, prompt_ids, max_new_tokens, temperature=0.8, top_p=0.95,
-                               seed=seed + i, eos_id=eos_id)
-                new_ids = ids[len(prompt_ids):] if ids[: len(prompt_ids)] == prompt_ids else ids
+                new_ids = generate(model, prompt_ids, max_new_tokens, temperature=0.8, top_p=0.95,
+                                   seed=seed + i, eos_id=eos_id)
                 out.append((prompt, tokenizer.decode(new_ids)))
     finally:
         model.train(was_training)
