@@ -1,0 +1,73 @@
+"""Build what the loop trains from a ``RunConfig``: the model, its balancer, the loader, evals, samples.
+
+This is the one module that binds the trainer to the ``model`` and ``data`` parts' APIs; the loop
+itself only sees :class:`~glasslab.train.loop.RunParts`.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch.utils.checkpoint
+from torch import nn
+
+from glasslab.data import Loader, eval_batches, eval_bytes_per_token, load_tokenizer, manifest_hash
+from glasslab.model import Transformer, generate
+from glasslab.train.distributed import DistContext
+from glasslab.train.evals import evaluate
+from glasslab.train.loop import RunParts
+from glasslab.train.rng import seed_everything
+from glasslab.train.run_config import RunConfig
+from glasslab.train.samples import take_samples
+
+
+def build_parts(run_cfg: RunConfig, ctx: DistContext) -> RunParts:
+    """Loader first (a bad mixture fails before any compute), then the model seeded by ``train.seed``."""
+    cfg = run_cfg.train
+    loader = Loader(run_cfg.data, cfg.seq_len, cfg.global_batch_size, rank=ctx.rank, world_size=ctx.world_size)
+    seed_everything(cfg.seed)
+    model = Transformer(run_cfg.model)
+    if cfg.activation_checkpointing:
+        checkpoint_activations(model.blocks)
+    dataset = run_cfg.data.path
+    domains = list(loader.domains)
+    batches_by_domain = {
+        domain: functools.partial(eval_batches, dataset, domain, cfg.seq_len, cfg.eval_batch_size,
+                                  cfg.eval_max_tokens)
+        for domain in domains
+    }
+    bytes_per_token = {domain: eval_bytes_per_token(dataset, domain) for domain in domains}
+
+    def evaluate_model(model_to_eval):
+        return evaluate(model_to_eval, batches_by_domain, bytes_per_token, ctx.device)
+
+    sample = None
+    if cfg.sample_prompts and cfg.sample_max_new_tokens:
+        tokenizer = load_tokenizer(dataset)
+
+        def sample(model_to_sample, step: int):
+            return take_samples(model_to_sample, tokenizer, cfg.sample_prompts, cfg.sample_max_new_tokens,
+                                seed=cfg.seed + step, generate=generate)
+
+    return RunParts(model=model, balancer=model.balancer, loader=loader,
+                    flops_per_token=run_cfg.model.flops_per_token(cfg.seq_len),
+                    evaluate=evaluate_model, sample=sample)
+
+
+def describe(run_cfg: RunConfig) -> dict:
+    """What run.json records about the model and data: size name, parameter counts, FLOPs, manifest hash."""
+    return {
+        "size_name": run_cfg.model.size_name(),
+        "param_counts": run_cfg.model.param_counts(),
+        "flops_per_token": run_cfg.model.flops_per_token(run_cfg.train.seq_len),
+        "data_manifest_hash": manifest_hash(run_cfg.data.path),
+    }
+
+
+def checkpoint_activations(blocks: nn.ModuleList) -> None:
+    """Recompute each block's activations during backward instead of storing them (saves memory).
+
+    The block's ``forward`` is wrapped in place, so parameter names and checkpoints are unchanged.
+    """
+    for block in blocks:
+        block.forward = functools.partial(torch.utils.checkpoint.checkpoint, block.forward, use_reentrant=False)

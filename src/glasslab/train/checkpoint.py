@@ -1,0 +1,154 @@
+"""Checkpoints: atomic folders with a sha256 manifest, retention, and fallback past a damaged one.
+
+A checkpoint is ``<run>/checkpoints/step-XXXXXXX/`` holding one ``torch.save`` file per part
+(``model.pt``, ``optimizer.pt``, ``trainer.pt``…) and ``manifest.json`` listing each file's size
+and sha256. It is written under a hidden temp name and renamed into place only when complete, so a
+process killed mid-write leaves either the previous state or a temp folder that is ignored and
+swept. A folder whose manifest is missing or whose files do not match it (truncated, corrupted) is
+skipped by :func:`latest_valid`, which reports it so the trainer records ``checkpoint_fallback``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+CHECKPOINTS = "checkpoints"
+MANIFEST = "manifest.json"
+PREFIX = "step-"
+TEMP_PREFIX = ".tmp-"
+
+
+def checkpoint_path(run_dir: Path, step: int) -> Path:
+    """Where the checkpoint taken after ``step`` optimiser steps lives."""
+    return Path(run_dir) / CHECKPOINTS / f"{PREFIX}{step:07d}"
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def save_checkpoint(run_dir: Path, step: int, parts: dict[str, Any]) -> Path:
+    """Write ``parts`` (name → picklable state) as the checkpoint for ``step``, atomically."""
+    final = checkpoint_path(run_dir, step)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.parent / f"{TEMP_PREFIX}{final.name}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    files = {}
+    for name, state in parts.items():
+        path = tmp / f"{name}.pt"
+        with open(path, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        files[path.name] = {"bytes": path.stat().st_size, "sha256": sha256_file(path)}
+    manifest = {"step": step, "time": time.time(), "files": files}
+    with open(tmp / MANIFEST, "w", encoding="utf-8") as f:
+        json.dump(manifest, f, indent=2)
+        f.flush()
+        os.fsync(f.fileno())
+    _fsync_dir(tmp)
+    if final.exists():  # the same step written again after a rollback: replace it
+        old = final.parent / f"{TEMP_PREFIX}old-{final.name}-{os.getpid()}"
+        os.replace(final, old)
+        shutil.rmtree(old, ignore_errors=True)
+    os.replace(tmp, final)
+    _fsync_dir(final.parent)
+    return final
+
+
+def list_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
+    """Completed checkpoint folders of a run as (step, path), oldest first."""
+    root = Path(run_dir) / CHECKPOINTS
+    found = []
+    for path in root.glob(f"{PREFIX}*") if root.is_dir() else ():
+        suffix = path.name[len(PREFIX):]
+        if path.is_dir() and suffix.isdigit():
+            found.append((int(suffix), path))
+    return sorted(found)
+
+
+def problem_with(path: Path) -> str | None:
+    """Why the checkpoint at ``path`` cannot be trusted, or None when its files match the manifest."""
+    try:
+        manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
+        files = manifest["files"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return f"unreadable {MANIFEST} ({type(exc).__name__})"
+    for name, expected in files.items():
+        file = path / name
+        if not file.is_file():
+            return f"{name} is missing"
+        size = file.stat().st_size
+        if size != expected["bytes"]:
+            return f"{name} has {size} bytes, manifest says {expected['bytes']} (truncated?)"
+        if sha256_file(file) != expected["sha256"]:
+            return f"{name} does not match its sha256 in the manifest (corrupted)"
+    return None
+
+
+def latest_valid(
+    run_dir: Path, on_fallback: Callable[[int, str], None] | None = None, at_most: int | None = None,
+) -> tuple[int, Path] | None:
+    """The newest intact checkpoint (at step ``<= at_most`` when given), reporting each damaged one."""
+    for step, path in reversed(list_checkpoints(run_dir)):
+        if at_most is not None and step > at_most:
+            continue
+        problem = problem_with(path)
+        if problem is None:
+            return step, path
+        if on_fallback is not None:
+            on_fallback(step, problem)
+    return None
+
+
+def load_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """Every part of a verified checkpoint folder, by name (``model``, ``optimizer``, ...)."""
+    manifest = json.loads((Path(path) / MANIFEST).read_text(encoding="utf-8"))
+    parts = {}
+    for name in manifest["files"]:
+        # Our own files, checked against their sha256 first; they hold NumPy RNG state, hence full unpickling.
+        parts[name.removesuffix(".pt")] = torch.load(Path(path) / name, map_location=map_location,
+                                                     weights_only=False)
+    return parts
+
+
+def apply_retention(run_dir: Path, keep_last: int, keep_every: int) -> list[int]:
+    """Delete checkpoints outside the last ``keep_last`` and the multiples of ``keep_every``; return their steps."""
+    checkpoints = list_checkpoints(run_dir)
+    recent = {step for step, _ in checkpoints[-keep_last:]}
+    removed = []
+    for step, path in checkpoints:
+        if step in recent or (keep_every and step % keep_every == 0):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(step)
+    return removed
+
+
+def sweep_temp(run_dir: Path) -> None:
+    """Remove half-written temp folders left by a killed writer."""
+    root = Path(run_dir) / CHECKPOINTS
+    for path in root.glob(f"{TEMP_PREFIX}*") if root.is_dir() else ():
+        shutil.rmtree(path, ignore_errors=True)

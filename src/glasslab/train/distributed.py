@@ -1,0 +1,89 @@
+"""torchrun support: process-group setup from the environment, DDP or FSDP2 wrapping, reductions.
+
+``torchrun --nproc_per_node=N -m glasslab train ...`` sets ``RANK``/``WORLD_SIZE``/``LOCAL_RANK``;
+without them the trainer runs as a single process and every collective here is a no-op. The global
+batch is fixed by the config, so each of N ranks takes 1/N of it and gradients are averaged by DDP.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+
+@dataclass
+class DistContext:
+    """Where this process sits in the job: rank, world size and its device."""
+
+    rank: int = 0
+    world_size: int = 1
+    device: torch.device = torch.device("cpu")
+    owns_group: bool = False
+    """True when this context created the process group (and so must destroy it)."""
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def active(self) -> bool:
+        return self.world_size > 1
+
+    def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Sum ``tensor`` over ranks in place (no-op on one process)."""
+        if self.active:
+            dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+        return tensor
+
+    def all_gather_object(self, obj: object) -> list[object]:
+        """``obj`` from every rank, in rank order."""
+        if not self.active:
+            return [obj]
+        out: list[object] = [None] * self.world_size
+        dist.all_gather_object(out, obj)
+        return out
+
+    def barrier(self) -> None:
+        if self.active:
+            dist.barrier()
+
+    def close(self) -> None:
+        if self.owns_group and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def setup(device: str) -> DistContext:
+    """Join the torchrun job described by the environment (if any) and pick this rank's device."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if device == "cuda":
+        torch_device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(torch_device)
+    else:
+        torch_device = torch.device(device)
+    owns = False
+    if world_size > 1 and not dist.is_initialized():
+        dist.init_process_group("nccl" if torch_device.type == "cuda" else "gloo")
+        owns = True
+    return DistContext(rank=rank, world_size=world_size, device=torch_device, owns_group=owns)
+
+
+def wrap_model(model: nn.Module, ctx: DistContext, parallelism: str) -> nn.Module:
+    """The module to run forward/backward through: the model itself, DDP around it, or FSDP2-sharded."""
+    if not ctx.active:
+        return model
+    if parallelism == "fsdp":
+        from torch.distributed.fsdp import fully_shard
+
+        for block in getattr(model, "layers", []):
+            fully_shard(block)
+        return fully_shard(model)
+    # Buffers are not broadcast: router biases must agree because the balancer all-reduces its
+    # statistics, and broadcasting would hide it if they did not.
+    device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
+    return nn.parallel.DistributedDataParallel(model, device_ids=device_ids, broadcast_buffers=False)

@@ -1,0 +1,58 @@
+"""Held-out evaluation: per-domain loss (nats/token) and bits per byte, and their macro means.
+
+Bits per byte makes domains with different tokenisation comparable: a domain's loss in nats per
+token divided by ln 2 gives bits per token, and dividing by the domain's bytes per token gives bits
+per byte. ``eval/macro/loss`` (the plain mean over domains) is what the scaling ladder predicts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@torch.no_grad()
+def heldout_loss(model: nn.Module, batches: Iterable[torch.Tensor], device: torch.device) -> float:
+    """Mean next-token loss in nats/token over ``batches`` of shape (B, seq_len + 1)."""
+    nats, tokens = 0.0, 0
+    for batch in batches:
+        batch = batch.to(device, non_blocking=True)
+        logits_BTV = model(batch[:, :-1])
+        targets_BT = batch[:, 1:]
+        nats += F.cross_entropy(logits_BTV.float().flatten(0, 1), targets_BT.flatten(), reduction="sum").item()
+        tokens += targets_BT.numel()
+    if tokens == 0:
+        raise ValueError("no held-out tokens to evaluate")
+    return nats / tokens
+
+
+def evaluate(
+    model: nn.Module,
+    batches_by_domain: Mapping[str, Callable[[], Iterable[torch.Tensor]]],
+    bytes_per_token: Mapping[str, float],
+    device: torch.device,
+) -> dict[str, float]:
+    """``eval/<domain>/loss``, ``eval/<domain>/bpb`` for every domain, plus ``eval/macro/{loss,bpb}``.
+
+    ``batches_by_domain`` maps a domain to a function returning a fresh iterator of held-out batches.
+    The model is put in eval mode for the duration (routing statistics are not gathered) and back;
+    the caller chooses precision (the trainer runs this under its autocast).
+    """
+    was_training = model.training
+    model.eval()
+    metrics: dict[str, float] = {}
+    try:
+        for domain, batches in batches_by_domain.items():
+            loss = heldout_loss(model, batches(), device)
+            metrics[f"eval/{domain}/loss"] = loss
+            metrics[f"eval/{domain}/bpb"] = loss / math.log(2) / bytes_per_token[domain]
+    finally:
+        model.train(was_training)
+    domains = list(batches_by_domain)
+    metrics["eval/macro/loss"] = sum(metrics[f"eval/{d}/loss"] for d in domains) / len(domains)
+    metrics["eval/macro/bpb"] = sum(metrics[f"eval/{d}/bpb"] for d in domains) / len(domains)
+    return metrics

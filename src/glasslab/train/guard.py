@@ -1,0 +1,76 @@
+"""The spike guard: decide, before an update is applied, whether the step looks like a loss spike.
+
+It keeps a rolling window of the loss and global gradient norm of recently *applied* steps. A step
+whose loss or grad norm is above ``mean + sigma × deviation`` of its window is not applied (the
+trainer records ``spike_skipped``); a non-finite loss or grad norm is never applied (``nonfinite``).
+After ``max_consecutive`` rejected steps in a row the guard asks for a rollback to the last good
+checkpoint; the trainer then skips the offending data window and records a ``rollback`` incident.
+The window is part of every checkpoint so a resumed run judges exactly as the original would.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+
+from glasslab.train.config import GuardConfig
+
+# The deviation used is at least this fraction of the mean, so a perfectly flat window (a tiny
+# model that has converged) does not turn every rounding-level wobble into a "spike".
+MIN_RELATIVE_DEVIATION = 0.01
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What to do with one step."""
+
+    apply: bool
+    kind: str = ""
+    """``""`` when applied, else ``nonfinite`` or ``spike_skipped``."""
+    reason: str = ""
+    rollback: bool = False
+
+
+class SpikeGuard:
+    """Rolling statistics of applied steps and the rule that judges the next one."""
+
+    def __init__(self, cfg: GuardConfig) -> None:
+        self.cfg = cfg
+        self.losses: deque[float] = deque(maxlen=cfg.window)
+        self.grad_norms: deque[float] = deque(maxlen=cfg.window)
+        self.consecutive_rejected = 0
+
+    def judge(self, loss: float, grad_norm: float) -> Verdict:
+        """The verdict for a step with this (global) loss in nats/token and gradient norm."""
+        if not (math.isfinite(loss) and math.isfinite(grad_norm)):
+            return self._reject("nonfinite", f"loss {loss} / grad norm {grad_norm} is not finite")
+        if self.cfg.enabled and len(self.losses) >= self.cfg.min_history:
+            for name, value, history in (("loss", loss, self.losses), ("grad norm", grad_norm, self.grad_norms)):
+                limit = self._limit(history)
+                if value > limit:
+                    return self._reject("spike_skipped", f"{name} {value:.4g} > {limit:.4g} "
+                                        f"(mean + {self.cfg.sigma:g}σ of the last {len(history)} steps)")
+        self.losses.append(loss)
+        self.grad_norms.append(grad_norm)
+        self.consecutive_rejected = 0
+        return Verdict(apply=True)
+
+    def _limit(self, history: deque[float]) -> float:
+        mean = sum(history) / len(history)
+        deviation = math.sqrt(sum((x - mean) ** 2 for x in history) / (len(history) - 1))
+        return mean + self.cfg.sigma * max(deviation, MIN_RELATIVE_DEVIATION * abs(mean))
+
+    def _reject(self, kind: str, reason: str) -> Verdict:
+        self.consecutive_rejected += 1
+        return Verdict(apply=False, kind=kind, reason=reason,
+                       rollback=self.consecutive_rejected >= self.cfg.max_consecutive)
+
+    def state_dict(self) -> dict:
+        return {"losses": list(self.losses), "grad_norms": list(self.grad_norms),
+                "consecutive_rejected": self.consecutive_rejected}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.losses = deque(state["losses"], maxlen=self.cfg.window)
+        self.grad_norms = deque(state["grad_norms"], maxlen=self.cfg.window)
+        self.consecutive_rejected = state["consecutive_rejected"]

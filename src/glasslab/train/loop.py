@@ -1,0 +1,329 @@
+"""The training loop. It stays short: every concern is a piece called at a fixed point of a step.
+
+One optimiser step:
+  1. take this rank's share of the global batch and split it into micro-batches;
+  2. forward/backward each, scaling so the gradient is that of (sum of token losses / global tokens);
+  3. one reduction: the global loss, the preemption flag, and (already all-reduced) gradient norms;
+  4. the spike guard judges; an applied step clips, sets the scheduled LR, steps the optimiser and
+     the MoE balancer; a rejected one is dropped (or, repeated, rolls back to the last checkpoint);
+  5. log the step; at intervals evaluate, sample and checkpoint.
+
+What a checkpoint holds (model, optimiser, balancer, loader, guard window, RNG, counters) is all of
+the loop's state, so resuming from one continues the exact same computation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from glasslab.track import Run
+from glasslab.train import checkpoint as ckpt
+from glasslab.train.config import TrainConfig
+from glasslab.train.distributed import DistContext, wrap_model
+from glasslab.train.guard import SpikeGuard
+from glasslab.train.norms import grads_by_group, group_norms, named_norms, unique_groups
+from glasslab.train.optim import build_optimizer
+from glasslab.train.rng import capture_rng, restore_rng
+from glasslab.train.schedule import lr_multiplier
+from glasslab.train.throughput import ThroughputMeter, peak_memory_bytes
+
+
+class TrainingDiverged(RuntimeError):
+    """Rollbacks did not help: the run keeps spiking after ``guard.max_rollbacks`` rollbacks."""
+
+
+@dataclass
+class RunParts:
+    """What the loop trains and with what: built from a RunConfig by :mod:`glasslab.train.run`.
+
+    ``model`` has ``forward(tokens_BT) -> logits_BTV``, ``aux_loss()`` and ``param_groups()``;
+    ``balancer`` (or None for dense models) has ``step() -> stats`` with ``.scalars``/``.vectors``
+    and ``state_dict()``; ``loader`` has ``next_batch()``, ``skip(n)``, ``weights_at(step)`` and
+    ``state_dict()``; ``evaluate(model)`` returns ``eval/...`` metrics; ``sample(model, step)``
+    returns (prompt, text) pairs.
+    """
+
+    model: nn.Module
+    balancer: Any
+    loader: Any
+    flops_per_token: float
+    evaluate: Callable[[nn.Module], dict[str, float]] | None = None
+    sample: Callable[[nn.Module, int], list[tuple[str, str]]] | None = None
+
+
+class Trainer:
+    """Runs optimiser steps on ``parts`` under ``cfg``, logging to ``run`` (None on ranks other than 0)."""
+
+    def __init__(self, cfg: TrainConfig, parts: RunParts, run: Run | None, run_dir: Path, ctx: DistContext,
+                 config_data: dict, peak_flops: float) -> None:
+        self.cfg = cfg
+        self.parts = parts
+        self.run = run
+        self.run_dir = Path(run_dir)
+        self.ctx = ctx
+        self.config_data = config_data
+        self.model = parts.model.to(ctx.device)
+        self.net = wrap_model(self.model, ctx, cfg.parallelism)
+        if cfg.compile:
+            self.net = torch.compile(self.net)
+        groups = self.model.param_groups()
+        self.params_by_group = unique_groups(groups)
+        self.group_names = list(self.params_by_group)
+        self.all_params = [p for params in self.params_by_group.values() for p in params]
+        self.optimizer = build_optimizer(cfg.optimizer, groups, fused=ctx.device.type == "cuda")
+        self.guard = SpikeGuard(cfg.guard)
+        self.micro_batch, self.num_micro = cfg.micro_batches(ctx.world_size)
+        self.meter = ThroughputMeter(parts.flops_per_token, peak_flops, ctx.world_size)
+        self.step = 0
+        self.rollbacks = 0
+        self.preempt_requested = False
+        self.last_metrics: dict[str, float] = {}
+        self._mixture: dict[str, float] | None = None
+        self._balancer_clean = self._balancer_state()
+        bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and ctx.device.type == "cuda")
+        self.autocast_dtype = torch.bfloat16 if bf16 else None
+
+    # --- state ------------------------------------------------------------------------------------
+
+    def checkpoint_parts(self) -> dict[str, Any]:
+        """Everything a resume needs, by checkpoint file name."""
+        trainer = {
+            "step": self.step,
+            "loader": self.parts.loader.state_dict(),
+            "balancer": self._balancer_state(),
+            "guard": self.guard.state_dict(),
+            "rng": capture_rng(),
+            "config": self.config_data,
+            "world_size": self.ctx.world_size,
+        }
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "trainer": trainer}
+
+    def load(self, path: Path, *, weights_only: bool = False) -> None:
+        """Restore from the checkpoint folder ``path`` (everything, or just model + optimiser + loader)."""
+        state = ckpt.load_checkpoint(path, map_location=self.ctx.device)
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        trainer = state["trainer"]
+        self.parts.loader.load_state_dict(trainer["loader"])
+        if self.parts.balancer is not None and trainer["balancer"] is not None:
+            self.parts.balancer.load_state_dict(trainer["balancer"])
+        self._balancer_clean = self._balancer_state()
+        self.step = trainer["step"]
+        if not weights_only:
+            self.guard.load_state_dict(trainer["guard"])
+            restore_rng(trainer["rng"])
+
+    def save_checkpoint(self) -> None:
+        """Write the checkpoint for the current step (rank 0) and apply retention."""
+        if self.run is not None:
+            self.run.flush()
+        if self.ctx.is_main:
+            ckpt.save_checkpoint(self.run_dir, self.step, self.checkpoint_parts())
+            ckpt.apply_retention(self.run_dir, self.cfg.keep_last, self.cfg.keep_every)
+        self.ctx.barrier()
+
+    def _balancer_state(self) -> Any:
+        balancer = self.parts.balancer
+        return None if balancer is None else _detached_copy(balancer.state_dict())
+
+    # --- the loop -----------------------------------------------------------------------------------
+
+    def fit(self) -> str:
+        """Train to ``cfg.total_steps``; returns ``finished`` or ``preempted``."""
+        if not ckpt.list_checkpoints(self.run_dir):
+            self.save_checkpoint()  # step 0: a rollback always has somewhere to go
+        self.meter.restart()
+        while self.step < self.cfg.total_steps:
+            self.train_step()
+            if self.preempt_requested:
+                self.save_checkpoint()
+                self._event("preempted", f"preempted at step {self.step}; checkpoint written", step=self.step)
+                return "preempted"
+            self.at_intervals()
+        self.evaluate_and_sample()
+        if not (ckpt.checkpoint_path(self.run_dir, self.step)).exists():
+            self.save_checkpoint()
+        return "finished"
+
+    def train_step(self) -> None:
+        """One optimiser step (applied, skipped, or ending in a rollback)."""
+        batch = self.parts.loader.next_batch().to(self.ctx.device, non_blocking=True)
+        loss_sum = self.forward_backward(batch)
+        grad_norms = group_norms(grads_by_group(self.params_by_group))
+        packed = torch.stack([loss_sum, torch.tensor(float(self.preempt_requested), device=loss_sum.device)])
+        values = torch.cat([self.ctx.all_reduce_sum(packed), grad_norms]).tolist()
+        loss = values[0] / self.cfg.global_batch_tokens
+        self.preempt_requested = values[1] > 0
+        grad_norm_values = values[2:]
+        verdict = self.guard.judge(loss, grad_norm_values[-1])
+        step_index = self.step
+        self.step += 1
+        metrics = {"train/tokens": float(self.step * self.cfg.global_batch_tokens)}
+        if verdict.apply:
+            metrics.update(self.apply_update(step_index, grad_norms[-1]))
+            metrics["train/loss"] = loss
+            metrics.update(named_norms("grad/norm", self.group_names, grad_norm_values))
+        else:
+            self.optimizer.zero_grad()
+            self._discard_balancer_statistics()
+            self._event(verdict.kind, f"step {self.step} not applied: {verdict.reason}", step=self.step,
+                        severity="warning")
+            if verdict.rollback:
+                self.roll_back(verdict.reason)
+                return
+        metrics.update(self.meter.step(self.cfg.global_batch_tokens))
+        metrics["memory/peak_bytes"] = float(peak_memory_bytes(self.ctx.device))
+        metrics.update(self._mixture_metrics())
+        self.last_metrics.update(metrics)
+        if self.run is not None:
+            self.run.log(metrics, self.step)
+
+    def forward_backward(self, batch: torch.Tensor) -> torch.Tensor:
+        """Accumulate gradients of (sum of token losses / global tokens) over micro-batches; return the local sum."""
+        # DDP averages gradients over ranks, so each rank scales by world/global to get sum/global overall.
+        scale = self.ctx.world_size / self.cfg.global_batch_tokens
+        loss_sum = torch.zeros((), device=batch.device)
+        for i, micro in enumerate(batch.split(self.micro_batch)):
+            last = i == self.num_micro - 1
+            no_sync = self.net.no_sync() if hasattr(self.net, "no_sync") and not last else contextlib.nullcontext()
+            with no_sync:
+                with self._autocast():
+                    logits_BTV = self.net(micro[:, :-1])
+                nats = F.cross_entropy(logits_BTV.float().flatten(0, 1), micro[:, 1:].flatten(), reduction="sum")
+                aux = self.model.aux_loss()
+                (nats * scale + aux / self.num_micro).backward()
+            loss_sum += nats.detach()
+        return loss_sum
+
+    def apply_update(self, step_index: int, grad_norm_total: torch.Tensor) -> dict[str, float]:
+        """Clip, step the optimiser and balancer at the scheduled LR; return the step's metrics."""
+        multiplier = lr_multiplier(self.cfg.schedule, step_index, self.cfg.total_steps)
+        self.optimizer.set_lr_multiplier(multiplier)
+        if self.cfg.grad_clip:
+            torch.nn.utils.clip_grads_with_norm_(self.all_params, self.cfg.grad_clip, grad_norm_total)
+        self.optimizer.step()
+        self.optimizer.zero_grad()
+        metrics = {"optim/learning_rate": self.cfg.optimizer.lr * multiplier}
+        if self.parts.balancer is not None:
+            stats = self.parts.balancer.step()
+            metrics.update(stats.scalars)
+            if self.run is not None:
+                for key, values in stats.vectors.items():
+                    self.run.log_vector(key, values, step_index + 1)
+            self._balancer_clean = self._balancer_state()
+        with torch.no_grad():
+            param_norms = group_norms(self.params_by_group).tolist()
+        metrics.update(named_norms("params/norm", self.group_names, param_norms))
+        return metrics
+
+    def roll_back(self, reason: str) -> None:
+        """Return to the last good checkpoint and skip the data window that kept spiking."""
+        self.rollbacks += 1
+        if self.rollbacks > self.cfg.guard.max_rollbacks:
+            raise TrainingDiverged(f"still spiking after {self.cfg.guard.max_rollbacks} rollbacks: {reason}")
+        spiked_at = self.step
+        found = ckpt.latest_valid(self.run_dir, self.record_fallback, at_most=spiked_at)
+        if found is None:
+            raise TrainingDiverged(f"no intact checkpoint to roll back to at step {spiked_at}: {reason}")
+        good_step, path = found
+        rollbacks = self.rollbacks
+        self.load(path)
+        self.rollbacks = rollbacks
+        window = spiked_at - good_step
+        self.parts.loader.skip(window)
+        self._event("rollback", f"rolled back from step {spiked_at} to {good_step}, skipping {window} batches",
+                    body=reason, step=spiked_at, severity="incident")
+        if self.run is not None:
+            self.run.new_attempt("rollback")
+        self.meter.restart()
+
+    def at_intervals(self) -> None:
+        """Evaluate, sample and checkpoint when the current step is on their intervals."""
+        step, cfg = self.step, self.cfg
+        paused = False
+        if cfg.eval_interval and step % cfg.eval_interval == 0 and step < cfg.total_steps:
+            self._evaluate()
+            paused = True
+        if cfg.sample_interval and step % cfg.sample_interval == 0 and step < cfg.total_steps:
+            self._sample()
+            paused = True
+        if step % cfg.checkpoint_interval == 0:
+            self.save_checkpoint()
+            paused = True
+        if paused:
+            self.meter.restart()
+
+    def evaluate_and_sample(self) -> None:
+        """The end-of-run evaluation and samples."""
+        self._evaluate()
+        self._sample()
+
+    def _evaluate(self) -> None:
+        if self.parts.evaluate is None:
+            return
+        with self._autocast():
+            metrics = self.parts.evaluate(self.model)
+        self.last_metrics.update(metrics)
+        if self.run is not None:
+            self.run.log(metrics, self.step)
+
+    def _sample(self) -> None:
+        if self.parts.sample is None or self.run is None:
+            return
+        for prompt, text in self.parts.sample(self.model, self.step):
+            self.run.sample(self.step, prompt, text)
+
+    # --- small helpers ------------------------------------------------------------------------------
+
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.ctx.device.type, dtype=self.autocast_dtype)
+
+    def _discard_balancer_statistics(self) -> None:
+        if self.parts.balancer is not None:
+            self.parts.balancer.load_state_dict(_detached_copy(self._balancer_clean))
+
+    def _mixture_metrics(self) -> dict[str, float]:
+        weights = dict(self.parts.loader.weights_at(self.step))
+        if self._mixture is not None and weights != self._mixture:
+            self._event("mixture_phase", f"mixture changed at step {self.step}",
+                        body=", ".join(f"{d}={w:g}" for d, w in sorted(weights.items())), step=self.step)
+        self._mixture = weights
+        return {f"mixture/weight/{domain}": float(w) for domain, w in weights.items()}
+
+    def _event(self, kind: str, title: str, body: str = "", step: int | None = None, severity: str = "info") -> None:
+        if self.run is not None:
+            self.run.annotate(kind, title, body, step=step, severity=severity)
+
+    def record_fallback(self, step: int, problem: str) -> None:
+        self._event("checkpoint_fallback", f"checkpoint step {step} is damaged; using an earlier one",
+                    body=problem, step=step, severity="warning")
+
+    def replica_fingerprint(self) -> str:
+        """sha256 of this rank's model state (parameters and buffers, router biases included)."""
+        digest = hashlib.sha256()
+        for name, tensor in sorted(self.model.state_dict().items()):
+            digest.update(name.encode())
+            digest.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+        return digest.hexdigest()
+
+
+def _detached_copy(state: Any) -> Any:
+    """A deep copy of a (nested) state dict whose tensors no longer alias live buffers."""
+    if isinstance(state, torch.Tensor):
+        return state.detach().clone()
+    if isinstance(state, dict):
+        return {k: _detached_copy(v) for k, v in state.items()}
+    if isinstance(state, (list, tuple)):
+        return type(state)(_detached_copy(v) for v in state)
+    return state

@@ -1,0 +1,138 @@
+"""The loop on a real tiny Transformer and a synthetic token stream: learning, logging, guard, rollback."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from glasslab.track import RunReader
+from glasslab.train.config import GuardConfig, OptimizerConfig, ScheduleConfig, TrainConfig
+from train_fakes import SyntheticLoader, make_trainer
+
+
+def _cfg(**kw) -> TrainConfig:
+    base = dict(seq_len=16, global_batch_tokens=16 * 16, max_steps=40, checkpoint_interval=10,
+                optimizer=OptimizerConfig(lr=1e-2), schedule=ScheduleConfig(kind="constant", warmup_fraction=0.0),
+                guard=GuardConfig(window=20, min_history=8, sigma=6.0, max_consecutive=2))
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def test_tiny_moe_learns_and_logs_every_named_metric(tmp_path):
+    trainer = make_trainer(tmp_path, _cfg(eval_interval=20), moe=True)
+    assert trainer.fit() == "finished"
+    trainer.run.finish()
+    with RunReader(tmp_path) as reader:
+        steps, losses = reader.scalars("train/loss")
+        keys = set(reader.scalar_keys())
+        vectors = set(reader.vector_keys())
+        eval_steps, _ = reader.scalars("eval/macro/loss")
+    assert steps == list(range(1, 41))
+    assert sum(losses[-5:]) / 5 < 0.6 * sum(losses[:5]) / 5, losses
+    for key in ("optim/learning_rate", "train/tokens", "grad/norm/total", "grad/norm/attn", "grad/norm/experts",
+                "params/norm/total", "params/norm/router", "params/norm/embed", "moe/layer_0/router_bias_norm",
+                "moe/layer_1/load_max_violation", "moe/layer_0/routing_entropy", "throughput/tokens_per_second",
+                "throughput/mfu", "memory/peak_bytes", "mixture/weight/synthetic", "eval/synthetic/bpb"):
+        assert key in keys, key
+    assert {"moe/layer_0/expert_load", "moe/layer_0/router_bias"} <= vectors
+    assert eval_steps == [20, 40]
+    assert trainer.last_metrics["eval/macro/loss"] < 3.0
+
+
+def test_gradient_accumulation_matches_one_big_batch(tmp_path):
+    curves = []
+    for micro in (0, 2):
+        trainer = make_trainer(tmp_path / str(micro), _cfg(max_steps=6, micro_batch_size=micro), moe=True)
+        trainer.fit()
+        trainer.run.finish()
+        with RunReader(tmp_path / str(micro)) as reader:
+            curves.append(reader.scalars("train/loss")[1])
+    assert curves[0] == pytest.approx(curves[1], rel=1e-5)
+
+
+class _BadBatchAt(SyntheticLoader):
+    """Serves uniform-random tokens (far off the learned pattern) for the batches in ``bad``."""
+
+    def __init__(self, *args, bad=(), **kw):
+        super().__init__(*args, **kw)
+        self.bad = set(bad)
+
+    def next_batch(self):
+        batch = super().next_batch()
+        if self.position in self.bad:
+            return torch.randint(0, 64, batch.shape, generator=torch.Generator().manual_seed(self.position))
+        return batch
+
+
+def test_a_bad_batch_is_skipped_and_recorded(tmp_path):
+    cfg = _cfg()
+    trainer = make_trainer(tmp_path, cfg, loader=_BadBatchAt(cfg.seq_len, cfg.global_batch_size, bad={30}))
+    assert trainer.fit() == "finished"
+    trainer.run.finish()
+    with RunReader(tmp_path) as reader:
+        events = reader.events()
+        steps, _ = reader.scalars("train/loss")
+    skipped = [e for e in events if e["kind"] == "spike_skipped"]
+    assert [e["step"] for e in skipped] == [30] and skipped[0]["severity"] == "warning"
+    assert 30 not in steps and 31 in steps and not any(e["kind"] == "rollback" for e in events)
+
+
+def test_repeated_spikes_roll_back_and_skip_the_data_window(tmp_path):
+    cfg = _cfg()
+    loader = _BadBatchAt(cfg.seq_len, cfg.global_batch_size, bad={25, 26})
+    trainer = make_trainer(tmp_path, cfg, loader=loader)
+    assert trainer.fit() == "finished"
+    trainer.run.finish()
+    with RunReader(tmp_path) as reader:
+        events = reader.events()
+        attempts = reader.attempts()
+        steps, losses = reader.scalars("train/loss")
+    rollbacks = [e for e in events if e["kind"] == "rollback"]
+    assert len(rollbacks) == 1 and rollbacks[0]["severity"] == "incident" and rollbacks[0]["step"] == 26
+    assert "to 20" in rollbacks[0]["title"] and "skipping 6 batches" in rollbacks[0]["title"]
+    assert [a["reason"] for a in attempts] == ["start", "rollback"] and attempts[1]["start_step"] == 21
+    assert steps == list(range(1, 41)) and max(losses[-10:]) < losses[0]
+    assert loader.position == 40 + 6  # 40 steps plus the skipped window (batches 21-26)
+
+
+def test_an_lr_blow_up_is_rolled_back(tmp_path, monkeypatch):
+    from glasslab.train import loop
+
+    real = loop.lr_multiplier
+    fired = []
+
+    def blow_up_once(cfg, step, total):
+        if step == 22 and not fired:
+            fired.append(step)
+            return 3000.0
+        return real(cfg, step, total)
+
+    monkeypatch.setattr(loop, "lr_multiplier", blow_up_once)
+    trainer = make_trainer(tmp_path, _cfg(grad_clip=0.0))
+    assert trainer.fit() == "finished"
+    trainer.run.finish()
+    with RunReader(tmp_path) as reader:
+        kinds = [e["kind"] for e in reader.events()]
+        _, losses = reader.scalars("train/loss")
+    assert "spike_skipped" in kinds and "rollback" in kinds
+    assert losses[-1] < losses[0]
+
+
+def test_nonfinite_steps_are_never_applied(tmp_path):
+    cfg = _cfg(max_steps=20)
+
+    class PoisonOnce(SyntheticLoader):
+        def next_batch(self):
+            if self.position == 14:  # corrupt the weights the next forward uses: loss becomes NaN
+                with torch.no_grad():
+                    trainer.model.embed.weight[0, 0] = float("nan")
+            return super().next_batch()
+
+    trainer = make_trainer(tmp_path, cfg, loader=PoisonOnce(cfg.seq_len, cfg.global_batch_size))
+    assert trainer.fit() == "finished"
+    trainer.run.finish()
+    with RunReader(tmp_path) as reader:
+        events = reader.events()
+    kinds = [e["kind"] for e in events if e["kind"] in ("nonfinite", "rollback")]
+    assert kinds == ["nonfinite", "nonfinite", "rollback"]
+    assert all(torch.isfinite(p).all() for p in trainer.model.parameters())
