@@ -120,16 +120,18 @@ def hf_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
     cfg = model.cfg
     hd = cfg.attn_head_dim
     out: dict[str, torch.Tensor] = {"model.embed_tokens.weight": model.embed.weight}
+    # Our RoPE pairs dims (2i, 2i+1) of a head, HF's pairs (i, i + hd/2): put evens first, then odds.
+    halves = torch.cat((torch.arange(0, hd, 2), torch.arange(1, hd, 2)))
     for i, block in enumerate(model.blocks):
         p = f"model.layers.{i}"
-        q, k, v = block.attn.qkv_proj.weight.split(
-            (cfg.n_heads * hd, cfg.kv_heads * hd, cfg.kv_heads * hd)
-        )
-        out |= {f"{p}.self_attn.q_proj.weight": q, f"{p}.self_attn.k_proj.weight": k}
-        out |= {f"{p}.self_attn.v_proj.weight": v, f"{p}.self_attn.o_proj.weight": block.attn.o_proj.weight}
+        q, k, v = block.attn.qkv_proj.weight.split((cfg.n_heads * hd, cfg.kv_heads * hd, cfg.kv_heads * hd))
+        out[f"{p}.self_attn.q_proj.weight"] = q.unflatten(0, (cfg.n_heads, hd))[:, halves].flatten(0, 1)
+        out[f"{p}.self_attn.k_proj.weight"] = k.unflatten(0, (cfg.kv_heads, hd))[:, halves].flatten(0, 1)
+        out[f"{p}.self_attn.v_proj.weight"] = v
+        out[f"{p}.self_attn.o_proj.weight"] = block.attn.o_proj.weight
         if cfg.qk_norm:
-            out[f"{p}.self_attn.q_norm.weight"] = block.attn.q_norm.weight
-            out[f"{p}.self_attn.k_norm.weight"] = block.attn.k_norm.weight
+            out[f"{p}.self_attn.q_norm.weight"] = block.attn.q_norm.weight[halves]
+            out[f"{p}.self_attn.k_norm.weight"] = block.attn.k_norm.weight[halves]
         out[f"{p}.input_layernorm.weight"] = block.attn_norm.weight
         out[f"{p}.post_attention_layernorm.weight"] = block.ffn_norm.weight
         ffn = block.ffn
