@@ -16,7 +16,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("experiment", metavar="FILE.py|NAME", help="experiment file or built-in experiment name")
     p.add_argument("--lab", default=os.environ.get("GLASSLAB_ROOT", "lab"),
                    help="lab root (default: $GLASSLAB_ROOT or ./lab)")
-    p.add_argument("--dry-run", action="store_true", help="print the plan (what runs, what is cached) and stop")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the plan (what runs, what is cached) and stop")
     p.add_argument("--backend", choices=("local", "ray"), default="local",
                    help="local: steps as subprocesses here (default); ray: steps as Ray tasks")
     p.add_argument("--address", default=None, help="Ray cluster address (default: start a local Ray)")
