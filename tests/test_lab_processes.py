@@ -175,8 +175,11 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
         "def f(ctx):\n    pass\n"
         "def steps():\n    return [Step('x', f, {}, deps=('y',)), Step('y', f, {}, deps=('x',))]\n"
     )
+    broken = tmp_path / "broken.py"
+    broken.write_text("def steps(:\n")
     cases = {
         str(cyclic): "dependency cycle: x -> y -> x",
+        str(broken): "broken.py:1:",
         str(tmp_path / "missing.py"): "experiment file not found",
         "no_such_builtin": "built-ins: hello",
     }

@@ -35,6 +35,7 @@ def test_ray_backend_gives_the_same_folders_and_hashes_as_local(tmp_path):
     assert Executor(tmp_path / "ray" / "lab", backend="ray", echo=False).run(diamond()).executed == []
 
 
+@pytest.mark.slow
 def test_two_worker_step_through_ray_matches_one_worker(tmp_path):
     reference = tmp_path / "reference"
     reference.mkdir()
