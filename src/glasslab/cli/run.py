@@ -21,7 +21,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--backend", choices=("local", "ray"), default="local",
                    help="local: steps as subprocesses here (default); ray: steps as Ray tasks")
     p.add_argument("--address", default=None, help="Ray cluster address (default: start a local Ray)")
-    p.add_argument("--jobs", type=int, default=1, help="how many steps may run at once, on either backend (default 1)")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="how many steps may run at once, on either backend (default 1)")
     p.add_argument("--force", nargs="+", action="extend", default=[], metavar="NAME",
                    help="rerun these steps (and what depends on them) even if they succeeded")
     p.set_defaults(func=run)
