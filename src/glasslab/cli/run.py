@@ -36,6 +36,8 @@ def run(args: argparse.Namespace) -> int:
     steps = load_experiment(args.experiment)
     executor = Executor(args.lab, backend=args.backend, jobs=args.jobs, address=args.address)
     report = executor.run(steps, force=args.force, dry_run=args.dry_run)
+    if args.dry_run:
+        return 0
     if report.interrupted and report.interrupted in signal.Signals.__members__:
         return 128 + signal.Signals[report.interrupted].value
     return 0 if report.ok else 1

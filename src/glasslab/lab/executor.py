@@ -80,7 +80,9 @@ class RunReport:
 
     @property
     def ok(self) -> bool:
-        return self.interrupted is None and all(o.ok for o in self.outcomes.values())
+        """Every planned step has succeeded (now or before); False for a dry run."""
+        done = len(self.outcomes) == len(self.plan.steps)
+        return done and self.interrupted is None and all(o.ok for o in self.outcomes.values())
 
     def keys(self, status: str, by: str | None = None) -> list[str]:
         return [k for k, o in self.outcomes.items() if o.status == status and (by is None or o.by == by)]
@@ -163,6 +165,8 @@ class Executor:
         self.progress.line("▶", str(self.lab_root), f"{len(plan.to_run())} steps to run, "
                            f"{len(plan.cached())} cached, backend {self.backend_name}, jobs {self.jobs}")
         code = code_version()
+        self._stop, self._hurry, self._active = None, False, {}
+        self._wake.clear()
         for node in plan.to_run():
             node.folder.mkdir(parents=True, exist_ok=True)
             create_step_record(node.folder, self._base_record(node, code) | {"status": "pending"})
