@@ -120,19 +120,22 @@ def test_failure_is_recorded_dependents_skip_and_rerun_resumes_in_same_folder(tm
 def test_retries_are_events_and_force_reruns_from_scratch(tmp_path):
     lab = tmp_path / "lab"
     step = Step("flaky", fail_until_marker, config={}, retry=RetryPolicy(count=2, backoff_s=0.05))
-    report = Executor(lab, echo=False).run([step])
+    executor = Executor(lab, echo=False)  # one executor, reused for every run below
+    report = executor.run([step])
     key = report.plan.steps[0].key
     assert report.outcomes[key].status == "failed" and report.outcomes[key].attempts == 3
     kinds = [e["kind"] for e in track.read_lab_events(lab)]
-    assert kinds.count("step_retried") == 2 and kinds.count("step_started") == 3 and kinds[-1] == "step_failed"
+    assert kinds.count("step_retried") == 2 and kinds.count("step_started") == 3
+    assert kinds[-1] == "step_failed"
     assert calls(tmp_path) == ["flaky"] * 3
 
     (tmp_path / "let-it-pass").touch()
-    assert Executor(lab, echo=False).run([step]).ok
-    assert Executor(lab, echo=False).run([step]).executed == []
-    forced = Executor(lab, echo=False).run([step], force=["flaky"])
+    assert executor.run([step]).ok
+    assert executor.run([step]).executed == []
+    forced = executor.run([step], force=["flaky"])
     assert forced.executed == [key]
-    assert sorted(p.name for p in (lab / key).glob("partial-*")) == ["partial-5.txt"], "forced: folder emptied"
+    partials = sorted(p.name for p in (lab / key).glob("partial-*"))
+    assert partials == ["partial-5.txt"], "forced: the folder was emptied first"
 
 
 def test_bad_jobs_and_backend_are_user_errors(tmp_path):

@@ -82,7 +82,8 @@ def test_dry_run_prints_plan_and_touches_nothing(tmp_path, capsys):
 
 
 def test_cycle_fails_naming_its_steps(tmp_path):
-    steps = [Step("x", noop, {}, deps=("z",)), Step("y", noop, {}, deps=("x",)), Step("z", noop, {}, deps=("y",))]
+    steps = [Step("x", noop, {}, deps=("z",)), Step("y", noop, {}, deps=("x",)),
+             Step("z", noop, {}, deps=("y",))]
     with pytest.raises(UserError, match=r"dependency cycle: x -> z -> y -> x"):
         make_plan(steps, tmp_path)
 

@@ -162,8 +162,9 @@ def test_builtin_experiment_dry_run_then_run(tmp_path):
     assert done.returncode == 0, done.stderr
     assert (folder(lab, "shout") / "shout.txt").read_text() == "HELLO, LAB\n"
     env_lab = tmp_path / "env-lab"
-    again = subprocess.run([sys.executable, "-m", "glasslab", "run", "hello", "--dry-run"], capture_output=True,
-                           text=True, env=dict(os.environ, PYTHONPATH=str(SRC), GLASSLAB_ROOT=str(env_lab)))
+    env = dict(os.environ, PYTHONPATH=str(SRC), GLASSLAB_ROOT=str(env_lab))
+    again = subprocess.run([sys.executable, "-m", "glasslab", "run", "hello", "--dry-run"],
+                           capture_output=True, text=True, env=env)
     assert again.returncode == 0 and "2 to run" in again.stdout
 
 
@@ -174,8 +175,11 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
         "def f(ctx):\n    pass\n"
         "def steps():\n    return [Step('x', f, {}, deps=('y',)), Step('y', f, {}, deps=('x',))]\n"
     )
+    broken = tmp_path / "broken.py"
+    broken.write_text("def steps(:\n")
     cases = {
         str(cyclic): "dependency cycle: x -> y -> x",
+        str(broken): "broken.py:1:",
         str(tmp_path / "missing.py"): "experiment file not found",
         "no_such_builtin": "built-ins: hello",
     }

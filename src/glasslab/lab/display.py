@@ -67,4 +67,5 @@ class ProgressPrinter:
     def line(self, symbol: str, key: str, text: str, style: str = "") -> None:
         if self.enabled:
             stamp = time.strftime("%H:%M:%S")
-            self.console.print(f"[dim]{stamp}[/] [{style or 'default'}]{symbol} {escape(key)}[/] {escape(text)}")
+            head = f"[{style or 'default'}]{symbol} {escape(key)}[/]"
+            self.console.print(f"[dim]{stamp}[/] {head} {escape(text)}")

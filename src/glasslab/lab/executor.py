@@ -34,8 +34,8 @@ from rich.console import Console
 
 from glasslab.config import redact, to_dict
 from glasslab.errors import UserError
-from glasslab.lab.display import ProgressPrinter, plan_table, report_table
 from glasslab.lab.attempt import AttemptResult, WorkerSpec
+from glasslab.lab.display import ProgressPrinter, plan_table, report_table
 from glasslab.lab.local_backend import LocalBackend
 from glasslab.lab.lock import GUARD_FILE, LOCK_FILE, StepLock, new_owner_id
 from glasslab.lab.plan import Plan, PlannedStep, make_plan
@@ -80,7 +80,9 @@ class RunReport:
 
     @property
     def ok(self) -> bool:
-        return self.interrupted is None and all(o.ok for o in self.outcomes.values())
+        """Every planned step has succeeded (now or before); False for a dry run."""
+        done = len(self.outcomes) == len(self.plan.steps)
+        return done and self.interrupted is None and all(o.ok for o in self.outcomes.values())
 
     def keys(self, status: str, by: str | None = None) -> list[str]:
         return [k for k, o in self.outcomes.items() if o.status == status and (by is None or o.by == by)]
@@ -157,11 +159,14 @@ class Executor:
         config_pickles = {node.key: _pickle_config(node) for node in plan.to_run()}
         report = RunReport(plan, {node.key: StepOutcome("cached", by="before") for node in plan.cached()})
         if not plan.to_run():
-            self.progress.line("✓", str(self.lab_root), f"nothing to run: {len(plan.steps)} steps cached", "green")
+            self.progress.line("✓", str(self.lab_root), f"nothing to run: {len(plan.steps)} steps cached",
+                               "green")
             return report
         self.progress.line("▶", str(self.lab_root), f"{len(plan.to_run())} steps to run, "
                            f"{len(plan.cached())} cached, backend {self.backend_name}, jobs {self.jobs}")
         code = code_version()
+        self._stop, self._hurry, self._active = None, False, {}
+        self._wake.clear()
         for node in plan.to_run():
             node.folder.mkdir(parents=True, exist_ok=True)
             create_step_record(node.folder, self._base_record(node, code) | {"status": "pending"})
@@ -197,7 +202,8 @@ class Executor:
                 if any(o is not None and not o.ok for o in deps):
                     todo.remove(node)
                     bad = [d.key for d in node.deps.values() if not report.outcomes[d.key].ok]
-                    report.outcomes[node.key] = StepOutcome("skipped", error=f"dependency {bad[0]} did not succeed")
+                    report.outcomes[node.key] = StepOutcome("skipped",
+                                                            error=f"dependency {bad[0]} did not succeed")
                     self.progress.line("-", node.key, f"skipped: {bad[0]} did not succeed", "yellow")
                     continue
                 if not all(o is not None for o in deps) or now < next_lock_try.get(node.key, 0.0):
@@ -235,8 +241,8 @@ class Executor:
         ):
             lock.release()
             outcome = "cached" if status == "succeeded" else "failed"
-            report.outcomes[node.key] = StepOutcome(outcome, record.get("attempts", 0), error=record.get("error"),
-                                                    by="elsewhere")
+            report.outcomes[node.key] = StepOutcome(outcome, record.get("attempts", 0),
+                                                    error=record.get("error"), by="elsewhere")
             self.progress.line("✓" if outcome == "cached" else "✗", node.key,
                                f"{status} in another executor", "green" if outcome == "cached" else "red")
             return True
@@ -266,15 +272,17 @@ class Executor:
             record.update(status="running", attempts=attempt, host=socket.gethostname(), pid=os.getpid(),
                           heartbeat=now, error=None)
             record["timings"].update(started=now, finished=None, duration_s=None)
-            record["history"].append({"attempt": attempt, "started": now, "finished": None, "status": "running",
-                                      "error": None, "worker_host": None, "worker_pid": None})
+            record["history"].append({"attempt": attempt, "started": now, "finished": None,
+                                      "status": "running", "error": None, "worker_host": None,
+                                      "worker_pid": None})
             write_step_record(node.folder, record)
         self._event("step_started", node, f"{node.name} started (attempt {attempt}){note}",
                     f"folder {node.folder}; backend {self.backend_name}")
         self.progress.line("▶", node.key, f"started (attempt {attempt}){note}", "bold")
         spec = WorkerSpec(
             name=node.name, step_hash=node.hash, ref=node.ref, config_pickle=config_pickles[node.key],
-            output_dir=str(node.folder.resolve()), inputs={n: str(d.folder.resolve()) for n, d in node.deps.items()},
+            output_dir=str(node.folder.resolve()),
+            inputs={name: str(dep.folder.resolve()) for name, dep in node.deps.items()},
             lab_root=str(self.lab_root.resolve()), attempt=attempt, workers=node.step.resources.workers,
         )
         active.handle = backend.launch(spec, node.step.resources)
@@ -313,7 +321,8 @@ class Executor:
             interrupted = bool(self._stop)
             self._event("step_failed", node, f"{node.name} {'interrupted' if interrupted else 'failed'}",
                         result.error or "", "warning" if interrupted else "incident")
-            self.progress.line("✗", node.key, f"{'interrupted' if interrupted else 'failed'}: {result.error}", "red")
+            word = "interrupted" if interrupted else "failed"
+            self.progress.line("✗", node.key, f"{word}: {result.error}", "red")
         with self._mutex:
             del self._active[node.key]
         active.lock.release()
@@ -326,7 +335,8 @@ class Executor:
             backend.kill(active.handle)
         with self._mutex:
             del self._active[key]
-        report.outcomes[key] = StepOutcome("lost", active.record["attempts"], error="lock taken over by another executor")
+        report.outcomes[key] = StepOutcome("lost", active.record["attempts"],
+                                           error="lock taken over by another executor")
         self.progress.line("✗", key, "lost its lock to another executor; stopped", "red")
 
     def _stop_everything(self, report: RunReport, backend: Any) -> None:
@@ -403,7 +413,8 @@ class Executor:
         try:
             from glasslab.lab.ray_backend import RayBackend
         except ImportError as exc:
-            raise UserError(f"--backend ray: Ray is not installed ({exc}); pip install 'glasslab[ray]'") from None
+            raise UserError(f"--backend ray: Ray is not installed ({exc}); "
+                            "pip install 'glasslab[ray]'") from None
         need_cpus = max(n.step.resources.cpus * n.step.resources.workers for n in plan.to_run())
         need_gpus = max(n.step.resources.gpus * n.step.resources.workers for n in plan.to_run())
         return RayBackend(self.address, need_cpus, need_gpus)
@@ -419,7 +430,8 @@ class Executor:
             "host": None, "pid": None, "heartbeat": None, "error": None, "history": [],
         }
 
-    def _event(self, kind: str, node: PlannedStep, title: str, body: str = "", severity: str = "info") -> None:
+    def _event(self, kind: str, node: PlannedStep, title: str, body: str = "",
+               severity: str = "info") -> None:
         log_lab_event(self.lab_root, kind, subject=node.key, title=title, body=body, severity=severity)
 
 

@@ -48,6 +48,12 @@ def load_module_from_file(path: Path) -> ModuleType:
     sys.modules[name] = module  # before exec: dataclasses and pickle look the module up by name
     try:
         spec.loader.exec_module(module)
+    except SyntaxError as exc:
+        del sys.modules[name]
+        raise UserError(f"{exc.filename or path}:{exc.lineno}: {exc.msg}") from None
+    except ImportError as exc:
+        del sys.modules[name]
+        raise UserError(f"{path}: {type(exc).__name__}: {exc}") from None
     except BaseException:
         del sys.modules[name]
         raise

@@ -39,7 +39,9 @@ def user_pythonpath(paths: list[str] | None = None) -> str:
     return os.pathsep.join(keep)
 
 
-def start_worker(spec: WorkerSpec, scratch: Path, env: dict[str, str] | None = None) -> tuple[subprocess.Popen, Path]:
+def start_worker(
+    spec: WorkerSpec, scratch: Path, env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen, Path]:
     """Start the step process for ``spec``; its output is appended to ``<output_dir>/step.log``.
 
     Returns the process and the path its result will be written to.

@@ -17,7 +17,7 @@ from glasslab.config import to_dict
 from glasslab.errors import UserError
 from glasslab.lab.lock import StepLock
 from glasslab.lab.status import read_step_record
-from glasslab.lab.step import FunctionRef, Step, dep_name, folder_name, function_ref, step_hash
+from glasslab.lab.step import FunctionRef, Step, folder_name, function_ref, step_hash
 
 
 @dataclass

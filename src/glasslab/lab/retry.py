@@ -27,8 +27,9 @@ class RetryPolicy:
             raise UserError(f"retry.count={self.count!r}: expected an integer >= 0")
         if not (self.backoff_s >= 0 and self.factor >= 1 and self.max_backoff_s >= 0):
             raise UserError(
-                f"retry backoff_s={self.backoff_s!r} factor={self.factor!r} max_backoff_s={self.max_backoff_s!r}:"
-                " expected backoff_s >= 0, factor >= 1, max_backoff_s >= 0"
+                f"retry backoff_s={self.backoff_s!r} factor={self.factor!r} "
+                f"max_backoff_s={self.max_backoff_s!r}: expected backoff_s >= 0, factor >= 1, "
+                "max_backoff_s >= 0"
             )
 
     def should_retry(self, failures: int) -> bool:

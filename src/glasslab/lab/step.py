@@ -161,7 +161,7 @@ def function_ref(step: Step) -> FunctionRef:
         ref = FunctionRef(module, qualname, file)
     loaded = ref.load()
     if not isinstance(fn, str) and loaded is not fn:
-        raise UserError(f"step {step.name!r}: importing {ref} gives a different object than the step's function")
+        raise UserError(f"step {step.name!r}: importing {ref} gives another object than the step's function")
     return ref
 
 
@@ -181,7 +181,9 @@ def _check_plain(data: Any, step_name: str) -> None:
 
 def step_hash(name: str, config: Any, dep_hashes: Mapping[str, str]) -> str:
     """Hex sha256 of the step's name, versioned config and dependencies' hashes (by dependency name)."""
-    identity = {"name": name, "config": versioned_config(config, name), "deps": dict(sorted(dep_hashes.items()))}
+    identity = {
+        "name": name, "config": versioned_config(config, name), "deps": dict(sorted(dep_hashes.items())),
+    }
     return hashlib.sha256(canonical_json(identity).encode()).hexdigest()
 
 

@@ -64,7 +64,6 @@ def run_function(spec: WorkerSpec, result_path: Path) -> int:
 
 def run_torchrun(spec_path: Path, result_path: Path, workers: int) -> int:
     """Run this module's ``--rank`` mode on ``workers`` processes through torchrun (one node)."""
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import main as torchrun_main
 
     os.environ[PARENT_PID_ENV] = str(os.getpid())  # the ranks' parent is this torchrun agent
@@ -74,7 +73,7 @@ def run_torchrun(spec_path: Path, result_path: Path, workers: int) -> int:
     ]
     try:
         torchrun_main(args)
-    except (ChildFailedError, Exception) as exc:
+    except Exception as exc:  # ChildFailedError, or SignalException when SIGTERM stopped the ranks
         errors = [_read_rank_error(result_path, rank) for rank in range(workers)]
         found = [f"rank {r}: {e}" for r, e in enumerate(errors) if e]
         error = "; ".join(found) if found else f"torchrun failed: {one_line_error(exc)}"
