@@ -76,7 +76,8 @@ def test_isoflop_mode_plans_several_sizes_per_budget():
 
 
 def test_bad_spec_is_one_line():
-    with pytest.raises(ConfigError, match=r"ladder.widths=\(64, 65\): expected multiples of ladder.head_dim=32"):
+    expected = r"ladder.widths=\(64, 65\): expected multiples of ladder.head_dim=32"
+    with pytest.raises(ConfigError, match=expected):
         LadderSpec(widths=(64, 65))
     with pytest.raises(ConfigError, match="isoflop_sizes"):
         load(LadderSpec, None, ["isoflop_sizes=3"])
