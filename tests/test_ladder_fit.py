@@ -128,3 +128,18 @@ def test_cli_fit_bad_input_is_one_line(tmp_path):
     assert "2 rungs (d64, d96)" in done.stderr
     done = run_cli("fit", "--lab", str(tmp_path / "lab"), "--L-inf", "lots")
     assert done.returncode == 2 and "--L-inf='lots'" in done.stderr
+
+
+def test_cli_fit_predicts_the_spec_hero(tmp_path):
+    write_rung_runs(tmp_path / "lab", np.random.default_rng(4))
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("name: tiny\nhero_width: 256\n")
+    out = tmp_path / "out"
+    done = run_cli("fit", "--lab", str(tmp_path / "lab"), "--spec", str(spec), "--L-inf", "free",
+                   "--bootstrap", "100", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    from glasslab.ladder.plan import LadderSpec, plan_ladder
+
+    fit = json.loads((out / "fit.json").read_text())
+    assert fit["ladder"] == "tiny" and fit["L_inf"]["mode"] == "free"
+    assert fit["prediction"]["flops"] == pytest.approx(plan_ladder(LadderSpec(hero_width=256)).hero.flops)

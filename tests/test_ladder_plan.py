@@ -13,7 +13,13 @@ import pytest
 from glasslab import track
 from glasslab.config import ConfigError, load
 from glasslab.ladder.approach3 import identifiable
-from glasslab.ladder.plan import LadderSpec, batch_and_learning_rate, plan_ladder, rung_record_extra
+from glasslab.ladder.plan import (
+    LadderSpec,
+    batch_and_learning_rate,
+    plan_ladder,
+    run_overrides,
+    rung_record_extra,
+)
 from glasslab.ladder.runs import read_rungs
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -113,3 +119,17 @@ def test_cli_plan_prints_the_table(tmp_path):
     assert done.returncode == 0 and "isoflop" in done.stdout
     done = run_cli("-o", "widths=[65]")
     assert done.returncode == 2 and "ladder.widths=(65,)" in done.stderr
+
+
+def test_run_overrides_carry_the_rung_into_a_run_config():
+    from glasslab.config import from_dict
+    from glasslab.model import ModelConfig
+
+    rung = plan_ladder(LadderSpec()).rungs[1]
+    overrides = run_overrides(rung, seed=2)
+    assert from_dict(ModelConfig, overrides["model"]) == rung.model
+    train = overrides["train"]
+    assert train["global_batch_tokens"] == rung.batch_size * rung.seq_len
+    assert train["max_steps"] == rung.steps and train["seed"] == 2
+    assert train["optimizer"]["lr"] == rung.learning_rate
+    assert rung.steps // train["eval_interval"] >= 20  # an eval at least every 5% of training
