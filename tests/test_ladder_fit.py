@@ -120,14 +120,15 @@ def test_cli_fit_writes_fit_json_and_figures(tmp_path):
     assert (out / "ladder.png").is_file() and (out / "ladder.svg").is_file()
 
 
-def test_cli_fit_bad_input_is_one_line(tmp_path):
+def test_cli_fit_bad_input_is_one_line(tmp_path, capsys):
+    from glasslab.cli import main
+
     write_rung_runs(tmp_path / "lab", np.random.default_rng(3), widths=(64, 96))
-    done = run_cli("fit", "--lab", str(tmp_path / "lab"), "--L-inf", "free")
-    assert done.returncode == 2
-    assert done.stderr.strip().count("\n") == 0
-    assert "2 rungs (d64, d96)" in done.stderr
-    done = run_cli("fit", "--lab", str(tmp_path / "lab"), "--L-inf", "lots")
-    assert done.returncode == 2 and "--L-inf='lots'" in done.stderr
+    assert main(["ladder", "fit", "--lab", str(tmp_path / "lab"), "--L-inf", "free"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().count("\n") == 0 and "2 rungs (d64, d96)" in err
+    assert main(["ladder", "fit", "--lab", str(tmp_path / "lab"), "--L-inf", "lots"]) == 2
+    assert "--L-inf='lots'" in capsys.readouterr().err
 
 
 def test_cli_fit_predicts_the_spec_hero(tmp_path):
@@ -135,10 +136,12 @@ def test_cli_fit_predicts_the_spec_hero(tmp_path):
     spec = tmp_path / "spec.yaml"
     spec.write_text("name: tiny\nhero_width: 256\n")
     out = tmp_path / "out"
-    done = run_cli("fit", "--lab", str(tmp_path / "lab"), "--spec", str(spec), "--L-inf", "free",
-                   "--bootstrap", "100", "--out", str(out))
-    assert done.returncode == 0, done.stderr
+    from glasslab.cli import main
     from glasslab.ladder.plan import LadderSpec, plan_ladder
+
+    argv = ["ladder", "fit", "--lab", str(tmp_path / "lab"), "--spec", str(spec), "--L-inf", "free",
+            "--bootstrap", "100", "--out", str(out)]
+    assert main(argv) == 0
 
     fit = json.loads((out / "fit.json").read_text())
     assert fit["ladder"] == "tiny" and fit["L_inf"]["mode"] == "free"
