@@ -146,3 +146,13 @@ def test_cli_fit_predicts_the_spec_hero(tmp_path):
     fit = json.loads((out / "fit.json").read_text())
     assert fit["ladder"] == "tiny" and fit["L_inf"]["mode"] == "free"
     assert fit["prediction"]["flops"] == pytest.approx(plan_ladder(LadderSpec(hero_width=256)).hero.flops)
+
+
+def test_unfinished_rung_run_is_refused(tmp_path):
+    extra = {"role": "rung", "ladder": "tiny", "rung": "d64", "seed": 0, "params_active": 1e5, "flops": 1e15,
+             "steps": 1000, "batch_size": 4, "seq_len": 64}
+    run = track.init(tmp_path / "r", {"x": 1}, record_extra=extra)
+    run.log({"eval/macro/loss": 3.5}, step=500)
+    run.finish()
+    with pytest.raises(UserError, match="has not finished \\(last eval at step 500 of 1000\\)"):
+        read_rungs([tmp_path / "r"])
