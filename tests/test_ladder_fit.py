@@ -120,11 +120,39 @@ def test_cli_fit_writes_fit_json_and_figures(tmp_path):
     assert (out / "ladder.png").is_file() and (out / "ladder.svg").is_file()
 
 
-def test_cli_fit_bad_input_is_one_line(tmp_path):
+def test_cli_fit_bad_input_is_one_line(tmp_path, capsys):
+    from glasslab.cli import main
+
     write_rung_runs(tmp_path / "lab", np.random.default_rng(3), widths=(64, 96))
-    done = run_cli("fit", "--lab", str(tmp_path / "lab"), "--L-inf", "free")
-    assert done.returncode == 2
-    assert done.stderr.strip().count("\n") == 0
-    assert "2 rungs (d64, d96)" in done.stderr
-    done = run_cli("fit", "--lab", str(tmp_path / "lab"), "--L-inf", "lots")
-    assert done.returncode == 2 and "--L-inf='lots'" in done.stderr
+    assert main(["ladder", "fit", "--lab", str(tmp_path / "lab"), "--L-inf", "free"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().count("\n") == 0 and "2 rungs (d64, d96)" in err
+    assert main(["ladder", "fit", "--lab", str(tmp_path / "lab"), "--L-inf", "lots"]) == 2
+    assert "--L-inf='lots'" in capsys.readouterr().err
+
+
+def test_cli_fit_predicts_the_spec_hero(tmp_path):
+    write_rung_runs(tmp_path / "lab", np.random.default_rng(4))
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("name: tiny\nhero_width: 256\n")
+    out = tmp_path / "out"
+    from glasslab.cli import main
+    from glasslab.ladder.plan import LadderSpec, plan_ladder
+
+    argv = ["ladder", "fit", "--lab", str(tmp_path / "lab"), "--spec", str(spec), "--L-inf", "free",
+            "--bootstrap", "100", "--out", str(out)]
+    assert main(argv) == 0
+
+    fit = json.loads((out / "fit.json").read_text())
+    assert fit["ladder"] == "tiny" and fit["L_inf"]["mode"] == "free"
+    assert fit["prediction"]["flops"] == pytest.approx(plan_ladder(LadderSpec(hero_width=256)).hero.flops)
+
+
+def test_unfinished_rung_run_is_refused(tmp_path):
+    extra = {"role": "rung", "ladder": "tiny", "rung": "d64", "seed": 0, "params_active": 1e5, "flops": 1e15,
+             "steps": 1000, "batch_size": 4, "seq_len": 64}
+    run = track.init(tmp_path / "r", {"x": 1}, record_extra=extra)
+    run.log({"eval/macro/loss": 3.5}, step=500)
+    run.finish()
+    with pytest.raises(UserError, match="has not finished \\(last eval at step 500 of 1000\\)"):
+        read_rungs([tmp_path / "r"])

@@ -39,8 +39,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                      help="the asymptote: a value to pin (nats/token) or 'free' to fit it")
     fit.add_argument("--sweep", nargs="+", type=float, default=[], metavar="NATS",
                      help="assumed asymptotes to tabulate; their intervals widen the reported one")
+    fit.add_argument("--spec", default=None, metavar="SPEC",
+                     help="ladder spec: predict its planned hero (and name the ladder after it)")
     fit.add_argument("--target-flops", type=float, default=None,
-                     help="compute to predict, FLOPs (default: 10x the largest rung)")
+                     help="compute to predict, FLOPs (default: the spec's hero, else 10x the largest rung)")
     fit.add_argument("--out", default=None, help="folder for fit.json and figures (default: print only)")
     fit.add_argument("--bootstrap", type=int, default=1000, help="bootstrap replicates (default 1000)")
     fit.set_defaults(func=run_fit)
@@ -79,13 +81,21 @@ def run_fit(args: argparse.Namespace) -> int:
     from glasslab.ladder.runs import find_ladder_runs, read_rungs
 
     L_inf = parse_asymptote(args.L_inf)
-    run_dirs = [Path(r) for r in args.runs] or find_ladder_runs(args.lab, args.ladder)
+    ladder, target = args.ladder, args.target_flops
+    if args.spec:
+        from glasslab import config
+        from glasslab.ladder.plan import LadderSpec, plan_ladder
+
+        spec = config.load(LadderSpec, args.spec)
+        ladder = ladder or spec.name
+        target = target or plan_ladder(spec).hero.flops
+    run_dirs = [Path(r) for r in args.runs] or find_ladder_runs(args.lab, ladder)
     if not run_dirs:
         raise UserError(f"no rung runs given and none found under {args.lab}"
-                        + (f" for ladder {args.ladder!r}" if args.ladder else ""))
+                        + (f" for ladder {ladder!r}" if ladder else ""))
     rungs = read_rungs(run_dirs)
-    target = args.target_flops or 10 * max(r.flops for r in rungs)
-    fit = fit_ladder(rungs, ladder=args.ladder or "ladder", target_flops=target, L_inf=L_inf,
+    target = target or 10 * max(r.flops for r in rungs)
+    fit = fit_ladder(rungs, ladder=ladder or "ladder", target_flops=target, L_inf=L_inf,
                      sweep=args.sweep, num_bootstrap=args.bootstrap)
     print(format_fit(fit))
     if args.out:

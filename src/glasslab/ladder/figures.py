@@ -16,7 +16,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only: no display on lab machines or in CI
 
 import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import NullFormatter, ScalarFormatter  # noqa: E402
+from matplotlib.ticker import FormatStrFormatter  # noqa: E402
 
 
 def draw_fit(fit: dict[str, Any], out_dir: str | Path, *, stem: str = "ladder",
@@ -56,8 +56,9 @@ def draw_fit(fit: dict[str, Any], out_dir: str | Path, *, stem: str = "ladder",
         ax.plot([c for c, _ in hero_losses], [loss for _, loss in hero_losses], color="k", lw=1, label="hero")
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.yaxis.set_major_formatter(ScalarFormatter())
-    ax.yaxis.set_minor_formatter(NullFormatter())
+    # Losses span less than a decade, so the labelled ticks are log-scale minor ticks (2, 3, 4, …).
+    ax.yaxis.set_major_formatter(FormatStrFormatter("%.1f"))
+    ax.yaxis.set_minor_formatter(FormatStrFormatter("%.1f"))
     ax.set_xlabel("training compute C (FLOPs)")
     ax.set_ylabel(f"{fit['target']} (nats/token)")
     ax.set_title(f"ladder {fit['ladder']}")

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from glasslab.config import require
+from glasslab.config import require, to_dict
 from glasslab.model import ModelConfig, MoEConfig
 
 MIN_TOKENS_PER_PARAM = 1.0
@@ -235,6 +235,30 @@ def rung_record_extra(rung: PlannedRung, seed: int, ladder: str) -> dict:
     return {"role": rung.role, "ladder": ladder, "rung": rung.name, "seed": seed, "size_name": rung.size_name,
             "params_active": rung.params_active, "flops": rung.flops, "steps": rung.steps,
             "batch_size": rung.batch_size, "seq_len": rung.seq_len, "learning_rate": rung.learning_rate}
+
+
+EVALS_PER_RUN = 20
+"""Evals per rung (every 5% of training): the curve fit reads the loss at each 5% of a rung's run."""
+
+
+def run_overrides(rung: PlannedRung, seed: int) -> dict:
+    """The part of a training run's config (``RunConfig`` as plain data) that a rung fixes.
+
+    ``{"model": <the rung's ModelConfig>, "train": {seq_len, global_batch_tokens, max_steps,
+    optimizer.lr, seed, eval_interval}}``; the runner merges it over the ladder's base run config
+    (data, schedule, optimiser kind), so everything else is shared by every rung and the hero.
+    """
+    return {
+        "model": to_dict(rung.model),
+        "train": {
+            "seq_len": rung.seq_len,
+            "global_batch_tokens": rung.batch_size * rung.seq_len,
+            "max_steps": rung.steps,
+            "optimizer": {"lr": rung.learning_rate},
+            "seed": seed,
+            "eval_interval": max(1, rung.steps // EVALS_PER_RUN),
+        },
+    }
 
 
 def plan_table(plan: LadderPlan):  # -> rich.table.Table (rich is imported here to keep imports light)

@@ -3,10 +3,10 @@
 A rung's runs carry in ``run.json`` the fields the planner put there (``role``, ``ladder``, ``rung``,
 ``seed``, ``size_name``, ``params_active``, ``flops``, ``steps``, ``batch_size``, ``seq_len``; see
 :func:`glasslab.ladder.plan.rung_record_extra`; tokens are steps × batch × seq_len). The final loss
-is ``eval/macro/loss`` from ``result.json`` when the run finished, else the last one logged; losses
-logged along the way give the rung's loss at every 5% of its training (linear in steps between
-evals), which the curve fit uses.
-Seeds of one rung become one :class:`Rung`.
+is ``eval/macro/loss`` from ``result.json``, else the eval logged at the last planned step (an
+unfinished run is an error, not a data point); losses logged along the way give the rung's loss at
+every 5% of its training (linear in steps between evals), which the curve fit uses. Seeds of one
+rung become one :class:`Rung`.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def read_rungs(run_dirs: Iterable[str | Path]) -> list[Rung]:
             raise UserError(f"{run_dir}/run.json: missing {', '.join(missing)}; expected a run planned as a "
                             "ladder rung")
         steps, losses = _target_history(run_dir)
-        final = _final_loss(run_dir, losses)
+        final = _final_loss(run_dir, steps, losses, int(record["steps"]))
         partial = _losses_at_fractions(steps, losses, int(record["steps"]))
         by_rung.setdefault(str(record["rung"]), []).append((run_dir, record, final, partial))
     rungs = []
@@ -72,15 +72,18 @@ def _target_history(run_dir: Path) -> tuple[list[int], list[float]]:
         return reader.scalars(TARGET_METRIC)
 
 
-def _final_loss(run_dir: Path, losses: list[float]) -> float:
+def _final_loss(run_dir: Path, steps: list[int], losses: list[float], total_steps: int) -> float:
+    """The finished run's loss: result.json's, else an eval logged at the last planned step."""
     result_path = run_dir / "result.json"
     if result_path.is_file():
         result = json.loads(result_path.read_text())
         if TARGET_METRIC in result:
             return float(result[TARGET_METRIC])
-    if not losses:
-        raise UserError(f"{run_dir}: no {TARGET_METRIC} in result.json or metrics.db; has the rung finished?")
-    return float(losses[-1])
+    if steps and steps[-1] >= total_steps:
+        return float(losses[-1])
+    last = f"last eval at step {steps[-1]}" if steps else "no eval logged"
+    raise UserError(f"{run_dir}: rung run has not finished ({last} of {total_steps}); expected "
+                    f"{TARGET_METRIC} in result.json or at the final step")
 
 
 def _losses_at_fractions(steps: list[int], losses: list[float], total_steps: int) -> dict[float, float]:
