@@ -6,10 +6,10 @@ from __future__ import annotations
 import time
 
 import pytest
-from observatory_lab import CHROMIUM_ARGS, XSS, ServerThread, build_lab, chromium_path, log_step
 
 from glasslab import track
 from glasslab.observatory.publish import page_file, publish
+from observatory_lab import CHROMIUM_ARGS, XSS, ServerThread, build_lab, chromium_path, log_step
 
 pytestmark = pytest.mark.skipif(chromium_path() is None, reason="chromium is not installed")
 
@@ -44,7 +44,8 @@ def page(browser):
 
 def chart_points(page, title: str, series: int = 1) -> list:
     return page.evaluate(
-        "([t, i]) => { const u = window.GLASSLAB_CHARTS[t]; return u.data[0].map((x, j) => [x, u.data[i][j]]); }",
+        "([t, i]) => { const u = window.GLASSLAB_CHARTS[t];"
+        " return u.data[0].map((x, j) => [x, u.data[i][j]]); }",
         [title, series],
     )
 

@@ -8,9 +8,9 @@ import json
 
 import httpx
 import pytest
-from observatory_lab import SECRET, ServerThread, build_lab, log_step
 
 from glasslab import track
+from observatory_lab import SECRET, ServerThread, build_lab, log_step
 
 
 @pytest.fixture(scope="module")

@@ -7,10 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from observatory_lab import SECRET, build_lab, log_step
-
 from glasslab import track
 from glasslab.observatory.publish import Publisher, page_file
+from observatory_lab import SECRET, build_lab, log_step
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
@@ -52,5 +51,6 @@ def test_watch_reexports_only_changed_pages(tmp_path):
     again = set(publisher.export())
     assert page_file("run", "rung-s-aaaa1111") in again
     assert page_file("run", "hero-dddd4444") not in again and page_file("data", "data-abc12345") not in again
-    data_js = (tmp_path / "site" / "data" / page_file("run", "rung-s-aaaa1111").replace(".html", ".js")).read_text()
+    data_name = page_file("run", "rung-s-aaaa1111").replace(".html", ".js")
+    data_js = (tmp_path / "site" / "data" / data_name).read_text()
     assert data_js.startswith("window.GLASSLAB_DATA = ") and '"steps":[0,1,2' in data_js and ",30]" in data_js
