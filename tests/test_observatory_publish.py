@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from glasslab import track
@@ -54,3 +56,28 @@ def test_watch_reexports_only_changed_pages(tmp_path):
     data_name = page_file("run", "rung-s-aaaa1111").replace(".html", ".js")
     data_js = (tmp_path / "site" / "data" / data_name).read_text()
     assert data_js.startswith("window.GLASSLAB_DATA = ") and '"steps":[0,1,2' in data_js and ",30]" in data_js
+
+
+def test_serve_cli_answers_and_stops(tmp_path):
+    from observatory_lab import free_port
+
+    lab = build_lab(tmp_path / "lab")
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": SRC}
+    command = [sys.executable, "-m", "glasslab", "serve", "--lab", str(lab), "--port", str(port)]
+    server = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        import httpx
+
+        for _ in range(100):
+            try:
+                response = httpx.get(f"http://127.0.0.1:{port}/api/page/overview", timeout=2)
+                break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        runs = {r["id"] for r in response.json()["runs"]}
+        assert runs == {"hero-dddd4444", "rung-m-bbbb2222", "rung-s-aaaa1111"}
+    finally:
+        server.send_signal(signal.SIGINT)
+        out, _ = server.communicate(timeout=10)
+    assert f"http://127.0.0.1:{port}/" in out
