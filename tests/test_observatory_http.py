@@ -46,6 +46,8 @@ def test_every_page_and_its_data_answer(server):
                  "/ladder/ladder-cccc3333", "/data/data-abc12345", "/provenance/hero-dddd4444",
                  "/run/new-run-00000000", "/run/broken-11111111", "/provenance/broken-11111111"):
         assert httpx.get(server.url + path).status_code == 200, path
+    csp = httpx.get(f"{server.url}/run/hero-dddd4444").headers["content-security-policy"]
+    assert "script-src 'self' 'sha256-" in csp and "unsafe-inline'; style" not in csp
     run = httpx.get(f"{server.url}/api/page/run", params={"id": "hero-dddd4444"}).json()
     assert run["series"]["train/loss"]["steps"] == list(range(20))
     assert [p["title"] for p in run["panels"]][:3] == ["Loss", "Learning rate", "Gradient norm"]
