@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import http.client
 import json
+import threading
+import time
 
 import httpx
 import pytest
@@ -83,6 +85,39 @@ def test_secrets_stay_redacted(server):
     record = httpx.get(f"{server.url}/api/page/provenance", params={"id": "hero-dddd4444"}).json()["record"]
     assert record["config"]["sinks"]["wandb"]["api_key"] == "***redacted***"
     assert record["config"]["train"]["lr"] == 3e-3
+
+
+def test_pages_stay_whole_while_a_run_writes(server, lab):
+    """A trainer flushing batches while pages load: every answer is whole and its steps in order."""
+    stop = threading.Event()
+
+    def write() -> None:
+        run = track.init(lab / "hero-dddd4444", {}, reason="resume")
+        step = 20
+        while not stop.is_set():
+            log_step(run, step)
+            run.flush()
+            step += 1
+            time.sleep(0.002)
+        run.finish()
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        seen = []
+        for _ in range(8):
+            for path in ("/api/page/run?id=hero-dddd4444", "/api/page/overview",
+                         "/api/page/ladder?id=ladder-cccc3333"):
+                response = httpx.get(server.url + path)
+                assert response.status_code == 200, path
+            series = response.json()["hero"]["series"]["train/loss"]
+            assert all(a < b for a, b in zip(series["steps"], series["steps"][1:], strict=False))
+            assert None not in series["values"]
+            seen.append(series["steps"][-1])
+    finally:
+        stop.set()
+        writer.join()
+    assert seen[-1] > seen[0] >= 20
 
 
 def test_poll_cursor_returns_only_new_rows(server, lab):

@@ -58,6 +58,29 @@ def test_watch_reexports_only_changed_pages(tmp_path):
     assert data_js.startswith("window.GLASSLAB_DATA = ") and '"steps":[0,1,2' in data_js and ",30]" in data_js
 
 
+def test_publish_watch_cli_follows_a_run(tmp_path):
+    lab = build_lab(tmp_path / "lab")
+    site = tmp_path / "site"
+    command = [sys.executable, "-m", "glasslab", "publish", "--lab", str(lab), "--out", str(site), "--watch",
+               "--every", "0.3"]
+    watcher = subprocess.Popen(command, env={**os.environ, "PYTHONPATH": SRC}, stdout=subprocess.DEVNULL)
+    data_js = site / "data" / page_file("run", "rung-s-aaaa1111").replace(".html", ".js")
+    try:
+        deadline = time.monotonic() + 20
+        while not data_js.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert ",29]" in data_js.read_text()
+        run = track.init(lab / "rung-s-aaaa1111", {}, reason="resume")
+        log_step(run, 30)
+        run.finish()
+        while ",30]" not in data_js.read_text() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert ",30]" in data_js.read_text()
+    finally:
+        watcher.terminate()
+        watcher.wait(timeout=10)
+
+
 def test_serve_cli_answers_and_stops(tmp_path):
     from observatory_lab import free_port
 

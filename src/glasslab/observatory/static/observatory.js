@@ -363,6 +363,17 @@
         Object.entries(ph.epochs || {}).map(([k, v]) => `${k}=${fmt(v)}`).join(", ")])));
     section("Sources", table(["name", "domain", "kind", "path", "provenance", "licence"],
       (r.sources || []).map((s) => [s.name, s.domain, s.kind, s.path, s.provenance, s.licence])));
+    const lengths = section("Document lengths by domain (tokens)", el("div", { class: "grid" })).lastChild;
+    for (const [name, x] of domains) {
+      const h = x.length_histogram || { edges: [], counts: [] };
+      const most = Math.max(1, ...h.counts);
+      lengths.append(el("div", { class: "panel" }, el("h3", {}, name), table(["length", "documents", ""],
+        h.counts.map((count, i) => {
+          const bar = el("div", { class: "bar" });
+          bar.style.width = `${Math.round(160 * count / most)}px`;
+          return [`${fmt(h.edges[i])}–${fmt(h.edges[i + 1])}`, count, bar];
+        }))));
+    }
     const samples = section("Samples by domain");
     for (const [name, x] of domains) {
       samples.append(el("h3", {}, name));
