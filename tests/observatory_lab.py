@@ -133,6 +133,8 @@ def build_lab(root: Path, hero_steps: int = 20) -> Path:
             {"role": "hero", "ladder": "demo",
              "prediction": {**pred, "registered_at": "2026-11-30T00:00:00Z", "code": {"commit": "abc"}}})
     track.log_lab_event(root, "step_succeeded", "data-abc12345", "data built", XSS)
+    track.log_lab_event(root, "step_retried", "rung-s-aaaa1111", "retried after a lost worker",
+                        severity="warning")
     return root
 
 

@@ -55,6 +55,8 @@ def test_every_page_and_its_data_answer(server):
     assert [p["title"] for p in run["panels"]][:3] == ["Loss", "Learning rate", "Gradient norm"]
     assert run["vectors"]["moe/layer_0/expert_load"]["steps"][-1] == 19
     assert run["events"][0]["kind"] == "spike_skipped"
+    rung = httpx.get(f"{server.url}/api/page/run", params={"id": "rung-s-aaaa1111"}).json()
+    assert [e["kind"] for e in rung["events"]] == ["spike_skipped", "step_retried"]  # the executor's too
     overview = httpx.get(f"{server.url}/api/page/overview").json()
     by_id = {r["id"]: r for r in overview["runs"]}
     assert by_id["broken-11111111"]["unreadable"] and by_id["new-run-00000000"]["step"] is None

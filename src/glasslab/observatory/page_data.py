@@ -123,6 +123,17 @@ def run_summary(lab: Lab, run_id: str) -> dict[str, Any]:
     return summary
 
 
+def _lab_events_about(lab: Lab, run_id: str) -> list[dict[str, Any]]:
+    """The executor's events about this run's step folder (started, failed, retried …) for its timeline."""
+    try:
+        events = read_lab_events(lab.root)
+    except sqlite3.Error:
+        return []
+    return [{"id": f"lab-{e['id']}", "step": None, "time": e["time"], "kind": e["kind"],
+             "severity": e["severity"], "title": e["title"], "body": e["body"], "attempt": None}
+            for e in events if e["subject"] == run_id]
+
+
 def overview_page(lab: Lab) -> dict[str, Any]:
     index = lab.index()
     ladders = []
@@ -174,7 +185,7 @@ def run_page(lab: Lab, run_id: str, max_points: int = DEFAULT_POINTS) -> dict[st
             for key in reader.vector_keys():
                 steps, vectors = reader.vectors(key)
                 data["vectors"][key] = thin_vectors(steps, vectors)
-            data["events"] = reader.events()
+            data["events"] = reader.events() + _lab_events_about(lab, run_id)
             data["samples"] = reader.samples()[-MAX_SAMPLES:]
             data["cursors"] = {run_id: reader.cursor()}
         except sqlite3.Error:

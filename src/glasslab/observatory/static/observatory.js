@@ -184,7 +184,7 @@
     };
     drawSamples();
     const eventsBox = section("Event timeline", el("div", {})).lastChild;
-    const drawEvents = () => { eventsBox.textContent = ""; eventsBox.append(eventsTable(events, false)); };
+    const drawEvents = () => { eventsBox.textContent = ""; eventsBox.append(eventsTable(events.slice().sort((a, b) => a.time - b.time), false)); };
     drawEvents();
     return {
       lab: null,
