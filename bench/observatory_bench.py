@@ -48,7 +48,8 @@ def long_series(run_dir: Path, port: int) -> dict[str, float]:
         assert max(series["max"]) == 100.0, "the spike must survive downsampling"
         start = time.perf_counter()
         reader.conn.execute(
-            "SELECT step / 500, MIN(value), MAX(value) FROM scalars WHERE key='train/loss' GROUP BY step / 500"
+            "SELECT step / 500, MIN(value), MAX(value) FROM scalars WHERE key='train/loss' "
+            "GROUP BY step / 500"
         ).fetchall()
         group_by_s = time.perf_counter() - start
     url = f"http://127.0.0.1:{port}/api/page/run?id={run_dir.name}"
@@ -144,7 +145,9 @@ def logging_cost(tmp: Path, steps: int = 3000, scalars: int = 50) -> tuple[float
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--points", type=int, default=1_000_000)
     parser.add_argument("--pages", type=int, default=20)
     parser.add_argument("--seconds", type=float, default=6.0)
@@ -155,8 +158,8 @@ def main() -> None:
     print(f"# logged {args.points} steps in {log_s:.1f} s", flush=True)
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(SRC)}
-    server = subprocess.Popen([sys.executable, "-m", "glasslab", "serve", "--lab", str(lab), "--port", str(port)],
-                              env=env, stdout=subprocess.DEVNULL)
+    command = [sys.executable, "-m", "glasslab", "serve", "--lab", str(lab), "--port", str(port)]
+    server = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL)
     try:
         for _ in range(100):
             try:

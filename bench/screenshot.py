@@ -12,8 +12,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run"]
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
 
 
 def screenshot(url: str, out: str | Path, width: int = 1400, height: int = 1000, wait_ms: int = 800) -> Path:
@@ -35,7 +35,9 @@ def screenshot(url: str, out: str | Path, width: int = 1400, height: int = 1000,
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("url", nargs="?", help="page to shoot (or use --demo)")
     parser.add_argument("out", help="PNG file to write")
     parser.add_argument("--demo", action="store_true", help="serve a small demo lab and shoot its pages")
@@ -52,7 +54,8 @@ def main() -> None:
     out = Path(args.out)
     with ServerThread(root) as server:
         for page in ("run/hero-dddd4444", "ladder/ladder-cccc3333", "", "compare", "data/data-abc12345"):
-            name = out if page.startswith("run") else out.with_name(f"{out.stem}-{page.split('/')[0] or 'overview'}.png")
+            kind = page.split("/")[0] or "overview"
+            name = out if kind == "run" else out.with_name(f"{out.stem}-{kind}.png")
             print(screenshot(f"{server.url}/{page}", name, args.width, args.height))
 
 

@@ -86,11 +86,12 @@ def build_lab(root: Path, hero_steps: int = 20) -> Path:
     """Two rungs, a ladder fit, a hero run with a pre-registered prediction, a data report, events."""
     root.mkdir(parents=True, exist_ok=True)
     data_dir = root / "data-abc12345"
-    write_json(data_dir / "step.json", {"name": "data", "hash": "abc12345", "status": "succeeded", "attempts": 1})
+    write_json(data_dir / "step.json",
+               {"name": "data", "hash": "abc12345", "status": "succeeded", "attempts": 1})
     write_json(data_dir / "report.json", {
         "manifest_hash": "abc123", "python_version": "3.11",
-        "sources": [{"name": "tiny-web", "domain": "web", "kind": "builtin", "path": "-", "provenance": "built in",
-                     "licence": "CC0"}],
+        "sources": [{"name": "tiny-web", "domain": "web", "kind": "builtin", "path": "-",
+                     "provenance": "built in", "licence": "CC0"}],
         "funnel": [{"stage": "raw", "documents": 1000, "bytes": 100000},
                    {"stage": "filter:short", "documents": 900, "bytes": 95000},
                    {"stage": "exact_dedup", "documents": 850, "bytes": 90000},
@@ -102,7 +103,8 @@ def build_lab(root: Path, hero_steps: int = 20) -> Path:
                             "samples": ["a web page", XSS]},
                     "code": {"documents": 250, "tokens": 10000, "bytes": 30000, "bytes_per_token": 3.0,
                              "eval_documents": 10, "eval_tokens": 300,
-                             "length_histogram": {"edges": [0, 100], "counts": [250]}, "samples": ["def f(): pass"]}},
+                             "length_histogram": {"edges": [0, 100], "counts": [250]},
+                             "samples": ["def f(): pass"]}},
         "mixture": {"token_budget": 163840, "phases": [{"start_step": 0, "weights": {"web": 0.7, "code": 0.3},
                                                         "tokens": {"web": 114688, "code": 49152},
                                                         "epochs": {"web": 5.7, "code": 4.9}}]},
@@ -111,11 +113,13 @@ def build_lab(root: Path, hero_steps: int = 20) -> Path:
     rungs = []
     for name, steps, scale in (("rung-s-aaaa1111", 30, 1.3), ("rung-m-bbbb2222", 40, 1.15)):
         log_run(root / name, steps, scale, {"role": "rung", "ladder": "demo"})
-        write_json(root / name / "step.json", {"name": name.rsplit("-", 1)[0], "status": "succeeded", "attempts": 1})
+        write_json(root / name / "step.json",
+                   {"name": name.rsplit("-", 1)[0], "status": "succeeded", "attempts": 1})
         tokens = steps * TOKENS_PER_STEP
         loss = loss_at(steps - 1, scale) + 0.1
         rungs.append({"run_ids": [name], "size_name": "3.2M-A0.9M", "params_active": 9e5, "tokens": tokens,
-                      "flops": tokens * FLOPS_PER_TOKEN, "losses": [loss], "loss_mean": loss, "loss_std": 0.0})
+                      "flops": tokens * FLOPS_PER_TOKEN, "losses": [loss], "loss_mean": loss,
+                      "loss_std": 0.0})
     final_flops = 40 * TOKENS_PER_STEP * FLOPS_PER_TOKEN
     pred = prediction(final_flops)
     write_json(root / "ladder-cccc3333" / "fit.json", {
@@ -129,6 +133,8 @@ def build_lab(root: Path, hero_steps: int = 20) -> Path:
             {"role": "hero", "ladder": "demo",
              "prediction": {**pred, "registered_at": "2026-11-30T00:00:00Z", "code": {"commit": "abc"}}})
     track.log_lab_event(root, "step_succeeded", "data-abc12345", "data built", XSS)
+    track.log_lab_event(root, "step_retried", "rung-s-aaaa1111", "retried after a lost worker",
+                        severity="warning")
     return root
 
 
@@ -174,5 +180,5 @@ def chromium_path() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run"]
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]

@@ -6,10 +6,10 @@ from __future__ import annotations
 import time
 
 import pytest
-from observatory_lab import CHROMIUM_ARGS, XSS, ServerThread, build_lab, chromium_path, log_step
 
 from glasslab import track
 from glasslab.observatory.publish import page_file, publish
+from observatory_lab import CHROMIUM_ARGS, XSS, ServerThread, build_lab, chromium_path, log_step
 
 pytestmark = pytest.mark.skipif(chromium_path() is None, reason="chromium is not installed")
 
@@ -44,7 +44,8 @@ def page(browser):
 
 def chart_points(page, title: str, series: int = 1) -> list:
     return page.evaluate(
-        "([t, i]) => { const u = window.GLASSLAB_CHARTS[t]; return u.data[0].map((x, j) => [x, u.data[i][j]]); }",
+        "([t, i]) => { const u = window.GLASSLAB_CHARTS[t];"
+        " return u.data[0].map((x, j) => [x, u.data[i][j]]); }",
         [title, series],
     )
 
@@ -134,3 +135,30 @@ def test_static_export_renders_from_file(lab, page, tmp_path):
     page.goto((tmp_path / "site" / page_file("ladder", "ladder-cccc3333")).as_uri())
     page.wait_for_selector("body[data-ready='1']")
     assert page.evaluate("() => window.GLASSLAB_CHARTS.ladder.bands.length") == 1
+
+
+def test_polling_fallback_without_event_streams(lab, browser):
+    page = browser.new_page()
+    page.add_init_script("delete window.EventSource")
+    with ServerThread(lab) as server:
+        page.goto(f"{server.url}/run/rung-s-aaaa1111")
+        page.wait_for_selector("body[data-ready='1']")
+        run = track.init(lab / "rung-s-aaaa1111", {}, reason="resume")
+        log_step(run, 31)
+        run.finish()
+        page.wait_for_function("() => window.GLASSLAB_CHARTS['Loss'].data[0].includes(31)", timeout=5000)
+    page.close()
+
+
+def test_compare_switches_x_to_flops_and_log_scales(lab, page):
+    with ServerThread(lab) as server:
+        page.goto(f"{server.url}/compare?runs=rung-s-aaaa1111,rung-m-bbbb2222")
+        page.wait_for_selector("body[data-ready='1']")
+        labels = page.evaluate("() => window.GLASSLAB_CHARTS.compare.series.map(s => s.label)")
+        assert labels[1].startswith("rung-s-aaaa1111") and labels[2].startswith("rung-m-bbbb2222")
+        assert page.evaluate("() => window.GLASSLAB_CHARTS.compare.data[0].slice(0, 2)") == [0, 1]
+        page.select_option("select[name=axis]", "flops")
+        page.check("input[name=logx]")
+        chart = page.evaluate("""() => { const u = window.GLASSLAB_CHARTS.compare;
+            return {x0: u.data[0][0], distr: u.scales.x.distr}; }""")
+        assert abs(chart["x0"] - 4096 * 6.0e6) < 1 and chart["distr"] == 3

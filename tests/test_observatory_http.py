@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import http.client
 import json
+import threading
+import time
 
 import httpx
 import pytest
-from observatory_lab import SECRET, ServerThread, build_lab, log_step
 
 from glasslab import track
+from observatory_lab import SECRET, ServerThread, build_lab, log_step
 
 
 @pytest.fixture(scope="module")
@@ -46,11 +48,15 @@ def test_every_page_and_its_data_answer(server):
                  "/ladder/ladder-cccc3333", "/data/data-abc12345", "/provenance/hero-dddd4444",
                  "/run/new-run-00000000", "/run/broken-11111111", "/provenance/broken-11111111"):
         assert httpx.get(server.url + path).status_code == 200, path
+    csp = httpx.get(f"{server.url}/run/hero-dddd4444").headers["content-security-policy"]
+    assert "script-src 'self' 'sha256-" in csp and "unsafe-inline'; style" not in csp
     run = httpx.get(f"{server.url}/api/page/run", params={"id": "hero-dddd4444"}).json()
     assert run["series"]["train/loss"]["steps"] == list(range(20))
     assert [p["title"] for p in run["panels"]][:3] == ["Loss", "Learning rate", "Gradient norm"]
     assert run["vectors"]["moe/layer_0/expert_load"]["steps"][-1] == 19
     assert run["events"][0]["kind"] == "spike_skipped"
+    rung = httpx.get(f"{server.url}/api/page/run", params={"id": "rung-s-aaaa1111"}).json()
+    assert [e["kind"] for e in rung["events"]] == ["spike_skipped", "step_retried"]  # the executor's too
     overview = httpx.get(f"{server.url}/api/page/overview").json()
     by_id = {r["id"]: r for r in overview["runs"]}
     assert by_id["broken-11111111"]["unreadable"] and by_id["new-run-00000000"]["step"] is None
@@ -81,6 +87,39 @@ def test_secrets_stay_redacted(server):
     record = httpx.get(f"{server.url}/api/page/provenance", params={"id": "hero-dddd4444"}).json()["record"]
     assert record["config"]["sinks"]["wandb"]["api_key"] == "***redacted***"
     assert record["config"]["train"]["lr"] == 3e-3
+
+
+def test_pages_stay_whole_while_a_run_writes(server, lab):
+    """A trainer flushing batches while pages load: every answer is whole and its steps in order."""
+    stop = threading.Event()
+
+    def write() -> None:
+        run = track.init(lab / "hero-dddd4444", {}, reason="resume")
+        step = 20
+        while not stop.is_set():
+            log_step(run, step)
+            run.flush()
+            step += 1
+            time.sleep(0.002)
+        run.finish()
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        seen = []
+        for _ in range(8):
+            for path in ("/api/page/run?id=hero-dddd4444", "/api/page/overview",
+                         "/api/page/ladder?id=ladder-cccc3333"):
+                response = httpx.get(server.url + path)
+                assert response.status_code == 200, path
+            series = response.json()["hero"]["series"]["train/loss"]
+            assert all(a < b for a, b in zip(series["steps"], series["steps"][1:], strict=False))
+            assert None not in series["values"]
+            seen.append(series["steps"][-1])
+    finally:
+        stop.set()
+        writer.join()
+    assert seen[-1] > seen[0] >= 20
 
 
 def test_poll_cursor_returns_only_new_rows(server, lab):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -21,6 +22,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from glasslab.observatory.app import serve
 
+    if not Path(args.lab).is_dir():
+        print(f"note: {args.lab} does not exist yet; the pages fill in as the lab is written", flush=True)
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"note: serving on {args.host}: anyone who can reach it can read this lab", flush=True)
     print(f"observatory for {args.lab} at http://{args.host}:{args.port}/", flush=True)
     serve(args.lab, host=args.host, port=args.port)
     return 0

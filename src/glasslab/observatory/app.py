@@ -24,14 +24,11 @@ from starlette.routing import Route
 from glasslab.observatory.lab_scan import Lab
 from glasslab.observatory.live import RunWatch, event_stream, parse_cursors
 from glasslab.observatory.page_data import build_page
-from glasslab.observatory.shell import STATIC_FILES, render_shell, static_file
+from glasslab.observatory.shell import STATIC_FILES, content_security_policy, render_shell, static_file
 
 PAGES = ("overview", "run", "compare", "ladder", "data", "provenance")
 CONTENT_TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8"}
 NO_STORE = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
-# The pages load only our own scripts and styles; inline code is limited to the boot object.
-CSP = ("default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; "
-       "img-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'none'")
 
 
 def create_app(lab_root: str | Path) -> Starlette:
@@ -55,7 +52,8 @@ def create_app(lab_root: str | Path) -> Starlette:
         data = load(page, item_id, request)
         boot = {"mode": "live", "page": page, "id": item_id, "query": dict(request.query_params)}
         body = render_shell(data["title"], boot, assets="/static/", home="/")
-        return HTMLResponse(body, headers={**NO_STORE, "Content-Security-Policy": CSP})
+        csp = content_security_policy(boot)
+        return HTMLResponse(body, headers={**NO_STORE, "Content-Security-Policy": csp})
 
     async def overview(request: Request) -> Response:
         return html_page("overview", request)

@@ -25,6 +25,7 @@ LAB_CHECK_SECONDS = 1.0
 KEEPALIVE_SECONDS = 15.0
 RETRY_MS = 1000
 EMPTY_CURSOR = {"scalars": 0, "vectors": 0, "events": 0, "samples": 0}
+MAX_SCALAR_ROWS = 50_000  # per message; a page far behind catches up over a few polls
 
 
 def parse_cursors(text: str | None) -> dict[str, dict[str, int]]:
@@ -46,7 +47,7 @@ def parse_cursors(text: str | None) -> dict[str, dict[str, int]]:
 def read_delta(reader: RunReader, cursor: dict[str, int]) -> tuple[dict[str, Any], dict[str, int]]:
     """Rows committed after ``cursor`` and the cursor after them (empty lists when nothing is new)."""
     cursor = {**EMPTY_CURSOR, **cursor}
-    scalars = reader.scalar_rows_after(cursor["scalars"])
+    scalars = reader.scalar_rows_after(cursor["scalars"], limit=MAX_SCALAR_ROWS)
     vectors = reader.vector_rows_after(cursor["vectors"])
     events = reader.events(after_id=cursor["events"])
     samples = reader.samples(after_id=cursor["samples"])
@@ -89,8 +90,9 @@ class RunWatch:
                 version = reader.data_version()
                 if not force and self.versions.get(run_id) == version:
                     continue
-                self.versions[run_id] = version
                 delta, self.cursors[run_id] = read_delta(reader, self.cursors[run_id])
+                # Remember the version only once caught up, so a capped read continues next poll.
+                self.versions[run_id] = version if len(delta["scalars"]) < MAX_SCALAR_ROWS else -1
             except (sqlite3.Error, OSError, KeyError, ValueError):
                 self._drop(run_id)  # being created or replaced: try again on the next poll
                 continue

@@ -47,8 +47,8 @@ PANELS = (
     ("Throughput (tokens/s)", lambda k: k == "throughput/tokens_per_second", False),
     ("MFU", lambda k: k == "throughput/mfu", False),
     ("Eval loss per domain", lambda k: k.startswith("eval/") and k.endswith("/loss"), False),
-    ("Eval bits per byte", lambda k: k.startswith("eval/") and k.endswith("/bpb"), False),
     ("Mixture weights in force", lambda k: k.startswith("mixture/weight/"), False),
+    ("Eval bits per byte", lambda k: k.startswith("eval/") and k.endswith("/bpb"), False),
 )
 
 
@@ -123,22 +123,36 @@ def run_summary(lab: Lab, run_id: str) -> dict[str, Any]:
     return summary
 
 
+def _lab_events_about(lab: Lab, run_id: str) -> list[dict[str, Any]]:
+    """The executor's events about this run's step folder (started, failed, retried …) for its timeline."""
+    try:
+        events = read_lab_events(lab.root)
+    except sqlite3.Error:
+        return []
+    return [{"id": f"lab-{e['id']}", "step": None, "time": e["time"], "kind": e["kind"],
+             "severity": e["severity"], "title": e["title"], "body": e["body"], "attempt": None}
+            for e in events if e["subject"] == run_id]
+
+
 def overview_page(lab: Lab) -> dict[str, Any]:
     index = lab.index()
     ladders = []
     for fit_id, folder in index.fits.items():
         fit = read_json(folder / FIT_FILE) or {}
+        rungs = fit.get("rungs") or []
+        hero = find_hero(lab, fit)
+        runs = [r for rung in rungs for r in rung.get("run_ids") or [] if r in index.runs]
         ladders.append({
             "id": fit_id, "ladder": fit.get("ladder"), "target": fit.get("target"),
-            "prediction": fit.get("prediction"), "hero_run": fit.get("hero_run"),
-            "rungs": len(fit.get("rungs") or []),
+            "prediction": fit.get("prediction"), "hero_run": hero, "rungs": len(rungs),
+            "runs": runs + ([hero] if hero else []),
         })
     steps = []
     for step_id, folder in index.steps.items():
         step = read_json(folder / STEP_FILE) or {}
         steps.append({"id": step_id, "name": step.get("name"), "status": step.get("status"),
                       "attempts": step.get("attempts"), "error": step.get("error"),
-                      "is_run": step_id in index.runs})
+                      "is_run": step_id in index.runs, "is_report": step_id in index.reports})
     try:
         events = read_lab_events(lab.root)[-200:]
     except sqlite3.Error:
@@ -171,7 +185,7 @@ def run_page(lab: Lab, run_id: str, max_points: int = DEFAULT_POINTS) -> dict[st
             for key in reader.vector_keys():
                 steps, vectors = reader.vectors(key)
                 data["vectors"][key] = thin_vectors(steps, vectors)
-            data["events"] = reader.events()
+            data["events"] = reader.events() + _lab_events_about(lab, run_id)
             data["samples"] = reader.samples()[-MAX_SAMPLES:]
             data["cursors"] = {run_id: reader.cursor()}
         except sqlite3.Error:

@@ -53,7 +53,10 @@ def page_inputs(lab: Lab, page: str, item_id: str | None) -> list[Path]:
     """The files a page is drawn from: when none changed, the exported page is still current."""
     index = lab.index()
     run_files = (DB_NAME, f"{DB_NAME}-wal", "run.json", "step.json")
-    if page in ("run", "provenance"):
+    lab_events = [lab.root / LAB_EVENTS_DB, lab.root / f"{LAB_EVENTS_DB}-wal"]
+    if page == "run":
+        return [*(index.runs[item_id] / n for n in run_files), *lab_events]
+    if page == "provenance":
         return [index.runs[item_id] / n for n in run_files]
     if page == "data":
         return [index.reports[item_id] / "report.json"]
@@ -65,7 +68,7 @@ def page_inputs(lab: Lab, page: str, item_id: str | None) -> list[Path]:
     if page == "compare":
         return runs
     jsons = [f / n for f in (*index.steps.values(), *index.fits.values()) for n in ("step.json", "fit.json")]
-    return [*runs, *jsons, lab.root / LAB_EVENTS_DB, lab.root / f"{LAB_EVENTS_DB}-wal"]
+    return [*runs, *jsons, *lab_events]
 
 
 class Publisher:

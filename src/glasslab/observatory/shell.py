@@ -6,6 +6,8 @@ passes through an HTML parser; the few values put into the shell are escaped her
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import html
 import json
 from importlib import resources
@@ -29,6 +31,20 @@ def static_file(name: str) -> bytes:
     return resources.files("glasslab.observatory").joinpath("static", name).read_bytes()
 
 
+def boot_script(boot: dict[str, Any]) -> str:
+    """The page's only inline script: it hands the page its ``boot`` object."""
+    return f"window.GLASSLAB_BOOT = {script_json(boot)};"
+
+
+def content_security_policy(boot: dict[str, Any]) -> str:
+    """Scripts and styles from this site only, plus the one boot script by its hash: should any
+    text ever slip through unescaped, the browser still refuses to run it."""
+    digest = base64.b64encode(hashlib.sha256(boot_script(boot).encode()).digest()).decode()
+    return (f"default-src 'self'; script-src 'self' 'sha256-{digest}'; "
+            "style-src 'self' 'unsafe-inline'; img-src 'self' data:; connect-src 'self'; object-src 'none'; "
+            "base-uri 'none'; form-action 'none'")
+
+
 def render_shell(title: str, boot: dict[str, Any], assets: str, home: str,
                  data_scripts: tuple[str, ...] = ()) -> str:
     """The page for ``boot`` (``mode``, ``page``, ``id`` …); ``assets`` prefixes asset URLs."""
@@ -37,6 +53,6 @@ def render_shell(title: str, boot: dict[str, Any], assets: str, home: str,
     scripts = "\n".join(f'<script src="{html.escape(src)}"></script>' for src in data_scripts)
     return template.substitute(
         title=html.escape(title), assets=html.escape(assets), home=html.escape(home),
-        boot=script_json(boot), data_scripts=scripts,
+        boot_script=boot_script(boot), data_scripts=scripts,
         mode_label="live" if boot.get("mode") == "live" else "snapshot",
     )

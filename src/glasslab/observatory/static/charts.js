@@ -193,6 +193,7 @@
     if (v == null) return "–";
     if (typeof v !== "number") return String(v);
     const a = Math.abs(v);
+    if (Number.isInteger(v) && a < 1e15) return v.toLocaleString("en-US");
     if (a !== 0 && (a >= 1e5 || a < 1e-3)) return v.toExponential(3);
     return String(Math.round(v * 1e4) / 1e4);
   }

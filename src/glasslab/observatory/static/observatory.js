@@ -96,7 +96,7 @@
         setTimeout(poll, Math.min(4000, 500 * failures));
       }
     };
-    open();
+    if (window.EventSource) open(); else { failures = 4; poll(); }  // no streams here: poll only
   }
 
   // Re-fetch and redraw the whole page at most once a second (overview, data: files changed).
@@ -119,13 +119,15 @@
         r.role || "", r.ladder || "", r.size_name || "", r.step ?? "", r.loss, r.tokens, r.eval_loss,
         r.predicted ? `${fmt(r.predicted.point)} [${fmt(r.predicted.lo)}, ${fmt(r.predicted.hi)}]` : "",
         link("provenance", r.id, "provenance")])) : el("p", { class: "muted" }, "No runs yet."));
-    if (d.ladders.length) section("Ladders", table(["ladder", "target", "rungs", "prediction", "hero"],
+    if (d.ladders.length) section("Ladders", table(["ladder", "target", "rungs", "prediction", "hero", ""],
       d.ladders.map((l) => [link("ladder", l.id, l.ladder || l.id), l.target || "", l.rungs,
         l.prediction ? `${fmt(l.prediction.point)} [${fmt(l.prediction.lo)}, ${fmt(l.prediction.hi)}] at ${fmt(l.prediction.flops)} FLOPs` : "",
-        l.hero_run ? link("run", l.hero_run, l.hero_run) : ""])));
+        l.hero_run ? link("run", l.hero_run, l.hero_run) : "",
+        l.runs.length ? link("compare", STATIC ? null : l.runs.join(","), "compare its runs") : ""])));
     if (d.reports.length) section("Data", el("ul", {}, ...d.reports.map((id) => el("li", {}, link("data", id, id)))));
     if (d.steps.length) section("Steps", table(["step folder", "name", "status", "attempts", "error"],
-      d.steps.map((s) => [s.is_run ? link("run", s.id, s.id) : s.id, s.name || "", statusCell(s.status),
+      d.steps.map((s) => [s.is_run ? link("run", s.id, s.id) : s.is_report ? link("data", s.id, s.id) : s.id,
+        s.name || "", statusCell(s.status),
         s.attempts ?? "", s.error ? String(s.error).slice(0, 300) : ""])));
     section("Lab events", eventsTable(d.events.slice().reverse(), true));
     return { lab: scheduleRefresh };
@@ -146,6 +148,7 @@
     const rec = d.record || {};
     app.append(el("p", {}, "status ", statusCell(s.unreadable ? "unreadable" : s.status),
       rec.size_name ? ` · ${rec.size_name}` : "", rec.role ? ` · ${rec.role}` : "",
+      s.step != null ? ` · step ${fmt(s.step)}` : "", s.tokens != null ? ` · ${fmt(s.tokens)} tokens` : "",
       " · ", link("provenance", d.id, "provenance"), d.has_report ? " · " : "",
       d.has_report ? link("data", d.id, "data report") : ""));
     if (s.unreadable) app.append(el("p", { class: "warn" }, "The run store could not be read right now; showing what is available."));
@@ -181,7 +184,7 @@
     };
     drawSamples();
     const eventsBox = section("Event timeline", el("div", {})).lastChild;
-    const drawEvents = () => { eventsBox.textContent = ""; eventsBox.append(eventsTable(events, false)); };
+    const drawEvents = () => { eventsBox.textContent = ""; eventsBox.append(eventsTable(events.slice().sort((a, b) => a.time - b.time), false)); };
     drawEvents();
     return {
       lab: null,
@@ -194,9 +197,12 @@
         for (const [key, step, values] of delta.vectors) {
           if (heat[key]) heat[key].add(step, values); else unknown = true;
         }
-        if (delta.samples.length) { samples.push(...delta.samples); drawSamples(); }
-        if (delta.events.length) {
-          events.push(...delta.events);
+        // A page redrawn from fresh data may be sent rows it already has: keep each id once.
+        const newSamples = delta.samples.filter((x) => !samples.some((y) => y.id === x.id));
+        if (newSamples.length) { samples.push(...newSamples); drawSamples(); }
+        const newEvents = delta.events.filter((x) => !events.some((y) => y.id === x.id));
+        if (newEvents.length) {
+          events.push(...newEvents);
           drawEvents();
           for (const [chart] of Object.values(charts)) chart.plot.redraw(false, true);
         }
@@ -357,6 +363,17 @@
         Object.entries(ph.epochs || {}).map(([k, v]) => `${k}=${fmt(v)}`).join(", ")])));
     section("Sources", table(["name", "domain", "kind", "path", "provenance", "licence"],
       (r.sources || []).map((s) => [s.name, s.domain, s.kind, s.path, s.provenance, s.licence])));
+    const lengths = section("Document lengths by domain (tokens)", el("div", { class: "grid" })).lastChild;
+    for (const [name, x] of domains) {
+      const h = x.length_histogram || { edges: [], counts: [] };
+      const most = Math.max(1, ...h.counts);
+      lengths.append(el("div", { class: "panel" }, el("h3", {}, name), table(["length", "documents", ""],
+        h.counts.map((count, i) => {
+          const bar = el("div", { class: "bar" });
+          bar.style.width = `${Math.round(160 * count / most)}px`;
+          return [`${fmt(h.edges[i])}–${fmt(h.edges[i + 1])}`, count, bar];
+        }))));
+    }
     const samples = section("Samples by domain");
     for (const [name, x] of domains) {
       samples.append(el("h3", {}, name));
