@@ -21,6 +21,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from glasslab.errors import UserError
 from glasslab.observatory.lab_scan import Lab
 from glasslab.observatory.live import RunWatch, event_stream, parse_cursors
 from glasslab.observatory.page_data import build_page
@@ -123,3 +124,35 @@ def serve(lab_root: str | Path, host: str = "127.0.0.1", port: int = 8765) -> No
 
     # Open pages hold their event streams forever: stop waiting for them soon after Ctrl-C.
     uvicorn.run(create_app(lab_root), host=host, port=port, log_level="warning", timeout_graceful_shutdown=2)
+
+
+class BackgroundServer:
+    """The app served by uvicorn in a thread of this process (the demo serves while it trains)."""
+
+    def __init__(self, lab_root: str | Path, host: str = "127.0.0.1", port: int = 8765,
+                 start_timeout: float = 10.0) -> None:
+        import threading
+        import time
+
+        import uvicorn
+
+        config = uvicorn.Config(create_app(lab_root), host=host, port=port, log_level="error",
+                                timeout_graceful_shutdown=1)
+        self.server = uvicorn.Server(config)
+        self.url = f"http://{host}:{port}/"
+        self.thread = threading.Thread(target=self.server.run, name="observatory", daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + start_timeout
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise UserError(f"observatory: could not serve on {host}:{port} (port in use?); pass --port")
+            time.sleep(0.02)
+
+    def wait(self) -> None:
+        """Block until the server stops (Ctrl-C raises KeyboardInterrupt here)."""
+        while self.thread.is_alive():
+            self.thread.join(timeout=0.5)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=5)
