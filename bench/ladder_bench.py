@@ -3,7 +3,8 @@
 Part 1 (always runs, seconds): the runtime of the whole ladder analysis (compute law, L∞ sweep,
 curve at every 5%, back-test; 1,000 bootstrap replicates) on a 5-rung synthetic ladder; approach 3
 on the 240 Chinchilla points (Epoch AI's filter); and, side by side, the vectorised bootstrap against
-one scipy least-squares fit per replicate.
+one scipy least-squares fit per replicate; and how often the nominal 90% interval covers the truth
+over synthetic ladders, with L∞ pinned at the truth (1,000 ladders) and free (200; slower fits).
 
 Part 2 (with ``--lab``): the leave-last-rung-out back-test of a ladder trained into that lab (rungs
 written by the ladder runner, ``role: rung`` in run.json): the relative error of the predicted final
@@ -27,7 +28,7 @@ from scipy.optimize import least_squares
 from glasslab.ladder.approach3 import fit_approach3
 from glasslab.ladder.compute_law import ComputeLaw
 from glasslab.ladder.fit import fit_ladder
-from glasslab.ladder.predict import CURVE_FRACTIONS
+from glasslab.ladder.predict import CURVE_FRACTIONS, predict
 from glasslab.ladder.rungs import Rung
 from glasslab.ladder.runs import find_ladder_runs, read_rungs
 from glasslab.ladder.uncertainty import bootstrap_laws, estimate_noise
@@ -45,6 +46,19 @@ def synthetic_ladder(rng: np.random.Generator) -> list[Rung]:
         partial = {f: noisy(f * flops) for f in CURVE_FRACTIONS[:-1]}
         rungs.append(Rung(f"r{i}", float(flops), noisy(flops), partial=partial))
     return rungs
+
+
+def coverage(L_inf: float | None, replicates: int = 200) -> float:
+    """Share of synthetic ladders (0.5% noise, 3 seeds) whose 90% interval at 10x holds the true loss."""
+    law = ComputeLaw(1.8, 300.0, 0.15)
+    rng = np.random.default_rng(11)
+    covered = 0
+    for rep in range(replicates):
+        rungs = [Rung(f"r{i}", float(c), tuple(float(law(c)) * np.exp(0.005 * rng.standard_normal(3))))
+                 for i, c in enumerate(np.geomspace(1e15, 1e17, 5))]
+        p = predict(rungs, 1e18, L_inf=L_inf, num_bootstrap=400, seeds_at_target=None, seed=rep)
+        covered += p.lo <= law(1e18) <= p.hi
+    return covered / replicates
 
 
 def time_full_fit(rungs: list[Rung]) -> float:
@@ -121,6 +135,7 @@ def main() -> None:
     full_fit = time_full_fit(rungs)
     chinchilla = time_chinchilla()
     vectorised, looped = bootstrap_speedup(rungs)
+    coverage_pinned, coverage_free = coverage(1.8, replicates=1000), coverage(None, replicates=200)
     error = None
     if args.lab is not None:
         L_inf = None if args.L_inf == "free" else float(args.L_inf)
@@ -132,6 +147,8 @@ def main() -> None:
     if chinchilla is not None:
         print(f"ladder_approach3_chinchilla_seconds: {chinchilla:.2f}  (target: seconds, not minutes)")
     print(f"ladder_bootstrap_vectorised_speedup: {looped / vectorised:.0f}  (vs one scipy fit per replicate)")
+    print(f"ladder_interval_coverage_pinned: {coverage_pinned:.3f}  (target 0.85-0.95; 1000 ladders)")
+    print(f"ladder_interval_coverage_free: {coverage_free:.3f}  (target 0.85-0.95; 200 ladders)")
     if error is not None:
         print(f"ladder_backtest_rel_error_pct: {error:.2f}  (target <= 1.5)")
     else:
