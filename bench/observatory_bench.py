@@ -124,7 +124,11 @@ def live_latency(lab: Path, port: int, pages: int, seconds: float) -> list[float
 
 
 def logging_cost(tmp: Path, steps: int = 3000, scalars: int = 50) -> tuple[float, float]:
-    """Microseconds per ``log`` of ``scalars`` values, with rollups and with them switched off."""
+    """CPU microseconds per ``log`` of ``scalars`` values, with rollups and with them switched off.
+
+    CPU time of this process, not wall time: the machine is shared, and other people's jobs would
+    otherwise count as logging cost.
+    """
 
     class NoRollups(RunStore):
         def _roll_up(self) -> None:
@@ -134,13 +138,13 @@ def logging_cost(tmp: Path, steps: int = 3000, scalars: int = 50) -> tuple[float
     for cls, name in ((RunStore, "with"), (NoRollups, "without")):
         store = cls(tmp / f"cost-{name}")
         metrics = {f"m/{i}": 0.0 for i in range(scalars)}
-        start = time.perf_counter()
+        start = time.process_time()
         for step in range(steps):
             for key in metrics:
                 metrics[key] = step * 1e-3
             store.log(metrics, step)
         store.close()
-        results.append(1e6 * (time.perf_counter() - start) / steps)
+        results.append(1e6 * (time.process_time() - start) / steps)
     return results[0], results[1]
 
 
@@ -183,7 +187,7 @@ def main() -> None:
     print(f"live_latency_p95_s: {p95:.3f}  (target < 1)")
     print(f"live_latency_max_s: {latencies[-1]:.3f}  (target < 1)")
     print(f"live_steps_received: {len(latencies)}  (of ~{expected})")
-    print(f"log_50_scalars_us: {with_us:.0f}  (without rollups {without_us:.0f})")
+    print(f"log_50_scalars_cpu_us: {with_us:.0f}  (without rollups {without_us:.0f})")
     print(f"log_cost_pct_of_50ms_step: {100 * with_us / 50_000:.2f}  (target < 1)")
 
 

@@ -122,6 +122,15 @@ def test_pages_stay_whole_while_a_run_writes(server, lab):
     assert seen[-1] > seen[0] >= 20
 
 
+def test_run_status_follows_the_writer_lease():
+    from glasslab.observatory.page_data import run_status
+
+    assert run_status({"pid": 1, "heartbeat": time.time()}, "finished", None) == "running"  # resumed
+    assert run_status({"pid": 1, "heartbeat": time.time() - 3600}, None, "running") == "stalled"  # killed
+    assert run_status(None, "finished", "running") == "finished"
+    assert run_status(None, None, "failed") == "failed"
+
+
 def test_poll_cursor_returns_only_new_rows(server, lab):
     page = httpx.get(f"{server.url}/api/page/run", params={"id": "rung-s-aaaa1111"}).json()
     cursor = json.dumps(page["cursors"])

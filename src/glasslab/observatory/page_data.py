@@ -9,6 +9,7 @@ string goes to the browser as data and is rendered as text there.
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,6 +27,7 @@ from glasslab.observatory.lab_scan import (
 from glasslab.observatory.series import DEFAULT_POINTS, clean, finite, interpolate, read_series, thin_vectors
 from glasslab.track.lab_events import read_lab_events
 from glasslab.track.reader import RunReader
+from glasslab.track.store import LEASE_STALE_SECONDS
 
 MAX_SAMPLES = 200
 MAX_COMPARE_RUNS = 24
@@ -109,9 +111,7 @@ def run_summary(lab: Lab, run_id: str) -> dict[str, Any]:
             summary["unreadable"] = True
             return summary
         try:
-            status = reader.meta("status")
-            writer = reader.meta("writer")
-            summary["status"] = status or ("running" if writer else summary["status"] or "unknown")
+            summary["status"] = run_status(reader.meta("writer"), reader.meta("status"), summary["status"])
             for field, key in (("loss", "train/loss"), ("tokens", TOKENS_KEY), ("eval_loss", LOSS_KEY)):
                 last = reader.last(key)
                 if last is not None:
@@ -121,6 +121,16 @@ def run_summary(lab: Lab, run_id: str) -> dict[str, Any]:
         except sqlite3.Error:
             summary["unreadable"] = True
     return summary
+
+
+def run_status(writer: Any, stored: Any, step_status: Any) -> str:
+    """``running`` while a writer holds the lease and beats, ``stalled`` when its heartbeat stopped
+    (a killed trainer leaves its lease), else the status the last writer recorded at close."""
+    if isinstance(writer, dict):
+        beat = writer.get("heartbeat")
+        fresh = isinstance(beat, (int, float)) and time.time() - beat < LEASE_STALE_SECONDS
+        return "running" if fresh else "stalled"
+    return str(stored or step_status or "unknown")
 
 
 def _lab_events_about(lab: Lab, run_id: str) -> list[dict[str, Any]]:

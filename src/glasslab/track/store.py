@@ -281,9 +281,20 @@ class RunStore:
         # Rows fold into the finest buckets; each coarser level folds the level below, not the rows.
         finest = ROLLUP_WIDTHS[0]
         level: dict[tuple[str, int], list] = {}
-        for key, step, value, _, _ in self._scalars:
+        for key, step, value, _, _ in self._scalars:  # the hot loop: one pass over the rows, inlined
             finite = value if value == value else None  # NaN never wins a min or max
-            _fold(level, (key, step // finest), [1, finite, finite, value, step])
+            agg = level.get((key, step // finest))
+            if agg is None:
+                level[(key, step // finest)] = [1, finite, finite, value, step]
+                continue
+            agg[0] += 1
+            if finite is not None:
+                if agg[1] is None or finite < agg[1]:
+                    agg[1] = finite
+                if agg[2] is None or finite > agg[2]:
+                    agg[2] = finite
+            if step >= agg[4]:
+                agg[3], agg[4] = value, step
         partial = {(key, finest, bucket): agg for (key, bucket), agg in level.items()}
         for width in ROLLUP_WIDTHS[1:]:
             coarser: dict[tuple[str, int], list] = {}

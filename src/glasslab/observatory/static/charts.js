@@ -152,8 +152,10 @@
 
     add(step, vec) {
       if (this.steps.length && step <= this.steps[this.steps.length - 1]) {
+        // A re-logged step (a resume) replaces its column; one thinned away stays out.
         const i = this.steps.indexOf(step);
-        if (i >= 0) { this.values[i] = vec; this.draw(); return; }
+        if (i >= 0) { this.values[i] = vec; this.draw(); }
+        return;
       }
       this.steps.push(step); this.values.push(vec);
       this.draw();

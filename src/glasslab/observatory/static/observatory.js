@@ -154,6 +154,7 @@
     if (s.unreadable) app.append(el("p", { class: "warn" }, "The run store could not be read right now; showing what is available."));
     const events = d.events.slice();
     const charts = {};   // key -> [chart, line index]
+    let livePoints = 0;  // raw points appended since the page was drawn from downsampled data
     const grid = section("Charts", el("div", { class: "grid" })).lastChild;
     for (const panel of d.panels) {
       const lines = panel.keys.map((key) => {
@@ -194,6 +195,9 @@
           const hit = charts[key];
           if (hit) hit[0].add(hit[1], step, value); else unknown = true;
         }
+        livePoints += delta.scalars.length;
+        // A page left open for hours: draw again from the rollups instead of growing without end.
+        if (livePoints > 200000) { livePoints = 0; unknown = true; }
         for (const [key, step, values] of delta.vectors) {
           if (heat[key]) heat[key].add(step, values); else unknown = true;
         }
