@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from data_helpers import SRC, build_small, small_build_config, topic_texts
 
+from data_helpers import SRC, build_small, small_build_config, topic_texts
 from glasslab.data import build_dataset, load_tokenizer, manifest_hash
 from glasslab.data.normalize import normalize
 from glasslab.data.shards import file_sha256, open_shard
@@ -28,8 +28,14 @@ def built(tmp_path_factory):
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=SRC)
-    return subprocess.run([sys.executable, "-m", "glasslab", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "glasslab", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_shards_hold_the_documents_and_the_manifest_checks_out(built):
@@ -48,8 +54,10 @@ def test_shards_hold_the_documents_and_the_manifest_checks_out(built):
             shard = open_shard(ds, domain, split)
             assert shard.num_tokens == entry["tokens"] and len(shard.ends) == entry["documents"] > 0
             assert np.all(shard.tokens[shard.ends - 1] == manifest["eot_id"])  # every document ends in EOT
-            texts[split] = [tokenizer.decode(shard.document(i)[:-1].tolist(), skip_special_tokens=False)
-                            for i in range(len(shard.ends))]
+            texts[split] = [
+                tokenizer.decode(shard.document(i)[:-1].tolist(), skip_special_tokens=False)
+                for i in range(len(shard.ends))
+            ]
             assert set(texts[split]) <= inputs
             assert sum(len(t.encode()) for t in texts[split]) == entry["bytes"]
         assert not set(texts["train"]) & set(texts["eval"])
@@ -62,12 +70,19 @@ def test_report_has_the_agreed_layout(built):
     assert [s["domain"] for s in report["sources"]] == ["alpha", "beta"]
     assert {"name", "domain", "kind", "path", "provenance", "licence"} <= set(report["sources"][0])
     stages = [f["stage"] for f in report["funnel"]]
-    assert stages[:2] == ["raw", "normalized"] and stages[-4:] == ["exact_dedup", "near_dedup", "decontaminate", "tokens"]
+    assert stages[:2] == ["raw", "normalized"] and stages[-4:] == [
+        "exact_dedup",
+        "near_dedup",
+        "decontaminate",
+        "tokens",
+    ]
     assert sorted(stages[2:-4]) == sorted(f"filter:{n}" for n in report["filters"])
     documents = [f["documents"] for f in report["funnel"]]
     assert documents == sorted(documents, reverse=True) and documents[0] == len(topic_texts())
     assert documents[1] - documents[-5] == sum(report["filters"].values())
-    assert report["funnel"][-1]["tokens"] == sum(d["tokens"] + d["eval_tokens"] for d in report["domains"].values())
+    assert report["funnel"][-1]["tokens"] == sum(
+        d["tokens"] + d["eval_tokens"] for d in report["domains"].values()
+    )
     for d in report["domains"].values():
         assert 2.0 < d["bytes_per_token"] < 6.0
         assert sum(d["length_histogram"]["counts"]) == d["documents"] and len(d["samples"]) == 3
@@ -82,8 +97,11 @@ def test_rebuild_serial_gives_the_same_manifest_and_failed_build_keeps_the_old(b
     before = manifest_hash(again)
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"content": "no text field"}\n')
-    cfg = small_build_config(tmp, sources=small_build_config(tmp).sources
-                             + (small_build_config(tmp).sources[0].__class__(domain="gamma", kind="jsonl", path=str(bad)),))
+    cfg = small_build_config(
+        tmp,
+        sources=small_build_config(tmp).sources
+        + (small_build_config(tmp).sources[0].__class__(domain="gamma", kind="jsonl", path=str(bad)),),
+    )
     with pytest.raises(UserError, match="no text field 'text' \\(keys: content\\)"):
         build_dataset(cfg, again, progress=False)
     assert manifest_hash(again) == before and not (again / ".build-tmp").exists()
@@ -92,8 +110,19 @@ def test_rebuild_serial_gives_the_same_manifest_and_failed_build_keeps_the_old(b
 def test_cli_build_demo_corpora_report_and_bad_input(tmp_path):
     config = {
         "sources": [
-            {"domain": "code", "kind": "builtin", "path": "stdlib_code", "max_documents": 12,
-             "skip_filters": ["mean_word_length", "symbol_ratio", "alpha_ratio", "top_ngram", "duplicate_ngrams"]},
+            {
+                "domain": "code",
+                "kind": "builtin",
+                "path": "stdlib_code",
+                "max_documents": 12,
+                "skip_filters": [
+                    "mean_word_length",
+                    "symbol_ratio",
+                    "alpha_ratio",
+                    "top_ngram",
+                    "duplicate_ngrams",
+                ],
+            },
             {"domain": "prose", "kind": "builtin", "path": "stdlib_prose", "max_documents": 20},
             {"domain": "reference", "kind": "builtin", "path": "pydoc_topics", "max_documents": 25},
         ],
@@ -108,11 +137,27 @@ def test_cli_build_demo_corpora_report_and_bad_input(tmp_path):
     report = json.loads((tmp_path / "ds" / "report.json").read_text())
     assert report["sources"][0]["licence"] == "PSF-2.0" and "CPython" in report["sources"][0]["provenance"]
 
-    (tmp_path / "mix.yaml").write_text(yaml.safe_dump(
-        {"weights": {"code": 1, "prose": 1}, "phases": [{"start_step": 10, "weights": {"reference": 1}}],
-         "epoch_caps": {"reference": 1.0}}))
-    done = _cli("data", "report", "ds", "--mixture", "mix.yaml", "--token-budget", "100000",
-                "--tokens-per-step", "1000", cwd=tmp_path)
+    (tmp_path / "mix.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "weights": {"code": 1, "prose": 1},
+                "phases": [{"start_step": 10, "weights": {"reference": 1}}],
+                "epoch_caps": {"reference": 1.0},
+            }
+        )
+    )
+    done = _cli(
+        "data",
+        "report",
+        "ds",
+        "--mixture",
+        "mix.yaml",
+        "--token-budget",
+        "100000",
+        "--tokens-per-step",
+        "1000",
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     plan = json.loads((tmp_path / "ds" / "report.json").read_text())["mixture"]
     assert [p["start_step"] for p in plan["phases"]] == [0, 10]
@@ -120,8 +165,11 @@ def test_cli_build_demo_corpora_report_and_bad_input(tmp_path):
     assert plan["total"]["epochs"]["reference"] == pytest.approx(1.0)  # capped at one epoch
 
     (tmp_path / "bad.jsonl").write_text('{"text": "fine"}\n{"text": broken\n')
-    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(
-        {"sources": [{"domain": "x", "kind": "jsonl", "path": "bad.jsonl"}], "filters": {"min_words": 1}}))
+    (tmp_path / "bad.yaml").write_text(
+        yaml.safe_dump(
+            {"sources": [{"domain": "x", "kind": "jsonl", "path": "bad.jsonl"}], "filters": {"min_words": 1}}
+        )
+    )
     done = _cli("data", "build", "bad.yaml", "--strict", "--out", "bad_ds", "--quiet", cwd=tmp_path)
     assert done.returncode == 2 and "bad.jsonl:2: malformed JSON" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and not (tmp_path / "bad_ds" / "manifest.json").exists()

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
-from data_helpers import topic_texts
 
+from data_helpers import topic_texts
 from glasslab.data.config import DedupConfig, EvalSplitConfig, FilterConfig
 from glasslab.data.decontaminate import Decontaminator, choose_eval, eval_count, split_key
 from glasslab.data.dedup import ExactDedup, NearDedup

@@ -7,8 +7,8 @@ import json
 
 import pytest
 import zstandard
-from data_helpers import topic_texts, write_jsonl
 
+from data_helpers import topic_texts, write_jsonl
 from glasslab.config import ConfigError, from_dict
 from glasslab.data import SourceConfig
 from glasslab.data.builtin import stdlib_modules
@@ -32,9 +32,13 @@ def test_jsonl_plain_gz_zst_and_parquet_read_the_same_texts(tmp_path):
     (tmp_path / "c.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(lines))
     pq.write_table(pa.table({"body": texts, "n": list(range(12))}), tmp_path / "d.parquet", row_group_size=5)
     for name in ("a.jsonl", "b.jsonl.gz", "c.jsonl.zst"):
-        got, errors = _read(SourceConfig(domain="x", kind="jsonl", path=str(tmp_path / name), text_field="body"))
+        got, errors = _read(
+            SourceConfig(domain="x", kind="jsonl", path=str(tmp_path / name), text_field="body")
+        )
         assert got == texts and errors.invalid_utf8 == 0, name
-    got, _ = _read(SourceConfig(domain="x", kind="parquet", path=str(tmp_path / "d.parquet"), text_field="body"))
+    got, _ = _read(
+        SourceConfig(domain="x", kind="parquet", path=str(tmp_path / "d.parquet"), text_field="body")
+    )
     assert got == texts
     # A folder reads every JSONL file in it in sorted order (3 formats x 12 texts).
     got, _ = _read(SourceConfig(domain="x", kind="jsonl", path=str(tmp_path), text_field="body"))

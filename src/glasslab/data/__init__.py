@@ -17,11 +17,23 @@ from typing import Any
 
 _HOMES = {
     "build_dataset": "build",
-    "BuildConfig": "config", "DataConfig": "config", "DedupConfig": "config", "EvalSplitConfig": "config",
-    "FilterConfig": "config", "MixtureConfig": "config", "PhaseConfig": "config", "SourceConfig": "config",
+    "BuildConfig": "config",
+    "DataConfig": "config",
+    "DedupConfig": "config",
+    "EvalSplitConfig": "config",
+    "FilterConfig": "config",
+    "MixtureConfig": "config",
+    "PhaseConfig": "config",
+    "SourceConfig": "config",
     "TokenizerConfig": "config",
-    "DataExhausted": "loader", "Loader": "loader", "eval_batches": "loader", "eval_bytes_per_token": "loader",
-    "plan_mixture": "mixture", "make_report": "report", "manifest_hash": "shards", "load_tokenizer": "tokenizer",
+    "DataExhausted": "loader",
+    "Loader": "loader",
+    "eval_batches": "loader",
+    "eval_bytes_per_token": "loader",
+    "plan_mixture": "mixture",
+    "make_report": "report",
+    "manifest_hash": "shards",
+    "load_tokenizer": "tokenizer",
 }
 __all__ = sorted(_HOMES)
 

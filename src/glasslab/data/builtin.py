@@ -23,8 +23,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 LICENCE = "PSF-2.0"
-EXCLUDED_DIRS = {"test", "tests", "idle_test", "site-packages", "dist-packages", "__pycache__",
-                 "lib2to3", "ensurepip", "turtledemo"}
+EXCLUDED_DIRS = {
+    "test",
+    "tests",
+    "idle_test",
+    "site-packages",
+    "dist-packages",
+    "__pycache__",
+    "lib2to3",
+    "ensurepip",
+    "turtledemo",
+}
 MIN_PROSE_CHARS = 200
 """Prose documents shorter than this (a module with one short docstring) are skipped."""
 
@@ -34,8 +43,11 @@ def stdlib_dir() -> Path:
 
 
 def provenance(corpus: str) -> str:
-    where = {"stdlib_code": "standard-library source files", "stdlib_prose": "standard-library docstrings and comments",
-             "pydoc_topics": "pydoc_data.topics (language reference topics)"}[corpus]
+    where = {
+        "stdlib_code": "standard-library source files",
+        "stdlib_prose": "standard-library docstrings and comments",
+        "pydoc_topics": "pydoc_data.topics (language reference topics)",
+    }[corpus]
     return f"CPython {platform.python_version()} {where} ({stdlib_dir()})"
 
 
@@ -66,7 +78,9 @@ def _docstrings(source: str) -> list[str]:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
         return []
-    nodes = [tree] + [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+    nodes = [tree] + [
+        n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+    ]
     found = []
     for node in nodes:
         text = ast.get_docstring(node, clean=True)
@@ -107,5 +121,7 @@ def topic_documents() -> Iterator[str]:
 
 
 def documents(corpus: str) -> Iterator[str]:
-    """Documents of built-in ``corpus`` (``stdlib_code``, ``stdlib_prose`` or ``pydoc_topics``), in a fixed order."""
-    return {"stdlib_code": code_documents, "stdlib_prose": prose_documents, "pydoc_topics": topic_documents}[corpus]()
+    """Documents of built-in ``corpus`` (stdlib_code, stdlib_prose or pydoc_topics), in a fixed order."""
+    return {"stdlib_code": code_documents, "stdlib_prose": prose_documents, "pydoc_topics": topic_documents}[
+        corpus
+    ]()
