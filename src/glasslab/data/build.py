@@ -66,8 +66,13 @@ def read_staged(path: Path) -> Iterator[str]:
             yield json.loads(line)
 
 
-def _process_sources(cfg: BuildConfig, stage_dir: Path, funnel: Funnel, errors: sources.InputErrors,
-                     filter_drops: dict[str, int]) -> dict[str, list[int]]:
+def _process_sources(
+    cfg: BuildConfig,
+    stage_dir: Path,
+    funnel: Funnel,
+    errors: sources.InputErrors,
+    filter_drops: dict[str, int],
+) -> dict[str, list[int]]:
     """Pass 1: read, normalise, filter and dedup every source into ``stage/<domain>.jsonl``.
 
     Returns each domain's eval-split keys in staged order.
@@ -108,8 +113,9 @@ def _process_sources(cfg: BuildConfig, stage_dir: Path, funnel: Funnel, errors: 
     return keys
 
 
-def _split_and_decontaminate(cfg: BuildConfig, stage_dir: Path, keys: dict[str, list[int]],
-                             funnel: Funnel) -> None:
+def _split_and_decontaminate(
+    cfg: BuildConfig, stage_dir: Path, keys: dict[str, list[int]], funnel: Funnel
+) -> None:
     """Pass 2: hold out eval documents per domain, then drop training documents sharing their n-grams."""
     decontaminator = Decontaminator(cfg.eval.ngram_words)
     masks = {domain: choose_eval(np.array(k, dtype=np.int64), cfg.eval) for domain, k in keys.items()}
@@ -142,8 +148,15 @@ def _tokenizer_sample(cfg: BuildConfig, stage_dir: Path, domains: list[str]) -> 
             yield text
 
 
-def _write_shards(cfg: BuildConfig, tmp: Path, stage_dir: Path, domains: list[str], tokenizer_json: str,
-                  eot_id: int, vocab_size: int) -> dict:
+def _write_shards(
+    cfg: BuildConfig,
+    tmp: Path,
+    stage_dir: Path,
+    domains: list[str],
+    tokenizer_json: str,
+    eot_id: int,
+    vocab_size: int,
+) -> dict:
     entries: dict[str, dict] = {}
     with ShardWriter(tokenizer_json, eot_id, vocab_size, cfg.num_workers) as writer:
         for domain in domains:
@@ -154,8 +167,11 @@ def _write_shards(cfg: BuildConfig, tmp: Path, stage_dir: Path, domains: list[st
                 entries[domain][split] = {
                     "file": bin_path.relative_to(tmp).as_posix(),
                     "index": index_path(bin_path).relative_to(tmp).as_posix(),
-                    "documents": stats.documents, "tokens": stats.tokens, "bytes": stats.bytes,
-                    "sha256": file_sha256(bin_path), "index_sha256": file_sha256(index_path(bin_path)),
+                    "documents": stats.documents,
+                    "tokens": stats.tokens,
+                    "bytes": stats.bytes,
+                    "sha256": file_sha256(bin_path),
+                    "index_sha256": file_sha256(index_path(bin_path)),
                 }
     return entries
 
@@ -199,15 +215,19 @@ def build_dataset(cfg: BuildConfig, out_dir: Path, progress: bool = True) -> Pat
         keys = _process_sources(cfg, stage_dir, funnel, errors, filter_drops)
         timings["process_s"] = time.perf_counter() - started
         domains = sorted(keys)
-        _say(progress, f"{sum(map(len, keys.values()))} documents kept in {len(domains)} domain(s); "
-                       "splitting eval and decontaminating")
+        _say(
+            progress,
+            f"{sum(map(len, keys.values()))} documents kept in {len(domains)} domain(s); "
+            "splitting eval and decontaminating",
+        )
         mark = time.perf_counter()
         _split_and_decontaminate(cfg, stage_dir, keys, funnel)
         timings["split_decontaminate_s"] = time.perf_counter() - mark
         _say(progress, f"training a {cfg.tokenizer.vocab_size}-token byte-level BPE")
         mark = time.perf_counter()
-        tokenizer = train_tokenizer(_tokenizer_sample(cfg, stage_dir, domains), cfg.tokenizer.vocab_size,
-                                    cfg.tokenizer.min_frequency)
+        tokenizer = train_tokenizer(
+            _tokenizer_sample(cfg, stage_dir, domains), cfg.tokenizer.vocab_size, cfg.tokenizer.min_frequency
+        )
         save_tokenizer(tokenizer, tmp / TOKENIZER_DIR)
         timings["tokenizer_s"] = time.perf_counter() - mark
         _say(progress, f"tokenizing into shards with {cfg.num_workers} worker(s)")
@@ -218,11 +238,17 @@ def build_dataset(cfg: BuildConfig, out_dir: Path, progress: bool = True) -> Pat
         timings["shards_s"] = time.perf_counter() - mark
         shutil.rmtree(stage_dir)
         manifest = {
-            "format": "glasslab-dataset/1", "python_version": platform.python_version(),
-            "config_hash": config_hash(cfg), "config": to_dict(cfg, versioned_only=True),
-            "vocab_size": vocab_size, "eot_id": eot_id, "dtype": token_dtype(vocab_size).name,
-            "tokenizer": {"file": f"{TOKENIZER_DIR}/tokenizer.json",
-                          "sha256": file_sha256(tmp / TOKENIZER_DIR / "tokenizer.json")},
+            "format": "glasslab-dataset/1",
+            "python_version": platform.python_version(),
+            "config_hash": config_hash(cfg),
+            "config": to_dict(cfg, versioned_only=True),
+            "vocab_size": vocab_size,
+            "eot_id": eot_id,
+            "dtype": token_dtype(vocab_size).name,
+            "tokenizer": {
+                "file": f"{TOKENIZER_DIR}/tokenizer.json",
+                "sha256": file_sha256(tmp / TOKENIZER_DIR / "tokenizer.json"),
+            },
             "domains": entries,
         }
         _write_json(tmp / MANIFEST, manifest)
@@ -236,12 +262,16 @@ def build_dataset(cfg: BuildConfig, out_dir: Path, progress: bool = True) -> Pat
             "python_version": platform.python_version(),
             "sources": [sources.describe(s) for s in cfg.sources],
             "funnel": funnel.to_list() + [{"stage": "tokens", **tokens}],
-            "filters": filter_drops, "errors": errors.to_dict(), "timings": timings,
+            "filters": filter_drops,
+            "errors": errors.to_dict(),
+            "timings": timings,
             "config": to_dict(cfg),
         }
         _write_json(tmp / BUILD_RECORD, record)
-        _write_json(tmp / report.REPORT, report.make_report(tmp, samples_per_domain=cfg.samples_per_domain,
-                                                            seed=cfg.seed))
+        _write_json(
+            tmp / report.REPORT,
+            report.make_report(tmp, samples_per_domain=cfg.samples_per_domain, seed=cfg.seed),
+        )
         _move_into_place(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -15,6 +15,7 @@ the training code domain (and the other way round) and decontamination has nothi
 from __future__ import annotations
 
 import ast
+import os
 import platform
 import sysconfig
 import zlib
@@ -22,8 +23,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 LICENCE = "PSF-2.0"
-EXCLUDED_DIRS = {"test", "tests", "idle_test", "site-packages", "dist-packages", "__pycache__",
-                 "lib2to3", "ensurepip", "turtledemo"}
+EXCLUDED_DIRS = {
+    "test",
+    "tests",
+    "idle_test",
+    "site-packages",
+    "dist-packages",
+    "__pycache__",
+    "lib2to3",
+    "ensurepip",
+    "turtledemo",
+}
 MIN_PROSE_CHARS = 200
 """Prose documents shorter than this (a module with one short docstring) are skipped."""
 
@@ -33,15 +43,22 @@ def stdlib_dir() -> Path:
 
 
 def provenance(corpus: str) -> str:
-    where = {"stdlib_code": "standard-library source files", "stdlib_prose": "standard-library docstrings and comments",
-             "pydoc_topics": "pydoc_data.topics (language reference topics)"}[corpus]
+    where = {
+        "stdlib_code": "standard-library source files",
+        "stdlib_prose": "standard-library docstrings and comments",
+        "pydoc_topics": "pydoc_data.topics (language reference topics)",
+    }[corpus]
     return f"CPython {platform.python_version()} {where} ({stdlib_dir()})"
 
 
 def stdlib_modules() -> list[Path]:
     """Every standard-library ``.py`` file outside test and vendored folders, sorted by relative path."""
     root = stdlib_dir()
-    files = [p for p in root.rglob("*.py") if not EXCLUDED_DIRS.intersection(p.relative_to(root).parts[:-1])]
+    files = []
+    for folder, subfolders, names in os.walk(root):
+        # Pruning here, not filtering afterwards: site-packages alone can be hundreds of MB.
+        subfolders[:] = [d for d in subfolders if d not in EXCLUDED_DIRS]
+        files.extend(Path(folder) / name for name in names if name.endswith(".py"))
     return sorted(files, key=lambda p: p.relative_to(root).as_posix())
 
 
@@ -61,7 +78,9 @@ def _docstrings(source: str) -> list[str]:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
         return []
-    nodes = [tree] + [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+    nodes = [tree] + [
+        n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+    ]
     found = []
     for node in nodes:
         text = ast.get_docstring(node, clean=True)
@@ -102,5 +121,7 @@ def topic_documents() -> Iterator[str]:
 
 
 def documents(corpus: str) -> Iterator[str]:
-    """Documents of built-in ``corpus`` (``stdlib_code``, ``stdlib_prose`` or ``pydoc_topics``), in a fixed order."""
-    return {"stdlib_code": code_documents, "stdlib_prose": prose_documents, "pydoc_topics": topic_documents}[corpus]()
+    """Documents of built-in ``corpus`` (stdlib_code, stdlib_prose or pydoc_topics), in a fixed order."""
+    return {"stdlib_code": code_documents, "stdlib_prose": prose_documents, "pydoc_topics": topic_documents}[
+        corpus
+    ]()

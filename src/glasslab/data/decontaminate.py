@@ -42,7 +42,7 @@ def ngram_hashes(text: str, n: int) -> set[int]:
     words = text.split()
     if len(words) < n:
         return {hash(tuple(words))} if words else set()
-    return {hash(tuple(words[i:i + n])) for i in range(len(words) - n + 1)}
+    return {hash(tuple(words[i : i + n])) for i in range(len(words) - n + 1)}
 
 
 class Decontaminator:
@@ -59,4 +59,6 @@ class Decontaminator:
         words = text.split()
         if len(words) < self.n:
             return hash(tuple(words)) not in self._eval
-        return not any(hash(tuple(words[i:i + self.n])) in self._eval for i in range(len(words) - self.n + 1))
+        return not any(
+            hash(tuple(words[i : i + self.n])) in self._eval for i in range(len(words) - self.n + 1)
+        )

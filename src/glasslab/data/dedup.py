@@ -44,7 +44,7 @@ class NearDedup:
     def signature(self, text: str) -> MinHash:
         words = text.split()
         n = self.cfg.shingle_words
-        shingles = {" ".join(words[i:i + n]).encode("utf-8") for i in range(max(len(words) - n + 1, 1))}
+        shingles = {" ".join(words[i : i + n]).encode("utf-8") for i in range(max(len(words) - n + 1, 1))}
         minhash = MinHash(num_perm=self.cfg.num_perm, seed=1)
         minhash.update_batch(list(shingles))
         return minhash

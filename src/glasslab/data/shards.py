@@ -19,8 +19,8 @@ import json
 import multiprocessing
 import os
 from collections import deque
-from concurrent.futures import ProcessPoolExecutor
 from collections.abc import Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -157,8 +157,12 @@ def _fork_pool(num_workers: int, tokenizer_json: str, eot_id: int) -> ProcessPoo
     previous = os.environ.get("TOKENIZERS_PARALLELISM")
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     try:
-        pool = ProcessPoolExecutor(num_workers, mp_context=multiprocessing.get_context("fork"),
-                                   initializer=_init_worker, initargs=(tokenizer_json, eot_id))
+        pool = ProcessPoolExecutor(
+            num_workers,
+            mp_context=multiprocessing.get_context("fork"),
+            initializer=_init_worker,
+            initargs=(tokenizer_json, eot_id),
+        )
         # Start every worker now, while the environment says "serial".
         for future in [pool.submit(os.getpid) for _ in range(num_workers)]:
             future.result()
@@ -189,7 +193,9 @@ def read_manifest(dataset_dir: str | Path) -> dict:
     """The dataset's manifest; a one-line error when the folder is not a finished dataset."""
     path = Path(dataset_dir) / MANIFEST
     if not path.is_file():
-        raise UserError(f"{dataset_dir}: not a built dataset (no {MANIFEST}); run `glasslab data build` first")
+        raise UserError(
+            f"{dataset_dir}: not a built dataset (no {MANIFEST}); run `glasslab data build` first"
+        )
     return json.loads(path.read_text())
 
 
@@ -219,7 +225,7 @@ class Shard:
 
     def document(self, i: int) -> np.ndarray:
         start = int(self.ends[i - 1]) if i else 0
-        return self.tokens[start:int(self.ends[i])]
+        return self.tokens[start : int(self.ends[i])]
 
 
 def open_shard(dataset_dir: str | Path, domain: str, split: str, manifest: dict | None = None) -> Shard:
