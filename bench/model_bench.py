@@ -77,7 +77,7 @@ def train_tokens_per_s(step, steps: int, tokens_per_step: int, device: str) -> f
 def ours_step_fn(cfg: ModelConfig, batch: int, seq: int, device: str, dtype: torch.dtype):
     torch.manual_seed(0)
     model = Transformer(cfg).to(device=device, dtype=dtype)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device == "cuda")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     tokens = torch.randint(0, cfg.vocab_size, (batch, seq + 1), device=device)
 
     def step() -> None:
@@ -100,7 +100,7 @@ def hf_step_fn(cfg: ModelConfig, batch: int, seq: int):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = transformers.Qwen3MoeForCausalLM(_hf_config(cfg, "Qwen3MoeForCausalLM")).float().train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     tokens = torch.randint(0, cfg.vocab_size, (batch, seq + 1))
 
     def step() -> None:

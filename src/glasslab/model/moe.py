@@ -127,11 +127,14 @@ class GroupedExperts(nn.Module):
             gate, up = h_NF2.chunk(2, dim=-1)
             return torch._grouped_mm(F.silu(gate) * up, self.down_EFD, offs=offsets_E)
         outputs = []
-        for e, x_nD in enumerate(x_ND.split(counts_E.tolist())):
+        # unbind, not indexing: its backward stacks the per-expert gradients once, where indexing
+        # would allocate and add a full (E, D, 2F) zero gradient per expert.
+        experts = zip(self.gate_up_EDF2.unbind(0), self.down_EFD.unbind(0), strict=True)
+        for x_nD, (gate_up_DF2, down_FD) in zip(x_ND.split(counts_E.tolist()), experts, strict=True):
             if x_nD.shape[0] == 0:
                 continue
-            gate, up = (x_nD @ self.gate_up_EDF2[e]).chunk(2, dim=-1)
-            outputs.append((F.silu(gate) * up) @ self.down_EFD[e])
+            gate, up = (x_nD @ gate_up_DF2).chunk(2, dim=-1)
+            outputs.append((F.silu(gate) * up) @ down_FD)
         if not outputs:
             return x_ND.new_zeros(x_ND.shape)
         return torch.cat(outputs)
