@@ -270,7 +270,7 @@ class Executor:
         active.retry_at, active.attempt_started = None, now
         with self._mutex:
             record.update(status="running", attempts=attempt, host=socket.gethostname(), pid=os.getpid(),
-                          heartbeat=now, error=None)
+                          heartbeat=now, error=None, result=None)
             record["timings"].update(started=now, finished=None, duration_s=None)
             record["history"].append({"attempt": attempt, "started": now, "finished": None,
                                       "status": "running", "error": None, "worker_host": None,
@@ -302,7 +302,7 @@ class Executor:
             active.failures += 1
             status = "failed"
         with self._mutex:
-            record.update(status=status, error=result.error, heartbeat=now)
+            record.update(status=status, error=result.error, heartbeat=now, result=result.value)
             record["timings"].update(finished=now, duration_s=round(duration, 3))
             record["history"][-1].update(finished=now, status=status, error=result.error,
                                          worker_host=result.host, worker_pid=result.pid)
@@ -427,7 +427,7 @@ class Executor:
             "dependencies": {name: dep.key for name, dep in node.deps.items()},
             "resources": to_dict(step.resources), "retry": to_dict(step.retry), "code_version": code,
             "status": "pending", "attempts": 0, "timings": {"created": time.time()},
-            "host": None, "pid": None, "heartbeat": None, "error": None, "history": [],
+            "host": None, "pid": None, "heartbeat": None, "error": None, "result": None, "history": [],
         }
 
     def _event(self, kind: str, node: PlannedStep, title: str, body: str = "",
