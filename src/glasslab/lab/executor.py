@@ -12,12 +12,15 @@ Several executors may run the same DAG at once: a step locked by another executo
 its result adopted, so each step runs once. A lock left by a dead executor is taken over.
 
 SIGTERM or SIGINT to the executor is passed on to the running steps as SIGTERM (a trainer
-checkpoints); after ``term_grace_s`` they are killed. They are marked failed ("interrupted"), so
-the next run resumes them; nothing new starts.
+checkpoints); after ``term_grace_s`` they are killed. They are marked failed ("interrupted by
+SIGTERM"), even when the function returned after the signal (a preempted trainer does), so the next
+run resumes them; nothing new starts. A step function that stops early for any other reason must
+raise, or it counts as succeeded.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pickle
 import shutil
@@ -106,6 +109,8 @@ class _Active:
     retry_at: float | None = None
     attempt_started: float = 0.0
     lost: bool = False
+    stopped: bool = False
+    """The executor passed its stop signal on to this attempt: it cannot count as succeeded."""
 
 
 class Executor:
@@ -296,6 +301,11 @@ class Executor:
         now = time.time()
         duration = now - active.attempt_started
         active.handle = None
+        if active.stopped:
+            # A trainer stopped by SIGTERM checkpoints and returns normally: that is not "done".
+            reason = result.error or "returned after the signal"
+            result = dataclasses.replace(result, ok=False, error=f"interrupted by {self._stop}: {reason}",
+                                         value=None)
         if result.ok:
             status = "succeeded"
         else:
@@ -347,6 +357,7 @@ class Executor:
         report.interrupted = self._stop
         for active in self._active.values():
             if active.handle is not None:
+                active.stopped = True
                 backend.terminate(active.handle)
         deadline = time.time() + self.term_grace_s
         killed = False
