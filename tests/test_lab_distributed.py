@@ -52,6 +52,7 @@ def train_tiny_dp(ctx) -> None:
         (ctx.output_dir / "losses.json").write_text(json.dumps({"world_size": world_size, "losses": losses}))
     if world_size > 1:
         dist.destroy_process_group()
+    return {"final_loss": losses[-1], "rank": rank}
 
 
 def failing_rank(ctx) -> None:
@@ -75,5 +76,7 @@ def test_two_worker_step_matches_one_worker_and_rank_failures_are_named(tmp_path
     for a, b in zip(single["losses"], double["losses"], strict=True):
         assert abs(a - b) <= 1e-5 * max(1.0, abs(a)), (single, double)
     assert report.outcomes[by_name["dp2"].key].status == "succeeded"
+    returned = read_step_record(by_name["dp2"].folder)["result"]
+    assert returned == {"final_loss": double["losses"][-1], "rank": 0}, "rank 0's return value is recorded"
     record = read_step_record(by_name["broken"].folder)
     assert record["status"] == "failed" and "rank 1: RuntimeError: rank one fell over" in record["error"]

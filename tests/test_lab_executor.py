@@ -36,6 +36,7 @@ def combine(ctx) -> None:
     total = 1 + sum(json.loads((p / "value.json").read_text())["value"] for p in ctx.inputs.values())
     factor = ctx.config.factor if isinstance(ctx.config, MulConfig) else ctx.config.get("factor", 1)
     (ctx.output_dir / "value.json").write_text(json.dumps({"value": total * factor}))
+    return {"value": total * factor}
 
 
 def fail_until_marker(ctx) -> None:
@@ -72,6 +73,7 @@ def test_diamond_runs_once_then_is_cached_and_versioned_changes_rerun_downstream
     for node in report.plan.steps:
         record = read_step_record(node.folder)
         assert record["status"] == "succeeded" and record["attempts"] == 1 and record["hash"] == node.hash
+        assert record["result"] == json.loads((node.folder / "value.json").read_text())
         assert record["dependencies"] == {name: dep.key for name, dep in node.deps.items()}
         assert record["code_version"]["commit"] and record["pid"] == os.getpid()
         assert record["timings"]["finished"] >= record["timings"]["started"] > 0

@@ -48,6 +48,8 @@ class AttemptResult:
     error: str | None
     host: str
     pid: int | None
+    value: object = None
+    """What the step function returned, when it was small, strict JSON (recorded in ``step.json``)."""
 
 
 def one_line_error(exc: BaseException) -> str:

@@ -12,12 +12,15 @@ Several executors may run the same DAG at once: a step locked by another executo
 its result adopted, so each step runs once. A lock left by a dead executor is taken over.
 
 SIGTERM or SIGINT to the executor is passed on to the running steps as SIGTERM (a trainer
-checkpoints); after ``term_grace_s`` they are killed. They are marked failed ("interrupted"), so
-the next run resumes them; nothing new starts.
+checkpoints); after ``term_grace_s`` they are killed. They are marked failed ("interrupted by
+SIGTERM"), even when the function returned after the signal (a preempted trainer does), so the next
+run resumes them; nothing new starts. A step function that stops early for any other reason must
+raise, or it counts as succeeded.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pickle
 import shutil
@@ -106,6 +109,8 @@ class _Active:
     retry_at: float | None = None
     attempt_started: float = 0.0
     lost: bool = False
+    stopped: bool = False
+    """The executor passed its stop signal on to this attempt: it cannot count as succeeded."""
 
 
 class Executor:
@@ -270,7 +275,7 @@ class Executor:
         active.retry_at, active.attempt_started = None, now
         with self._mutex:
             record.update(status="running", attempts=attempt, host=socket.gethostname(), pid=os.getpid(),
-                          heartbeat=now, error=None)
+                          heartbeat=now, error=None, result=None)
             record["timings"].update(started=now, finished=None, duration_s=None)
             record["history"].append({"attempt": attempt, "started": now, "finished": None,
                                       "status": "running", "error": None, "worker_host": None,
@@ -296,13 +301,18 @@ class Executor:
         now = time.time()
         duration = now - active.attempt_started
         active.handle = None
+        if active.stopped:
+            # A trainer stopped by SIGTERM checkpoints and returns normally: that is not "done".
+            reason = result.error or "returned after the signal"
+            result = dataclasses.replace(result, ok=False, error=f"interrupted by {self._stop}: {reason}",
+                                         value=None)
         if result.ok:
             status = "succeeded"
         else:
             active.failures += 1
             status = "failed"
         with self._mutex:
-            record.update(status=status, error=result.error, heartbeat=now)
+            record.update(status=status, error=result.error, heartbeat=now, result=result.value)
             record["timings"].update(finished=now, duration_s=round(duration, 3))
             record["history"][-1].update(finished=now, status=status, error=result.error,
                                          worker_host=result.host, worker_pid=result.pid)
@@ -347,6 +357,7 @@ class Executor:
         report.interrupted = self._stop
         for active in self._active.values():
             if active.handle is not None:
+                active.stopped = True
                 backend.terminate(active.handle)
         deadline = time.time() + self.term_grace_s
         killed = False
@@ -427,7 +438,7 @@ class Executor:
             "dependencies": {name: dep.key for name, dep in node.deps.items()},
             "resources": to_dict(step.resources), "retry": to_dict(step.retry), "code_version": code,
             "status": "pending", "attempts": 0, "timings": {"created": time.time()},
-            "host": None, "pid": None, "heartbeat": None, "error": None, "history": [],
+            "host": None, "pid": None, "heartbeat": None, "error": None, "result": None, "history": [],
         }
 
     def _event(self, kind: str, node: PlannedStep, title: str, body: str = "",

@@ -69,14 +69,14 @@ def finish_result(proc: subprocess.Popen, result_path: Path) -> AttemptResult:
     """The attempt's result once ``proc`` has exited (a crash without a result is a failure)."""
     try:
         data = json.loads(result_path.read_text(encoding="utf-8"))
-        ok, error = bool(data["ok"]) and proc.returncode == 0, data.get("error")
+        ok, error, value = bool(data["ok"]) and proc.returncode == 0, data.get("error"), data.get("value")
     except (OSError, ValueError, KeyError):
-        ok, error = False, None
+        ok, error, value = False, None, None
     if not ok and not error:
         code = proc.returncode
         error = (f"step process killed by {signal.Signals(-code).name}" if code is not None and code < 0
                  else f"step process exited with code {code} without a result")
-    return AttemptResult(ok, error, socket.gethostname(), proc.pid)
+    return AttemptResult(ok, error, socket.gethostname(), proc.pid, value if ok else None)
 
 
 @dataclass

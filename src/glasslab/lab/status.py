@@ -6,6 +6,7 @@ dirty flag and diff hash of the executor's checkout: recorded, not hashed), ``st
 (pending|running|succeeded|failed), ``attempts`` (tries so far, all runs), ``timings`` (unix seconds:
 ``created``, ``started``, ``finished``; ``duration_s``), ``host`` and ``pid`` (the executor that holds
 the step), ``heartbeat`` (unix seconds, refreshed while running), ``error`` (one line, or null),
+``result`` (what the function returned, when small strict JSON, else null),
 ``history`` (one entry per attempt: attempt, started, finished, status, error, worker host/pid).
 
 Only the executor holding the step's lock replaces ``step.json``; the one exception is the first

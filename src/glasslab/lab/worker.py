@@ -33,6 +33,7 @@ from glasslab.lab.attempt import PARENT_PID_ENV, WorkerSpec, one_line_error
 from glasslab.track.run_record import write_json_atomic
 
 ORPHAN_GRACE_S = 30.0
+MAX_RESULT_CHARS = 100_000
 WATCHDOG_INTERVAL_S = 0.5
 
 
@@ -53,13 +54,22 @@ def run_function(spec: WorkerSpec, result_path: Path) -> int:
     """Import and call the step function; record how it ended. Returns the process exit code."""
     try:
         fn = spec.ref.load()  # loads the experiment file first, so the config's class unpickles
-        fn(spec.context())
+        value = fn(spec.context())
     except BaseException as exc:  # noqa: B036 — any way out but a return is a failure, recorded as such
         traceback.print_exc()
         write_json_atomic(result_path, {"ok": False, "error": one_line_error(exc)})
         return 1
-    write_json_atomic(result_path, {"ok": True, "error": None})
+    write_json_atomic(result_path, {"ok": True, "error": None, "value": _small_json(value)})
     return 0
+
+
+def _small_json(value: object) -> object:
+    """The function's return value when it is small, strict JSON (it goes into ``step.json``), else None."""
+    try:
+        text = json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError):
+        return None
+    return json.loads(text) if len(text) <= MAX_RESULT_CHARS else None
 
 
 def run_torchrun(spec_path: Path, result_path: Path, workers: int) -> int:
@@ -79,12 +89,20 @@ def run_torchrun(spec_path: Path, result_path: Path, workers: int) -> int:
         error = "; ".join(found) if found else f"torchrun failed: {one_line_error(exc)}"
         write_json_atomic(result_path, {"ok": False, "error": error})
         return 1
-    write_json_atomic(result_path, {"ok": True, "error": None})
+    write_json_atomic(result_path, {"ok": True, "error": None, "value": _read_rank_value(result_path)})
     return 0
 
 
 def rank_result_path(result_path: Path, rank: int) -> Path:
     return result_path.with_name(f"{result_path.name}.rank{rank}")
+
+
+def _read_rank_value(result_path: Path) -> object:
+    """Rank 0's return value: what a multi-worker step returns."""
+    try:
+        return json.loads(rank_result_path(result_path, 0).read_text()).get("value")
+    except (OSError, ValueError):
+        return None
 
 
 def _read_rank_error(result_path: Path, rank: int) -> str | None:
