@@ -1,0 +1,257 @@
+"""Configs of the data part: what a dataset build reads and keeps, and what a training run mixes.
+
+``BuildConfig`` is what ``glasslab data build CONFIG`` builds (sources → processing → tokenizer →
+shards); ``DataConfig`` is the ``data`` section of a training run (a built dataset folder plus a
+mixture of its domains). Both are frozen dataclasses on :mod:`glasslab.config`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Literal
+
+from glasslab.config import UNVERSIONED, require
+
+DOMAIN_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+BUILTIN_CORPORA = ("stdlib_code", "stdlib_prose", "pydoc_topics")
+
+
+@dataclass(frozen=True)
+class SourceConfig:
+    """One input of a build: a file set or a built-in corpus, feeding one domain."""
+
+    name: str = ""
+    """Short name shown in the report (defaults to the domain)."""
+    domain: str = "text"
+    """Domain the documents go to; shards and mixtures are per domain."""
+    kind: Literal["jsonl", "parquet", "text", "builtin", "hf"] = "builtin"
+    """jsonl (plain, .gz, .zst), parquet, text (a folder of text files), builtin, hf (a locally cached
+    Hugging Face dataset)."""
+    path: str = ""
+    """File, folder or glob (jsonl/parquet/text); dataset name (hf); corpus name (builtin: one of
+    stdlib_code, stdlib_prose, pydoc_topics)."""
+    text_field: str = "text"
+    """Field (JSONL key or Parquet column) holding the document text."""
+    pattern: str = "**/*.txt"
+    """Glob for files inside a text folder."""
+    split: str = "train"
+    """Split of an hf dataset."""
+    max_documents: int = 0
+    """Stop reading after this many documents (0 = no cap)."""
+    max_bytes: int = 0
+    """Stop reading after this many UTF-8 bytes of text (0 = no cap)."""
+    skip_filters: tuple[str, ...] = ()
+    """Quality filters not applied to this source (e.g. word-shape filters for code)."""
+    licence: str = "unknown"
+    """Licence of the text, carried into the report."""
+    provenance: str = ""
+    """Where the text comes from, carried into the report (built-in corpora fill it in)."""
+
+    def __post_init__(self) -> None:
+        require(bool(DOMAIN_PATTERN.match(self.domain)), "source.domain", self.domain,
+                "a name of letters, digits, '_', '-' or '.'")
+        require(self.max_documents >= 0, "source.max_documents", self.max_documents, "an integer >= 0")
+        require(self.max_bytes >= 0, "source.max_bytes", self.max_bytes, "an integer >= 0")
+        require(bool(self.path), "source.path", self.path, "a path, dataset or corpus name")
+        if self.kind == "builtin":
+            require(self.path in BUILTIN_CORPORA, "source.path", self.path, "one of " + ", ".join(BUILTIN_CORPORA))
+
+    @property
+    def label(self) -> str:
+        return self.name or f"{self.domain}:{self.path}"
+
+
+@dataclass(frozen=True)
+class FilterConfig:
+    """Gopher/C4-style quality thresholds; a document failing one is dropped and counted under its name."""
+
+    min_words: int = 20
+    """length: fewer words than this is dropped."""
+    max_words: int = 200_000
+    """length: more words than this is dropped."""
+    min_mean_word_length: float = 3.0
+    """mean_word_length: lower bound in characters."""
+    max_mean_word_length: float = 10.0
+    """mean_word_length: upper bound in characters."""
+    max_symbol_ratio: float = 0.1
+    """symbol_ratio: ('#' and '...') per word."""
+    min_alpha_ratio: float = 0.7
+    """alpha_ratio: fraction of words with at least one letter."""
+    max_duplicate_line_fraction: float = 0.3
+    """duplicate_lines: fraction of lines that repeat an earlier line."""
+    max_top_ngram_fraction: float = 0.2
+    """top_ngram: characters covered by the most frequent word 2-gram (Gopher uses 0.20/0.18/0.16 for 2/3/4)."""
+    max_duplicate_ngram_fraction: float = 0.15
+    """duplicate_ngrams: characters inside repeated word 5-grams."""
+
+    def __post_init__(self) -> None:
+        require(0 <= self.min_words <= self.max_words, "filters.min_words", self.min_words, "0 <= min_words <= max_words")
+        for name in ("max_symbol_ratio", "min_alpha_ratio", "max_duplicate_line_fraction",
+                     "max_top_ngram_fraction", "max_duplicate_ngram_fraction"):
+            value = getattr(self, name)
+            require(0.0 <= value <= 1.0, f"filters.{name}", value, "a fraction in [0, 1]")
+
+
+@dataclass(frozen=True)
+class DedupConfig:
+    """Exact (content hash) and near (MinHash LSH over word shingles) duplicate removal."""
+
+    exact: bool = True
+    """Drop documents whose normalised text was seen before."""
+    near: bool = True
+    """Drop documents whose estimated Jaccard similarity to a kept one reaches ``threshold``."""
+    threshold: float = 0.8
+    """Jaccard threshold of the LSH index."""
+    num_perm: int = 64
+    """MinHash permutations (more is more precise and slower)."""
+    shingle_words: int = 5
+    """Words per shingle."""
+
+    def __post_init__(self) -> None:
+        require(0.0 < self.threshold <= 1.0, "dedup.threshold", self.threshold, "a number in (0, 1]")
+        require(self.num_perm >= 16, "dedup.num_perm", self.num_perm, "an integer >= 16")
+        require(self.shingle_words >= 1, "dedup.shingle_words", self.shingle_words, "an integer >= 1")
+
+
+@dataclass(frozen=True)
+class EvalSplitConfig:
+    """The held-out split per domain and its decontamination against training."""
+
+    fraction: float = 0.05
+    """Share of each domain's documents held out (chosen by a seeded hash of the text)."""
+    min_documents: int = 2
+    """At least this many eval documents per domain."""
+    max_documents: int = 200
+    """At most this many eval documents per domain."""
+    ngram_words: int = 13
+    """Training documents sharing any word n-gram of this length with an eval document are dropped."""
+
+    def __post_init__(self) -> None:
+        require(0.0 <= self.fraction < 1.0, "eval.fraction", self.fraction, "a fraction in [0, 1)")
+        require(0 <= self.min_documents <= self.max_documents, "eval.min_documents", self.min_documents,
+                "0 <= min_documents <= max_documents")
+        require(self.ngram_words >= 4, "eval.ngram_words", self.ngram_words, "an integer >= 4")
+
+
+@dataclass(frozen=True)
+class TokenizerConfig:
+    """The byte-level BPE trained on a sample of the processed training text."""
+
+    vocab_size: int = 4096
+    """Total vocabulary including the 256 byte symbols and the special tokens."""
+    sample_bytes: int = 4_000_000
+    """UTF-8 bytes of training text the BPE is trained on, split evenly over domains."""
+    min_frequency: int = 2
+    """Pairs seen fewer times are not merged."""
+
+    def __post_init__(self) -> None:
+        require(300 <= self.vocab_size <= 2**32 - 1, "tokenizer.vocab_size", self.vocab_size, "an integer >= 300")
+        require(self.sample_bytes > 0, "tokenizer.sample_bytes", self.sample_bytes, "a positive byte count")
+
+
+def _demo_sources() -> tuple[SourceConfig, ...]:
+    word_shape = ("mean_word_length", "symbol_ratio", "alpha_ratio", "top_ngram", "duplicate_ngrams")
+    return (
+        SourceConfig(domain="code", kind="builtin", path="stdlib_code", max_bytes=2_000_000,
+                     skip_filters=word_shape),
+        SourceConfig(domain="prose", kind="builtin", path="stdlib_prose", max_bytes=1_500_000),
+        SourceConfig(domain="reference", kind="builtin", path="pydoc_topics"),
+    )
+
+
+@dataclass(frozen=True)
+class BuildConfig:
+    """What ``glasslab data build`` makes: sources → processing → tokenizer → shards (+ report)."""
+
+    sources: tuple[SourceConfig, ...] = field(default_factory=_demo_sources)
+    """Inputs; the default is the demo build (three built-in domains from Python's own distribution)."""
+    filters: FilterConfig = field(default_factory=FilterConfig)
+    """Quality filter thresholds."""
+    dedup: DedupConfig = field(default_factory=DedupConfig)
+    """Exact and near duplicate removal."""
+    eval: EvalSplitConfig = field(default_factory=EvalSplitConfig)
+    """Held-out split per domain and decontamination."""
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    """Byte-level BPE."""
+    seed: int = 0
+    """Seeds the eval split, the report's samples and nothing else (the build is otherwise ordered)."""
+    samples_per_domain: int = 3
+    """Random documents per domain shown in the report."""
+    num_workers: int = field(default=2, metadata=UNVERSIONED)
+    """Processes tokenizing into shards (1 = in this process)."""
+    strict: bool = field(default=False, metadata=UNVERSIONED)
+    """Fail on the first malformed JSONL line instead of skipping and counting it."""
+
+    def __post_init__(self) -> None:
+        require(len(self.sources) > 0, "sources", list(self.sources), "at least one source")
+        require(self.num_workers >= 1, "num_workers", self.num_workers, "an integer >= 1")
+        require(self.samples_per_domain >= 0, "samples_per_domain", self.samples_per_domain, "an integer >= 0")
+        labels = [s.label for s in self.sources]
+        require(len(set(labels)) == len(labels), "sources", labels, "distinct source names")
+
+
+@dataclass(frozen=True)
+class PhaseConfig:
+    """From optimiser step ``start_step`` on, the mixture uses ``weights``."""
+
+    start_step: int = 0
+    """First optimiser step of the phase."""
+    weights: dict[str, float] = field(default_factory=dict)
+    """Domain → weight (normalised over domains; a domain left out gets 0)."""
+
+    def __post_init__(self) -> None:
+        require(self.start_step >= 0, "mixture.phases.start_step", self.start_step, "an integer >= 0")
+        _check_weights(self.weights, f"mixture.phases[start_step={self.start_step}].weights")
+
+
+@dataclass(frozen=True)
+class MixtureConfig:
+    """Domains with weights, optional phases that change them, and per-domain epoch caps."""
+
+    weights: dict[str, float] = field(default_factory=dict)
+    """Domain → weight in force until the first phase starts (normalised over domains)."""
+    phases: tuple[PhaseConfig, ...] = ()
+    """Later weight sets, in increasing ``start_step``."""
+    epoch_caps: dict[str, float] = field(default_factory=dict)
+    """Domain → most epochs over its training tokens; a capped-out domain drops out of the mixture."""
+
+    def __post_init__(self) -> None:
+        _check_weights(self.weights, "mixture.weights")
+        starts = [p.start_step for p in self.phases]
+        require(starts == sorted(set(starts)), "mixture.phases", starts, "strictly increasing start_step")
+        for domain, cap in self.epoch_caps.items():
+            require(cap > 0, f"mixture.epoch_caps.{domain}", cap, "a number of epochs > 0")
+
+    def weight_sets(self) -> list[tuple[int, dict[str, float]]]:
+        """(start_step, weights) pairs in force over training, the base weights first."""
+        sets = [(0, dict(self.weights))] if self.weights else []
+        for phase in self.phases:
+            if sets and sets[0][0] == phase.start_step:
+                sets.pop(0)
+            sets.append((phase.start_step, dict(phase.weights)))
+        return sets
+
+    def domains(self) -> set[str]:
+        """Every domain the mixture names anywhere."""
+        names = set(self.weights) | set(self.epoch_caps)
+        for phase in self.phases:
+            names |= set(phase.weights)
+        return names
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """The ``data`` section of a training run: a built dataset folder and how to mix its domains."""
+
+    path: str = ""
+    """Dataset folder written by ``glasslab data build`` (holds manifest.json)."""
+    mixture: MixtureConfig = field(default_factory=MixtureConfig)
+    """Domain weights, phases and epoch caps."""
+    seed: int = 0
+    """Seeds document order per epoch and the domain drawn for each sequence."""
+
+
+def _check_weights(weights: dict[str, float], key: str) -> None:
+    for domain, weight in weights.items():
+        require(weight >= 0, f"{key}.{domain}", weight, "a weight >= 0")

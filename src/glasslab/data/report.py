@@ -1,0 +1,77 @@
+"""The composition report (``report.json``), the public account of what a dataset holds.
+
+It merges what the build recorded (sources, the processing funnel, filter drops, input errors) with
+what the shards hold (documents, tokens, bytes per token, length histograms, seeded samples decoded
+back to text) and, when a mixture is given, the tokens and epochs each domain gets per phase.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from glasslab.data.config import MixtureConfig
+from glasslab.data.mixture import plan_mixture
+from glasslab.data.shards import manifest_hash, open_shard, read_manifest
+from glasslab.data.tokenizer import load_tokenizer
+
+REPORT = "report.json"
+SAMPLE_CHARS = 600
+"""Samples are cut to this many characters."""
+
+
+def length_histogram(lengths: np.ndarray, bins: int = 12) -> dict:
+    """Counts of document lengths (tokens) in log-spaced bins; ``edges`` has ``bins + 1`` entries."""
+    if lengths.size == 0:
+        return {"edges": [], "counts": []}
+    high = max(int(lengths.max()), 2)
+    edges = np.unique(np.round(np.geomspace(1, high + 1, bins + 1)).astype(np.int64))
+    counts, _ = np.histogram(lengths, bins=edges)
+    return {"edges": edges.tolist(), "counts": counts.tolist()}
+
+
+def _samples(shard, tokenizer, count: int, seed: int) -> list[str]:
+    n = len(shard.ends)
+    if not n or not count:
+        return []
+    picks = np.sort(np.random.default_rng(seed).choice(n, size=min(count, n), replace=False))
+    texts = []
+    for i in picks:
+        ids = shard.document(int(i))[:-1].tolist()  # without the end-of-text id
+        texts.append(tokenizer.decode(ids, skip_special_tokens=False)[:SAMPLE_CHARS])
+    return texts
+
+
+def make_report(dataset_dir: str | Path, samples_per_domain: int = 3, seed: int = 0,
+                mixture: MixtureConfig | None = None, token_budget: int = 0, tokens_per_step: int = 1) -> dict:
+    """The report of the dataset in ``dataset_dir`` (with the mixture plan when ``mixture`` is given)."""
+    dataset_dir = Path(dataset_dir)
+    manifest = read_manifest(dataset_dir)
+    build_path = dataset_dir / "build.json"
+    build = json.loads(build_path.read_text()) if build_path.is_file() else {}
+    tokenizer = load_tokenizer(dataset_dir)
+    domains = {}
+    for domain, entry in sorted(manifest["domains"].items()):
+        train = open_shard(dataset_dir, domain, "train", manifest)
+        domains[domain] = {
+            "documents": entry["train"]["documents"], "tokens": entry["train"]["tokens"],
+            "bytes": entry["train"]["bytes"],
+            "bytes_per_token": entry["train"]["bytes"] / max(entry["train"]["tokens"], 1),
+            "eval_documents": entry["eval"]["documents"], "eval_tokens": entry["eval"]["tokens"],
+            "length_histogram": length_histogram(train.lengths),
+            "samples": _samples(train, tokenizer, samples_per_domain, seed),
+        }
+    report = {
+        "manifest_hash": manifest_hash(dataset_dir), "python_version": manifest["python_version"],
+        "vocab_size": manifest["vocab_size"], "sources": build.get("sources", []),
+        "funnel": build.get("funnel", []), "filters": build.get("filters", {}), "domains": domains,
+        "errors": build.get("errors", {"malformed_lines": [], "invalid_utf8": 0}),
+        "timings": build.get("timings", {}),
+    }
+    if mixture is not None:
+        budget = token_budget or sum(d["tokens"] for d in domains.values())
+        report["mixture"] = plan_mixture(mixture, {d: v["tokens"] for d, v in domains.items()}, budget,
+                                         tokens_per_step)
+    return report
