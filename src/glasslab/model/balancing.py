@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from glasslab.model.moe import MARGIN_BINS, MARGIN_RANGE, MoEFeedForward
+from glasslab.model.moe import MARGIN_BINS, MoEFeedForward, unit_to_margin
 
 PENDING = (
     "pending_counts_E",
@@ -64,8 +64,8 @@ def quantile_rule_delta(hist_EB: torch.Tensor, top_k: int, rate: float) -> torch
         bin_E1 > 0, cdf_EB.gather(1, (bin_E1 - 1).clamp(min=0)), torch.zeros_like(target_E1)
     )
     in_bin_E1 = hist.gather(1, bin_E1).clamp(min=1.0)
-    width = 2 * MARGIN_RANGE / MARGIN_BINS
-    quantile_E1 = -MARGIN_RANGE + (bin_E1.double() + ((target_E1 - below_E1) / in_bin_E1).clamp(0, 1)) * width
+    fraction_E1 = ((target_E1 - below_E1) / in_bin_E1).clamp(0, 1)
+    quantile_E1 = unit_to_margin(-1 + (bin_E1.double() + fraction_E1) * (2 / MARGIN_BINS))
     return rate * -quantile_E1.squeeze(1)
 
 

@@ -102,8 +102,8 @@ class ModelConfig:
     """Transformer blocks."""
     n_heads: int = 4
     """Query heads."""
-    n_kv_heads: int = 4
-    """Key/value heads (grouped-query attention; must divide ``n_heads``)."""
+    n_kv_heads: int = 0
+    """Key/value heads (grouped-query attention; must divide ``n_heads``); 0 = n_heads."""
     head_dim: int = 0
     """Width of one head; 0 = d_model // n_heads."""
     d_ff: int = 768
@@ -137,7 +137,7 @@ class ModelConfig:
         )
         require(self.head_dim >= 0, "model.head_dim", self.head_dim, ">= 0 (0 = d_model // n_heads)")
         require(
-            self.n_kv_heads >= 1 and self.n_heads % self.n_kv_heads == 0,
+            self.n_kv_heads == 0 or (self.n_kv_heads >= 1 and self.n_heads % self.n_kv_heads == 0),
             "model.n_kv_heads",
             self.n_kv_heads,
             f"a divisor of model.n_heads={self.n_heads}",
@@ -169,6 +169,11 @@ class ModelConfig:
         return self.head_dim or self.d_model // self.n_heads
 
     @property
+    def kv_heads(self) -> int:
+        """Key/value heads in use."""
+        return self.n_kv_heads or self.n_heads
+
+    @property
     def d_attn(self) -> int:
         """Total query width n_heads · head_dim (the attention FLOPs term uses it)."""
         return self.n_heads * self.attn_head_dim
@@ -185,7 +190,7 @@ class ModelConfig:
 
     def _attention_matmul_params(self) -> int:
         hd = self.attn_head_dim
-        return self.d_model * hd * (self.n_heads + 2 * self.n_kv_heads) + self.n_heads * hd * self.d_model
+        return self.d_model * hd * (self.n_heads + 2 * self.kv_heads) + self.n_heads * hd * self.d_model
 
     def _ffn_matmul_params(self, layer: int, active: bool) -> int:
         """SwiGLU weights (3 matrices) of one layer's feed-forward, plus its router."""
@@ -236,7 +241,7 @@ _UNITS = ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K"))
 
 def _unit_for(count: float) -> tuple[float, str]:
     for scale, suffix in _UNITS:
-        if count >= scale:
+        if count >= 0.9995 * scale:  # 999.7M is written 1.0B, not 1000M
             return scale, suffix
     return 1.0, ""
 

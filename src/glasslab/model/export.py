@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import warnings
 from pathlib import Path
 
 import torch
@@ -71,7 +72,7 @@ def _hf_config(cfg: ModelConfig, architecture: str):  # noqa: ANN202 - a transfo
         intermediate_size=cfg.d_ff,
         num_hidden_layers=cfg.n_layers,
         num_attention_heads=cfg.n_heads,
-        num_key_value_heads=cfg.n_kv_heads,
+        num_key_value_heads=cfg.kv_heads,
         head_dim=cfg.attn_head_dim,
         hidden_act="silu",
         rms_norm_eps=cfg.norm_eps,
@@ -119,16 +120,18 @@ def hf_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
     cfg = model.cfg
     hd = cfg.attn_head_dim
     out: dict[str, torch.Tensor] = {"model.embed_tokens.weight": model.embed.weight}
+    # Our RoPE pairs dims (2i, 2i+1) of a head, HF's pairs (i, i + hd/2): put evens first, then odds.
+    halves = torch.cat((torch.arange(0, hd, 2), torch.arange(1, hd, 2)))
     for i, block in enumerate(model.blocks):
         p = f"model.layers.{i}"
-        q, k, v = block.attn.qkv_proj.weight.split(
-            (cfg.n_heads * hd, cfg.n_kv_heads * hd, cfg.n_kv_heads * hd)
-        )
-        out |= {f"{p}.self_attn.q_proj.weight": q, f"{p}.self_attn.k_proj.weight": k}
-        out |= {f"{p}.self_attn.v_proj.weight": v, f"{p}.self_attn.o_proj.weight": block.attn.o_proj.weight}
+        q, k, v = block.attn.qkv_proj.weight.split((cfg.n_heads * hd, cfg.kv_heads * hd, cfg.kv_heads * hd))
+        out[f"{p}.self_attn.q_proj.weight"] = q.unflatten(0, (cfg.n_heads, hd))[:, halves].flatten(0, 1)
+        out[f"{p}.self_attn.k_proj.weight"] = k.unflatten(0, (cfg.kv_heads, hd))[:, halves].flatten(0, 1)
+        out[f"{p}.self_attn.v_proj.weight"] = v
+        out[f"{p}.self_attn.o_proj.weight"] = block.attn.o_proj.weight
         if cfg.qk_norm:
-            out[f"{p}.self_attn.q_norm.weight"] = block.attn.q_norm.weight
-            out[f"{p}.self_attn.k_norm.weight"] = block.attn.k_norm.weight
+            out[f"{p}.self_attn.q_norm.weight"] = block.attn.q_norm.weight[halves]
+            out[f"{p}.self_attn.k_norm.weight"] = block.attn.k_norm.weight[halves]
         out[f"{p}.input_layernorm.weight"] = block.attn_norm.weight
         out[f"{p}.post_attention_layernorm.weight"] = block.ffn_norm.weight
         ffn = block.ffn
@@ -179,7 +182,9 @@ def export_hf(model: Transformer, cfg: ModelConfig, tokenizer_dir: Path | None, 
         raise UserError(f"{tokenizer_dir}: tokenizer folder not found")
     hf_cfg = _hf_config(cfg, architecture)
     hf_cfg.architectures = [architecture]
-    hf_model = getattr(transformers, architecture)(hf_cfg).float()
+    with warnings.catch_warnings():  # zero-width shared experts warn that their init is a no-op
+        warnings.simplefilter("ignore")
+        hf_model = getattr(transformers, architecture)(hf_cfg).float()
     weights = hf_state_dict(model)
     if cfg.tie_embeddings:
         weights["lm_head.weight"] = weights["model.embed_tokens.weight"]

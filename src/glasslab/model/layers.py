@@ -1,10 +1,11 @@
 """The dense building blocks: RMSNorm, rotary position embedding, grouped-query attention, SwiGLU.
 
-Layouts follow the Llama/Qwen3/GLM family in Hugging Face ``transformers`` so the export is a pure
-renaming: RoPE rotates the two halves of each head (``rotate_half``), QK-norm is an RMSNorm over each
-head's width applied before RoPE, and SwiGLU is ``down(silu(gate(x)) * up(x))``. We fuse the Q/K/V
-projections and the gate/up projections into single matmuls because one big matmul is faster than
-three small ones on a CPU; the export splits them.
+The maths is that of the Llama/Qwen3/GLM family in Hugging Face ``transformers`` (QK-norm is an RMSNorm
+over each head's width applied before RoPE; SwiGLU is ``down(silu(gate(x)) * up(x))``), with three
+layout choices for CPU speed that the export undoes: Q/K/V and gate/up projections are fused into
+single matmuls, and RoPE rotates adjacent pairs of a head's dimensions as complex numbers (one
+elementwise op) where HF rotates the two halves (``rotate_half``: five ops); permuting each head's
+Q/K rows (and QK-norm weights) maps one onto the other exactly.
 """
 
 from __future__ import annotations
@@ -33,21 +34,20 @@ class RMSNorm(nn.Module):
         return self.weight * normed
 
 
-def rope_cos_sin(
-    positions_T: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin tables (T, head_dim) for the given token positions, halves repeated (HF layout)."""
+def rope_rotations(positions_T: torch.Tensor, head_dim: int, theta: float) -> torch.Tensor:
+    """Unit complex rotations (T, 1, head_dim / 2), pair i turning at theta^(-2i / head_dim) per position."""
     inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=positions_T.device).float() / head_dim))
-    freqs_TH = positions_T.float()[:, None] * inv_freq[None, :]
-    angles_TD = torch.cat((freqs_TH, freqs_TH), dim=-1)
-    return angles_TD.cos().to(dtype), angles_TD.sin().to(dtype)
+    angles_TH = positions_T.float()[:, None] * inv_freq[None, :]
+    return torch.polar(torch.ones_like(angles_TH), angles_TH)[:, None, :]
 
 
-def apply_rope(x_BHTD: torch.Tensor, cos_TD: torch.Tensor, sin_TD: torch.Tensor) -> torch.Tensor:
-    half = x_BHTD.shape[-1] // 2
-    x1, x2 = x_BHTD[..., :half], x_BHTD[..., half:]
-    rotated = torch.cat((-x2, x1), dim=-1)
-    return x_BHTD * cos_TD + rotated * sin_TD
+def apply_rope(x_BTND: torch.Tensor, rotations_T1H: torch.Tensor) -> torch.Tensor:
+    """Rotate adjacent pairs (2i, 2i+1) of every head as complex numbers (one fused multiply, in fp32).
+
+    Hugging Face rotates halves (i, i + D/2) instead; the export permutes the Q/K projection rows.
+    """
+    pairs = torch.view_as_complex(x_BTND.float().unflatten(-1, (-1, 2)))
+    return torch.view_as_real(pairs * rotations_T1H).flatten(-2).to(x_BTND.dtype)
 
 
 class LayerKVCache:
@@ -71,12 +71,17 @@ class LayerKVCache:
 
 
 class Attention(nn.Module):
-    """Causal grouped-query self-attention (optional QK-norm, RoPE) via ``F.scaled_dot_product_attention``."""
+    """Causal grouped-query self-attention (optional QK-norm, RoPE) via ``F.scaled_dot_product_attention``.
+
+    Queries and keys are normalised and rotated together, as one (B, T, n_heads + n_kv_heads, D)
+    tensor, to halve the elementwise passes, which dominate over matmuls at small widths on a CPU.
+    """
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
-        self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.n_kv_heads, cfg.attn_head_dim
-        qkv_width = (cfg.n_heads + 2 * cfg.n_kv_heads) * self.head_dim
+        self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.kv_heads, cfg.attn_head_dim
+        self.eps = cfg.norm_eps
+        qkv_width = (cfg.n_heads + 2 * cfg.kv_heads) * self.head_dim
         self.qkv_proj = nn.Linear(cfg.d_model, qkv_width, bias=False)
         self.o_proj = nn.Linear(cfg.d_attn, cfg.d_model, bias=False)
         self.q_norm = RMSNorm(self.head_dim, cfg.norm_eps) if cfg.qk_norm else None
@@ -85,18 +90,22 @@ class Attention(nn.Module):
     def forward(
         self,
         x_BTD: torch.Tensor,
-        cos_TD: torch.Tensor,
-        sin_TD: torch.Tensor,
+        rotations_T1H: torch.Tensor,
         cache: LayerKVCache | None = None,
     ) -> torch.Tensor:
         B, T, _ = x_BTD.shape
-        hd = self.head_dim
-        qkv = self.qkv_proj(x_BTD).view(B, T, self.n_heads + 2 * self.n_kv_heads, hd)
-        q_BTHD, k_BTKD, v_BTKD = qkv.split((self.n_heads, self.n_kv_heads, self.n_kv_heads), dim=2)
+        H, K, hd = self.n_heads, self.n_kv_heads, self.head_dim
+        qkv_BTND = self.qkv_proj(x_BTD).view(B, T, H + 2 * K, hd)
+        qk_BTND, v_BTKD = qkv_BTND.split((H + K, K), dim=2)
         if self.q_norm is not None:
-            q_BTHD, k_BTKD = self.q_norm(q_BTHD), self.k_norm(k_BTKD)
-        q_BHTD = apply_rope(q_BTHD.transpose(1, 2), cos_TD, sin_TD)
-        k_BKTD = apply_rope(k_BTKD.transpose(1, 2), cos_TD, sin_TD)
+            weight_ND = torch.cat((self.q_norm.weight.expand(H, hd), self.k_norm.weight.expand(K, hd)))
+            if qk_BTND.dtype == torch.float32:
+                qk_BTND = F.rms_norm(qk_BTND, (hd,), None, self.eps) * weight_ND
+            else:
+                qk_BTND = F.rms_norm(qk_BTND.float(), (hd,), None, self.eps).to(qk_BTND.dtype) * weight_ND
+        qk_BTND = apply_rope(qk_BTND, rotations_T1H)
+        q_BHTD = qk_BTND[:, :, :H].transpose(1, 2)
+        k_BKTD = qk_BTND[:, :, H:].transpose(1, 2)
         v_BKTD = v_BTKD.transpose(1, 2)
         past = 0
         if cache is not None:
@@ -113,9 +122,9 @@ class Attention(nn.Module):
             v_BKTD,
             attn_mask=mask,
             is_causal=past == 0 and T > 1,
-            enable_gqa=self.n_kv_heads != self.n_heads,
+            enable_gqa=K != H,
         )
-        return self.o_proj(out_BHTD.transpose(1, 2).reshape(B, T, self.n_heads * hd))
+        return self.o_proj(out_BHTD.transpose(1, 2).reshape(B, T, H * hd))
 
 
 class SwiGLU(nn.Module):

@@ -33,7 +33,20 @@ from glasslab.model.layers import SwiGLU
 MARGIN_BINS = 1024
 """Bins of the per-expert score-margin histogram (the quantile balancing rule)."""
 MARGIN_RANGE = 2.0
-"""Margins are histogrammed over [-MARGIN_RANGE, MARGIN_RANGE] (scores lie in [0, 1], plus the bias)."""
+"""Margins are histogrammed over [-MARGIN_RANGE, MARGIN_RANGE] (scores lie in [0, 1], plus the bias).
+
+Bins are uniform in u = sign(m)·sqrt(|m| / MARGIN_RANGE), so they are finest near a zero margin, where
+the balancing decision is made: softmax scores of many experts differ by only ~1e-3."""
+
+
+def margin_to_unit(margin: torch.Tensor) -> torch.Tensor:
+    """Margin → u in [-1, 1] (the histogram's uniform coordinate)."""
+    return torch.sign(margin) * (margin.abs() / MARGIN_RANGE).clamp(max=1.0).sqrt()
+
+
+def unit_to_margin(u: torch.Tensor) -> torch.Tensor:
+    """Inverse of :func:`margin_to_unit`."""
+    return torch.sign(u) * u.square() * MARGIN_RANGE
 
 
 @dataclass
@@ -114,11 +127,14 @@ class GroupedExperts(nn.Module):
             gate, up = h_NF2.chunk(2, dim=-1)
             return torch._grouped_mm(F.silu(gate) * up, self.down_EFD, offs=offsets_E)
         outputs = []
-        for e, x_nD in enumerate(x_ND.split(counts_E.tolist())):
+        # unbind, not indexing: its backward stacks the per-expert gradients once, where indexing
+        # would allocate and add a full (E, D, 2F) zero gradient per expert.
+        experts = zip(self.gate_up_EDF2.unbind(0), self.down_EFD.unbind(0), strict=True)
+        for x_nD, (gate_up_DF2, down_FD) in zip(x_ND.split(counts_E.tolist()), experts, strict=True):
             if x_nD.shape[0] == 0:
                 continue
-            gate, up = (x_nD @ self.gate_up_EDF2[e]).chunk(2, dim=-1)
-            outputs.append((F.silu(gate) * up) @ self.down_EFD[e])
+            gate, up = (x_nD @ gate_up_DF2).chunk(2, dim=-1)
+            outputs.append((F.silu(gate) * up) @ down_FD)
         if not outputs:
             return x_ND.new_zeros(x_ND.shape)
         return torch.cat(outputs)
@@ -226,8 +242,6 @@ def margin_histogram(choice_TE: torch.Tensor, expert_TK: torch.Tensor) -> torch.
     kth_T1, next_T1 = top_TK1[:, K - 1 : K], top_TK1[:, -1:]
     chosen_TE = torch.zeros_like(choice_TE, dtype=torch.bool).scatter_(1, expert_TK, True)
     margin_TE = choice_TE - torch.where(chosen_TE, next_T1, kth_T1)
-    bin_TE = (
-        ((margin_TE + MARGIN_RANGE) * (MARGIN_BINS / (2 * MARGIN_RANGE))).long().clamp_(0, MARGIN_BINS - 1)
-    )
+    bin_TE = ((margin_to_unit(margin_TE) + 1) * (MARGIN_BINS / 2)).long().clamp_(0, MARGIN_BINS - 1)
     flat = (torch.arange(E, device=choice_TE.device) * MARGIN_BINS)[None, :] + bin_TE
     return torch.bincount(flat.reshape(-1), minlength=E * MARGIN_BINS).view(E, MARGIN_BINS)

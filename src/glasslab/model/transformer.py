@@ -9,7 +9,7 @@ from torch import nn
 
 from glasslab.model.balancing import Balancer
 from glasslab.model.config import ModelConfig
-from glasslab.model.layers import Attention, LayerKVCache, RMSNorm, SwiGLU, output_std, rope_cos_sin
+from glasslab.model.layers import Attention, LayerKVCache, RMSNorm, SwiGLU, output_std, rope_rotations
 from glasslab.model.moe import MoEFeedForward
 
 PARAM_GROUPS = ("embed", "attn", "mlp", "experts", "router", "norm", "lm_head")
@@ -30,11 +30,10 @@ class Block(nn.Module):
     def forward(
         self,
         x_BTD: torch.Tensor,
-        cos_TD: torch.Tensor,
-        sin_TD: torch.Tensor,
+        rotations_T1H: torch.Tensor,
         cache: LayerKVCache | None = None,
     ) -> torch.Tensor:
-        x_BTD = x_BTD + self.attn(self.attn_norm(x_BTD), cos_TD, sin_TD, cache)
+        x_BTD = x_BTD + self.attn(self.attn_norm(x_BTD), rotations_T1H, cache)
         return x_BTD + self.ffn(self.ffn_norm(x_BTD))
 
 
@@ -77,9 +76,9 @@ class Transformer(nn.Module):
         x_BTD = self.embed(tokens_BT)
         start = caches[0].length if caches else 0
         positions_T = torch.arange(start, start + T, device=tokens_BT.device)
-        cos_TD, sin_TD = rope_cos_sin(positions_T, self.cfg.attn_head_dim, self.cfg.rope_theta, x_BTD.dtype)
+        rotations_T1H = rope_rotations(positions_T, self.cfg.attn_head_dim, self.cfg.rope_theta)
         for i, block in enumerate(self.blocks):
-            x_BTD = block(x_BTD, cos_TD, sin_TD, caches[i] if caches else None)
+            x_BTD = block(x_BTD, rotations_T1H, caches[i] if caches else None)
         logits_BTV = F.linear(self.final_norm(x_BTD), self.output_weight_VD).float()
         self._logit_z_loss = None
         if self.training and self.cfg.logit_z_loss_coef > 0:
@@ -102,7 +101,7 @@ class Transformer(nn.Module):
     def new_kv_caches(self, batch: int, max_len: int) -> list[LayerKVCache]:
         """Empty per-layer KV caches for decoding up to ``max_len`` positions."""
         cfg, like = self.cfg, self.embed.weight
-        return [LayerKVCache(batch, cfg.n_kv_heads, max_len, cfg.attn_head_dim, like) for _ in self.blocks]
+        return [LayerKVCache(batch, cfg.kv_heads, max_len, cfg.attn_head_dim, like) for _ in self.blocks]
 
     def param_groups(self) -> dict[str, list[tuple[str, nn.Parameter]]]:
         """Parameters by group (``embed, attn, mlp, experts, router, norm, lm_head``); a tied LM head is

@@ -1,0 +1,173 @@
+"""Model benchmark: training-step throughput of our MoE vs transformers' Qwen3-MoE, and model FLOP/s.
+
+Everything is measured side by side in one run on this machine, so ratios are meaningful even on a
+shared, noisy CPU (absolute numbers are not):
+
+- CPU, fp32, batch 8 × 256 tokens: tokens/s of a full training step (forward, backward, AdamW) for our
+  MoE and for ``Qwen3MoeForCausalLM`` with the same dimensions (vocab 8,192, d_model 256, 8 layers, 4
+  heads, 16 experts of hidden size 256, top-2, softmax routing, QK-norm — the same function: our model
+  exports to that class exactly);
+- model FLOP/s (``cfg.flops_per_token`` × tokens/s) of our dense and MoE models as a fraction of this
+  machine's fp32 2048×2048 matmul FLOP/s measured in the same run;
+- with CUDA: the same fraction ("MFU") for a ~1B-total MoE and a dense model of similar active size in
+  bf16, against a bf16 8192×8192 matmul measured in the same run.
+
+Run: ``python bench/model_bench.py [--steps N]``. Ends with ``name: value  (target …)`` lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+import warnings
+
+import torch
+import torch.nn.functional as F
+
+from glasslab.model import ModelConfig, MoEConfig, Transformer
+
+SEQ, BATCH = 256, 8
+MOE_CPU = ModelConfig(
+    vocab_size=8192,
+    d_model=256,
+    n_layers=8,
+    n_heads=4,
+    d_ff=768,
+    moe=MoEConfig(
+        num_experts=16, top_k=2, d_expert=256, num_shared_experts=0, router="softmax", balancing="none"
+    ),
+)
+DENSE_CPU = ModelConfig(vocab_size=8192, d_model=256, n_layers=8, n_heads=4, d_ff=768)
+
+
+def matmul_flops_per_s(n: int, dtype: torch.dtype, device: str, seconds: float = 2.0) -> float:
+    """Measured FLOP/s of an n×n by n×n matmul (2n³ FLOPs), best of repeated timings."""
+    a = torch.randn(n, n, dtype=dtype, device=device)
+    b = torch.randn(n, n, dtype=dtype, device=device)
+    best = float("inf")
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        _sync(device)
+        t0 = time.perf_counter()
+        a @ b
+        _sync(device)
+        best = min(best, time.perf_counter() - t0)
+    return 2 * n**3 / best
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def train_tokens_per_s(step, steps: int, tokens_per_step: int, device: str) -> float:
+    """Tokens/s of ``step()`` after one warm-up step, median of ``steps`` timed steps."""
+    step()
+    times = []
+    for _ in range(steps):
+        _sync(device)
+        t0 = time.perf_counter()
+        step()
+        _sync(device)
+        times.append(time.perf_counter() - t0)
+    times.sort()
+    return tokens_per_step / times[len(times) // 2]
+
+
+def ours_step_fn(cfg: ModelConfig, batch: int, seq: int, device: str, dtype: torch.dtype):
+    torch.manual_seed(0)
+    model = Transformer(cfg).to(device=device, dtype=dtype)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    tokens = torch.randint(0, cfg.vocab_size, (batch, seq + 1), device=device)
+
+    def step() -> None:
+        logits = model(tokens[:, :-1])
+        loss = F.cross_entropy(logits.reshape(-1, cfg.vocab_size), tokens[:, 1:].reshape(-1))
+        (loss + model.aux_loss()).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        model.balancer.step()
+
+    return step
+
+
+def hf_step_fn(cfg: ModelConfig, batch: int, seq: int):
+    import transformers
+
+    from glasslab.model.export import _hf_config
+
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = transformers.Qwen3MoeForCausalLM(_hf_config(cfg, "Qwen3MoeForCausalLM")).float().train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    tokens = torch.randint(0, cfg.vocab_size, (batch, seq + 1))
+
+    def step() -> None:
+        logits = model(tokens[:, :-1]).logits
+        loss = F.cross_entropy(logits.reshape(-1, cfg.vocab_size).float(), tokens[:, 1:].reshape(-1))
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
+
+
+def cpu_section(steps: int) -> list[str]:
+    torch.set_num_threads(torch.get_num_threads())
+    peak = matmul_flops_per_s(2048, torch.float32, "cpu")
+    tokens = BATCH * SEQ
+    ours = train_tokens_per_s(ours_step_fn(MOE_CPU, BATCH, SEQ, "cpu", torch.float32), steps, tokens, "cpu")
+    dense = train_tokens_per_s(
+        ours_step_fn(DENSE_CPU, BATCH, SEQ, "cpu", torch.float32), steps, tokens, "cpu"
+    )
+    hf = train_tokens_per_s(hf_step_fn(MOE_CPU, BATCH, SEQ), max(1, steps // 2), tokens, "cpu")
+    moe_frac = MOE_CPU.flops_per_token(SEQ) * ours / peak
+    dense_frac = DENSE_CPU.flops_per_token(SEQ) * dense / peak
+    print(f"cpu threads {torch.get_num_threads()}, fp32 2048² matmul {peak / 1e9:.1f} GFLOP/s")
+    print(f"our MoE {MOE_CPU.size_name()}: {ours:.0f} tok/s; transformers Qwen3-MoE: {hf:.0f} tok/s")
+    print(f"our dense {DENSE_CPU.size_name()}: {dense:.0f} tok/s")
+    return [
+        f"cpu_moe_train_speedup_vs_qwen3moe: {ours / hf:.2f}x  (target >= 5x)",
+        f"cpu_dense_model_flops_fraction_of_matmul: {dense_frac:.2f}  (target >= 0.5)",
+        f"cpu_moe_model_flops_fraction_of_matmul: {moe_frac:.2f}  (target >= 0.35)",
+        f"cpu_moe_tokens_per_s: {ours:.0f}  (context: dense {dense:.0f}, Qwen3-MoE {hf:.0f})",
+    ]
+
+
+def gpu_section(steps: int) -> list[str]:
+    peak = matmul_flops_per_s(8192, torch.bfloat16, "cuda")
+    moe = ModelConfig(
+        vocab_size=32768,
+        d_model=1024,
+        n_layers=16,
+        n_heads=16,
+        d_ff=2816,
+        moe=MoEConfig(num_experts=32, top_k=2, d_expert=704, num_shared_experts=1, first_k_dense=1),
+    )
+    dense = ModelConfig(vocab_size=32768, d_model=1024, n_layers=12, n_heads=16, d_ff=2816)
+    batch, seq = 16, 2048
+    lines = [f"gpu bf16 8192² matmul: {peak / 1e12:.0f} TFLOP/s"]
+    out = []
+    for name, cfg, target in (("moe", moe, 0.25), ("dense", dense, 0.45)):
+        rate = train_tokens_per_s(
+            ours_step_fn(cfg, batch, seq, "cuda", torch.bfloat16), steps, batch * seq, "cuda"
+        )
+        lines.append(f"gpu {name} {cfg.size_name()}: {rate:.0f} tok/s")
+        out.append(f"gpu_{name}_mfu_bf16: {cfg.flops_per_token(seq) * rate / peak:.2f}  (target >= {target})")
+    print("\n".join(lines))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=4, help="timed training steps per model (median)")
+    args = parser.parse_args()
+    headline = cpu_section(args.steps)
+    if torch.cuda.is_available():
+        headline += gpu_section(args.steps)
+    print("\n".join(headline))
+
+
+if __name__ == "__main__":
+    main()
