@@ -1,0 +1,38 @@
+"""Data: sources → processing → BPE tokenizer → shards → mixture → resumable loader, and the report.
+
+Public API (see the module of each for details):
+
+- :class:`BuildConfig` and :func:`build_dataset` — ``glasslab data build``;
+- :class:`DataConfig`, :class:`MixtureConfig`, :class:`PhaseConfig` and :class:`Loader` — training data;
+- :func:`eval_batches`, :func:`eval_bytes_per_token` — held-out evaluation;
+- :func:`load_tokenizer`, :func:`manifest_hash`, :func:`make_report`, :func:`plan_mixture`.
+
+Names are imported on first use, so building a dataset never pays for importing torch (the loader's).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_HOMES = {
+    "build_dataset": "build",
+    "BuildConfig": "config", "DataConfig": "config", "DedupConfig": "config", "EvalSplitConfig": "config",
+    "FilterConfig": "config", "MixtureConfig": "config", "PhaseConfig": "config", "SourceConfig": "config",
+    "TokenizerConfig": "config",
+    "DataExhausted": "loader", "Loader": "loader", "eval_batches": "loader", "eval_bytes_per_token": "loader",
+    "plan_mixture": "mixture", "make_report": "report", "manifest_hash": "shards", "load_tokenizer": "tokenizer",
+}
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module 'glasslab.data' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"glasslab.data.{_HOMES[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

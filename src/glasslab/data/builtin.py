@@ -15,6 +15,7 @@ the training code domain (and the other way round) and decontamination has nothi
 from __future__ import annotations
 
 import ast
+import os
 import platform
 import sysconfig
 import zlib
@@ -41,7 +42,11 @@ def provenance(corpus: str) -> str:
 def stdlib_modules() -> list[Path]:
     """Every standard-library ``.py`` file outside test and vendored folders, sorted by relative path."""
     root = stdlib_dir()
-    files = [p for p in root.rglob("*.py") if not EXCLUDED_DIRS.intersection(p.relative_to(root).parts[:-1])]
+    files = []
+    for folder, subfolders, names in os.walk(root):
+        # Pruning here, not filtering afterwards: site-packages alone can be hundreds of MB.
+        subfolders[:] = [d for d in subfolders if d not in EXCLUDED_DIRS]
+        files.extend(Path(folder) / name for name in names if name.endswith(".py"))
     return sorted(files, key=lambda p: p.relative_to(root).as_posix())
 
 

@@ -1,0 +1,211 @@
+"""The training loader: a deterministic, resumable stream of packed sequences, split across ranks.
+
+The global stream is defined without reference to ranks. For optimiser step ``s`` a generator seeded
+by ``(seed, s)`` draws a domain for each of the ``global_batch`` sequences from the weights in force
+(domains at their epoch cap drop out). A sequence is the next ``seq_len + 1`` tokens of its domain's
+stream: the domain's documents (each ending in ``<|endoftext|>``) concatenated in an order shuffled
+afresh every epoch, so sequences pack documents back to back and span document boundaries. A domain's
+cursor is the number of its stream tokens consumed; sequences do not overlap.
+
+State is therefore global — the step and one cursor per domain — and every rank computes the whole
+step's draw and takes rows ``[rank * B, (rank + 1) * B)``. Ranks get disjoint, gap-free slices of the
+same global batch, and a resume may change ``world_size`` as long as ``global_batch`` stays.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from glasslab.data.config import DataConfig
+from glasslab.data.mixture import check_mixture, weights_at
+from glasslab.data.shards import Shard, manifest_hash, open_shard, read_manifest
+from glasslab.errors import UserError
+
+STATE_VERSION = 1
+
+
+class DataExhausted(UserError):
+    """Every domain with weight has reached its epoch cap; no further batch can be drawn."""
+
+
+class DomainStream:
+    """One domain's training tokens as an endless stream, its documents reshuffled each epoch."""
+
+    def __init__(self, shard: Shard, seed: int, domain: str) -> None:
+        self.shard = shard
+        self.tokens_per_epoch = shard.num_tokens
+        self._lengths = shard.lengths
+        self._starts = shard.ends - self._lengths
+        self._key = zlib.crc32(domain.encode())
+        self._seed = seed
+        self._orders: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def _order(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
+        """Document permutation of ``epoch`` and the cumulative token ends in that order."""
+        if epoch not in self._orders:
+            if len(self._orders) >= 2:
+                self._orders.pop(min(self._orders))
+            perm = np.random.default_rng([self._seed, self._key, epoch]).permutation(len(self._lengths))
+            self._orders[epoch] = (perm, np.cumsum(self._lengths[perm]))
+        return self._orders[epoch]
+
+    def read(self, position: int, count: int) -> np.ndarray:
+        """``count`` tokens of the stream starting at stream position ``position``."""
+        out = np.empty(count, dtype=np.int64)
+        filled = 0
+        while filled < count:
+            epoch, offset = divmod(position, self.tokens_per_epoch)
+            perm, cum_ends = self._order(epoch)
+            k = int(np.searchsorted(cum_ends, offset, side="right"))
+            doc = perm[k]
+            within = offset - (int(cum_ends[k]) - int(self._lengths[doc]))
+            take = min(count - filled, int(self._lengths[doc]) - within)
+            start = int(self._starts[doc]) + within
+            out[filled:filled + take] = self.shard.tokens[start:start + take]
+            filled += take
+            position += take
+        return out
+
+
+class Loader:
+    """Batches of ``(global_batch // world_size, seq_len + 1)`` token ids for one data-parallel rank.
+
+    Raises :class:`~glasslab.errors.UserError` at construction for a missing dataset, an empty
+    mixture, an unknown domain, or a batch that does not split evenly over ranks.
+    """
+
+    def __init__(self, data_cfg: DataConfig, seq_len: int, global_batch: int, rank: int = 0,
+                 world_size: int = 1) -> None:
+        if not data_cfg.path:
+            raise UserError("data.path: empty; point it at a folder built by `glasslab data build`")
+        if global_batch < 1 or world_size < 1 or global_batch % world_size:
+            raise UserError(f"global batch {global_batch} does not split evenly over {world_size} rank(s)")
+        if not 0 <= rank < world_size:
+            raise UserError(f"rank {rank} is outside 0..{world_size - 1}")
+        if seq_len < 1:
+            raise UserError(f"seq_len={seq_len}: expected a positive number of tokens")
+        self.cfg = data_cfg
+        self.path = Path(data_cfg.path)
+        manifest = read_manifest(self.path)
+        check_mixture(data_cfg.mixture, manifest["domains"])
+        self.manifest_hash = manifest_hash(self.path)
+        self.seq_len, self.global_batch = seq_len, global_batch
+        self.rank, self.world_size = rank, world_size
+        self.rows_per_rank = global_batch // world_size
+        self.domains = sorted(d for _, w in data_cfg.mixture.weight_sets() for d, v in w.items() if v > 0)
+        self.domains = sorted(set(self.domains))
+        self._streams: dict[str, DomainStream] = {}
+        for domain in self.domains:
+            shard = open_shard(self.path, domain, "train", manifest)
+            if shard.num_tokens < seq_len + 1:
+                raise UserError(f"{self.path}: domain {domain!r} has {shard.num_tokens} training tokens, "
+                                f"fewer than one sequence of {seq_len + 1}")
+            self._streams[domain] = DomainStream(shard, data_cfg.seed, domain)
+        self._cap_tokens = {
+            d: data_cfg.mixture.epoch_caps.get(d, float("inf")) * s.tokens_per_epoch for d, s in self._streams.items()
+        }
+        self.step = 0
+        self.cursors = dict.fromkeys(self.domains, 0)
+        self.last_batch_domains: list[str] = []
+        """Domain of each row of the last batch this rank returned."""
+
+    # --- the global stream --------------------------------------------------------------------
+
+    def weights_at(self, step: int) -> dict[str, float]:
+        """Normalised mixture weights in force at optimiser step ``step`` (configured, before caps)."""
+        return weights_at(self.cfg.mixture, step)
+
+    def _draw(self) -> list[tuple[str, int]]:
+        """(domain, stream position) of every sequence of the current step; advances the cursors."""
+        weights = self.weights_at(self.step)
+        window = self.seq_len + 1
+        uniforms = np.random.default_rng([self.cfg.seed, self.step]).random(self.global_batch)
+        plan = []
+        for u in uniforms:
+            active = [d for d in self.domains if weights.get(d, 0.0) > 0
+                      and self.cursors[d] + window <= self._cap_tokens[d]]
+            if not active:
+                raise DataExhausted(f"data exhausted at step {self.step}: every weighted domain reached its "
+                                    f"epoch cap ({dict(self.cfg.mixture.epoch_caps)})")
+            cumulative = np.cumsum([weights[d] for d in active])
+            domain = active[min(int(np.searchsorted(cumulative, u * cumulative[-1], side="right")), len(active) - 1)]
+            plan.append((domain, self.cursors[domain]))
+            self.cursors[domain] += window
+        self.step += 1
+        return plan
+
+    def next_batch(self) -> torch.Tensor:
+        """This rank's rows of the next optimiser step: LongTensor ``(global_batch // world_size, seq_len + 1)``."""
+        plan = self._draw()
+        mine = plan[self.rank * self.rows_per_rank:(self.rank + 1) * self.rows_per_rank]
+        batch = np.stack([self._streams[d].read(pos, self.seq_len + 1) for d, pos in mine])
+        self.last_batch_domains = [d for d, _ in mine]
+        return torch.from_numpy(batch)
+
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        while True:
+            yield self.next_batch()
+
+    def skip(self, n_steps: int) -> None:
+        """Advance past ``n_steps`` optimiser steps without reading their tokens (e.g. past bad data)."""
+        for _ in range(n_steps):
+            self._draw()
+
+    def epochs(self) -> dict[str, float]:
+        """Passes taken over each domain's training tokens so far."""
+        return {d: self.cursors[d] / s.tokens_per_epoch for d, s in self._streams.items()}
+
+    # --- resume -------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict:
+        """Global position of the stream (independent of rank and world size)."""
+        return {"version": STATE_VERSION, "step": self.step, "cursors": dict(self.cursors),
+                "seed": self.cfg.seed, "seq_len": self.seq_len, "global_batch": self.global_batch,
+                "manifest_hash": self.manifest_hash}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue the global stream from ``state``; refuses a state from another dataset or shape."""
+        for key, mine in (("manifest_hash", self.manifest_hash), ("seq_len", self.seq_len),
+                          ("global_batch", self.global_batch), ("seed", self.cfg.seed)):
+            if state.get(key) != mine:
+                raise UserError(f"loader state: {key}={state.get(key)!r} does not match this run's {mine!r}")
+        self.step = int(state["step"])
+        self.cursors = dict.fromkeys(self.domains, 0) | {d: int(c) for d, c in state["cursors"].items()}
+
+
+# --- evaluation -------------------------------------------------------------------------------
+
+
+def eval_batches(dataset_dir: str | Path, domain: str, seq_len: int, batch_size: int,
+                 max_tokens: int = 0) -> Iterator[torch.Tensor]:
+    """Held-out batches of ``domain``: LongTensor ``(B, seq_len + 1)``, B <= ``batch_size``.
+
+    Consecutive non-overlapping windows of the eval shard in stored order, up to ``max_tokens``
+    tokens (0 = all of it); the same every call. Fails when the eval shard is shorter than a window.
+    """
+    shard = open_shard(dataset_dir, domain, "eval")
+    window = seq_len + 1
+    num_windows = shard.num_tokens // window
+    if max_tokens:
+        num_windows = min(num_windows, max(max_tokens // window, 1))
+    if num_windows == 0:
+        raise UserError(f"{dataset_dir}: eval split of {domain!r} has {shard.num_tokens} tokens, "
+                        f"fewer than one window of {window}")
+    for first in range(0, num_windows, batch_size):
+        rows = min(batch_size, num_windows - first)
+        flat = np.asarray(shard.tokens[first * window:(first + rows) * window], dtype=np.int64)
+        yield torch.from_numpy(flat.reshape(rows, window))
+
+
+def eval_bytes_per_token(dataset_dir: str | Path, domain: str) -> float:
+    """UTF-8 bytes of eval text per eval token (end-of-text ids counted as tokens).
+
+    Bits per byte = loss (nats/token) / ln 2 / this.
+    """
+    shard = open_shard(dataset_dir, domain, "eval")
+    return shard.bytes / max(shard.num_tokens, 1)

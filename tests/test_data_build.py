@@ -1,0 +1,130 @@
+"""End-to-end builds on small real text: shards, manifest, report, determinism, bad input, the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from data_helpers import SRC, build_small, small_build_config, topic_texts
+
+from glasslab.data import build_dataset, load_tokenizer, manifest_hash
+from glasslab.data.normalize import normalize
+from glasslab.data.shards import file_sha256, open_shard
+from glasslab.errors import UserError
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("build")
+    return tmp, build_small(tmp, num_workers=2)
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=SRC)
+    return subprocess.run([sys.executable, "-m", "glasslab", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_shards_hold_the_documents_and_the_manifest_checks_out(built):
+    _, ds = built
+    manifest = json.loads((ds / "manifest.json").read_text())
+    assert manifest["python_version"] == platform.python_version() and manifest["dtype"] == "uint16"
+    assert not (ds / ".build-tmp").exists()
+    assert file_sha256(ds / "tokenizer" / "tokenizer.json") == manifest["tokenizer"]["sha256"]
+    tokenizer = load_tokenizer(ds)
+    inputs = {normalize(t) for t in topic_texts()}
+    for domain in ("alpha", "beta"):
+        texts = {}
+        for split in ("train", "eval"):
+            entry = manifest["domains"][domain][split]
+            assert file_sha256(ds / entry["file"]) == entry["sha256"]
+            shard = open_shard(ds, domain, split)
+            assert shard.num_tokens == entry["tokens"] and len(shard.ends) == entry["documents"] > 0
+            assert np.all(shard.tokens[shard.ends - 1] == manifest["eot_id"])  # every document ends in EOT
+            texts[split] = [tokenizer.decode(shard.document(i)[:-1].tolist(), skip_special_tokens=False)
+                            for i in range(len(shard.ends))]
+            assert set(texts[split]) <= inputs
+            assert sum(len(t.encode()) for t in texts[split]) == entry["bytes"]
+        assert not set(texts["train"]) & set(texts["eval"])
+
+
+def test_report_has_the_agreed_layout(built):
+    _, ds = built
+    report = json.loads((ds / "report.json").read_text())
+    assert report["manifest_hash"] == manifest_hash(ds)
+    assert [s["domain"] for s in report["sources"]] == ["alpha", "beta"]
+    assert {"name", "domain", "kind", "path", "provenance", "licence"} <= set(report["sources"][0])
+    stages = [f["stage"] for f in report["funnel"]]
+    assert stages[:2] == ["raw", "normalized"] and stages[-4:] == ["exact_dedup", "near_dedup", "decontaminate", "tokens"]
+    assert sorted(stages[2:-4]) == sorted(f"filter:{n}" for n in report["filters"])
+    documents = [f["documents"] for f in report["funnel"]]
+    assert documents == sorted(documents, reverse=True) and documents[0] == len(topic_texts())
+    assert documents[1] - documents[-5] == sum(report["filters"].values())
+    assert report["funnel"][-1]["tokens"] == sum(d["tokens"] + d["eval_tokens"] for d in report["domains"].values())
+    for d in report["domains"].values():
+        assert 2.0 < d["bytes_per_token"] < 6.0
+        assert sum(d["length_histogram"]["counts"]) == d["documents"] and len(d["samples"]) == 3
+        assert d["eval_documents"] >= 2
+    assert report["errors"] == {"malformed_lines": [], "malformed_count": 0, "invalid_utf8": 0}
+
+
+def test_rebuild_serial_gives_the_same_manifest_and_failed_build_keeps_the_old(built, tmp_path):
+    tmp, ds = built
+    again = build_dataset(small_build_config(tmp, num_workers=1), tmp_path / "again", progress=False)
+    assert manifest_hash(again) == manifest_hash(ds)
+    before = manifest_hash(again)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"content": "no text field"}\n')
+    cfg = small_build_config(tmp, sources=small_build_config(tmp).sources
+                             + (small_build_config(tmp).sources[0].__class__(domain="gamma", kind="jsonl", path=str(bad)),))
+    with pytest.raises(UserError, match="no text field 'text' \\(keys: content\\)"):
+        build_dataset(cfg, again, progress=False)
+    assert manifest_hash(again) == before and not (again / ".build-tmp").exists()
+
+
+def test_cli_build_demo_corpora_report_and_bad_input(tmp_path):
+    config = {
+        "sources": [
+            {"domain": "code", "kind": "builtin", "path": "stdlib_code", "max_documents": 12,
+             "skip_filters": ["mean_word_length", "symbol_ratio", "alpha_ratio", "top_ngram", "duplicate_ngrams"]},
+            {"domain": "prose", "kind": "builtin", "path": "stdlib_prose", "max_documents": 20},
+            {"domain": "reference", "kind": "builtin", "path": "pydoc_topics", "max_documents": 25},
+        ],
+        "tokenizer": {"vocab_size": 400},
+    }
+    (tmp_path / "demo.yaml").write_text(yaml.safe_dump(config))
+    done = _cli("data", "build", "demo.yaml", "eval.min_documents=1", "--out", "ds", "--quiet", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    manifest = json.loads((tmp_path / "ds" / "manifest.json").read_text())
+    assert sorted(manifest["domains"]) == ["code", "prose", "reference"]
+    assert manifest["config"]["eval"]["min_documents"] == 1 and manifest["vocab_size"] == 400
+    report = json.loads((tmp_path / "ds" / "report.json").read_text())
+    assert report["sources"][0]["licence"] == "PSF-2.0" and "CPython" in report["sources"][0]["provenance"]
+
+    (tmp_path / "mix.yaml").write_text(yaml.safe_dump(
+        {"weights": {"code": 1, "prose": 1}, "phases": [{"start_step": 10, "weights": {"reference": 1}}],
+         "epoch_caps": {"reference": 1.0}}))
+    done = _cli("data", "report", "ds", "--mixture", "mix.yaml", "--token-budget", "100000",
+                "--tokens-per-step", "1000", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    plan = json.loads((tmp_path / "ds" / "report.json").read_text())["mixture"]
+    assert [p["start_step"] for p in plan["phases"]] == [0, 10]
+    assert plan["phases"][0]["tokens"]["code"] == pytest.approx(5000, abs=1)
+    assert plan["total"]["epochs"]["reference"] == pytest.approx(1.0)  # capped at one epoch
+
+    (tmp_path / "bad.jsonl").write_text('{"text": "fine"}\n{"text": broken\n')
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(
+        {"sources": [{"domain": "x", "kind": "jsonl", "path": "bad.jsonl"}], "filters": {"min_words": 1}}))
+    done = _cli("data", "build", "bad.yaml", "--strict", "--out", "bad_ds", "--quiet", cwd=tmp_path)
+    assert done.returncode == 2 and "bad.jsonl:2: malformed JSON" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and not (tmp_path / "bad_ds" / "manifest.json").exists()
+    (tmp_path / "mix_bad.yaml").write_text(yaml.safe_dump({"weights": {"code": 1, "poetry": 1}}))
+    done = _cli("data", "report", "ds", "--mixture", "mix_bad.yaml", cwd=tmp_path)
+    assert done.returncode == 2 and "unknown domain 'poetry'" in done.stderr

@@ -1,0 +1,111 @@
+"""Readers: every input format on small real text, and bad input exactly as the build promises."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+import zstandard
+from data_helpers import topic_texts, write_jsonl
+
+from glasslab.config import ConfigError, from_dict
+from glasslab.data import SourceConfig
+from glasslab.data.builtin import stdlib_modules
+from glasslab.data.sources import InputErrors, read_source
+from glasslab.errors import UserError
+
+
+def _read(source: SourceConfig, strict: bool = False) -> tuple[list[str], InputErrors]:
+    errors = InputErrors()
+    return list(read_source(source, errors, strict)), errors
+
+
+def test_jsonl_plain_gz_zst_and_parquet_read_the_same_texts(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    texts = topic_texts()[:12]
+    lines = "".join(json.dumps({"body": t}) + "\n" for t in texts).encode()
+    (tmp_path / "a.jsonl").write_bytes(lines)
+    (tmp_path / "b.jsonl.gz").write_bytes(gzip.compress(lines))
+    (tmp_path / "c.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(lines))
+    pq.write_table(pa.table({"body": texts, "n": list(range(12))}), tmp_path / "d.parquet", row_group_size=5)
+    for name in ("a.jsonl", "b.jsonl.gz", "c.jsonl.zst"):
+        got, errors = _read(SourceConfig(domain="x", kind="jsonl", path=str(tmp_path / name), text_field="body"))
+        assert got == texts and errors.invalid_utf8 == 0, name
+    got, _ = _read(SourceConfig(domain="x", kind="parquet", path=str(tmp_path / "d.parquet"), text_field="body"))
+    assert got == texts
+    # A folder reads every JSONL file in it in sorted order (3 formats x 12 texts).
+    got, _ = _read(SourceConfig(domain="x", kind="jsonl", path=str(tmp_path), text_field="body"))
+    assert got == texts * 3
+
+
+def test_text_folder_and_caps(tmp_path):
+    texts = topic_texts()[:5]
+    for i, t in enumerate(texts):
+        (tmp_path / "docs" / f"{i:02d}").mkdir(parents=True)
+        (tmp_path / "docs" / f"{i:02d}" / "page.txt").write_text(t)
+    got, _ = _read(SourceConfig(domain="x", kind="text", path=str(tmp_path / "docs")))
+    assert got == texts
+    got, _ = _read(SourceConfig(domain="x", kind="text", path=str(tmp_path / "docs"), max_documents=2))
+    assert got == texts[:2]
+    got, _ = _read(SourceConfig(domain="x", kind="text", path=str(tmp_path / "docs"), max_bytes=1))
+    assert got == texts[:1]
+
+
+def test_malformed_line_skipped_and_counted_or_fatal_under_strict(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"text": "one"}\n{"text": "two"\n\n{"text": "three"}\nnot json\n')
+    got, errors = _read(SourceConfig(domain="x", kind="jsonl", path=str(path)))
+    assert got == ["one", "three"]
+    assert errors.malformed_lines == [f"{path}:2", f"{path}:5"] and errors.malformed_count == 2
+    with pytest.raises(UserError, match=r"bad\.jsonl:2: malformed JSON"):
+        _read(SourceConfig(domain="x", kind="jsonl", path=str(path)), strict=True)
+
+
+def test_invalid_utf8_replaced_and_counted(tmp_path):
+    path = tmp_path / "latin.jsonl"
+    path.write_bytes(b'{"text": "caf\xe9 ok"}\n{"text": "fine \xc3\xa9"}\n')
+    got, errors = _read(SourceConfig(domain="x", kind="jsonl", path=str(path)))
+    assert got == ["caf\ufffd ok", "fine é"] and errors.invalid_utf8 == 1
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "a.txt").write_bytes(b"\xff\xfebroken")
+    got, errors = _read(SourceConfig(domain="x", kind="text", path=str(tmp_path / "t")))
+    assert got == ["\ufffd\ufffdbroken"] and errors.invalid_utf8 == 1
+
+
+def test_missing_text_field_names_field_and_keys(tmp_path):
+    path = write_jsonl(tmp_path / "f.jsonl", ["hello"], field="content")
+    with pytest.raises(UserError) as info:
+        _read(SourceConfig(domain="x", kind="jsonl", path=str(path)))
+    message = str(info.value)
+    assert "'text'" in message and "content, id" in message and "f.jsonl:1" in message and "\n" not in message
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"content": ["x"]}), tmp_path / "p.parquet")
+    with pytest.raises(UserError, match=r"no text column 'text' \(columns: content\)"):
+        _read(SourceConfig(domain="x", kind="parquet", path=str(tmp_path / "p.parquet")))
+
+
+def test_empty_and_missing_sources_fail_with_one_line(tmp_path):
+    (tmp_path / "empty.jsonl").write_text("")
+    with pytest.raises(UserError, match="empty"):
+        _read(SourceConfig(domain="x", kind="jsonl", path=str(tmp_path / "empty.jsonl")))
+    with pytest.raises(UserError, match="does not exist"):
+        _read(SourceConfig(domain="x", kind="jsonl", path=str(tmp_path / "nope.jsonl")))
+    with pytest.raises(ConfigError, match="source.path='nope'"):
+        from_dict(SourceConfig, {"kind": "builtin", "path": "nope"})
+
+
+def test_builtin_corpora_are_deterministic_capped_and_disjoint():
+    code, _ = _read(SourceConfig(domain="code", kind="builtin", path="stdlib_code", max_documents=5))
+    again, _ = _read(SourceConfig(domain="code", kind="builtin", path="stdlib_code", max_documents=5))
+    assert code == again and len(code) == 5 and all("def " in t or "import" in t for t in code)
+    prose, _ = _read(SourceConfig(domain="prose", kind="builtin", path="stdlib_prose", max_bytes=50_000))
+    assert 50_000 <= sum(len(t.encode()) for t in prose) < 50_000 + max(len(t.encode()) for t in prose)
+    assert all(len(t) >= 200 for t in prose)
+    topics, _ = _read(SourceConfig(domain="ref", kind="builtin", path="pydoc_topics"))
+    assert len(topics) > 50 and any("assignment statement" in t.lower() for t in topics)
+    assert len(stdlib_modules()) > 100
