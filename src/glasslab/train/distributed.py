@@ -74,16 +74,73 @@ def setup(device: str) -> DistContext:
 
 
 def wrap_model(model: nn.Module, ctx: DistContext, parallelism: str) -> nn.Module:
-    """The module to run forward/backward through: the model itself, DDP around it, or FSDP2-sharded."""
+    """The module to run forward/backward through: the model itself, DDP around it, or FSDP2-sharded.
+
+    FSDP2 shards in place (each block, then the root), so the returned module is ``model`` itself.
+    """
     if not ctx.active:
         return model
     if parallelism == "fsdp":
         from torch.distributed.fsdp import fully_shard
 
-        for block in getattr(model, "layers", []):
+        for block in model.blocks:
             fully_shard(block)
         return fully_shard(model)
     # Buffers are not broadcast: router biases must agree because the balancer all-reduces its
     # statistics, and broadcasting would hide it if they did not.
     device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
     return nn.parallel.DistributedDataParallel(model, device_ids=device_ids, broadcast_buffers=False)
+
+
+# --- whole-model state under FSDP2 (collectives: every rank calls these together) ------------------
+
+
+def _full_options(cpu_offload: bool):
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    return StateDictOptions(full_state_dict=True, cpu_offload=cpu_offload)
+
+
+def model_state(model: nn.Module, sharded: bool, everywhere: bool = False) -> dict:
+    """The model's full state dict (under FSDP2 gathered: on rank 0 only unless ``everywhere``)."""
+    if not sharded:
+        return model.state_dict()
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+    return get_model_state_dict(model, options=_full_options(cpu_offload=not everywhere))
+
+
+def load_model_state(model: nn.Module, state: dict, sharded: bool) -> None:
+    """Load a full state dict (every rank passes the whole of it; FSDP2 keeps its shard)."""
+    if not sharded:
+        model.load_state_dict(state)
+        return
+    from torch.distributed.checkpoint.state_dict import set_model_state_dict
+
+    set_model_state_dict(model, state, options=_full_options(cpu_offload=False))
+
+
+def optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer, sharded: bool) -> dict:
+    """One optimiser's full state dict (gathered to rank 0 under FSDP2)."""
+    if not sharded:
+        return optimizer.state_dict()
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+    return get_optimizer_state_dict(model, optimizer, options=_full_options(cpu_offload=True))
+
+
+def load_optimizer_state(model: nn.Module, sharded: bool, optimizer: torch.optim.Optimizer, state: dict) -> None:
+    """Load one optimiser's full state dict (every rank passes the whole of it)."""
+    if not sharded:
+        optimizer.load_state_dict(state)
+        return
+    from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
+
+    set_optimizer_state_dict(model, optimizer, state, options=_full_options(cpu_offload=False))
+
+
+def full_value(tensor: torch.Tensor) -> torch.Tensor:
+    """A plain tensor from a possibly sharded (DTensor) one, e.g. a norm reduced over shards."""
+    from torch.distributed.tensor import DTensor
+
+    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor

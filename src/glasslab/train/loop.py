@@ -15,6 +15,7 @@ the loop's state, so resuming from one continues the exact same computation.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,8 +26,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from glasslab.errors import UserError
 from glasslab.track import Run
 from glasslab.train import checkpoint as ckpt
+from glasslab.train import distributed
 from glasslab.train.config import TrainConfig
 from glasslab.train.distributed import DistContext, wrap_model
 from glasslab.train.guard import SpikeGuard
@@ -72,6 +75,10 @@ class Trainer:
         self.ctx = ctx
         self.config_data = config_data
         self.model = parts.model.to(ctx.device)
+        self.sharded = ctx.active and cfg.parallelism == "fsdp"
+        if self.sharded and cfg.optimizer.name == "muon":
+            raise UserError("train.optimizer.name='muon': not supported with train.parallelism='fsdp' "
+                            "(Muon needs whole matrices); use adamw or ddp")
         self.net = wrap_model(self.model, ctx, cfg.parallelism)
         if cfg.compile:
             self.net = torch.compile(self.net)
@@ -105,13 +112,19 @@ class Trainer:
             "config": self.config_data,
             "world_size": self.ctx.world_size,
         }
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "trainer": trainer}
+        return {
+            "model": distributed.model_state(self.model, self.sharded),
+            "optimizer": self.optimizer.state_dict(
+                functools.partial(distributed.optimizer_state, self.model, sharded=self.sharded)),
+            "trainer": trainer,
+        }
 
     def load(self, path: Path, *, weights_only: bool = False) -> None:
         """Restore from the checkpoint folder ``path`` (everything, or just model + optimiser + loader)."""
         state = ckpt.load_checkpoint(path, map_location=self.ctx.device)
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        distributed.load_model_state(self.model, state["model"], self.sharded)
+        self.optimizer.load_state_dict(
+            state["optimizer"], functools.partial(distributed.load_optimizer_state, self.model, self.sharded))
         trainer = state["trainer"]
         self.parts.loader.load_state_dict(trainer["loader"])
         if self.parts.balancer is not None and trainer["balancer"] is not None:
@@ -126,8 +139,10 @@ class Trainer:
         """Write the checkpoint for the current step (rank 0) and apply retention."""
         if self.run is not None:
             self.run.flush()
+        # Under FSDP2 gathering the state is a collective every rank joins; rank 0 writes it.
+        parts = self.checkpoint_parts() if self.ctx.is_main or self.sharded else None
         if self.ctx.is_main:
-            ckpt.save_checkpoint(self.run_dir, self.step, self.checkpoint_parts())
+            ckpt.save_checkpoint(self.run_dir, self.step, parts)
             ckpt.apply_retention(self.run_dir, self.cfg.keep_last, self.cfg.keep_every)
         self.ctx.barrier()
 
@@ -277,9 +292,10 @@ class Trainer:
             self.run.log(metrics, self.step)
 
     def _sample(self) -> None:
-        if self.parts.sample is None or self.run is None:
+        if self.parts.sample is None:
             return
-        for prompt, text in self.parts.sample(self.model, self.step):
+        samples = self.parts.sample(self.model, self.step)  # every rank: FSDP2 forwards are collective
+        for prompt, text in samples if self.run is not None else ():
             self.run.sample(self.step, prompt, text)
 
     # --- small helpers ------------------------------------------------------------------------------
@@ -312,7 +328,7 @@ class Trainer:
     def replica_fingerprint(self) -> str:
         """sha256 of this rank's model state (parameters and buffers, router biases included)."""
         digest = hashlib.sha256()
-        for name, tensor in sorted(self.model.state_dict().items()):
+        for name, tensor in sorted(distributed.model_state(self.model, self.sharded, everywhere=True).items()):
             digest.update(name.encode())
             digest.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
         return digest.hexdigest()

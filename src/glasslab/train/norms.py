@@ -9,6 +9,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from glasslab.train.distributed import full_value
+
 
 def unique_groups(groups: dict[str, list[tuple[str, nn.Parameter]]]) -> dict[str, list[nn.Parameter]]:
     """Each trainable parameter under its first group only (a tied embedding is counted once)."""
@@ -24,7 +26,8 @@ def unique_groups(groups: dict[str, list[tuple[str, nn.Parameter]]]) -> dict[str
 
 def group_norms(tensors_by_group: dict[str, list[torch.Tensor]]) -> torch.Tensor:
     """L2 norm of each group's tensors followed by the total, as a 1-D tensor (groups in order)."""
-    norms = [torch.nn.utils.get_total_norm(tensors, 2.0) for tensors in tensors_by_group.values()]
+    # Under FSDP2 the tensors are shards (DTensors) and each norm is reduced over ranks here.
+    norms = [full_value(torch.nn.utils.get_total_norm(tensors, 2.0)) for tensors in tensors_by_group.values()]
     per_group = torch.stack(norms).float()
     return torch.cat([per_group, torch.linalg.vector_norm(per_group).reshape(1)])
 

@@ -8,6 +8,8 @@ sets ``lr = base_lr × multiplier`` every step without keeping state of its own.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
@@ -40,14 +42,19 @@ class OptimizerSet:
         for opt in self.optimizers:
             opt.zero_grad(set_to_none=True)
 
-    def state_dict(self) -> list[dict]:
-        return [opt.state_dict() for opt in self.optimizers]
+    def state_dict(self, get_one: Callable[[torch.optim.Optimizer], dict] | None = None) -> list[dict]:
+        """Each optimiser's state dict (``get_one(opt)`` gathers a sharded one)."""
+        return [get_one(opt) if get_one else opt.state_dict() for opt in self.optimizers]
 
-    def load_state_dict(self, states: list[dict]) -> None:
+    def load_state_dict(self, states: list[dict],
+                        load_one: Callable[[torch.optim.Optimizer, dict], None] | None = None) -> None:
         """Load moments and step counts; hyper-parameters stay those of the current config (a fork may change them)."""
         for opt, state in zip(self.optimizers, states, strict=True):
             hyper = [{k: v for k, v in group.items() if k != "params"} for group in opt.param_groups]
-            opt.load_state_dict(state)
+            if load_one:
+                load_one(opt, state)
+            else:
+                opt.load_state_dict(state)
             for group, kept in zip(opt.param_groups, hyper, strict=True):
                 group.update(kept)
 

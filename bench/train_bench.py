@@ -1,0 +1,109 @@
+"""The trainer's overhead over a bare forward/backward/step of the same model, in percent (target <= 3%).
+
+"Bare" is the least a training step must do: forward, cross-entropy, backward, clip, AdamW step,
+balancer step. "Trainer" is ``Trainer.train_step`` with everything it adds: micro-batch loss scaling,
+per-group gradient and parameter norms, the spike guard, the LR schedule, throughput/MFU/memory,
+mixture weights and logging every metric to a real run store. Both run the same MoE architecture on
+the same in-memory batches in this process, one step of each in turn so machine noise hits both
+alike; the overhead is median trainer step / median bare step - 1.
+
+    python bench/train_bench.py [--steps 30] [--d-model 128] [--seq-len 128] [--batch 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from glasslab import track
+from glasslab.model import ModelConfig, MoEConfig, Transformer
+from glasslab.train.config import TrainConfig
+from glasslab.train.distributed import DistContext
+from glasslab.train.loop import RunParts, Trainer
+from glasslab.train.optim import build_optimizer
+
+
+class RandomTokens:
+    """An in-memory stream of token batches with the Loader interface (the loader is not being measured)."""
+
+    domains = ("bench",)
+
+    def __init__(self, vocab: int, batch: int, seq_len: int) -> None:
+        self.batches = torch.randint(0, vocab, (8, batch, seq_len + 1), generator=torch.Generator().manual_seed(0))
+        self.position = 0
+
+    def next_batch(self) -> torch.Tensor:
+        self.position += 1
+        return self.batches[self.position % len(self.batches)]
+
+    def skip(self, n: int) -> None:
+        self.position += n
+
+    def weights_at(self, step: int) -> dict[str, float]:
+        return {"bench": 1.0}
+
+    def state_dict(self) -> dict:
+        return {"position": self.position}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.position = state["position"]
+
+
+def bare_step(model, optimizer, batch, grad_clip: float) -> None:
+    logits = model(batch[:, :-1])
+    loss = F.cross_entropy(logits.flatten(0, 1), batch[:, 1:].flatten()) + model.aux_loss()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    optimizer.step()
+    optimizer.zero_grad()
+    model.balancer.step()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=30, help="steps of each kind")
+    parser.add_argument("--d-model", type=int, default=128)
+    parser.add_argument("--seq-len", type=int, default=128)
+    parser.add_argument("--batch", type=int, default=8)
+    args = parser.parse_args()
+    model_cfg = ModelConfig(vocab_size=2048, d_model=args.d_model, n_layers=4, n_heads=4, n_kv_heads=4,
+                            d_ff=4 * args.d_model, moe=MoEConfig(num_experts=8, top_k=2, d_expert=args.d_model))
+    cfg = TrainConfig(seq_len=args.seq_len, global_batch_tokens=args.seq_len * args.batch, max_steps=10**6,
+                      checkpoint_interval=10**6)
+    torch.manual_seed(0)
+    loader = RandomTokens(model_cfg.vocab_size, args.batch, args.seq_len)
+    with tempfile.TemporaryDirectory() as tmp:
+        trainer_model = Transformer(model_cfg)
+        parts = RunParts(model=trainer_model, balancer=trainer_model.balancer, loader=loader,
+                         flops_per_token=model_cfg.flops_per_token(args.seq_len))
+        run = track.init(Path(tmp) / "run", {"bench": True})
+        trainer = Trainer(cfg, parts, run, Path(tmp) / "run", DistContext(), {}, peak_flops=1e11)
+        bare_model = Transformer(model_cfg)
+        bare_optimizer = build_optimizer(cfg.optimizer, bare_model.param_groups())
+        for _ in range(2):  # warm up both
+            trainer.train_step()
+            bare_step(bare_model, bare_optimizer, loader.next_batch(), cfg.grad_clip)
+        bare_times, trainer_times = [], []
+        for _ in range(args.steps):
+            start = time.perf_counter()
+            bare_step(bare_model, bare_optimizer, loader.next_batch(), cfg.grad_clip)
+            bare_times.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            trainer.train_step()  # includes the store's periodic commit when it falls due
+            trainer_times.append(time.perf_counter() - start)
+        run.finish()
+    bare, full = statistics.median(bare_times), statistics.median(trainer_times)
+    print(f"model {model_cfg.size_name()}, batch {args.batch}x{args.seq_len} tokens, {args.steps} steps each, "
+          f"alternating, threads {torch.get_num_threads()}")
+    print(f"median bare step: {bare * 1e3:.1f} ms; median trainer step: {full * 1e3:.1f} ms")
+    print(f"train_overhead_percent: {100 * (full / bare - 1):.2f}  (target <= 3)")
+
+
+if __name__ == "__main__":
+    main()

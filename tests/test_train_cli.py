@@ -1,0 +1,140 @@
+"""End to end through ``python -m glasslab train``: SIGKILL + resume is exact, SIGTERM checkpoints,
+forks link to their parent, a changed config cannot resume, a bad mixture fails before compute."""
+
+from __future__ import annotations
+
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from conftest import run_cli, subprocess_env
+from glasslab.cli import main as cli_main
+from glasslab.track import RunReader, read_record
+from glasslab.train import checkpoint as ckpt
+from train_data import build_tiny_dataset, tiny_run_config
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory) -> Path:
+    return build_tiny_dataset(tmp_path_factory.mktemp("data"))
+
+
+def _write(path: Path, data: dict) -> Path:
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def _popen(*args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "glasslab", *args], env=subprocess_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for_checkpoint(run_dir: Path, proc: subprocess.Popen, at_least: int, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(step >= at_least for step, _ in ckpt.list_checkpoints(run_dir)):
+            return
+        if proc.poll() is not None:
+            pytest.fail(f"trainer exited early ({proc.returncode}): {proc.stderr.read()[-2000:]}")
+        time.sleep(0.01)
+    pytest.fail("no checkpoint appeared in time")
+
+
+def _final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    step, path = ckpt.list_checkpoints(run_dir)[-1]
+    return ckpt.load_checkpoint(path)["model"]
+
+
+def test_sigkill_then_resume_is_bit_identical_even_past_a_corrupt_checkpoint(tmp_path, dataset):
+    config = _write(tmp_path / "run.yaml", tiny_run_config(dataset, moe=True, max_steps=36, checkpoint_interval=4))
+    ref = run_cli("train", str(config), "--run-dir", str(tmp_path / "ref"))
+    assert ref.returncode == 0, ref.stderr[-3000:]
+
+    run_dir = tmp_path / "killed"
+    proc = _popen("train", str(config), "--run-dir", str(run_dir))
+    _wait_for_checkpoint(run_dir, proc, at_least=random.choice([8, 12, 16]))
+    time.sleep(random.uniform(0.0, 0.3))  # land anywhere: mid-step, mid-log, mid-checkpoint
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (run_dir / "result.json").exists()
+    latest_step, latest = ckpt.list_checkpoints(run_dir)[-1]
+    blob = (latest / "model.pt").read_bytes()
+    (latest / "model.pt").write_bytes(blob[: len(blob) // 2])  # and the newest checkpoint is truncated
+
+    resumed = run_cli("train", str(config), "--run-dir", str(run_dir), "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    with RunReader(tmp_path / "ref") as a, RunReader(run_dir) as b:
+        ref_steps, ref_loss = a.scalars("train/loss")
+        steps, loss = b.scalars("train/loss")
+        events = b.events()
+        assert b.vectors("moe/layer_1/router_bias") == a.vectors("moe/layer_1/router_bias")
+        assert b.scalars("eval/macro/loss") == a.scalars("eval/macro/loss")
+    assert steps == ref_steps == list(range(1, 37))
+    assert loss == ref_loss  # bit for bit
+    fallback = [e for e in events if e["kind"] == "checkpoint_fallback"]
+    assert fallback and fallback[0]["step"] == latest_step and "truncated" in fallback[0]["body"]
+    assert any(e["kind"] == "resume" for e in events)
+    ref_weights, weights = _final_weights(tmp_path / "ref"), _final_weights(run_dir)
+    assert ref_weights.keys() == weights.keys()
+    assert all(torch.equal(ref_weights[k], weights[k]) for k in ref_weights)
+
+
+def test_sigterm_checkpoints_and_exits_cleanly_then_a_fork_continues_it(tmp_path, dataset):
+    config = _write(tmp_path / "run.yaml", tiny_run_config(dataset, max_steps=400, checkpoint_interval=4))
+    parent = tmp_path / "lab" / "parent"
+    proc = _popen("train", str(config), "--run-dir", str(parent))
+    _wait_for_checkpoint(parent, proc, at_least=4)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=120) == 0, proc.stderr.read()[-3000:]
+    with RunReader(parent) as reader:
+        preempted = [e for e in reader.events() if e["kind"] == "preempted"]
+        last_step = reader.scalars("train/loss")[0][-1]
+        assert reader.meta("status") == "preempted"
+    assert len(preempted) == 1 and preempted[0]["step"] == last_step
+    assert ckpt.checkpoint_path(parent, last_step).is_dir()
+
+    # A fork from the preempted step, addressed by run id, with a new mixture and a shorter schedule.
+    step = last_step
+    rc = cli_main(["train", "--fork", f"parent@{step}", "--lab", str(tmp_path / "lab"),
+                   "data.mixture.weights.code=0.9", f"train.max_steps={step + 6}"])
+    assert rc == 0
+    (child,) = (tmp_path / "lab").glob(f"parent-fork{step}-*")
+    record = read_record(child)
+    assert record["parent"]["run"] == "parent" and record["parent"]["step"] == step
+    with RunReader(child) as reader, RunReader(parent) as parent_reader:
+        fork_events = [e for e in reader.events() if e["kind"] == "fork"]
+        steps, losses = reader.scalars("train/loss")
+        _, parent_losses = parent_reader.scalars("train/loss")
+    assert "data.mixture.weights.code" in fork_events[0]["body"] and "train.max_steps" in fork_events[0]["body"]
+    assert steps == list(range(step + 1, step + 7))  # the curve continues where the parent stopped
+    assert abs(losses[0] - parent_losses[-1]) < 0.5 * parent_losses[0]
+
+
+def test_resume_with_a_changed_config_names_the_fields(tmp_path, dataset, capsys):
+    config = _write(tmp_path / "run.yaml", tiny_run_config(dataset, max_steps=2, checkpoint_interval=1))
+    run_dir = tmp_path / "run"
+    assert cli_main(["train", str(config), "--run-dir", str(run_dir)]) == 0
+    capsys.readouterr()
+    rc = cli_main(["train", str(config), "--run-dir", str(run_dir), "--resume", "model.d_model=64",
+                   "train.global_batch_tokens=512", "train.eval_interval=5"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "model.d_model" in err and "train.global_batch_tokens" in err
+    assert "eval_interval" not in err  # unversioned fields may change
+    assert cli_main(["train", str(config), "--run-dir", str(run_dir)]) == 2  # exists: needs --resume
+    assert "pass --resume" in capsys.readouterr().err
+
+
+def test_an_empty_mixture_fails_before_any_compute(tmp_path, dataset, capsys):
+    data = tiny_run_config(dataset, max_steps=2)
+    data["data"]["mixture"] = {"weights": {}}
+    config = _write(tmp_path / "run.yaml", data)
+    assert cli_main(["train", str(config), "--run-dir", str(tmp_path / "run")]) == 2
+    assert "mixture" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
