@@ -10,7 +10,10 @@ time the loss leaves it (not at every eval while it stays out), from any process
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -91,3 +94,27 @@ def check_live_loss(run_dir: str | Path) -> list[dict[str, Any]]:
             added.append({"step": step, "loss": loss, "lo": lo, "hi": hi})
         was_inside = inside
     return added
+
+
+@contextlib.contextmanager
+def watching_band(run_dir: str | Path, every: float = 0.5) -> Iterator[None]:
+    """Run :func:`check_live_loss` every ``every`` seconds beside the block (the hero's training), and
+    once more at its end, so an excursion is recorded while the run goes, not after it."""
+    stop = threading.Event()
+
+    def check() -> None:
+        if (Path(run_dir) / "metrics.db").is_file() and track.read_record(run_dir) is not None:
+            check_live_loss(run_dir)
+
+    def loop() -> None:
+        while not stop.wait(every):
+            check()
+
+    thread = threading.Thread(target=loop, name="band-watch", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+        check()

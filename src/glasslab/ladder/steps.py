@@ -12,7 +12,6 @@ A step that failed part-way (a crash, a preemption) resumes from its own checkpo
 from __future__ import annotations
 
 import dataclasses
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,8 +22,8 @@ from glasslab.lab import Resources, Step, StepContext
 from glasslab.ladder.figures import draw_fit
 from glasslab.ladder.fit import fit_ladder, read_fit, write_fit
 from glasslab.ladder.plan import LadderPlan, PlannedRung, rung_record_extra
+from glasslab.ladder.preregister import hero_record_extra, watching_band
 from glasslab.ladder.runs import read_rungs
-from glasslab.track.run_record import code_version
 from glasslab.train import RunConfig, TrainConfig
 
 DATA_STEP = "data"
@@ -117,23 +116,11 @@ def fit_step(ctx: StepContext) -> None:
 
 
 def hero_step(ctx: StepContext) -> dict[str, Any]:
-    """Train the hero with the ladder's prediction pre-registered in its run.json before step 0."""
+    """Train the hero with the ladder's prediction pre-registered in its run.json before step 0, and
+    watch its eval loss against the band while it trains."""
     fit = read_fit(ctx.inputs[f"{ctx.config.record_extra['ladder']}-fit"] / FIT_FILE)
-    prediction = {
-        **fit["prediction"],
-        "curve": fit["curve"],
-        "target": fit["target"],
-        "L_inf": fit["L_inf"],
-        "law": {"form": fit["law"]["form"], "params": fit["law"]["params"]},
-        "rungs": [{"name": r["name"], "flops": r["flops"], "loss_mean": r["loss_mean"]} for r in fit["rungs"]],
-        "fit": ctx.inputs[f"{ctx.config.record_extra['ladder']}-fit"].name,
-        "registered_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "code": code_version(),
-    }
-    from glasslab.ladder.band import BandWatcher
-
-    with BandWatcher(ctx.output_dir, prediction, total_steps=ctx.config.run.train.total_steps):
-        return _train(ctx, {**ctx.config.record_extra, "prediction": prediction})
+    with watching_band(ctx.output_dir):
+        return _train(ctx, hero_record_extra(fit, ctx.config.record_extra))
 
 
 def _train(ctx: StepContext, record_extra: dict[str, Any]) -> dict[str, Any]:
