@@ -46,8 +46,8 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_serve:
         server = BackgroundServer(lab, host=args.host, port=args.port)
         console.print(f"live observatory: [bold]{server.url}[/bold]")
-    threads = max(1, (os.cpu_count() or 1) // args.jobs)
-    steps = demo_steps(quick=args.quick, device=args.device, threads=threads)
+    cores = os.cpu_count() or 1
+    steps = demo_steps(quick=args.quick, device=args.device, threads=max(1, cores // args.jobs), hero_threads=cores)
     report = Executor(lab, backend="local", jobs=args.jobs).run(steps)
     if not report.ok:
         raise UserError(f"demo: {', '.join(report.keys('failed')) or 'a step'} failed; see step.json in {lab}")

@@ -72,11 +72,12 @@ def build_data(ctx: StepContext) -> None:
     build_dataset(ctx.config, ctx.output_dir / DATASET_FOLDER, progress=False)
 
 
-def demo_steps(quick: bool = False, device: str = "cpu", threads: int = 1) -> list[Step]:
-    """The demo's DAG: data, rungs, fit, hero."""
+def demo_steps(quick: bool = False, device: str = "cpu", threads: int = 1, hero_threads: int = 0) -> list[Step]:
+    """The demo's DAG: data, rungs, fit, hero (``threads`` per rung, ``hero_threads`` for the hero)."""
     data = Step(DATA_STEP, build_data, build_config(quick))
     return [data, *ladder_steps(plan(quick), data, MIXTURE, train_recipe(quick), L_inf=L_INF, sweep=L_INF_SWEEP,
-                                device=device, threads=threads, num_bootstrap=300 if quick else 1000)]
+                                device=device, threads=threads, hero_threads=hero_threads,
+                                num_bootstrap=300 if quick else 1000)]
 
 
 def steps() -> list[Step]:

@@ -80,8 +80,11 @@ def run_config_for(rung: PlannedRung, seed: int, mixture: MixtureConfig, train: 
 
 def ladder_steps(plan: LadderPlan, data_step: Step, mixture: MixtureConfig, train: TrainConfig, *,
                  L_inf: float | None, sweep: tuple[float, ...] = (), device: str = "cpu",
-                 threads: int = 0, num_bootstrap: int = 1000) -> list[Step]:
-    """Rung steps (one per rung and seed), the fit step and the hero step, in dependency order."""
+                 threads: int = 0, hero_threads: int = 0, num_bootstrap: int = 1000) -> list[Step]:
+    """Rung steps (one per rung and seed), the fit step and the hero step, in dependency order.
+
+    ``threads`` are torch CPU threads per rung (rungs run side by side), ``hero_threads`` the hero's
+    (it runs alone, after the fit); 0 leaves torch's default."""
     ladder = plan.spec.name
     resources = Resources(cpus=max(1, threads), gpus=1 if device.startswith("cuda") else 0)
     rung_steps = []
@@ -95,8 +98,9 @@ def ladder_steps(plan: LadderPlan, data_step: Step, mixture: MixtureConfig, trai
                                                         tuple(s.name for s in rung_steps), num_bootstrap),
                deps=tuple(rung_steps))
     hero_config = TrainStepConfig(run_config_for(plan.hero, 0, mixture, train),
-                                  rung_record_extra(plan.hero, 0, ladder), device, threads)
-    hero = Step(f"{ladder}-hero", hero_step, hero_config, deps=(data_step, fit), resources=resources)
+                                  rung_record_extra(plan.hero, 0, ladder), device, hero_threads)
+    hero_resources = dataclasses.replace(resources, cpus=max(1, hero_threads))
+    hero = Step(f"{ladder}-hero", hero_step, hero_config, deps=(data_step, fit), resources=hero_resources)
     return [*rung_steps, fit, hero]
 
 
