@@ -185,7 +185,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
         str(cyclic): "dependency cycle: x -> y -> x",
         str(broken): "broken.py:1:",
         str(tmp_path / "missing.py"): "experiment file not found",
-        "no_such_builtin": "built-ins: hello",
+        "no_such_builtin": "built-ins: demo, hello",
     }
     for target, message in cases.items():
         result = run_cli("run", target, "--lab", str(tmp_path / "lab"))

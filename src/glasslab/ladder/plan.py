@@ -138,7 +138,7 @@ def model_at_width(spec: LadderSpec, width: int) -> ModelConfig:
     """The base recipe at ``d_model = width`` (depth, heads, feed-forward and experts from the rules)."""
     base = spec.base_model
     n_heads = width // spec.head_dim
-    kv_group = max(1, base.n_heads // base.n_kv_heads)
+    kv_group = max(1, base.n_heads // (base.n_kv_heads or base.n_heads))  # n_kv_heads 0 means n_heads
     n_kv_heads = n_heads // kv_group if n_heads % kv_group == 0 else n_heads
     n_layers = max(2, round(width / spec.width_per_layer))
     moe = base.moe

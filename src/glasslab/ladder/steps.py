@@ -138,4 +138,8 @@ def _train(ctx: StepContext, record_extra: dict[str, Any]) -> dict[str, Any]:
     data = dataclasses.replace(cfg.run.data, path=str(dataset_dir(ctx)))
     run_cfg = dataclasses.replace(cfg.run, data=data)
     resume = any((ctx.output_dir / "checkpoints").glob("step-*"))
-    return train(run_cfg, ctx.output_dir, resume=resume, record_extra=record_extra, device=cfg.device)
+    result = train(run_cfg, ctx.output_dir, resume=resume, record_extra=record_extra, device=cfg.device)
+    if result.get("status") != "finished":
+        # Preempted (SIGTERM): the checkpoint is written; the step must not count as done.
+        raise RuntimeError(f"training stopped early ({result.get('status')}); rerun to resume from its checkpoint")
+    return result
