@@ -37,7 +37,8 @@ UNVERSIONED = {"versioned": False}
 
 SECRET_WORDS = frozenset({"token", "key", "apikey", "secret", "password", "passwd", "credential", "credentials"})
 """A key is secret when one of its words (split on ``_``, ``-``, ``.`` and case) is one of these, so
-``wandb_api_key`` and ``hf_token`` are redacted while ``max_tokens`` and ``tokenizer`` are not."""
+``wandb_api_key`` and ``hf_token`` are redacted while ``max_tokens`` and ``tokenizer`` are not. Only
+string values are redacted: numbers such as ``flops_per_token`` are counts, never credentials."""
 REDACTED = "***redacted***"
 
 
@@ -274,10 +275,10 @@ def is_secret_key(key: str) -> bool:
 
 
 def redact(data: Any) -> Any:
-    """Copy of plain data with values under secret-looking keys (token, key, password…) replaced."""
+    """Copy of plain data with string values under secret-looking keys (token, key, password…) replaced."""
     if isinstance(data, Mapping):
         return {
-            k: (REDACTED if is_secret_key(str(k)) and not isinstance(v, Mapping) else redact(v))
+            k: (REDACTED if is_secret_key(str(k)) and isinstance(v, str) else redact(v))
             for k, v in data.items()
         }
     if isinstance(data, (list, tuple)):
