@@ -118,7 +118,6 @@ def hf_step_fn(cfg: ModelConfig, batch: int, seq: int, experts_implementation: s
 
 
 def cpu_section(steps: int) -> list[str]:
-    torch.set_num_threads(torch.get_num_threads())
     peak = matmul_flops_per_s(2048, torch.float32, "cpu")
     tokens = BATCH * SEQ
     ours = train_tokens_per_s(ours_step_fn(MOE_CPU, BATCH, SEQ, "cpu", torch.float32), steps, tokens, "cpu")

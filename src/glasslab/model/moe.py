@@ -70,7 +70,7 @@ class Router(nn.Module):
         # Balancing state, not a parameter: set by the balancing rule, never by gradients.
         self.register_buffer("bias", torch.zeros(moe.num_experts, dtype=torch.float32))
 
-    def _apply(self, fn, recurse=True):  # noqa: ANN001 - torch's signature
+    def _apply(self, fn, recurse=True):
         # model.to(bfloat16) must not round the bias: keep it fp32 like GLM's e_score_correction_bias.
         super()._apply(fn, recurse)
         if self.bias.dtype != torch.float32:
