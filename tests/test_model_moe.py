@@ -130,3 +130,11 @@ def test_aux_loss_is_zero_when_off_and_differentiable_when_on():
     on.eval()
     on(tokens)
     assert on.aux_loss().item() == 0.0
+
+
+def test_grouped_mm_probe_is_not_fooled_by_no_grad():
+    moe_module.grouped_mm_works.cache_clear()
+    with torch.inference_mode():
+        under_inference = moe_module.grouped_mm_works("cpu", torch.float32)
+    moe_module.grouped_mm_works.cache_clear()
+    assert under_inference == moe_module.grouped_mm_works("cpu", torch.float32)

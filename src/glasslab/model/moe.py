@@ -100,14 +100,20 @@ def grouped_mm_works(device_type: str, dtype: torch.dtype) -> bool:
     if not hasattr(torch, "_grouped_mm"):
         return False
     try:
-        x = torch.randn(32, 16, device=device_type, dtype=dtype, requires_grad=True)
-        w = torch.randn(2, 16, 16, device=device_type, dtype=dtype, requires_grad=True)
-        offsets = torch.tensor([16, 32], device=device_type, dtype=torch.int32)
-        y = torch._grouped_mm(x, w, offs=offsets)
-        y.backward(torch.ones_like(y))  # a dense gradient: CPU kernels reject expanded (stride-0) ones
-        return True
+        # The first MoE forward may run under no_grad or inference_mode; the probe needs autograd.
+        with torch.inference_mode(False), torch.enable_grad():
+            return _probe_grouped_mm(device_type, dtype)
     except (RuntimeError, NotImplementedError, TypeError):
         return False
+
+
+def _probe_grouped_mm(device_type: str, dtype: torch.dtype) -> bool:
+    x = torch.randn(32, 16, device=device_type, dtype=dtype, requires_grad=True)
+    w = torch.randn(2, 16, 16, device=device_type, dtype=dtype, requires_grad=True)
+    offsets = torch.tensor([16, 32], device=device_type, dtype=torch.int32)
+    y = torch._grouped_mm(x, w, offs=offsets)
+    y.backward(torch.ones_like(y))  # a dense gradient: CPU kernels reject expanded (stride-0) ones
+    return True
 
 
 class GroupedExperts(nn.Module):
