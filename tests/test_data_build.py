@@ -176,3 +176,36 @@ def test_cli_build_demo_corpora_report_and_bad_input(tmp_path):
     (tmp_path / "mix_bad.yaml").write_text(yaml.safe_dump({"weights": {"code": 1, "poetry": 1}}))
     done = _cli("data", "report", "ds", "--mixture", "mix_bad.yaml", cwd=tmp_path)
     assert done.returncode == 2 and "unknown domain 'poetry'" in done.stderr
+
+
+def test_sigkilled_rebuild_leaves_the_old_dataset_trusted_and_a_rerun_works(built, tmp_path):
+    import signal
+
+    from glasslab.data import DataConfig, Loader, MixtureConfig
+
+    tmp, _ = built
+    target = build_dataset(small_build_config(tmp), tmp_path / "ds", progress=False)
+    before = manifest_hash(target)
+    config = yaml.safe_dump(
+        {
+            "sources": [{"domain": "alpha", "kind": "jsonl", "path": str(tmp / "alpha.jsonl")}],
+            "tokenizer": {"vocab_size": 700},
+        }
+    )
+    (tmp_path / "rebuild.yaml").write_text(config)
+    env = dict(os.environ, PYTHONPATH=SRC)
+    command = [sys.executable, "-m", "glasslab", "data", "build", "rebuild.yaml", "--out", str(target)]
+    process = subprocess.Popen(command, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    for line in process.stderr:
+        if "splitting eval" in line:  # mid-build: staged text written, nothing moved yet
+            os.kill(process.pid, signal.SIGKILL)
+            break
+    assert process.wait(timeout=60) == -signal.SIGKILL
+    assert (target / ".build-tmp").exists() and manifest_hash(target) == before
+    loader = Loader(DataConfig(path=str(target), mixture=MixtureConfig(weights={"alpha": 1})), 16, 2)
+    assert loader.next_batch().shape == (2, 17)
+    done = _cli("data", "build", "rebuild.yaml", "--out", str(target), "--quiet", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    manifest = json.loads((target / "manifest.json").read_text())
+    assert manifest["vocab_size"] == 700 and sorted(manifest["domains"]) == ["alpha"]
+    assert not (target / ".build-tmp").exists() and not (target / "shards" / "beta").exists()
