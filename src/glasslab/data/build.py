@@ -72,14 +72,14 @@ def _process_sources(
     funnel: Funnel,
     errors: sources.InputErrors,
     filter_drops: dict[str, int],
-) -> dict[str, list[int]]:
+) -> dict[str, list[tuple[int, int]]]:
     """Pass 1: read, normalise, filter and dedup every source into ``stage/<domain>.jsonl``.
 
-    Returns each domain's eval-split keys in staged order.
+    Returns each domain's (eval-split key, UTF-8 bytes) per document, in staged order.
     """
     exact = ExactDedup() if cfg.dedup.exact else None
     near = NearDedup(cfg.dedup) if cfg.dedup.near else None
-    keys: dict[str, list[int]] = {}
+    keys: dict[str, list[tuple[int, int]]] = {}
     handles: dict[str, object] = {}
     for stage in ["raw", "normalized", *(f"filter:{n}" for n in FILTER_NAMES), "exact_dedup", "near_dedup"]:
         funnel.ensure(stage)
@@ -106,7 +106,8 @@ def _process_sources(
                 if source.domain not in handles:
                     handles[source.domain] = open(stage_dir / f"{source.domain}.jsonl", "w", encoding="utf-8")
                 handles[source.domain].write(json.dumps(text) + "\n")
-                keys.setdefault(source.domain, []).append(split_key(text, cfg.seed))
+                size = len(text.encode("utf-8"))
+                keys.setdefault(source.domain, []).append((split_key(text, cfg.seed), size))
     finally:
         for handle in handles.values():
             handle.close()
@@ -114,11 +115,14 @@ def _process_sources(
 
 
 def _split_and_decontaminate(
-    cfg: BuildConfig, stage_dir: Path, keys: dict[str, list[int]], funnel: Funnel
+    cfg: BuildConfig, stage_dir: Path, keys: dict[str, list[tuple[int, int]]], funnel: Funnel
 ) -> None:
     """Pass 2: hold out eval documents per domain, then drop training documents sharing their n-grams."""
     decontaminator = Decontaminator(cfg.eval.ngram_words)
-    masks = {domain: choose_eval(np.array(k, dtype=np.int64), cfg.eval) for domain, k in keys.items()}
+    masks = {}
+    for domain, pairs in keys.items():
+        keys_and_sizes = np.array(pairs, dtype=np.int64)
+        masks[domain] = choose_eval(keys_and_sizes[:, 0], keys_and_sizes[:, 1], cfg.eval)
     for domain, mask in masks.items():
         with open(stage_dir / f"{domain}.eval.jsonl", "w", encoding="utf-8") as out:
             for text, is_eval in zip(read_staged(stage_dir / f"{domain}.jsonl"), mask, strict=True):

@@ -138,6 +138,9 @@ class EvalSplitConfig:
     """Share of each domain's documents held out (chosen by a seeded hash of the text)."""
     min_documents: int = 2
     """At least this many eval documents per domain."""
+    min_bytes: int = 50_000
+    """Keep adding eval documents (in split-key order) until they hold this much UTF-8 text, so even a
+    domain of a few documents gives enough eval windows; bounded by ``max_documents``."""
     max_documents: int = 200
     """At most this many eval documents per domain."""
     ngram_words: int = 13
