@@ -209,3 +209,14 @@ def test_sigkilled_rebuild_leaves_the_old_dataset_trusted_and_a_rerun_works(buil
     manifest = json.loads((target / "manifest.json").read_text())
     assert manifest["vocab_size"] == 700 and sorted(manifest["domains"]) == ["alpha"]
     assert not (target / ".build-tmp").exists() and not (target / "shards" / "beta").exists()
+
+
+def test_build_with_every_document_filtered_fails_with_one_line(tmp_path):
+    from data_helpers import write_jsonl
+    from glasslab.data import BuildConfig, SourceConfig
+
+    path = write_jsonl(tmp_path / "short.jsonl", ["too short", "also far too short"])
+    cfg = BuildConfig(sources=(SourceConfig(domain="x", kind="jsonl", path=str(path)),), num_workers=1)
+    with pytest.raises(UserError, match="no documents left after processing \\(filter drops: length 2\\)"):
+        build_dataset(cfg, tmp_path / "ds", progress=False)
+    assert not (tmp_path / "ds" / "manifest.json").exists() and not (tmp_path / "ds" / ".build-tmp").exists()

@@ -29,6 +29,7 @@ from glasslab.data.filters import FILTER_NAMES, first_failed_filter
 from glasslab.data.normalize import normalize
 from glasslab.data.shards import MANIFEST, SPLITS, ShardWriter, file_sha256, index_path, token_dtype
 from glasslab.data.tokenizer import EOT, TOKENIZER_DIR, save_tokenizer, train_tokenizer
+from glasslab.errors import UserError
 
 BUILD_RECORD = "build.json"
 TMP_DIR = ".build-tmp"
@@ -219,6 +220,12 @@ def build_dataset(cfg: BuildConfig, out_dir: Path, progress: bool = True) -> Pat
         keys = _process_sources(cfg, stage_dir, funnel, errors, filter_drops)
         timings["process_s"] = time.perf_counter() - started
         domains = sorted(keys)
+        if not domains:
+            drops = ", ".join(f"{name} {n}" for name, n in filter_drops.items() if n)
+            raise UserError(
+                f"no documents left after processing (filter drops: {drops or 'none'}); "
+                "loosen the filters or add sources"
+            )
         _say(
             progress,
             f"{sum(map(len, keys.values()))} documents kept in {len(domains)} domain(s); "
