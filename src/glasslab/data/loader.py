@@ -95,6 +95,8 @@ class Loader:
         manifest = read_manifest(self.path)
         check_mixture(data_cfg.mixture, manifest["domains"])
         self.manifest_hash = manifest_hash(self.path)
+        self.vocab_size: int = manifest["vocab_size"]
+        self.eot_id: int = manifest["eot_id"]
         self.seq_len, self.global_batch = seq_len, global_batch
         self.rank, self.world_size = rank, world_size
         self.rows_per_rank = global_batch // world_size
