@@ -56,6 +56,9 @@ def test_text_folder_and_caps(tmp_path):
     assert got == texts[:2]
     got, _ = _read(SourceConfig(domain="x", kind="text", path=str(tmp_path / "docs"), max_bytes=1))
     assert got == texts[:1]
+    (tmp_path / "docs" / "zz.txt.gz").write_bytes(gzip.compress(texts[0].encode()))
+    got, _ = _read(SourceConfig(domain="x", kind="text", path=str(tmp_path / "docs"), pattern="**/*"))
+    assert got == texts + texts[:1]
 
 
 def test_malformed_line_skipped_and_counted_or_fatal_under_strict(tmp_path):
