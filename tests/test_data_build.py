@@ -220,3 +220,33 @@ def test_build_with_every_document_filtered_fails_with_one_line(tmp_path):
     with pytest.raises(UserError, match="no documents left after processing \\(filter drops: length 2\\)"):
         build_dataset(cfg, tmp_path / "ds", progress=False)
     assert not (tmp_path / "ds" / "manifest.json").exists() and not (tmp_path / "ds" / ".build-tmp").exists()
+
+
+def test_uint32_shards_and_parallel_writer_match_plain_encoding(built, tmp_path):
+    from glasslab.data.shards import ShardWriter, index_path
+
+    _, ds = built
+    tokenizer = load_tokenizer(ds)
+    texts = topic_texts()[:30]
+    expected = [tokenizer.encode(t).ids + [0] for t in texts]
+    for workers, vocab, dtype in ((1, 70_000, np.uint32), (2, 512, np.uint16)):
+        path = tmp_path / f"w{workers}.bin"
+        with ShardWriter(tokenizer.to_str(), 0, vocab, workers) as writer:
+            stats = writer.write(iter(texts), path)
+        tokens = np.fromfile(path, dtype=dtype)
+        assert tokens.tolist() == [i for ids in expected for i in ids]
+        assert np.load(index_path(path)).tolist() == np.cumsum([len(e) for e in expected]).tolist()
+        assert (stats.documents, stats.bytes) == (30, sum(len(t.encode()) for t in texts))
+
+
+def test_build_step_takes_a_lab_context(tmp_path):
+    from types import SimpleNamespace
+
+    from glasslab.config import to_dict
+    from glasslab.data import build_step
+
+    ctx = SimpleNamespace(config=to_dict(small_build_config(tmp_path)), output_dir=tmp_path / "step-1234abcd")
+    ctx.output_dir.mkdir()
+    (ctx.output_dir / "step.json").write_text("{}")  # the executor's own file stays untouched
+    assert build_step(ctx) == ctx.output_dir
+    assert (ctx.output_dir / "manifest.json").is_file() and (ctx.output_dir / "step.json").read_text() == "{}"

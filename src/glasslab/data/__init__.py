@@ -2,7 +2,8 @@
 
 Public API (see the module of each for details):
 
-- :class:`BuildConfig` and :func:`build_dataset` — ``glasslab data build``;
+- :class:`BuildConfig` and :func:`build_dataset` — ``glasslab data build`` (:func:`build_step` is
+  the same as a lab step function);
 - :class:`DataConfig`, :class:`MixtureConfig`, :class:`PhaseConfig` and :class:`Loader` — training data;
 - :func:`eval_batches`, :func:`eval_bytes_per_token` — held-out evaluation;
 - :func:`load_tokenizer`, :func:`manifest_hash`, :func:`read_manifest` (domains, vocab size,
@@ -18,6 +19,7 @@ from typing import Any
 
 _HOMES = {
     "build_dataset": "build",
+    "build_step": "build",
     "BuildConfig": "config",
     "DataConfig": "config",
     "DedupConfig": "config",

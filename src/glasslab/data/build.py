@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from glasslab.config import config_hash, to_dict
+from glasslab.config import config_hash, from_dict, to_dict
 from glasslab.data import report, sources
 from glasslab.data.config import BuildConfig
 from glasslab.data.decontaminate import Decontaminator, choose_eval, split_key
@@ -289,3 +289,9 @@ def build_dataset(cfg: BuildConfig, out_dir: Path, progress: bool = True) -> Pat
         raise
     _say(progress, f"done in {timings['total_s']:.1f} s: {out_dir}")
     return out_dir
+
+
+def build_step(ctx) -> Path:
+    """Lab step function: build ``ctx.config`` (a BuildConfig or its plain data) into ``ctx.output_dir``."""
+    cfg = ctx.config if isinstance(ctx.config, BuildConfig) else from_dict(BuildConfig, ctx.config)
+    return build_dataset(cfg, Path(ctx.output_dir), progress=False)
