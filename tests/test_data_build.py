@@ -90,10 +90,17 @@ def test_report_has_the_agreed_layout(built):
     assert report["errors"] == {"malformed_lines": [], "malformed_count": 0, "invalid_utf8": 0}
 
 
-def test_rebuild_serial_gives_the_same_manifest_and_failed_build_keeps_the_old(built, tmp_path):
+def test_rebuild_serial_in_another_process_gives_the_same_manifest_and_failed_build_keeps_the_old(
+    built, tmp_path
+):
+    from glasslab.config import to_dict
+
     tmp, ds = built
-    again = build_dataset(small_build_config(tmp, num_workers=1), tmp_path / "again", progress=False)
-    assert manifest_hash(again) == manifest_hash(ds)
+    (tmp_path / "same.yaml").write_text(yaml.safe_dump(to_dict(small_build_config(tmp))))
+    done = _cli("data", "build", "same.yaml", "--workers", "1", "--out", "again", "--quiet", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    again = tmp_path / "again"
+    assert manifest_hash(again) == manifest_hash(ds)  # 1 vs 2 workers, another process and hash seed
     before = manifest_hash(again)
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"content": "no text field"}\n')
