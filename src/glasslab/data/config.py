@@ -238,7 +238,8 @@ class MixtureConfig:
     """Domains with weights, optional phases that change them, and per-domain epoch caps."""
 
     weights: dict[str, float] = field(default_factory=dict)
-    """Domain → weight in force until the first phase starts (normalised over domains)."""
+    """Domain → weight in force until the first phase starts (normalised over domains); when empty,
+    the first phase's weights apply from step 0."""
     phases: tuple[PhaseConfig, ...] = ()
     """Later weight sets, in increasing ``start_step``."""
     epoch_caps: dict[str, float] = field(default_factory=dict)
