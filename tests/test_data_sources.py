@@ -116,3 +116,14 @@ def test_builtin_corpora_are_deterministic_capped_and_disjoint():
     topics, _ = _read(SourceConfig(domain="ref", kind="builtin", path="pydoc_topics"))
     assert len(topics) > 50 and any("assignment statement" in t.lower() for t in topics)
     assert len(stdlib_modules()) > 100
+
+
+def test_hf_source_never_downloads():
+    import importlib.util
+
+    source = SourceConfig(domain="x", kind="hf", path="nobody/not-cached-anywhere")
+    with pytest.raises(UserError, match="'datasets' package|not in the local cache"):
+        _read(source)
+    if importlib.util.find_spec("datasets") is None:
+        with pytest.raises(UserError, match="kind 'hf' needs the 'datasets' package"):
+            _read(source)
