@@ -90,10 +90,17 @@ def test_report_has_the_agreed_layout(built):
     assert report["errors"] == {"malformed_lines": [], "malformed_count": 0, "invalid_utf8": 0}
 
 
-def test_rebuild_serial_gives_the_same_manifest_and_failed_build_keeps_the_old(built, tmp_path):
+def test_rebuild_serial_in_another_process_gives_the_same_manifest_and_failed_build_keeps_the_old(
+    built, tmp_path
+):
+    from glasslab.config import to_dict
+
     tmp, ds = built
-    again = build_dataset(small_build_config(tmp, num_workers=1), tmp_path / "again", progress=False)
-    assert manifest_hash(again) == manifest_hash(ds)
+    (tmp_path / "same.yaml").write_text(yaml.safe_dump(to_dict(small_build_config(tmp))))
+    done = _cli("data", "build", "same.yaml", "--workers", "1", "--out", "again", "--quiet", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    again = tmp_path / "again"
+    assert manifest_hash(again) == manifest_hash(ds)  # 1 vs 2 workers, another process and hash seed
     before = manifest_hash(again)
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"content": "no text field"}\n')
@@ -176,3 +183,77 @@ def test_cli_build_demo_corpora_report_and_bad_input(tmp_path):
     (tmp_path / "mix_bad.yaml").write_text(yaml.safe_dump({"weights": {"code": 1, "poetry": 1}}))
     done = _cli("data", "report", "ds", "--mixture", "mix_bad.yaml", cwd=tmp_path)
     assert done.returncode == 2 and "unknown domain 'poetry'" in done.stderr
+
+
+def test_sigkilled_rebuild_leaves_the_old_dataset_trusted_and_a_rerun_works(built, tmp_path):
+    import signal
+
+    from glasslab.data import DataConfig, Loader, MixtureConfig
+
+    tmp, _ = built
+    target = build_dataset(small_build_config(tmp), tmp_path / "ds", progress=False)
+    before = manifest_hash(target)
+    config = yaml.safe_dump(
+        {
+            "sources": [{"domain": "alpha", "kind": "jsonl", "path": str(tmp / "alpha.jsonl")}],
+            "tokenizer": {"vocab_size": 700},
+        }
+    )
+    (tmp_path / "rebuild.yaml").write_text(config)
+    env = dict(os.environ, PYTHONPATH=SRC)
+    command = [sys.executable, "-m", "glasslab", "data", "build", "rebuild.yaml", "--out", str(target)]
+    process = subprocess.Popen(command, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    for line in process.stderr:
+        if "splitting eval" in line:  # mid-build: staged text written, nothing moved yet
+            os.kill(process.pid, signal.SIGKILL)
+            break
+    assert process.wait(timeout=60) == -signal.SIGKILL
+    assert (target / ".build-tmp").exists() and manifest_hash(target) == before
+    loader = Loader(DataConfig(path=str(target), mixture=MixtureConfig(weights={"alpha": 1})), 16, 2)
+    assert loader.next_batch().shape == (2, 17)
+    done = _cli("data", "build", "rebuild.yaml", "--out", str(target), "--quiet", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    manifest = json.loads((target / "manifest.json").read_text())
+    assert manifest["vocab_size"] == 700 and sorted(manifest["domains"]) == ["alpha"]
+    assert not (target / ".build-tmp").exists() and not (target / "shards" / "beta").exists()
+
+
+def test_build_with_every_document_filtered_fails_with_one_line(tmp_path):
+    from data_helpers import write_jsonl
+    from glasslab.data import BuildConfig, SourceConfig
+
+    path = write_jsonl(tmp_path / "short.jsonl", ["too short", "also far too short"])
+    cfg = BuildConfig(sources=(SourceConfig(domain="x", kind="jsonl", path=str(path)),), num_workers=1)
+    with pytest.raises(UserError, match="no documents left after processing \\(filter drops: length 2\\)"):
+        build_dataset(cfg, tmp_path / "ds", progress=False)
+    assert not (tmp_path / "ds" / "manifest.json").exists() and not (tmp_path / "ds" / ".build-tmp").exists()
+
+
+def test_uint32_shards_and_parallel_writer_match_plain_encoding(built, tmp_path):
+    from glasslab.data.shards import ShardWriter, index_path
+
+    _, ds = built
+    tokenizer = load_tokenizer(ds)
+    texts = topic_texts()[:30]
+    expected = [tokenizer.encode(t).ids + [0] for t in texts]
+    for workers, vocab, dtype in ((1, 70_000, np.uint32), (2, 512, np.uint16)):
+        path = tmp_path / f"w{workers}.bin"
+        with ShardWriter(tokenizer.to_str(), 0, vocab, workers) as writer:
+            stats = writer.write(iter(texts), path)
+        tokens = np.fromfile(path, dtype=dtype)
+        assert tokens.tolist() == [i for ids in expected for i in ids]
+        assert np.load(index_path(path)).tolist() == np.cumsum([len(e) for e in expected]).tolist()
+        assert (stats.documents, stats.bytes) == (30, sum(len(t.encode()) for t in texts))
+
+
+def test_build_step_takes_a_lab_context(tmp_path):
+    from types import SimpleNamespace
+
+    from glasslab.config import to_dict
+    from glasslab.data import build_step
+
+    ctx = SimpleNamespace(config=to_dict(small_build_config(tmp_path)), output_dir=tmp_path / "step-1234abcd")
+    ctx.output_dir.mkdir()
+    (ctx.output_dir / "step.json").write_text("{}")  # the executor's own file stays untouched
+    assert build_step(ctx) == ctx.output_dir
+    assert (ctx.output_dir / "manifest.json").is_file() and (ctx.output_dir / "step.json").read_text() == "{}"

@@ -120,8 +120,10 @@ def test_epoch_caps_take_a_domain_out_then_exhaust(ds):
     capped_both = Loader(_cfg(ds, epoch_caps={"alpha": 0.05, "beta": 0.05}), seq_len=32, global_batch=16)
     with pytest.raises(DataExhausted, match="data exhausted"):
         for _ in range(1000):
+            last_complete = capped_both.state_dict()
             capped_both.next_batch()
     assert capped_both.epochs()["alpha"] <= 0.05 and capped_both.epochs()["beta"] <= 0.05
+    assert capped_both.state_dict() == last_complete  # a failed draw leaves the state alone
 
 
 def test_one_epoch_packs_every_document_once_in_shuffled_order(ds):

@@ -56,6 +56,9 @@ def test_text_folder_and_caps(tmp_path):
     assert got == texts[:2]
     got, _ = _read(SourceConfig(domain="x", kind="text", path=str(tmp_path / "docs"), max_bytes=1))
     assert got == texts[:1]
+    (tmp_path / "docs" / "zz.txt.gz").write_bytes(gzip.compress(texts[0].encode()))
+    got, _ = _read(SourceConfig(domain="x", kind="text", path=str(tmp_path / "docs"), pattern="**/*"))
+    assert got == texts + texts[:1]
 
 
 def test_malformed_line_skipped_and_counted_or_fatal_under_strict(tmp_path):
@@ -113,3 +116,14 @@ def test_builtin_corpora_are_deterministic_capped_and_disjoint():
     topics, _ = _read(SourceConfig(domain="ref", kind="builtin", path="pydoc_topics"))
     assert len(topics) > 50 and any("assignment statement" in t.lower() for t in topics)
     assert len(stdlib_modules()) > 100
+
+
+def test_hf_source_never_downloads():
+    import importlib.util
+
+    source = SourceConfig(domain="x", kind="hf", path="nobody/not-cached-anywhere")
+    with pytest.raises(UserError, match="'datasets' package|not in the local cache"):
+        _read(source)
+    if importlib.util.find_spec("datasets") is None:
+        with pytest.raises(UserError, match="kind 'hf' needs the 'datasets' package"):
+            _read(source)

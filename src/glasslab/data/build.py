@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from glasslab.config import config_hash, to_dict
+from glasslab.config import config_hash, from_dict, to_dict
 from glasslab.data import report, sources
 from glasslab.data.config import BuildConfig
 from glasslab.data.decontaminate import Decontaminator, choose_eval, split_key
@@ -29,6 +29,7 @@ from glasslab.data.filters import FILTER_NAMES, first_failed_filter
 from glasslab.data.normalize import normalize
 from glasslab.data.shards import MANIFEST, SPLITS, ShardWriter, file_sha256, index_path, token_dtype
 from glasslab.data.tokenizer import EOT, TOKENIZER_DIR, save_tokenizer, train_tokenizer
+from glasslab.errors import UserError
 
 BUILD_RECORD = "build.json"
 TMP_DIR = ".build-tmp"
@@ -72,14 +73,14 @@ def _process_sources(
     funnel: Funnel,
     errors: sources.InputErrors,
     filter_drops: dict[str, int],
-) -> dict[str, list[int]]:
+) -> dict[str, list[tuple[int, int]]]:
     """Pass 1: read, normalise, filter and dedup every source into ``stage/<domain>.jsonl``.
 
-    Returns each domain's eval-split keys in staged order.
+    Returns each domain's (eval-split key, UTF-8 bytes) per document, in staged order.
     """
     exact = ExactDedup() if cfg.dedup.exact else None
     near = NearDedup(cfg.dedup) if cfg.dedup.near else None
-    keys: dict[str, list[int]] = {}
+    keys: dict[str, list[tuple[int, int]]] = {}
     handles: dict[str, object] = {}
     for stage in ["raw", "normalized", *(f"filter:{n}" for n in FILTER_NAMES), "exact_dedup", "near_dedup"]:
         funnel.ensure(stage)
@@ -106,7 +107,8 @@ def _process_sources(
                 if source.domain not in handles:
                     handles[source.domain] = open(stage_dir / f"{source.domain}.jsonl", "w", encoding="utf-8")
                 handles[source.domain].write(json.dumps(text) + "\n")
-                keys.setdefault(source.domain, []).append(split_key(text, cfg.seed))
+                size = len(text.encode("utf-8"))
+                keys.setdefault(source.domain, []).append((split_key(text, cfg.seed), size))
     finally:
         for handle in handles.values():
             handle.close()
@@ -114,11 +116,14 @@ def _process_sources(
 
 
 def _split_and_decontaminate(
-    cfg: BuildConfig, stage_dir: Path, keys: dict[str, list[int]], funnel: Funnel
+    cfg: BuildConfig, stage_dir: Path, keys: dict[str, list[tuple[int, int]]], funnel: Funnel
 ) -> None:
     """Pass 2: hold out eval documents per domain, then drop training documents sharing their n-grams."""
     decontaminator = Decontaminator(cfg.eval.ngram_words)
-    masks = {domain: choose_eval(np.array(k, dtype=np.int64), cfg.eval) for domain, k in keys.items()}
+    masks = {}
+    for domain, pairs in keys.items():
+        keys_and_sizes = np.array(pairs, dtype=np.int64)
+        masks[domain] = choose_eval(keys_and_sizes[:, 0], keys_and_sizes[:, 1], cfg.eval)
     for domain, mask in masks.items():
         with open(stage_dir / f"{domain}.eval.jsonl", "w", encoding="utf-8") as out:
             for text, is_eval in zip(read_staged(stage_dir / f"{domain}.jsonl"), mask, strict=True):
@@ -215,6 +220,12 @@ def build_dataset(cfg: BuildConfig, out_dir: Path, progress: bool = True) -> Pat
         keys = _process_sources(cfg, stage_dir, funnel, errors, filter_drops)
         timings["process_s"] = time.perf_counter() - started
         domains = sorted(keys)
+        if not domains:
+            drops = ", ".join(f"{name} {n}" for name, n in filter_drops.items() if n)
+            raise UserError(
+                f"no documents left after processing (filter drops: {drops or 'none'}); "
+                "loosen the filters or add sources"
+            )
         _say(
             progress,
             f"{sum(map(len, keys.values()))} documents kept in {len(domains)} domain(s); "
@@ -278,3 +289,9 @@ def build_dataset(cfg: BuildConfig, out_dir: Path, progress: bool = True) -> Pat
         raise
     _say(progress, f"done in {timings['total_s']:.1f} s: {out_dir}")
     return out_dir
+
+
+def build_step(ctx) -> Path:
+    """Lab step function: build ``ctx.config`` (a BuildConfig or its plain data) into ``ctx.output_dir``."""
+    cfg = ctx.config if isinstance(ctx.config, BuildConfig) else from_dict(BuildConfig, ctx.config)
+    return build_dataset(cfg, Path(ctx.output_dir), progress=False)

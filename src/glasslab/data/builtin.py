@@ -8,6 +8,9 @@ version is recorded in the dataset manifest). Three domains of real text:
 - ``stdlib_prose``: English prose from docstrings and comment blocks of standard-library modules;
 - ``pydoc_topics``: the language reference topics that ``help()`` shows (``pydoc_data.topics``).
 
+Files describing how this particular interpreter was built (``_sysconfigdata*``, ``config-*/``)
+are left out, as are tests and anything installed into site-packages.
+
 Code and prose come from disjoint halves of the module list, so a held-out docstring cannot leak into
 the training code domain (and the other way round) and decontamination has nothing to remove there.
 """
@@ -57,8 +60,13 @@ def stdlib_modules() -> list[Path]:
     files = []
     for folder, subfolders, names in os.walk(root):
         # Pruning here, not filtering afterwards: site-packages alone can be hundreds of MB.
-        subfolders[:] = [d for d in subfolders if d not in EXCLUDED_DIRS]
-        files.extend(Path(folder) / name for name in names if name.endswith(".py"))
+        subfolders[:] = [d for d in subfolders if d not in EXCLUDED_DIRS and not d.startswith("config-")]
+        # _sysconfigdata* records how this interpreter was built (paths, flags): machine-specific.
+        files.extend(
+            Path(folder) / name
+            for name in names
+            if name.endswith(".py") and not name.startswith("_sysconfigdata")
+        )
     return sorted(files, key=lambda p: p.relative_to(root).as_posix())
 
 

@@ -138,6 +138,9 @@ class EvalSplitConfig:
     """Share of each domain's documents held out (chosen by a seeded hash of the text)."""
     min_documents: int = 2
     """At least this many eval documents per domain."""
+    min_bytes: int = 50_000
+    """Keep adding eval documents (in split-key order) until they hold this much UTF-8 text, so even a
+    domain of a few documents gives enough eval windows; bounded by ``max_documents``."""
     max_documents: int = 200
     """At most this many eval documents per domain."""
     ngram_words: int = 13
@@ -235,7 +238,8 @@ class MixtureConfig:
     """Domains with weights, optional phases that change them, and per-domain epoch caps."""
 
     weights: dict[str, float] = field(default_factory=dict)
-    """Domain → weight in force until the first phase starts (normalised over domains)."""
+    """Domain → weight in force until the first phase starts (normalised over domains); when empty,
+    the first phase's weights apply from step 0."""
     phases: tuple[PhaseConfig, ...] = ()
     """Later weight sets, in increasing ``start_step``."""
     epoch_caps: dict[str, float] = field(default_factory=dict)

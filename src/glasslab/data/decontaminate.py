@@ -28,12 +28,21 @@ def eval_count(num_documents: int, cfg: EvalSplitConfig) -> int:
     return max(0, min(wanted, num_documents - 1))
 
 
-def choose_eval(keys: np.ndarray, cfg: EvalSplitConfig) -> np.ndarray:
-    """Boolean mask over a domain's documents (in stored order): True for the held-out ones."""
+def choose_eval(keys: np.ndarray, sizes: np.ndarray, cfg: EvalSplitConfig) -> np.ndarray:
+    """Boolean mask over a domain's documents (in stored order): True for the held-out ones.
+
+    ``keys`` are :func:`split_key` values and ``sizes`` UTF-8 bytes per document. The smallest keys
+    are held out: :func:`eval_count` of them, then more while they hold under ``cfg.min_bytes``.
+    """
+    order = np.argsort(keys, kind="stable")
     k = eval_count(len(keys), cfg)
+    limit = max(0, min(cfg.max_documents, len(keys) - 1))
+    held_bytes = int(sizes[order[:k]].sum())
+    while k < limit and held_bytes < cfg.min_bytes:
+        held_bytes += int(sizes[order[k]])
+        k += 1
     mask = np.zeros(len(keys), dtype=bool)
-    if k:
-        mask[np.argsort(keys, kind="stable")[:k]] = True
+    mask[order[:k]] = True
     return mask
 
 

@@ -14,6 +14,8 @@ same global batch, and a resume may change ``world_size`` as long as ``global_ba
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -95,6 +97,8 @@ class Loader:
         manifest = read_manifest(self.path)
         check_mixture(data_cfg.mixture, manifest["domains"])
         self.manifest_hash = manifest_hash(self.path)
+        self.vocab_size: int = manifest["vocab_size"]
+        self.eot_id: int = manifest["eot_id"]
         self.seq_len, self.global_batch = seq_len, global_batch
         self.rank, self.world_size = rank, world_size
         self.rows_per_rank = global_batch // world_size
@@ -125,28 +129,37 @@ class Loader:
         return weights_at(self.cfg.mixture, step)
 
     def _draw(self) -> list[tuple[str, int]]:
-        """(domain, stream position) of every sequence of the current step; advances the cursors."""
+        """(domain, stream position) of every sequence of the current step; advances the cursors.
+
+        The cursors change only once the whole step is drawn, so a :class:`DataExhausted` leaves
+        the state at the last complete step.
+        """
         weights = self.weights_at(self.step)
         window = self.seq_len + 1
         uniforms = np.random.default_rng([self.cfg.seed, self.step]).random(self.global_batch)
-        plan = []
+        cursors = dict(self.cursors)
+        plan: list[tuple[str, int]] = []
+        active: list[str] = []
         for u in uniforms:
-            active = [
-                d
-                for d in self.domains
-                if weights.get(d, 0.0) > 0 and self.cursors[d] + window <= self._cap_tokens[d]
-            ]
-            if not active:
-                raise DataExhausted(
-                    f"data exhausted at step {self.step}: every weighted domain reached its "
-                    f"epoch cap ({dict(self.cfg.mixture.epoch_caps)})"
-                )
-            cumulative = np.cumsum([weights[d] for d in active])
-            domain = active[
-                min(int(np.searchsorted(cumulative, u * cumulative[-1], side="right")), len(active) - 1)
-            ]
-            plan.append((domain, self.cursors[domain]))
-            self.cursors[domain] += window
+            if not active:  # (re)computed at the start and whenever a domain reaches its cap
+                active = [
+                    d
+                    for d in self.domains
+                    if weights.get(d, 0.0) > 0 and cursors[d] + window <= self._cap_tokens[d]
+                ]
+                if not active:
+                    raise DataExhausted(
+                        f"data exhausted at step {self.step}: every weighted domain reached its "
+                        f"epoch cap ({dict(self.cfg.mixture.epoch_caps)})"
+                    )
+                cumulative = list(itertools.accumulate(weights[d] for d in active))
+            index = min(bisect.bisect_right(cumulative, u * cumulative[-1]), len(active) - 1)
+            domain = active[index]
+            plan.append((domain, cursors[domain]))
+            cursors[domain] += window
+            if cursors[domain] + window > self._cap_tokens[domain]:
+                active = []
+        self.cursors = cursors
         self.step += 1
         return plan
 

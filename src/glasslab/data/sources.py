@@ -134,12 +134,17 @@ def read_parquet(path: Path, source: SourceConfig) -> Iterator[str]:
 
 
 def read_text_folder(source: SourceConfig, errors: InputErrors) -> Iterator[str]:
-    """One document per file under the folder matching ``source.pattern``, in sorted path order."""
+    """One document per file under the folder matching ``source.pattern``, in sorted path order.
+
+    Local text beyond the built-in corpora (system documentation, notes) comes in this way, and
+    only when a config asks for it.
+    """
     folder = Path(source.path)
     if not folder.is_dir():
         raise UserError(f"source {source.label}: {source.path} is not a folder")
     for path in sorted(p for p in folder.glob(source.pattern) if p.is_file()):
-        yield decode_counted(path.read_bytes(), errors)
+        with _open_binary(path) as handle:  # .gz/.zst files (e.g. under /usr/share/doc) are unpacked
+            yield decode_counted(handle.read(), errors)
 
 
 def read_hf(source: SourceConfig) -> Iterator[str]:
