@@ -169,13 +169,13 @@ class Executor:
             return report
         self.progress.line("▶", str(self.lab_root), f"{len(plan.to_run())} steps to run, "
                            f"{len(plan.cached())} cached, backend {self.backend_name}, jobs {self.jobs}")
+        backend = self._make_backend(plan)
         code = code_version()
         self._stop, self._hurry, self._active = None, False, {}
         self._wake.clear()
         for node in plan.to_run():
             node.folder.mkdir(parents=True, exist_ok=True)
             create_step_record(node.folder, self._base_record(node, code) | {"status": "pending"})
-        backend = self._make_backend(plan)
         restore = self._install_signal_handlers()
         heartbeat = threading.Thread(target=self._heartbeat_loop, name="step-heartbeat", daemon=True)
         heartbeat.start()
