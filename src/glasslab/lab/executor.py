@@ -223,7 +223,7 @@ class Executor:
                 elif active.handle is not None:
                     result = backend.poll(active.handle)
                     if result is not None:
-                        self._finish_attempt(active, result, report, backend, config_pickles)
+                        self._finish_attempt(active, result, report)
                 elif active.retry_at is not None and now >= active.retry_at:
                     self._launch(active, backend, config_pickles)
             time.sleep(LOOP_INTERVAL_S)
@@ -295,8 +295,7 @@ class Executor:
         if worker_pid is not None:
             active.lost = not active.lock.refresh(worker_pid)
 
-    def _finish_attempt(self, active: _Active, result: AttemptResult, report: RunReport, backend: Any,
-                        config_pickles: dict) -> None:
+    def _finish_attempt(self, active: _Active, result: AttemptResult, report: RunReport) -> None:
         node, record = active.node, active.record
         now = time.time()
         duration = now - active.attempt_started
@@ -377,7 +376,7 @@ class Executor:
                     continue
                 result = backend.poll(active.handle)
                 if result is not None:
-                    self._finish_attempt(active, result, report, backend, {})
+                    self._finish_attempt(active, result, report)
             time.sleep(LOOP_INTERVAL_S)
 
     # --- helpers ---------------------------------------------------------------------------------
