@@ -169,13 +169,13 @@ class Executor:
             return report
         self.progress.line("▶", str(self.lab_root), f"{len(plan.to_run())} steps to run, "
                            f"{len(plan.cached())} cached, backend {self.backend_name}, jobs {self.jobs}")
+        backend = self._make_backend(plan)
         code = code_version()
         self._stop, self._hurry, self._active = None, False, {}
         self._wake.clear()
         for node in plan.to_run():
             node.folder.mkdir(parents=True, exist_ok=True)
             create_step_record(node.folder, self._base_record(node, code) | {"status": "pending"})
-        backend = self._make_backend(plan)
         restore = self._install_signal_handlers()
         heartbeat = threading.Thread(target=self._heartbeat_loop, name="step-heartbeat", daemon=True)
         heartbeat.start()
@@ -223,7 +223,7 @@ class Executor:
                 elif active.handle is not None:
                     result = backend.poll(active.handle)
                     if result is not None:
-                        self._finish_attempt(active, result, report, backend, config_pickles)
+                        self._finish_attempt(active, result, report)
                 elif active.retry_at is not None and now >= active.retry_at:
                     self._launch(active, backend, config_pickles)
             time.sleep(LOOP_INTERVAL_S)
@@ -295,8 +295,7 @@ class Executor:
         if worker_pid is not None:
             active.lost = not active.lock.refresh(worker_pid)
 
-    def _finish_attempt(self, active: _Active, result: AttemptResult, report: RunReport, backend: Any,
-                        config_pickles: dict) -> None:
+    def _finish_attempt(self, active: _Active, result: AttemptResult, report: RunReport) -> None:
         node, record = active.node, active.record
         now = time.time()
         duration = now - active.attempt_started
@@ -377,7 +376,7 @@ class Executor:
                     continue
                 result = backend.poll(active.handle)
                 if result is not None:
-                    self._finish_attempt(active, result, report, backend, {})
+                    self._finish_attempt(active, result, report)
             time.sleep(LOOP_INTERVAL_S)
 
     # --- helpers ---------------------------------------------------------------------------------

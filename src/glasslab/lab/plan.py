@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from glasslab.config import to_dict
 from glasslab.errors import UserError
@@ -208,5 +207,4 @@ def _decide(node: PlannedStep, forced: bool, stale_after_s: float) -> None:
 
 
 def _held_elsewhere(folder: Path, stale_after_s: float) -> bool:
-    lock_holder: Any = StepLock(folder, owner="", stale_after_s=stale_after_s).holder()
-    return lock_holder is not None
+    return StepLock(folder, owner="", stale_after_s=stale_after_s).holder() is not None

@@ -27,6 +27,7 @@ from typing import Any
 
 import ray
 
+from glasslab.errors import UserError
 from glasslab.lab.attempt import AttemptResult, WorkerSpec, one_line_error
 from glasslab.lab.local_backend import finish_result, start_worker, user_pythonpath
 from glasslab.lab.step import Resources
@@ -73,7 +74,10 @@ class RayBackend:
         if self.started_here:
             runtime_env = {"env_vars": {"PYTHONPATH": user_pythonpath()}}
             if address:
-                ray.init(address=address, runtime_env=runtime_env, log_to_driver=False)
+                try:
+                    ray.init(address=address, runtime_env=runtime_env, log_to_driver=False)
+                except (ConnectionError, ValueError, RuntimeError) as exc:
+                    raise UserError(f"--address {address}: cannot join a Ray cluster there ({exc})") from None
             else:
                 # A local Ray sized so that the largest step fits (logical CPUs may exceed cores).
                 ray.init(
