@@ -115,9 +115,11 @@ def _resume_point(run_dir: Path, run_cfg: RunConfig, config_data: dict, fallback
         raise UserError(f"{run_dir}: nothing to resume (no run.json); start it without --resume")
     ckpt.sweep_temp(run_dir)
     found = ckpt.latest_valid(run_dir, on_fallback=lambda step, problem: fallbacks.append((step, problem)))
-    previous = checkpoint_config(found[1]) if found else record["config"]
-    changed = [key for key in configs.diff(configs.redact(previous), configs.redact(config_data))
-               if key not in _unversioned_keys(run_cfg)]
+    if found:
+        changed = configs.diff(checkpoint_config(found[1]), config_data)
+    else:  # killed before its first checkpoint: run.json holds the config, with secrets redacted
+        changed = configs.diff(record["config"], configs.redact(config_data))
+    changed = [key for key in changed if key not in _unversioned_keys(run_cfg)]
     if changed:
         raise UserError(f"{run_dir}: cannot resume with a changed config ({', '.join(changed)} differ); "
                         "use --fork RUN@STEP for a deliberate change")
