@@ -76,10 +76,15 @@ class SpikeGuard:
 
 
 def _limit(history: deque[float], sigma: float, log_scale: bool) -> float:
-    """mean + sigma × deviation of ``history`` (of its logs when ``log_scale``, mapped back)."""
+    """mean + sigma × deviation of ``history`` (of its logs when ``log_scale``, mapped back).
+
+    The deviation is estimated from successive differences (σ ≈ RMS(x_t − x_{t−1}) / √2), so the
+    steady fall of an early loss curve does not pass for noise and widen the band.
+    """
     values = [math.log(max(x, 1e-12)) for x in history] if log_scale else list(history)
     mean = sum(values) / len(values)
-    deviation = math.sqrt(sum((x - mean) ** 2 for x in values) / (len(values) - 1))
+    steps = [b - a for a, b in zip(values, values[1:], strict=False)]
+    deviation = math.sqrt(sum(d * d for d in steps) / (2 * len(steps)))
     floor = MIN_RELATIVE_DEVIATION if log_scale else MIN_RELATIVE_DEVIATION * abs(mean)
     limit = mean + sigma * max(deviation, floor)
     return math.exp(limit) if log_scale else limit

@@ -32,6 +32,7 @@ from glasslab.train import checkpoint as ckpt
 from glasslab.train import distributed
 from glasslab.train.build import build_parts, describe
 from glasslab.train.loop import Trainer
+from glasslab.train.rng import capture_rng, restore_rng
 from glasslab.train.run_config import RunConfig
 from glasslab.train.throughput import peak_flops
 
@@ -42,14 +43,17 @@ def train(run_cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, fork
           record_extra: dict | None = None, device: str = "cpu") -> dict[str, Any]:
     """Train ``run_cfg`` into ``run_dir``; return the final metrics (incl. ``eval/macro/loss``).
 
-    Under torchrun every rank calls this; the process group is set up from the environment.
+    Under torchrun every rank calls this; the process group is set up from the environment. Apart
+    from ``run_dir`` it leaves no trace: RNG states and the SIGTERM handler are put back on return.
     """
     run_dir = Path(run_dir)
+    caller_rng = capture_rng()  # the run seeds every generator; the caller gets its own back
     ctx = distributed.setup(device)
     try:
         return _train(run_cfg, run_dir, ctx, resume, fork, record_extra or {})
     finally:
         ctx.close()
+        restore_rng(caller_rng)
 
 
 def _train(run_cfg: RunConfig, run_dir: Path, ctx: distributed.DistContext, resume: bool, fork: str | None,
