@@ -90,7 +90,7 @@ def _train(run_cfg: RunConfig, run_dir: Path, ctx: distributed.DistContext, resu
         for step, problem in fallbacks:
             trainer.record_fallback(step, problem)
         if start_from is not None:
-            trainer.load(start_from)
+            trainer.load(start_from, fork=bool(fork) and not resume)
         if run is not None and resume:
             run.annotate("resume", f"resumed at step {trainer.step}", step=trainer.step)
         if run is not None and fork:
@@ -100,7 +100,7 @@ def _train(run_cfg: RunConfig, run_dir: Path, ctx: distributed.DistContext, resu
         started = time.time()
         with _preemption_signal(trainer):
             status = trainer.fit()
-        result = _result(trainer, run_cfg, status, time.time() - started)
+        result = _result(trainer, status, time.time() - started)
         if run is not None:
             if status == "finished":
                 write_json_atomic(run_dir / RESULT, result)
@@ -160,14 +160,14 @@ def _unversioned_keys(run_cfg: RunConfig) -> set[str]:
     return set(configs.diff(configs.to_dict(run_cfg), configs.to_dict(run_cfg, versioned_only=True)))
 
 
-def _result(trainer: Trainer, run_cfg: RunConfig, status: str, seconds: float) -> dict[str, Any]:
-    tokens = trainer.step * run_cfg.train.global_batch_tokens
+def _result(trainer: Trainer, status: str, seconds: float) -> dict[str, Any]:
+    """Final metrics, counters (tokens, training FLOPs = tokens × FLOPs/token) and per-rank state hashes."""
     return {
         **trainer.last_metrics,
         "status": status,
         "step": trainer.step,
-        "tokens": tokens,
-        "flops": tokens * trainer.parts.flops_per_token,
+        "tokens": trainer.tokens,
+        "flops": trainer.tokens * trainer.parts.flops_per_token,
         "seconds": seconds,
         "replica_state_sha256": trainer.ctx.all_gather_object(trainer.replica_fingerprint()),
     }
