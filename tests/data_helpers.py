@@ -27,10 +27,14 @@ def small_build_config(tmp_path: Path, **kwargs) -> BuildConfig:
     alpha = write_jsonl(tmp_path / "alpha.jsonl", texts[0::2])
     beta = write_jsonl(tmp_path / "beta.jsonl", texts[1::2])
     defaults = dict(
-        sources=(SourceConfig(domain="alpha", kind="jsonl", path=str(alpha)),
-                 SourceConfig(domain="beta", kind="jsonl", path=str(beta))),
-        dedup=DedupConfig(), eval=EvalSplitConfig(fraction=0.1, min_documents=2),
-        tokenizer=TokenizerConfig(vocab_size=512), num_workers=1,
+        sources=(
+            SourceConfig(domain="alpha", kind="jsonl", path=str(alpha)),
+            SourceConfig(domain="beta", kind="jsonl", path=str(beta)),
+        ),
+        dedup=DedupConfig(),
+        eval=EvalSplitConfig(fraction=0.1, min_documents=2),
+        tokenizer=TokenizerConfig(vocab_size=512),
+        num_workers=1,
     )
     defaults.update(kwargs)
     return BuildConfig(**defaults)

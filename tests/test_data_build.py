@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from data_helpers import SRC, build_small, small_build_config, topic_texts
 
+from data_helpers import SRC, build_small, small_build_config, topic_texts
 from glasslab.data import build_dataset, load_tokenizer, manifest_hash
 from glasslab.data.normalize import normalize
 from glasslab.data.shards import file_sha256, open_shard
@@ -28,8 +28,14 @@ def built(tmp_path_factory):
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=SRC)
-    return subprocess.run([sys.executable, "-m", "glasslab", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "glasslab", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_shards_hold_the_documents_and_the_manifest_checks_out(built):
@@ -48,8 +54,10 @@ def test_shards_hold_the_documents_and_the_manifest_checks_out(built):
             shard = open_shard(ds, domain, split)
             assert shard.num_tokens == entry["tokens"] and len(shard.ends) == entry["documents"] > 0
             assert np.all(shard.tokens[shard.ends - 1] == manifest["eot_id"])  # every document ends in EOT
-            texts[split] = [tokenizer.decode(shard.document(i)[:-1].tolist(), skip_special_tokens=False)
-                            for i in range(len(shard.ends))]
+            texts[split] = [
+                tokenizer.decode(shard.document(i)[:-1].tolist(), skip_special_tokens=False)
+                for i in range(len(shard.ends))
+            ]
             assert set(texts[split]) <= inputs
             assert sum(len(t.encode()) for t in texts[split]) == entry["bytes"]
         assert not set(texts["train"]) & set(texts["eval"])
@@ -62,12 +70,19 @@ def test_report_has_the_agreed_layout(built):
     assert [s["domain"] for s in report["sources"]] == ["alpha", "beta"]
     assert {"name", "domain", "kind", "path", "provenance", "licence"} <= set(report["sources"][0])
     stages = [f["stage"] for f in report["funnel"]]
-    assert stages[:2] == ["raw", "normalized"] and stages[-4:] == ["exact_dedup", "near_dedup", "decontaminate", "tokens"]
+    assert stages[:2] == ["raw", "normalized"] and stages[-4:] == [
+        "exact_dedup",
+        "near_dedup",
+        "decontaminate",
+        "tokens",
+    ]
     assert sorted(stages[2:-4]) == sorted(f"filter:{n}" for n in report["filters"])
     documents = [f["documents"] for f in report["funnel"]]
     assert documents == sorted(documents, reverse=True) and documents[0] == len(topic_texts())
     assert documents[1] - documents[-5] == sum(report["filters"].values())
-    assert report["funnel"][-1]["tokens"] == sum(d["tokens"] + d["eval_tokens"] for d in report["domains"].values())
+    assert report["funnel"][-1]["tokens"] == sum(
+        d["tokens"] + d["eval_tokens"] for d in report["domains"].values()
+    )
     for d in report["domains"].values():
         assert 2.0 < d["bytes_per_token"] < 6.0
         assert sum(d["length_histogram"]["counts"]) == d["documents"] and len(d["samples"]) == 3
@@ -75,15 +90,25 @@ def test_report_has_the_agreed_layout(built):
     assert report["errors"] == {"malformed_lines": [], "malformed_count": 0, "invalid_utf8": 0}
 
 
-def test_rebuild_serial_gives_the_same_manifest_and_failed_build_keeps_the_old(built, tmp_path):
+def test_rebuild_serial_in_another_process_gives_the_same_manifest_and_failed_build_keeps_the_old(
+    built, tmp_path
+):
+    from glasslab.config import to_dict
+
     tmp, ds = built
-    again = build_dataset(small_build_config(tmp, num_workers=1), tmp_path / "again", progress=False)
-    assert manifest_hash(again) == manifest_hash(ds)
+    (tmp_path / "same.yaml").write_text(yaml.safe_dump(to_dict(small_build_config(tmp))))
+    done = _cli("data", "build", "same.yaml", "--workers", "1", "--out", "again", "--quiet", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    again = tmp_path / "again"
+    assert manifest_hash(again) == manifest_hash(ds)  # 1 vs 2 workers, another process and hash seed
     before = manifest_hash(again)
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"content": "no text field"}\n')
-    cfg = small_build_config(tmp, sources=small_build_config(tmp).sources
-                             + (small_build_config(tmp).sources[0].__class__(domain="gamma", kind="jsonl", path=str(bad)),))
+    cfg = small_build_config(
+        tmp,
+        sources=small_build_config(tmp).sources
+        + (small_build_config(tmp).sources[0].__class__(domain="gamma", kind="jsonl", path=str(bad)),),
+    )
     with pytest.raises(UserError, match="no text field 'text' \\(keys: content\\)"):
         build_dataset(cfg, again, progress=False)
     assert manifest_hash(again) == before and not (again / ".build-tmp").exists()
@@ -92,8 +117,19 @@ def test_rebuild_serial_gives_the_same_manifest_and_failed_build_keeps_the_old(b
 def test_cli_build_demo_corpora_report_and_bad_input(tmp_path):
     config = {
         "sources": [
-            {"domain": "code", "kind": "builtin", "path": "stdlib_code", "max_documents": 12,
-             "skip_filters": ["mean_word_length", "symbol_ratio", "alpha_ratio", "top_ngram", "duplicate_ngrams"]},
+            {
+                "domain": "code",
+                "kind": "builtin",
+                "path": "stdlib_code",
+                "max_documents": 12,
+                "skip_filters": [
+                    "mean_word_length",
+                    "symbol_ratio",
+                    "alpha_ratio",
+                    "top_ngram",
+                    "duplicate_ngrams",
+                ],
+            },
             {"domain": "prose", "kind": "builtin", "path": "stdlib_prose", "max_documents": 20},
             {"domain": "reference", "kind": "builtin", "path": "pydoc_topics", "max_documents": 25},
         ],
@@ -108,11 +144,27 @@ def test_cli_build_demo_corpora_report_and_bad_input(tmp_path):
     report = json.loads((tmp_path / "ds" / "report.json").read_text())
     assert report["sources"][0]["licence"] == "PSF-2.0" and "CPython" in report["sources"][0]["provenance"]
 
-    (tmp_path / "mix.yaml").write_text(yaml.safe_dump(
-        {"weights": {"code": 1, "prose": 1}, "phases": [{"start_step": 10, "weights": {"reference": 1}}],
-         "epoch_caps": {"reference": 1.0}}))
-    done = _cli("data", "report", "ds", "--mixture", "mix.yaml", "--token-budget", "100000",
-                "--tokens-per-step", "1000", cwd=tmp_path)
+    (tmp_path / "mix.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "weights": {"code": 1, "prose": 1},
+                "phases": [{"start_step": 10, "weights": {"reference": 1}}],
+                "epoch_caps": {"reference": 1.0},
+            }
+        )
+    )
+    done = _cli(
+        "data",
+        "report",
+        "ds",
+        "--mixture",
+        "mix.yaml",
+        "--token-budget",
+        "100000",
+        "--tokens-per-step",
+        "1000",
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     plan = json.loads((tmp_path / "ds" / "report.json").read_text())["mixture"]
     assert [p["start_step"] for p in plan["phases"]] == [0, 10]
@@ -120,11 +172,88 @@ def test_cli_build_demo_corpora_report_and_bad_input(tmp_path):
     assert plan["total"]["epochs"]["reference"] == pytest.approx(1.0)  # capped at one epoch
 
     (tmp_path / "bad.jsonl").write_text('{"text": "fine"}\n{"text": broken\n')
-    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(
-        {"sources": [{"domain": "x", "kind": "jsonl", "path": "bad.jsonl"}], "filters": {"min_words": 1}}))
+    (tmp_path / "bad.yaml").write_text(
+        yaml.safe_dump(
+            {"sources": [{"domain": "x", "kind": "jsonl", "path": "bad.jsonl"}], "filters": {"min_words": 1}}
+        )
+    )
     done = _cli("data", "build", "bad.yaml", "--strict", "--out", "bad_ds", "--quiet", cwd=tmp_path)
     assert done.returncode == 2 and "bad.jsonl:2: malformed JSON" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and not (tmp_path / "bad_ds" / "manifest.json").exists()
     (tmp_path / "mix_bad.yaml").write_text(yaml.safe_dump({"weights": {"code": 1, "poetry": 1}}))
     done = _cli("data", "report", "ds", "--mixture", "mix_bad.yaml", cwd=tmp_path)
     assert done.returncode == 2 and "unknown domain 'poetry'" in done.stderr
+
+
+def test_sigkilled_rebuild_leaves_the_old_dataset_trusted_and_a_rerun_works(built, tmp_path):
+    import signal
+
+    from glasslab.data import DataConfig, Loader, MixtureConfig
+
+    tmp, _ = built
+    target = build_dataset(small_build_config(tmp), tmp_path / "ds", progress=False)
+    before = manifest_hash(target)
+    config = yaml.safe_dump(
+        {
+            "sources": [{"domain": "alpha", "kind": "jsonl", "path": str(tmp / "alpha.jsonl")}],
+            "tokenizer": {"vocab_size": 700},
+        }
+    )
+    (tmp_path / "rebuild.yaml").write_text(config)
+    env = dict(os.environ, PYTHONPATH=SRC)
+    command = [sys.executable, "-m", "glasslab", "data", "build", "rebuild.yaml", "--out", str(target)]
+    process = subprocess.Popen(command, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    for line in process.stderr:
+        if "splitting eval" in line:  # mid-build: staged text written, nothing moved yet
+            os.kill(process.pid, signal.SIGKILL)
+            break
+    assert process.wait(timeout=60) == -signal.SIGKILL
+    assert (target / ".build-tmp").exists() and manifest_hash(target) == before
+    loader = Loader(DataConfig(path=str(target), mixture=MixtureConfig(weights={"alpha": 1})), 16, 2)
+    assert loader.next_batch().shape == (2, 17)
+    done = _cli("data", "build", "rebuild.yaml", "--out", str(target), "--quiet", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    manifest = json.loads((target / "manifest.json").read_text())
+    assert manifest["vocab_size"] == 700 and sorted(manifest["domains"]) == ["alpha"]
+    assert not (target / ".build-tmp").exists() and not (target / "shards" / "beta").exists()
+
+
+def test_build_with_every_document_filtered_fails_with_one_line(tmp_path):
+    from data_helpers import write_jsonl
+    from glasslab.data import BuildConfig, SourceConfig
+
+    path = write_jsonl(tmp_path / "short.jsonl", ["too short", "also far too short"])
+    cfg = BuildConfig(sources=(SourceConfig(domain="x", kind="jsonl", path=str(path)),), num_workers=1)
+    with pytest.raises(UserError, match="no documents left after processing \\(filter drops: length 2\\)"):
+        build_dataset(cfg, tmp_path / "ds", progress=False)
+    assert not (tmp_path / "ds" / "manifest.json").exists() and not (tmp_path / "ds" / ".build-tmp").exists()
+
+
+def test_uint32_shards_and_parallel_writer_match_plain_encoding(built, tmp_path):
+    from glasslab.data.shards import ShardWriter, index_path
+
+    _, ds = built
+    tokenizer = load_tokenizer(ds)
+    texts = topic_texts()[:30]
+    expected = [tokenizer.encode(t).ids + [0] for t in texts]
+    for workers, vocab, dtype in ((1, 70_000, np.uint32), (2, 512, np.uint16)):
+        path = tmp_path / f"w{workers}.bin"
+        with ShardWriter(tokenizer.to_str(), 0, vocab, workers) as writer:
+            stats = writer.write(iter(texts), path)
+        tokens = np.fromfile(path, dtype=dtype)
+        assert tokens.tolist() == [i for ids in expected for i in ids]
+        assert np.load(index_path(path)).tolist() == np.cumsum([len(e) for e in expected]).tolist()
+        assert (stats.documents, stats.bytes) == (30, sum(len(t.encode()) for t in texts))
+
+
+def test_build_step_takes_a_lab_context(tmp_path):
+    from types import SimpleNamespace
+
+    from glasslab.config import to_dict
+    from glasslab.data import build_step
+
+    ctx = SimpleNamespace(config=to_dict(small_build_config(tmp_path)), output_dir=tmp_path / "step-1234abcd")
+    ctx.output_dir.mkdir()
+    (ctx.output_dir / "step.json").write_text("{}")  # the executor's own file stays untouched
+    assert build_step(ctx) == ctx.output_dir
+    assert (ctx.output_dir / "manifest.json").is_file() and (ctx.output_dir / "step.json").read_text() == "{}"

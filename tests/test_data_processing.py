@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
-from data_helpers import topic_texts
 
+from data_helpers import topic_texts
 from glasslab.data.config import DedupConfig, EvalSplitConfig, FilterConfig
 from glasslab.data.decontaminate import Decontaminator, choose_eval, eval_count, split_key
 from glasslab.data.dedup import ExactDedup, NearDedup
@@ -53,16 +53,36 @@ def test_exact_and_near_dedup():
 
 def test_eval_split_is_seeded_bounded_and_order_free():
     texts = topic_texts()
-    cfg = EvalSplitConfig(fraction=0.1, min_documents=2, max_documents=5)
+    sizes = np.array([len(t.encode()) for t in texts])
+    cfg = EvalSplitConfig(fraction=0.1, min_documents=2, max_documents=5, min_bytes=0)
     keys = np.array([split_key(t, seed=0) for t in texts])
-    mask = choose_eval(keys, cfg)
+    mask = choose_eval(keys, sizes, cfg)
     assert mask.sum() == eval_count(len(texts), cfg) == min(max(round(0.1 * len(texts)), 2), 5)
     chosen = {t for t, m in zip(texts, mask, strict=True) if m}
-    reversed_mask = choose_eval(keys[::-1].copy(), cfg)
+    reversed_mask = choose_eval(keys[::-1].copy(), sizes[::-1].copy(), cfg)
     assert chosen == {t for t, m in zip(texts[::-1], reversed_mask, strict=True) if m}
-    other_seed = choose_eval(np.array([split_key(t, seed=1) for t in texts]), cfg)
+    other_seed = choose_eval(np.array([split_key(t, seed=1) for t in texts]), sizes, cfg)
     assert not np.array_equal(mask, other_seed)
     assert eval_count(1, cfg) == 0  # a lone document stays in training
+
+
+def test_eval_split_grows_to_min_bytes_within_max_documents():
+    texts = topic_texts()
+    sizes = np.array([len(t.encode()) for t in texts])
+    keys = np.array([split_key(t, seed=0) for t in texts])
+    cfg = EvalSplitConfig(fraction=0.01, min_documents=1, max_documents=40, min_bytes=30_000)
+    mask = choose_eval(keys, sizes, cfg)
+    held = sizes[mask].sum()
+    last_added = np.flatnonzero(mask)[np.argmax(keys[mask])]  # held out in increasing key order
+    assert held >= 30_000 > held - sizes[last_added] and mask.sum() > 1
+    small_cap = choose_eval(
+        keys, sizes, EvalSplitConfig(fraction=0.01, min_documents=1, max_documents=2, min_bytes=10**9)
+    )
+    assert small_cap.sum() == 2
+    # The growing split keeps the documents the fraction alone picks.
+    assert np.all(
+        mask[choose_eval(keys, sizes, EvalSplitConfig(fraction=0.01, min_documents=1, min_bytes=0))]
+    )
 
 
 def test_decontamination_drops_training_text_that_quotes_eval():

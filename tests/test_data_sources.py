@@ -7,8 +7,8 @@ import json
 
 import pytest
 import zstandard
-from data_helpers import topic_texts, write_jsonl
 
+from data_helpers import topic_texts, write_jsonl
 from glasslab.config import ConfigError, from_dict
 from glasslab.data import SourceConfig
 from glasslab.data.builtin import stdlib_modules
@@ -32,9 +32,13 @@ def test_jsonl_plain_gz_zst_and_parquet_read_the_same_texts(tmp_path):
     (tmp_path / "c.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(lines))
     pq.write_table(pa.table({"body": texts, "n": list(range(12))}), tmp_path / "d.parquet", row_group_size=5)
     for name in ("a.jsonl", "b.jsonl.gz", "c.jsonl.zst"):
-        got, errors = _read(SourceConfig(domain="x", kind="jsonl", path=str(tmp_path / name), text_field="body"))
+        got, errors = _read(
+            SourceConfig(domain="x", kind="jsonl", path=str(tmp_path / name), text_field="body")
+        )
         assert got == texts and errors.invalid_utf8 == 0, name
-    got, _ = _read(SourceConfig(domain="x", kind="parquet", path=str(tmp_path / "d.parquet"), text_field="body"))
+    got, _ = _read(
+        SourceConfig(domain="x", kind="parquet", path=str(tmp_path / "d.parquet"), text_field="body")
+    )
     assert got == texts
     # A folder reads every JSONL file in it in sorted order (3 formats x 12 texts).
     got, _ = _read(SourceConfig(domain="x", kind="jsonl", path=str(tmp_path), text_field="body"))
@@ -52,6 +56,9 @@ def test_text_folder_and_caps(tmp_path):
     assert got == texts[:2]
     got, _ = _read(SourceConfig(domain="x", kind="text", path=str(tmp_path / "docs"), max_bytes=1))
     assert got == texts[:1]
+    (tmp_path / "docs" / "zz.txt.gz").write_bytes(gzip.compress(texts[0].encode()))
+    got, _ = _read(SourceConfig(domain="x", kind="text", path=str(tmp_path / "docs"), pattern="**/*"))
+    assert got == texts + texts[:1]
 
 
 def test_malformed_line_skipped_and_counted_or_fatal_under_strict(tmp_path):
@@ -109,3 +116,14 @@ def test_builtin_corpora_are_deterministic_capped_and_disjoint():
     topics, _ = _read(SourceConfig(domain="ref", kind="builtin", path="pydoc_topics"))
     assert len(topics) > 50 and any("assignment statement" in t.lower() for t in topics)
     assert len(stdlib_modules()) > 100
+
+
+def test_hf_source_never_downloads():
+    import importlib.util
+
+    source = SourceConfig(domain="x", kind="hf", path="nobody/not-cached-anywhere")
+    with pytest.raises(UserError, match="'datasets' package|not in the local cache"):
+        _read(source)
+    if importlib.util.find_spec("datasets") is None:
+        with pytest.raises(UserError, match="kind 'hf' needs the 'datasets' package"):
+            _read(source)

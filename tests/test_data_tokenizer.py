@@ -5,9 +5,16 @@ from __future__ import annotations
 import random
 
 import pytest
-from data_helpers import topic_texts
 
-from glasslab.data.tokenizer import EOT, SPECIAL_TOKENS, load_tokenizer, save_tokenizer, shard_encoder, train_tokenizer
+from data_helpers import topic_texts
+from glasslab.data.tokenizer import (
+    EOT,
+    SPECIAL_TOKENS,
+    load_tokenizer,
+    save_tokenizer,
+    shard_encoder,
+    train_tokenizer,
+)
 
 ODD_TEXTS = [
     "",
@@ -31,8 +38,13 @@ def tokenizer():
 def test_roundtrip_exact_for_odd_and_random_unicode(tokenizer):
     encoder = shard_encoder(tokenizer)
     rng = random.Random(0)
-    randoms = ["".join(chr(rng.choice([rng.randrange(32, 0xD800), rng.randrange(0xE000, 0x110000)]))
-                       for _ in range(rng.randrange(1, 60))) for _ in range(200)]
+    randoms = [
+        "".join(
+            chr(rng.choice([rng.randrange(32, 0xD800), rng.randrange(0xE000, 0x110000)]))
+            for _ in range(rng.randrange(1, 60))
+        )
+        for _ in range(200)
+    ]
     for text in ODD_TEXTS + randoms:
         ids = encoder.encode(text, add_special_tokens=False).ids
         assert encoder.decode(ids, skip_special_tokens=False) == text, repr(text)
@@ -53,7 +65,11 @@ def test_save_load_and_transformers_offline(tokenizer, tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
     folder = save_tokenizer(tokenizer, tmp_path / "tokenizer")
-    assert {p.name for p in folder.iterdir()} == {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"}
+    assert {p.name for p in folder.iterdir()} == {
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "special_tokens_map.json",
+    }
     loaded = load_tokenizer(tmp_path)
     sample = ODD_TEXTS[3] + ODD_TEXTS[4]
     assert loaded.encode(sample).ids == tokenizer.encode(sample).ids

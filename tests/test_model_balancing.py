@@ -148,3 +148,23 @@ def test_statistics_are_all_reduced_over_ranks(tmp_path: Path):
     stats = single.balancer.step()
     assert torch.equal(r0["bias"], r1["bias"]) and torch.equal(r0["bias"], single.blocks[1].ffn.router.bias)
     assert r0["stats"] == pytest.approx(stats.scalars) and r1["stats"] == pytest.approx(stats.scalars)
+
+
+def test_statistics_of_a_uniform_router_by_hand():
+    layer = _skewed_layer("sign", 0.01)
+    with torch.no_grad():
+        layer.router.weight.zero_()  # every score is sigmoid(0) = 0.5: uniform routing distribution
+    layer.train()
+    layer(torch.randn(3, 10, D))
+    stats = Balancer(layer).step()
+    assert stats.scalars["moe/layer_0/routing_entropy"] == pytest.approx(torch.log(torch.tensor(8.0)).item())
+    load = stats.vectors["moe/layer_0/expert_load"]
+    assert len(load) == E and sum(load) == pytest.approx(1.0)
+    counts = torch.tensor(load) * 3 * 10 * K
+    assert stats.scalars["moe/layer_0/load_max_violation"] == pytest.approx(
+        float(counts.max() / counts.mean() - 1)
+    )
+    assert stats.scalars["moe/layer_0/dropped_tokens"] == 0.0
+    bias = torch.tensor(stats.vectors["moe/layer_0/router_bias"])
+    assert bias.sum().abs() < 1e-6  # centred
+    assert stats.scalars["moe/layer_0/router_bias_norm"] == pytest.approx(float(bias.norm()))

@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from glasslab.model import ModelConfig, MoEConfig, Transformer
+from glasslab.model import moe as moe_module
 from glasslab.model.moe import MoEFeedForward
 
 
@@ -58,7 +59,11 @@ def _naive(layer: MoEFeedForward, x_BTD: torch.Tensor) -> torch.Tensor:
         {"capacity_factor": 0.75},
     ],
 )
-def test_moe_equals_naive_reference_values_and_gradients(moe_kwargs):
+@pytest.mark.parametrize("grouped_mm", [True, False], ids=["grouped_mm", "per-expert-loop"])
+def test_moe_equals_naive_reference_values_and_gradients(moe_kwargs, grouped_mm, monkeypatch):
+    if grouped_mm and not moe_module.grouped_mm_works("cpu", torch.float32):
+        pytest.skip("torch._grouped_mm does not run forward and backward on this CPU build")
+    monkeypatch.setattr(moe_module, "grouped_mm_works", lambda device, dtype: grouped_mm)
     layer = _layer(**moe_kwargs)
     x = torch.randn(3, 7, 16, requires_grad=True)
     ours = layer(x)
@@ -125,3 +130,11 @@ def test_aux_loss_is_zero_when_off_and_differentiable_when_on():
     on.eval()
     on(tokens)
     assert on.aux_loss().item() == 0.0
+
+
+def test_grouped_mm_probe_is_not_fooled_by_no_grad():
+    moe_module.grouped_mm_works.cache_clear()
+    with torch.inference_mode():
+        under_inference = moe_module.grouped_mm_works("cpu", torch.float32)
+    moe_module.grouped_mm_works.cache_clear()
+    assert under_inference == moe_module.grouped_mm_works("cpu", torch.float32)

@@ -8,13 +8,17 @@ from pathlib import Path
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("data", help="build datasets and their composition reports",
-                       description="Build a tokenized dataset from sources, or write its composition report.")
+    p = sub.add_parser(
+        "data",
+        help="build datasets and their composition reports",
+        description="Build a tokenized dataset from sources, or write its composition report.",
+    )
     data_sub = p.add_subparsers(dest="data_command", metavar="ACTION")
     data_sub.required = True
 
     build = data_sub.add_parser(
-        "build", help="sources → processing → tokenizer → shards (+ report.json)",
+        "build",
+        help="sources → processing → tokenizer → shards (+ report.json)",
         description="Build a dataset from a YAML/JSON BuildConfig. CONFIG may be 'demo' for the built-in "
         "three-domain demo (Python's own standard library and reference topics). Overrides are "
         "dotted KEY=VALUE pairs, e.g. tokenizer.vocab_size=2048 eval.fraction=0.1.",
@@ -22,21 +26,30 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     build.add_argument("config", metavar="CONFIG", help="BuildConfig file, or 'demo'")
     build.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides")
     build.add_argument("--out", default=None, help="dataset folder (default: <lab>/data-<config hash>)")
-    build.add_argument("--lab", default=os.environ.get("GLASSLAB_ROOT", "lab"), help="lab root (default ./lab)")
-    build.add_argument("--strict", action="store_true", help="fail on a malformed JSONL line instead of skipping it")
+    build.add_argument(
+        "--lab", default=os.environ.get("GLASSLAB_ROOT", "lab"), help="lab root (default ./lab)"
+    )
+    build.add_argument(
+        "--strict", action="store_true", help="fail on a malformed JSONL line instead of skipping it"
+    )
     build.add_argument("--workers", type=int, default=None, help="tokenizer processes (default from config)")
     build.add_argument("--quiet", action="store_true", help="no progress lines")
     build.set_defaults(func=run_build)
 
     report = data_sub.add_parser(
-        "report", help="write a dataset's composition report (report.json)",
+        "report",
+        help="write a dataset's composition report (report.json)",
         description="Recompute DATASET_DIR/report.json from its manifest, shards and build record; with "
         "--mixture, add the tokens and epochs each domain gets per phase for a token budget.",
     )
     report.add_argument("dataset", metavar="DATASET_DIR")
-    report.add_argument("--mixture", default=None, help="YAML/JSON MixtureConfig (weights, phases, epoch_caps)")
+    report.add_argument(
+        "--mixture", default=None, help="YAML/JSON MixtureConfig (weights, phases, epoch_caps)"
+    )
     report.add_argument("--token-budget", type=int, default=0, help="training tokens (default: one epoch)")
-    report.add_argument("--tokens-per-step", type=int, default=1, help="tokens per optimiser step (phase starts)")
+    report.add_argument(
+        "--tokens-per-step", type=int, default=1, help="tokens per optimiser step (phase starts)"
+    )
     report.add_argument("--samples", type=int, default=3, help="random documents shown per domain")
     report.add_argument("--seed", type=int, default=0, help="seed of the samples")
     report.add_argument("--out", default=None, help="report file (default DATASET_DIR/report.json)")
@@ -67,16 +80,25 @@ def run_report(args: argparse.Namespace) -> int:
     from glasslab.data import MixtureConfig, make_report
 
     mixture = config.load(MixtureConfig, args.mixture) if args.mixture else None
-    report = make_report(args.dataset, samples_per_domain=args.samples, seed=args.seed, mixture=mixture,
-                         token_budget=args.token_budget, tokens_per_step=args.tokens_per_step)
+    report = make_report(
+        args.dataset,
+        samples_per_domain=args.samples,
+        seed=args.seed,
+        mixture=mixture,
+        token_budget=args.token_budget,
+        tokens_per_step=args.tokens_per_step,
+    )
     out = Path(args.out) if args.out else Path(args.dataset) / "report.json"
     tmp = out.with_name(out.name + ".tmp")
     tmp.write_text(json.dumps(report, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
     os.replace(tmp, out)
     print(f"manifest {report['manifest_hash'][:16]}  python {report['python_version']}")
     for domain, d in report["domains"].items():
-        print(f"{domain:>16}: {d['documents']:>7} docs {d['tokens']:>11} tokens {d['bytes_per_token']:.2f} B/token"
-              f"  eval {d['eval_documents']} docs {d['eval_tokens']} tokens")
+        print(
+            f"{domain:>16}: {d['documents']:>7} docs {d['tokens']:>11} tokens "
+            f"{d['bytes_per_token']:.2f} B/token"
+            f"  eval {d['eval_documents']} docs {d['eval_tokens']} tokens"
+        )
     for phase in report.get("mixture", {}).get("phases", []):
         epochs = ", ".join(f"{d} {e:.2f}" for d, e in phase["epochs"].items())
         print(f"  phase from step {phase['start_step']}: epochs {epochs}")

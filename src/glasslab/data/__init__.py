@@ -2,10 +2,12 @@
 
 Public API (see the module of each for details):
 
-- :class:`BuildConfig` and :func:`build_dataset` — ``glasslab data build``;
+- :class:`BuildConfig` and :func:`build_dataset` — ``glasslab data build`` (:func:`build_step` is
+  the same as a lab step function);
 - :class:`DataConfig`, :class:`MixtureConfig`, :class:`PhaseConfig` and :class:`Loader` — training data;
 - :func:`eval_batches`, :func:`eval_bytes_per_token` — held-out evaluation;
-- :func:`load_tokenizer`, :func:`manifest_hash`, :func:`make_report`, :func:`plan_mixture`.
+- :func:`load_tokenizer`, :func:`manifest_hash`, :func:`read_manifest` (domains, vocab size,
+  counts), :func:`make_report`, :func:`plan_mixture`.
 
 Names are imported on first use, so building a dataset never pays for importing torch (the loader's).
 """
@@ -17,11 +19,25 @@ from typing import Any
 
 _HOMES = {
     "build_dataset": "build",
-    "BuildConfig": "config", "DataConfig": "config", "DedupConfig": "config", "EvalSplitConfig": "config",
-    "FilterConfig": "config", "MixtureConfig": "config", "PhaseConfig": "config", "SourceConfig": "config",
+    "build_step": "build",
+    "BuildConfig": "config",
+    "DataConfig": "config",
+    "DedupConfig": "config",
+    "EvalSplitConfig": "config",
+    "FilterConfig": "config",
+    "MixtureConfig": "config",
+    "PhaseConfig": "config",
+    "SourceConfig": "config",
     "TokenizerConfig": "config",
-    "DataExhausted": "loader", "Loader": "loader", "eval_batches": "loader", "eval_bytes_per_token": "loader",
-    "plan_mixture": "mixture", "make_report": "report", "manifest_hash": "shards", "load_tokenizer": "tokenizer",
+    "DataExhausted": "loader",
+    "Loader": "loader",
+    "eval_batches": "loader",
+    "eval_bytes_per_token": "loader",
+    "plan_mixture": "mixture",
+    "make_report": "report",
+    "manifest_hash": "shards",
+    "read_manifest": "shards",
+    "load_tokenizer": "tokenizer",
 }
 __all__ = sorted(_HOMES)
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from glasslab.config import config_hash, to_dict
+from glasslab.config import config_hash, from_dict, to_dict
 from glasslab.data import report, sources
 from glasslab.data.config import BuildConfig
 from glasslab.data.decontaminate import Decontaminator, choose_eval, split_key
@@ -29,6 +29,7 @@ from glasslab.data.filters import FILTER_NAMES, first_failed_filter
 from glasslab.data.normalize import normalize
 from glasslab.data.shards import MANIFEST, SPLITS, ShardWriter, file_sha256, index_path, token_dtype
 from glasslab.data.tokenizer import EOT, TOKENIZER_DIR, save_tokenizer, train_tokenizer
+from glasslab.errors import UserError
 
 BUILD_RECORD = "build.json"
 TMP_DIR = ".build-tmp"
@@ -66,15 +67,20 @@ def read_staged(path: Path) -> Iterator[str]:
             yield json.loads(line)
 
 
-def _process_sources(cfg: BuildConfig, stage_dir: Path, funnel: Funnel, errors: sources.InputErrors,
-                     filter_drops: dict[str, int]) -> dict[str, list[int]]:
+def _process_sources(
+    cfg: BuildConfig,
+    stage_dir: Path,
+    funnel: Funnel,
+    errors: sources.InputErrors,
+    filter_drops: dict[str, int],
+) -> dict[str, list[tuple[int, int]]]:
     """Pass 1: read, normalise, filter and dedup every source into ``stage/<domain>.jsonl``.
 
-    Returns each domain's eval-split keys in staged order.
+    Returns each domain's (eval-split key, UTF-8 bytes) per document, in staged order.
     """
     exact = ExactDedup() if cfg.dedup.exact else None
     near = NearDedup(cfg.dedup) if cfg.dedup.near else None
-    keys: dict[str, list[int]] = {}
+    keys: dict[str, list[tuple[int, int]]] = {}
     handles: dict[str, object] = {}
     for stage in ["raw", "normalized", *(f"filter:{n}" for n in FILTER_NAMES), "exact_dedup", "near_dedup"]:
         funnel.ensure(stage)
@@ -101,18 +107,23 @@ def _process_sources(cfg: BuildConfig, stage_dir: Path, funnel: Funnel, errors: 
                 if source.domain not in handles:
                     handles[source.domain] = open(stage_dir / f"{source.domain}.jsonl", "w", encoding="utf-8")
                 handles[source.domain].write(json.dumps(text) + "\n")
-                keys.setdefault(source.domain, []).append(split_key(text, cfg.seed))
+                size = len(text.encode("utf-8"))
+                keys.setdefault(source.domain, []).append((split_key(text, cfg.seed), size))
     finally:
         for handle in handles.values():
             handle.close()
     return keys
 
 
-def _split_and_decontaminate(cfg: BuildConfig, stage_dir: Path, keys: dict[str, list[int]],
-                             funnel: Funnel) -> None:
+def _split_and_decontaminate(
+    cfg: BuildConfig, stage_dir: Path, keys: dict[str, list[tuple[int, int]]], funnel: Funnel
+) -> None:
     """Pass 2: hold out eval documents per domain, then drop training documents sharing their n-grams."""
     decontaminator = Decontaminator(cfg.eval.ngram_words)
-    masks = {domain: choose_eval(np.array(k, dtype=np.int64), cfg.eval) for domain, k in keys.items()}
+    masks = {}
+    for domain, pairs in keys.items():
+        keys_and_sizes = np.array(pairs, dtype=np.int64)
+        masks[domain] = choose_eval(keys_and_sizes[:, 0], keys_and_sizes[:, 1], cfg.eval)
     for domain, mask in masks.items():
         with open(stage_dir / f"{domain}.eval.jsonl", "w", encoding="utf-8") as out:
             for text, is_eval in zip(read_staged(stage_dir / f"{domain}.jsonl"), mask, strict=True):
@@ -142,8 +153,15 @@ def _tokenizer_sample(cfg: BuildConfig, stage_dir: Path, domains: list[str]) -> 
             yield text
 
 
-def _write_shards(cfg: BuildConfig, tmp: Path, stage_dir: Path, domains: list[str], tokenizer_json: str,
-                  eot_id: int, vocab_size: int) -> dict:
+def _write_shards(
+    cfg: BuildConfig,
+    tmp: Path,
+    stage_dir: Path,
+    domains: list[str],
+    tokenizer_json: str,
+    eot_id: int,
+    vocab_size: int,
+) -> dict:
     entries: dict[str, dict] = {}
     with ShardWriter(tokenizer_json, eot_id, vocab_size, cfg.num_workers) as writer:
         for domain in domains:
@@ -154,8 +172,11 @@ def _write_shards(cfg: BuildConfig, tmp: Path, stage_dir: Path, domains: list[st
                 entries[domain][split] = {
                     "file": bin_path.relative_to(tmp).as_posix(),
                     "index": index_path(bin_path).relative_to(tmp).as_posix(),
-                    "documents": stats.documents, "tokens": stats.tokens, "bytes": stats.bytes,
-                    "sha256": file_sha256(bin_path), "index_sha256": file_sha256(index_path(bin_path)),
+                    "documents": stats.documents,
+                    "tokens": stats.tokens,
+                    "bytes": stats.bytes,
+                    "sha256": file_sha256(bin_path),
+                    "index_sha256": file_sha256(index_path(bin_path)),
                 }
     return entries
 
@@ -199,15 +220,25 @@ def build_dataset(cfg: BuildConfig, out_dir: Path, progress: bool = True) -> Pat
         keys = _process_sources(cfg, stage_dir, funnel, errors, filter_drops)
         timings["process_s"] = time.perf_counter() - started
         domains = sorted(keys)
-        _say(progress, f"{sum(map(len, keys.values()))} documents kept in {len(domains)} domain(s); "
-                       "splitting eval and decontaminating")
+        if not domains:
+            drops = ", ".join(f"{name} {n}" for name, n in filter_drops.items() if n)
+            raise UserError(
+                f"no documents left after processing (filter drops: {drops or 'none'}); "
+                "loosen the filters or add sources"
+            )
+        _say(
+            progress,
+            f"{sum(map(len, keys.values()))} documents kept in {len(domains)} domain(s); "
+            "splitting eval and decontaminating",
+        )
         mark = time.perf_counter()
         _split_and_decontaminate(cfg, stage_dir, keys, funnel)
         timings["split_decontaminate_s"] = time.perf_counter() - mark
         _say(progress, f"training a {cfg.tokenizer.vocab_size}-token byte-level BPE")
         mark = time.perf_counter()
-        tokenizer = train_tokenizer(_tokenizer_sample(cfg, stage_dir, domains), cfg.tokenizer.vocab_size,
-                                    cfg.tokenizer.min_frequency)
+        tokenizer = train_tokenizer(
+            _tokenizer_sample(cfg, stage_dir, domains), cfg.tokenizer.vocab_size, cfg.tokenizer.min_frequency
+        )
         save_tokenizer(tokenizer, tmp / TOKENIZER_DIR)
         timings["tokenizer_s"] = time.perf_counter() - mark
         _say(progress, f"tokenizing into shards with {cfg.num_workers} worker(s)")
@@ -218,11 +249,17 @@ def build_dataset(cfg: BuildConfig, out_dir: Path, progress: bool = True) -> Pat
         timings["shards_s"] = time.perf_counter() - mark
         shutil.rmtree(stage_dir)
         manifest = {
-            "format": "glasslab-dataset/1", "python_version": platform.python_version(),
-            "config_hash": config_hash(cfg), "config": to_dict(cfg, versioned_only=True),
-            "vocab_size": vocab_size, "eot_id": eot_id, "dtype": token_dtype(vocab_size).name,
-            "tokenizer": {"file": f"{TOKENIZER_DIR}/tokenizer.json",
-                          "sha256": file_sha256(tmp / TOKENIZER_DIR / "tokenizer.json")},
+            "format": "glasslab-dataset/1",
+            "python_version": platform.python_version(),
+            "config_hash": config_hash(cfg),
+            "config": to_dict(cfg, versioned_only=True),
+            "vocab_size": vocab_size,
+            "eot_id": eot_id,
+            "dtype": token_dtype(vocab_size).name,
+            "tokenizer": {
+                "file": f"{TOKENIZER_DIR}/tokenizer.json",
+                "sha256": file_sha256(tmp / TOKENIZER_DIR / "tokenizer.json"),
+            },
             "domains": entries,
         }
         _write_json(tmp / MANIFEST, manifest)
@@ -236,15 +273,25 @@ def build_dataset(cfg: BuildConfig, out_dir: Path, progress: bool = True) -> Pat
             "python_version": platform.python_version(),
             "sources": [sources.describe(s) for s in cfg.sources],
             "funnel": funnel.to_list() + [{"stage": "tokens", **tokens}],
-            "filters": filter_drops, "errors": errors.to_dict(), "timings": timings,
+            "filters": filter_drops,
+            "errors": errors.to_dict(),
+            "timings": timings,
             "config": to_dict(cfg),
         }
         _write_json(tmp / BUILD_RECORD, record)
-        _write_json(tmp / report.REPORT, report.make_report(tmp, samples_per_domain=cfg.samples_per_domain,
-                                                            seed=cfg.seed))
+        _write_json(
+            tmp / report.REPORT,
+            report.make_report(tmp, samples_per_domain=cfg.samples_per_domain, seed=cfg.seed),
+        )
         _move_into_place(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     _say(progress, f"done in {timings['total_s']:.1f} s: {out_dir}")
     return out_dir
+
+
+def build_step(ctx) -> Path:
+    """Lab step function: build ``ctx.config`` (a BuildConfig or its plain data) into ``ctx.output_dir``."""
+    cfg = ctx.config if isinstance(ctx.config, BuildConfig) else from_dict(BuildConfig, ctx.config)
+    return build_dataset(cfg, Path(ctx.output_dir), progress=False)

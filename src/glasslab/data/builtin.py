@@ -8,6 +8,9 @@ version is recorded in the dataset manifest). Three domains of real text:
 - ``stdlib_prose``: English prose from docstrings and comment blocks of standard-library modules;
 - ``pydoc_topics``: the language reference topics that ``help()`` shows (``pydoc_data.topics``).
 
+Files describing how this particular interpreter was built (``_sysconfigdata*``, ``config-*/``)
+are left out, as are tests and anything installed into site-packages.
+
 Code and prose come from disjoint halves of the module list, so a held-out docstring cannot leak into
 the training code domain (and the other way round) and decontamination has nothing to remove there.
 """
@@ -23,8 +26,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 LICENCE = "PSF-2.0"
-EXCLUDED_DIRS = {"test", "tests", "idle_test", "site-packages", "dist-packages", "__pycache__",
-                 "lib2to3", "ensurepip", "turtledemo"}
+EXCLUDED_DIRS = {
+    "test",
+    "tests",
+    "idle_test",
+    "site-packages",
+    "dist-packages",
+    "__pycache__",
+    "lib2to3",
+    "ensurepip",
+    "turtledemo",
+}
 MIN_PROSE_CHARS = 200
 """Prose documents shorter than this (a module with one short docstring) are skipped."""
 
@@ -34,8 +46,11 @@ def stdlib_dir() -> Path:
 
 
 def provenance(corpus: str) -> str:
-    where = {"stdlib_code": "standard-library source files", "stdlib_prose": "standard-library docstrings and comments",
-             "pydoc_topics": "pydoc_data.topics (language reference topics)"}[corpus]
+    where = {
+        "stdlib_code": "standard-library source files",
+        "stdlib_prose": "standard-library docstrings and comments",
+        "pydoc_topics": "pydoc_data.topics (language reference topics)",
+    }[corpus]
     return f"CPython {platform.python_version()} {where} ({stdlib_dir()})"
 
 
@@ -45,8 +60,13 @@ def stdlib_modules() -> list[Path]:
     files = []
     for folder, subfolders, names in os.walk(root):
         # Pruning here, not filtering afterwards: site-packages alone can be hundreds of MB.
-        subfolders[:] = [d for d in subfolders if d not in EXCLUDED_DIRS]
-        files.extend(Path(folder) / name for name in names if name.endswith(".py"))
+        subfolders[:] = [d for d in subfolders if d not in EXCLUDED_DIRS and not d.startswith("config-")]
+        # _sysconfigdata* records how this interpreter was built (paths, flags): machine-specific.
+        files.extend(
+            Path(folder) / name
+            for name in names
+            if name.endswith(".py") and not name.startswith("_sysconfigdata")
+        )
     return sorted(files, key=lambda p: p.relative_to(root).as_posix())
 
 
@@ -66,7 +86,9 @@ def _docstrings(source: str) -> list[str]:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
         return []
-    nodes = [tree] + [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+    nodes = [tree] + [
+        n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+    ]
     found = []
     for node in nodes:
         text = ast.get_docstring(node, clean=True)
@@ -107,5 +129,7 @@ def topic_documents() -> Iterator[str]:
 
 
 def documents(corpus: str) -> Iterator[str]:
-    """Documents of built-in ``corpus`` (``stdlib_code``, ``stdlib_prose`` or ``pydoc_topics``), in a fixed order."""
-    return {"stdlib_code": code_documents, "stdlib_prose": prose_documents, "pydoc_topics": topic_documents}[corpus]()
+    """Documents of built-in ``corpus`` (stdlib_code, stdlib_prose or pydoc_topics), in a fixed order."""
+    return {"stdlib_code": code_documents, "stdlib_prose": prose_documents, "pydoc_topics": topic_documents}[
+        corpus
+    ]()

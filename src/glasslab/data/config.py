@@ -49,13 +49,19 @@ class SourceConfig:
     """Where the text comes from, carried into the report (built-in corpora fill it in)."""
 
     def __post_init__(self) -> None:
-        require(bool(DOMAIN_PATTERN.match(self.domain)), "source.domain", self.domain,
-                "a name of letters, digits, '_', '-' or '.'")
+        require(
+            bool(DOMAIN_PATTERN.match(self.domain)),
+            "source.domain",
+            self.domain,
+            "a name of letters, digits, '_', '-' or '.'",
+        )
         require(self.max_documents >= 0, "source.max_documents", self.max_documents, "an integer >= 0")
         require(self.max_bytes >= 0, "source.max_bytes", self.max_bytes, "an integer >= 0")
         require(bool(self.path), "source.path", self.path, "a path, dataset or corpus name")
         if self.kind == "builtin":
-            require(self.path in BUILTIN_CORPORA, "source.path", self.path, "one of " + ", ".join(BUILTIN_CORPORA))
+            require(
+                self.path in BUILTIN_CORPORA, "source.path", self.path, "one of " + ", ".join(BUILTIN_CORPORA)
+            )
 
     @property
     def label(self) -> str:
@@ -81,14 +87,24 @@ class FilterConfig:
     max_duplicate_line_fraction: float = 0.3
     """duplicate_lines: fraction of lines that repeat an earlier line."""
     max_top_ngram_fraction: float = 0.2
-    """top_ngram: characters covered by the most frequent word 2-gram (Gopher uses 0.20/0.18/0.16 for 2/3/4)."""
+    """top_ngram: characters covered by the most frequent word 2-gram (Gopher's 2-gram bound)."""
     max_duplicate_ngram_fraction: float = 0.15
     """duplicate_ngrams: characters inside repeated word 5-grams."""
 
     def __post_init__(self) -> None:
-        require(0 <= self.min_words <= self.max_words, "filters.min_words", self.min_words, "0 <= min_words <= max_words")
-        for name in ("max_symbol_ratio", "min_alpha_ratio", "max_duplicate_line_fraction",
-                     "max_top_ngram_fraction", "max_duplicate_ngram_fraction"):
+        require(
+            0 <= self.min_words <= self.max_words,
+            "filters.min_words",
+            self.min_words,
+            "0 <= min_words <= max_words",
+        )
+        for name in (
+            "max_symbol_ratio",
+            "min_alpha_ratio",
+            "max_duplicate_line_fraction",
+            "max_top_ngram_fraction",
+            "max_duplicate_ngram_fraction",
+        ):
             value = getattr(self, name)
             require(0.0 <= value <= 1.0, f"filters.{name}", value, "a fraction in [0, 1]")
 
@@ -122,6 +138,9 @@ class EvalSplitConfig:
     """Share of each domain's documents held out (chosen by a seeded hash of the text)."""
     min_documents: int = 2
     """At least this many eval documents per domain."""
+    min_bytes: int = 50_000
+    """Keep adding eval documents (in split-key order) until they hold this much UTF-8 text, so even a
+    domain of a few documents gives enough eval windows; bounded by ``max_documents``."""
     max_documents: int = 200
     """At most this many eval documents per domain."""
     ngram_words: int = 13
@@ -129,8 +148,12 @@ class EvalSplitConfig:
 
     def __post_init__(self) -> None:
         require(0.0 <= self.fraction < 1.0, "eval.fraction", self.fraction, "a fraction in [0, 1)")
-        require(0 <= self.min_documents <= self.max_documents, "eval.min_documents", self.min_documents,
-                "0 <= min_documents <= max_documents")
+        require(
+            0 <= self.min_documents <= self.max_documents,
+            "eval.min_documents",
+            self.min_documents,
+            "0 <= min_documents <= max_documents",
+        )
         require(self.ngram_words >= 4, "eval.ngram_words", self.ngram_words, "an integer >= 4")
 
 
@@ -146,15 +169,18 @@ class TokenizerConfig:
     """Pairs seen fewer times are not merged."""
 
     def __post_init__(self) -> None:
-        require(300 <= self.vocab_size <= 2**32 - 1, "tokenizer.vocab_size", self.vocab_size, "an integer >= 300")
+        require(
+            300 <= self.vocab_size <= 2**32 - 1, "tokenizer.vocab_size", self.vocab_size, "an integer >= 300"
+        )
         require(self.sample_bytes > 0, "tokenizer.sample_bytes", self.sample_bytes, "a positive byte count")
 
 
 def _demo_sources() -> tuple[SourceConfig, ...]:
     word_shape = ("mean_word_length", "symbol_ratio", "alpha_ratio", "top_ngram", "duplicate_ngrams")
     return (
-        SourceConfig(domain="code", kind="builtin", path="stdlib_code", max_bytes=2_000_000,
-                     skip_filters=word_shape),
+        SourceConfig(
+            domain="code", kind="builtin", path="stdlib_code", max_bytes=2_000_000, skip_filters=word_shape
+        ),
         SourceConfig(domain="prose", kind="builtin", path="stdlib_prose", max_bytes=1_500_000),
         SourceConfig(domain="reference", kind="builtin", path="pydoc_topics"),
     )
@@ -186,7 +212,9 @@ class BuildConfig:
     def __post_init__(self) -> None:
         require(len(self.sources) > 0, "sources", list(self.sources), "at least one source")
         require(self.num_workers >= 1, "num_workers", self.num_workers, "an integer >= 1")
-        require(self.samples_per_domain >= 0, "samples_per_domain", self.samples_per_domain, "an integer >= 0")
+        require(
+            self.samples_per_domain >= 0, "samples_per_domain", self.samples_per_domain, "an integer >= 0"
+        )
         labels = [s.label for s in self.sources]
         require(len(set(labels)) == len(labels), "sources", labels, "distinct source names")
 
@@ -210,7 +238,8 @@ class MixtureConfig:
     """Domains with weights, optional phases that change them, and per-domain epoch caps."""
 
     weights: dict[str, float] = field(default_factory=dict)
-    """Domain → weight in force until the first phase starts (normalised over domains)."""
+    """Domain → weight in force until the first phase starts (normalised over domains); when empty,
+    the first phase's weights apply from step 0."""
     phases: tuple[PhaseConfig, ...] = ()
     """Later weight sets, in increasing ``start_step``."""
     epoch_caps: dict[str, float] = field(default_factory=dict)

@@ -28,12 +28,21 @@ def eval_count(num_documents: int, cfg: EvalSplitConfig) -> int:
     return max(0, min(wanted, num_documents - 1))
 
 
-def choose_eval(keys: np.ndarray, cfg: EvalSplitConfig) -> np.ndarray:
-    """Boolean mask over a domain's documents (in stored order): True for the held-out ones."""
+def choose_eval(keys: np.ndarray, sizes: np.ndarray, cfg: EvalSplitConfig) -> np.ndarray:
+    """Boolean mask over a domain's documents (in stored order): True for the held-out ones.
+
+    ``keys`` are :func:`split_key` values and ``sizes`` UTF-8 bytes per document. The smallest keys
+    are held out: :func:`eval_count` of them, then more while they hold under ``cfg.min_bytes``.
+    """
+    order = np.argsort(keys, kind="stable")
     k = eval_count(len(keys), cfg)
+    limit = max(0, min(cfg.max_documents, len(keys) - 1))
+    held_bytes = int(sizes[order[:k]].sum())
+    while k < limit and held_bytes < cfg.min_bytes:
+        held_bytes += int(sizes[order[k]])
+        k += 1
     mask = np.zeros(len(keys), dtype=bool)
-    if k:
-        mask[np.argsort(keys, kind="stable")[:k]] = True
+    mask[order[:k]] = True
     return mask
 
 
@@ -42,7 +51,7 @@ def ngram_hashes(text: str, n: int) -> set[int]:
     words = text.split()
     if len(words) < n:
         return {hash(tuple(words))} if words else set()
-    return {hash(tuple(words[i:i + n])) for i in range(len(words) - n + 1)}
+    return {hash(tuple(words[i : i + n])) for i in range(len(words) - n + 1)}
 
 
 class Decontaminator:
@@ -59,4 +68,6 @@ class Decontaminator:
         words = text.split()
         if len(words) < self.n:
             return hash(tuple(words)) not in self._eval
-        return not any(hash(tuple(words[i:i + self.n])) in self._eval for i in range(len(words) - self.n + 1))
+        return not any(
+            hash(tuple(words[i : i + self.n])) in self._eval for i in range(len(words) - self.n + 1)
+        )

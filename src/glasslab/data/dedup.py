@@ -8,6 +8,7 @@ MinHash signature each), never with their text.
 from __future__ import annotations
 
 import hashlib
+import zlib
 
 from datasketch import MinHash, MinHashLSH
 
@@ -44,8 +45,9 @@ class NearDedup:
     def signature(self, text: str) -> MinHash:
         words = text.split()
         n = self.cfg.shingle_words
-        shingles = {" ".join(words[i:i + n]).encode("utf-8") for i in range(max(len(words) - n + 1, 1))}
-        minhash = MinHash(num_perm=self.cfg.num_perm, seed=1)
+        shingles = {" ".join(words[i : i + n]).encode("utf-8") for i in range(max(len(words) - n + 1, 1))}
+        # CRC-32 instead of datasketch's default SHA-1: also a stable 32-bit hash, at twice the speed.
+        minhash = MinHash(num_perm=self.cfg.num_perm, seed=1, hashfunc=zlib.crc32)
         minhash.update_batch(list(shingles))
         return minhash
 

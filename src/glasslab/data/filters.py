@@ -14,8 +14,15 @@ from collections.abc import Callable
 
 from glasslab.data.config import FilterConfig
 
-FILTER_NAMES = ("length", "mean_word_length", "symbol_ratio", "alpha_ratio", "duplicate_lines",
-                "top_ngram", "duplicate_ngrams")
+FILTER_NAMES = (
+    "length",
+    "mean_word_length",
+    "symbol_ratio",
+    "alpha_ratio",
+    "duplicate_lines",
+    "top_ngram",
+    "duplicate_ngrams",
+)
 _ALPHA = re.compile(r"[^\W\d_]")
 
 
@@ -60,19 +67,23 @@ def _top_ngram(words: list[str], text: str, cfg: FilterConfig) -> bool:
 def _duplicate_ngrams(words: list[str], text: str, cfg: FilterConfig, n: int = 5) -> bool:
     if len(words) < 2 * n:
         return True
-    grams = [tuple(words[i:i + n]) for i in range(len(words) - n + 1)]
+    grams = [tuple(words[i : i + n]) for i in range(len(words) - n + 1)]
     counts = Counter(grams)
     in_repeat = bytearray(len(words))
     for i, gram in enumerate(grams):
         if counts[gram] > 1:
-            in_repeat[i:i + n] = b"\x01" * n
+            in_repeat[i : i + n] = b"\x01" * n
     covered = sum(len(w) for w, flag in zip(words, in_repeat, strict=True) if flag)
     return covered / max(sum(len(w) for w in words), 1) <= cfg.max_duplicate_ngram_fraction
 
 
 FILTERS: dict[str, Callable[[list[str], str, FilterConfig], bool]] = {
-    "length": _length, "mean_word_length": _mean_word_length, "symbol_ratio": _symbol_ratio,
-    "alpha_ratio": _alpha_ratio, "duplicate_lines": _duplicate_lines, "top_ngram": _top_ngram,
+    "length": _length,
+    "mean_word_length": _mean_word_length,
+    "symbol_ratio": _symbol_ratio,
+    "alpha_ratio": _alpha_ratio,
+    "duplicate_lines": _duplicate_lines,
+    "top_ngram": _top_ngram,
     "duplicate_ngrams": _duplicate_ngrams,
 }
 

@@ -14,6 +14,8 @@ same global batch, and a resume may change ``world_size`` as long as ``global_ba
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -66,7 +68,7 @@ class DomainStream:
             within = offset - (int(cum_ends[k]) - int(self._lengths[doc]))
             take = min(count - filled, int(self._lengths[doc]) - within)
             start = int(self._starts[doc]) + within
-            out[filled:filled + take] = self.shard.tokens[start:start + take]
+            out[filled : filled + take] = self.shard.tokens[start : start + take]
             filled += take
             position += take
         return out
@@ -79,8 +81,9 @@ class Loader:
     mixture, an unknown domain, or a batch that does not split evenly over ranks.
     """
 
-    def __init__(self, data_cfg: DataConfig, seq_len: int, global_batch: int, rank: int = 0,
-                 world_size: int = 1) -> None:
+    def __init__(
+        self, data_cfg: DataConfig, seq_len: int, global_batch: int, rank: int = 0, world_size: int = 1
+    ) -> None:
         if not data_cfg.path:
             raise UserError("data.path: empty; point it at a folder built by `glasslab data build`")
         if global_batch < 1 or world_size < 1 or global_batch % world_size:
@@ -94,6 +97,8 @@ class Loader:
         manifest = read_manifest(self.path)
         check_mixture(data_cfg.mixture, manifest["domains"])
         self.manifest_hash = manifest_hash(self.path)
+        self.vocab_size: int = manifest["vocab_size"]
+        self.eot_id: int = manifest["eot_id"]
         self.seq_len, self.global_batch = seq_len, global_batch
         self.rank, self.world_size = rank, world_size
         self.rows_per_rank = global_batch // world_size
@@ -103,11 +108,14 @@ class Loader:
         for domain in self.domains:
             shard = open_shard(self.path, domain, "train", manifest)
             if shard.num_tokens < seq_len + 1:
-                raise UserError(f"{self.path}: domain {domain!r} has {shard.num_tokens} training tokens, "
-                                f"fewer than one sequence of {seq_len + 1}")
+                raise UserError(
+                    f"{self.path}: domain {domain!r} has {shard.num_tokens} training tokens, "
+                    f"fewer than one sequence of {seq_len + 1}"
+                )
             self._streams[domain] = DomainStream(shard, data_cfg.seed, domain)
         self._cap_tokens = {
-            d: data_cfg.mixture.epoch_caps.get(d, float("inf")) * s.tokens_per_epoch for d, s in self._streams.items()
+            d: data_cfg.mixture.epoch_caps.get(d, float("inf")) * s.tokens_per_epoch
+            for d, s in self._streams.items()
         }
         self.step = 0
         self.cursors = dict.fromkeys(self.domains, 0)
@@ -121,28 +129,44 @@ class Loader:
         return weights_at(self.cfg.mixture, step)
 
     def _draw(self) -> list[tuple[str, int]]:
-        """(domain, stream position) of every sequence of the current step; advances the cursors."""
+        """(domain, stream position) of every sequence of the current step; advances the cursors.
+
+        The cursors change only once the whole step is drawn, so a :class:`DataExhausted` leaves
+        the state at the last complete step.
+        """
         weights = self.weights_at(self.step)
         window = self.seq_len + 1
         uniforms = np.random.default_rng([self.cfg.seed, self.step]).random(self.global_batch)
-        plan = []
+        cursors = dict(self.cursors)
+        plan: list[tuple[str, int]] = []
+        active: list[str] = []
         for u in uniforms:
-            active = [d for d in self.domains if weights.get(d, 0.0) > 0
-                      and self.cursors[d] + window <= self._cap_tokens[d]]
-            if not active:
-                raise DataExhausted(f"data exhausted at step {self.step}: every weighted domain reached its "
-                                    f"epoch cap ({dict(self.cfg.mixture.epoch_caps)})")
-            cumulative = np.cumsum([weights[d] for d in active])
-            domain = active[min(int(np.searchsorted(cumulative, u * cumulative[-1], side="right")), len(active) - 1)]
-            plan.append((domain, self.cursors[domain]))
-            self.cursors[domain] += window
+            if not active:  # (re)computed at the start and whenever a domain reaches its cap
+                active = [
+                    d
+                    for d in self.domains
+                    if weights.get(d, 0.0) > 0 and cursors[d] + window <= self._cap_tokens[d]
+                ]
+                if not active:
+                    raise DataExhausted(
+                        f"data exhausted at step {self.step}: every weighted domain reached its "
+                        f"epoch cap ({dict(self.cfg.mixture.epoch_caps)})"
+                    )
+                cumulative = list(itertools.accumulate(weights[d] for d in active))
+            index = min(bisect.bisect_right(cumulative, u * cumulative[-1]), len(active) - 1)
+            domain = active[index]
+            plan.append((domain, cursors[domain]))
+            cursors[domain] += window
+            if cursors[domain] + window > self._cap_tokens[domain]:
+                active = []
+        self.cursors = cursors
         self.step += 1
         return plan
 
     def next_batch(self) -> torch.Tensor:
-        """This rank's rows of the next optimiser step: LongTensor ``(global_batch // world_size, seq_len + 1)``."""
+        """This rank's rows of the next step: LongTensor ``(global_batch // world_size, seq_len + 1)``."""
         plan = self._draw()
-        mine = plan[self.rank * self.rows_per_rank:(self.rank + 1) * self.rows_per_rank]
+        mine = plan[self.rank * self.rows_per_rank : (self.rank + 1) * self.rows_per_rank]
         batch = np.stack([self._streams[d].read(pos, self.seq_len + 1) for d, pos in mine])
         self.last_batch_domains = [d for d, _ in mine]
         return torch.from_numpy(batch)
@@ -164,14 +188,24 @@ class Loader:
 
     def state_dict(self) -> dict:
         """Global position of the stream (independent of rank and world size)."""
-        return {"version": STATE_VERSION, "step": self.step, "cursors": dict(self.cursors),
-                "seed": self.cfg.seed, "seq_len": self.seq_len, "global_batch": self.global_batch,
-                "manifest_hash": self.manifest_hash}
+        return {
+            "version": STATE_VERSION,
+            "step": self.step,
+            "cursors": dict(self.cursors),
+            "seed": self.cfg.seed,
+            "seq_len": self.seq_len,
+            "global_batch": self.global_batch,
+            "manifest_hash": self.manifest_hash,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         """Continue the global stream from ``state``; refuses a state from another dataset or shape."""
-        for key, mine in (("manifest_hash", self.manifest_hash), ("seq_len", self.seq_len),
-                          ("global_batch", self.global_batch), ("seed", self.cfg.seed)):
+        for key, mine in (
+            ("manifest_hash", self.manifest_hash),
+            ("seq_len", self.seq_len),
+            ("global_batch", self.global_batch),
+            ("seed", self.cfg.seed),
+        ):
             if state.get(key) != mine:
                 raise UserError(f"loader state: {key}={state.get(key)!r} does not match this run's {mine!r}")
         self.step = int(state["step"])
@@ -181,8 +215,9 @@ class Loader:
 # --- evaluation -------------------------------------------------------------------------------
 
 
-def eval_batches(dataset_dir: str | Path, domain: str, seq_len: int, batch_size: int,
-                 max_tokens: int = 0) -> Iterator[torch.Tensor]:
+def eval_batches(
+    dataset_dir: str | Path, domain: str, seq_len: int, batch_size: int, max_tokens: int = 0
+) -> Iterator[torch.Tensor]:
     """Held-out batches of ``domain``: LongTensor ``(B, seq_len + 1)``, B <= ``batch_size``.
 
     Consecutive non-overlapping windows of the eval shard in stored order, up to ``max_tokens``
@@ -194,11 +229,13 @@ def eval_batches(dataset_dir: str | Path, domain: str, seq_len: int, batch_size:
     if max_tokens:
         num_windows = min(num_windows, max(max_tokens // window, 1))
     if num_windows == 0:
-        raise UserError(f"{dataset_dir}: eval split of {domain!r} has {shard.num_tokens} tokens, "
-                        f"fewer than one window of {window}")
+        raise UserError(
+            f"{dataset_dir}: eval split of {domain!r} has {shard.num_tokens} tokens, "
+            f"fewer than one window of {window}"
+        )
     for first in range(0, num_windows, batch_size):
         rows = min(batch_size, num_windows - first)
-        flat = np.asarray(shard.tokens[first * window:(first + rows) * window], dtype=np.int64)
+        flat = np.asarray(shard.tokens[first * window : (first + rows) * window], dtype=np.int64)
         yield torch.from_numpy(flat.reshape(rows, window))
 
 

@@ -20,7 +20,9 @@ def check_mixture(mixture: MixtureConfig, domains: Iterable[str], where: str = "
     known = sorted(domains)
     sets = mixture.weight_sets()
     if not sets:
-        raise UserError(f"{where}.weights: empty mixture; give a weight per domain (domains: {', '.join(known)})")
+        raise UserError(
+            f"{where}.weights: empty mixture; give a weight per domain (domains: {', '.join(known)})"
+        )
     for domain in sorted(mixture.domains()):
         if domain not in known:
             raise UserError(f"{where}: unknown domain {domain!r} (dataset domains: {', '.join(known)})")
@@ -50,7 +52,7 @@ def token_caps(mixture: MixtureConfig, domain_tokens: Mapping[str, int]) -> dict
 
 
 def _fill(demand: float, weights: dict[str, float], room: dict[str, float]) -> dict[str, float]:
-    """Split ``demand`` tokens by ``weights`` without exceeding ``room``; capped domains pass on their share."""
+    """Split ``demand`` tokens by ``weights`` within ``room``; a full domain passes on its share."""
     taken = dict.fromkeys(weights, 0.0)
     active = {d for d, w in weights.items() if w > 0 and room[d] > 0}
     while demand > 1e-9 and active:
@@ -68,8 +70,9 @@ def _fill(demand: float, weights: dict[str, float], room: dict[str, float]) -> d
     return taken
 
 
-def plan_mixture(mixture: MixtureConfig, domain_tokens: Mapping[str, int], token_budget: int,
-                 tokens_per_step: int) -> dict:
+def plan_mixture(
+    mixture: MixtureConfig, domain_tokens: Mapping[str, int], token_budget: int, tokens_per_step: int
+) -> dict:
     """Tokens and epochs per domain and phase for a run of ``token_budget`` tokens (expected values).
 
     ``domain_tokens`` are each domain's training tokens; ``tokens_per_step`` converts a phase's
@@ -92,14 +95,21 @@ def plan_mixture(mixture: MixtureConfig, domain_tokens: Mapping[str, int], token
         shortfall += demand - sum(taken.values())
         for d, t in taken.items():
             used[d] += t
-        phases.append({
-            "start_step": start, "weights": full_weights,
-            "tokens": {d: round(t) for d, t in taken.items()},
-            "epochs": {d: (t / domain_tokens[d] if domain_tokens[d] else 0.0) for d, t in taken.items()},
-        })
+        phases.append(
+            {
+                "start_step": start,
+                "weights": full_weights,
+                "tokens": {d: round(t) for d, t in taken.items()},
+                "epochs": {d: (t / domain_tokens[d] if domain_tokens[d] else 0.0) for d, t in taken.items()},
+            }
+        )
     return {
-        "token_budget": token_budget, "tokens_per_step": tokens_per_step, "phases": phases,
-        "total": {"tokens": {d: round(t) for d, t in used.items()},
-                  "epochs": {d: (t / domain_tokens[d] if domain_tokens[d] else 0.0) for d, t in used.items()}},
+        "token_budget": token_budget,
+        "tokens_per_step": tokens_per_step,
+        "phases": phases,
+        "total": {
+            "tokens": {d: round(t) for d, t in used.items()},
+            "epochs": {d: (t / domain_tokens[d] if domain_tokens[d] else 0.0) for d, t in used.items()},
+        },
         "shortfall": round(shortfall),
     }

@@ -44,8 +44,14 @@ def _samples(shard, tokenizer, count: int, seed: int) -> list[str]:
     return texts
 
 
-def make_report(dataset_dir: str | Path, samples_per_domain: int = 3, seed: int = 0,
-                mixture: MixtureConfig | None = None, token_budget: int = 0, tokens_per_step: int = 1) -> dict:
+def make_report(
+    dataset_dir: str | Path,
+    samples_per_domain: int = 3,
+    seed: int = 0,
+    mixture: MixtureConfig | None = None,
+    token_budget: int = 0,
+    tokens_per_step: int = 1,
+) -> dict:
     """The report of the dataset in ``dataset_dir`` (with the mixture plan when ``mixture`` is given)."""
     dataset_dir = Path(dataset_dir)
     manifest = read_manifest(dataset_dir)
@@ -56,22 +62,29 @@ def make_report(dataset_dir: str | Path, samples_per_domain: int = 3, seed: int 
     for domain, entry in sorted(manifest["domains"].items()):
         train = open_shard(dataset_dir, domain, "train", manifest)
         domains[domain] = {
-            "documents": entry["train"]["documents"], "tokens": entry["train"]["tokens"],
+            "documents": entry["train"]["documents"],
+            "tokens": entry["train"]["tokens"],
             "bytes": entry["train"]["bytes"],
             "bytes_per_token": entry["train"]["bytes"] / max(entry["train"]["tokens"], 1),
-            "eval_documents": entry["eval"]["documents"], "eval_tokens": entry["eval"]["tokens"],
+            "eval_documents": entry["eval"]["documents"],
+            "eval_tokens": entry["eval"]["tokens"],
             "length_histogram": length_histogram(train.lengths),
             "samples": _samples(train, tokenizer, samples_per_domain, seed),
         }
     report = {
-        "manifest_hash": manifest_hash(dataset_dir), "python_version": manifest["python_version"],
-        "vocab_size": manifest["vocab_size"], "sources": build.get("sources", []),
-        "funnel": build.get("funnel", []), "filters": build.get("filters", {}), "domains": domains,
+        "manifest_hash": manifest_hash(dataset_dir),
+        "python_version": manifest["python_version"],
+        "vocab_size": manifest["vocab_size"],
+        "sources": build.get("sources", []),
+        "funnel": build.get("funnel", []),
+        "filters": build.get("filters", {}),
+        "domains": domains,
         "errors": build.get("errors", {"malformed_lines": [], "invalid_utf8": 0}),
         "timings": build.get("timings", {}),
     }
     if mixture is not None:
         budget = token_budget or sum(d["tokens"] for d in domains.values())
-        report["mixture"] = plan_mixture(mixture, {d: v["tokens"] for d, v in domains.items()}, budget,
-                                         tokens_per_step)
+        report["mixture"] = plan_mixture(
+            mixture, {d: v["tokens"] for d, v in domains.items()}, budget, tokens_per_step
+        )
     return report

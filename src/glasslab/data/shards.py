@@ -7,7 +7,7 @@ Layout inside a dataset folder::
     shards/<domain>/<split>.idx.npy   int64 end offset (in tokens, exclusive) of each document
     manifest.json                     counts, dtype, sha256 of every file; written last (see build.py)
 
-Tokenization streams: documents are read in chunks of about ``CHUNK_BYTES``, a bounded number of
+Tokenization streams: documents are read in chunks of about ``CHUNK_CHARS``, a bounded number of
 chunks is in flight in a process pool, and encoded chunks are appended to the shard in order. Memory
 is therefore a few chunks per worker, whatever the corpus size.
 """
@@ -19,8 +19,8 @@ import json
 import multiprocessing
 import os
 from collections import deque
-from concurrent.futures import ProcessPoolExecutor
 from collections.abc import Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,8 +28,8 @@ import numpy as np
 
 from glasslab.errors import UserError
 
-CHUNK_BYTES = 1 << 20
-"""Text per task handed to a worker (bytes of UTF-8)."""
+CHUNK_CHARS = 1 << 20
+"""Text per task handed to a worker (characters)."""
 IN_FLIGHT_PER_WORKER = 2
 """Chunks queued per worker; bounds memory while keeping every worker busy."""
 SPLITS = ("train", "eval")
@@ -59,8 +59,10 @@ def _load_tokenizer(tokenizer_json: str, eot_id: int) -> None:
     _worker_eot = eot_id
 
 
-def encode_chunk(texts: list[str], dtype_name: str = "uint16") -> tuple[np.ndarray, np.ndarray]:
-    """Token ids of ``texts`` flattened with an end-of-text id after each, and each document's length."""
+def encode_chunk(texts: list[str], dtype_name: str = "uint16") -> tuple[np.ndarray, np.ndarray, int]:
+    """Token ids of ``texts`` flattened with an end-of-text id after each, each document's length in
+    tokens, and the UTF-8 bytes of the texts (counted here so the reading process stays light)."""
+    nbytes = sum(len(text.encode("utf-8")) for text in texts)
     encodings = _worker_tokenizer.encode_batch_fast(texts, add_special_tokens=False)
     flat: list[int] = []
     lengths = np.empty(len(encodings), dtype=np.int64)
@@ -69,18 +71,16 @@ def encode_chunk(texts: list[str], dtype_name: str = "uint16") -> tuple[np.ndarr
         flat.extend(ids)
         flat.append(_worker_eot)
         lengths[i] = len(ids) + 1
-    return np.array(flat, dtype=dtype_name), lengths
+    return np.array(flat, dtype=dtype_name), lengths, nbytes
 
 
-def _chunks(texts: Iterable[str], stats: ShardStats) -> Iterator[list[str]]:
+def _chunks(texts: Iterable[str]) -> Iterator[list[str]]:
     chunk: list[str] = []
     size = 0
     for text in texts:
-        nbytes = len(text.encode("utf-8"))
-        stats.bytes += nbytes
         chunk.append(text)
-        size += nbytes
-        if size >= CHUNK_BYTES:
+        size += len(text)
+        if size >= CHUNK_CHARS:
             yield chunk
             chunk, size = [], 0
     if chunk:
@@ -119,7 +119,7 @@ class ShardWriter:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _encoded(self, chunks: Iterator[list[str]]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    def _encoded(self, chunks: Iterator[list[str]]) -> Iterator[tuple[np.ndarray, np.ndarray, int]]:
         if self._pool is None:
             for chunk in chunks:
                 yield encode_chunk(chunk, self.dtype.name)
@@ -138,11 +138,12 @@ class ShardWriter:
         ends: list[np.ndarray] = []
         bin_path.parent.mkdir(parents=True, exist_ok=True)
         with open(bin_path, "wb") as out:
-            for tokens, lengths in self._encoded(_chunks(texts, stats)):
+            for tokens, lengths, nbytes in self._encoded(_chunks(texts)):
                 out.write(tokens.tobytes())
                 ends.append(np.cumsum(lengths) + stats.tokens)
                 stats.tokens += int(tokens.size)
                 stats.documents += int(lengths.size)
+                stats.bytes += nbytes
         np.save(index_path(bin_path), np.concatenate(ends) if ends else np.zeros(0, dtype=np.int64))
         return stats
 
@@ -157,8 +158,12 @@ def _fork_pool(num_workers: int, tokenizer_json: str, eot_id: int) -> ProcessPoo
     previous = os.environ.get("TOKENIZERS_PARALLELISM")
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     try:
-        pool = ProcessPoolExecutor(num_workers, mp_context=multiprocessing.get_context("fork"),
-                                   initializer=_init_worker, initargs=(tokenizer_json, eot_id))
+        pool = ProcessPoolExecutor(
+            num_workers,
+            mp_context=multiprocessing.get_context("fork"),
+            initializer=_init_worker,
+            initargs=(tokenizer_json, eot_id),
+        )
         # Start every worker now, while the environment says "serial".
         for future in [pool.submit(os.getpid) for _ in range(num_workers)]:
             future.result()
@@ -189,7 +194,9 @@ def read_manifest(dataset_dir: str | Path) -> dict:
     """The dataset's manifest; a one-line error when the folder is not a finished dataset."""
     path = Path(dataset_dir) / MANIFEST
     if not path.is_file():
-        raise UserError(f"{dataset_dir}: not a built dataset (no {MANIFEST}); run `glasslab data build` first")
+        raise UserError(
+            f"{dataset_dir}: not a built dataset (no {MANIFEST}); run `glasslab data build` first"
+        )
     return json.loads(path.read_text())
 
 
@@ -219,7 +226,7 @@ class Shard:
 
     def document(self, i: int) -> np.ndarray:
         start = int(self.ends[i - 1]) if i else 0
-        return self.tokens[start:int(self.ends[i])]
+        return self.tokens[start : int(self.ends[i])]
 
 
 def open_shard(dataset_dir: str | Path, domain: str, split: str, manifest: dict | None = None) -> Shard:

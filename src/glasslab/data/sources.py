@@ -34,8 +34,11 @@ class InputErrors:
     invalid_utf8: int = 0
 
     def to_dict(self) -> dict:
-        return {"malformed_lines": list(self.malformed_lines), "malformed_count": self.malformed_count,
-                "invalid_utf8": self.invalid_utf8}
+        return {
+            "malformed_lines": list(self.malformed_lines),
+            "malformed_count": self.malformed_count,
+            "invalid_utf8": self.invalid_utf8,
+        }
 
 
 def decode_counted(data: bytes, errors: InputErrors) -> str:
@@ -53,8 +56,11 @@ def source_files(source: SourceConfig) -> list[Path]:
     if path.is_file():
         return [path]
     if path.is_dir():
-        suffixes = (".parquet",) if source.kind == "parquet" else (".jsonl", ".json", ".jsonl.gz", ".jsonl.zst",
-                                                                   ".json.gz", ".json.zst")
+        suffixes = (
+            (".parquet",)
+            if source.kind == "parquet"
+            else (".jsonl", ".json", ".jsonl.gz", ".jsonl.zst", ".json.gz", ".json.zst")
+        )
         files = sorted(p for p in path.rglob("*") if p.is_file() and p.name.endswith(suffixes))
     else:
         files = sorted(Path(p) for p in glob.glob(source.path, recursive=True) if Path(p).is_file())
@@ -84,20 +90,26 @@ def read_jsonl(path: Path, source: SourceConfig, errors: InputErrors, strict: bo
                 record = json.loads(line)
             except json.JSONDecodeError as exc:
                 if strict:
-                    raise UserError(f"{path}:{line_number}: malformed JSON ({exc.msg}); "
-                                    "drop --strict to skip and count such lines") from None
+                    raise UserError(
+                        f"{path}:{line_number}: malformed JSON ({exc.msg}); "
+                        "drop --strict to skip and count such lines"
+                    ) from None
                 errors.malformed_count += 1
                 if len(errors.malformed_lines) < MAX_RECORDED_MALFORMED:
                     errors.malformed_lines.append(f"{path}:{line_number}")
                 continue
             if not isinstance(record, dict) or source.text_field not in record:
                 keys = ", ".join(sorted(record)) if isinstance(record, dict) else type(record).__name__
-                raise UserError(f"{path}:{line_number}: no text field {source.text_field!r} "
-                                f"(keys: {keys}); set the source's text_field")
+                raise UserError(
+                    f"{path}:{line_number}: no text field {source.text_field!r} "
+                    f"(keys: {keys}); set the source's text_field"
+                )
             text = record[source.text_field]
             if not isinstance(text, str):
-                raise UserError(f"{path}:{line_number}: field {source.text_field!r} is "
-                                f"{type(text).__name__}, expected a string")
+                raise UserError(
+                    f"{path}:{line_number}: field {source.text_field!r} is "
+                    f"{type(text).__name__}, expected a string"
+                )
             yield text
 
 
@@ -111,8 +123,10 @@ def read_parquet(path: Path, source: SourceConfig) -> Iterator[str]:
         raise UserError(f"{path}: not a readable Parquet file ({type(exc).__name__})") from None
     columns = parquet.schema_arrow.names
     if source.text_field not in columns:
-        raise UserError(f"{path}: no text column {source.text_field!r} (columns: {', '.join(columns)}); "
-                        "set the source's text_field")
+        raise UserError(
+            f"{path}: no text column {source.text_field!r} (columns: {', '.join(columns)}); "
+            "set the source's text_field"
+        )
     for batch in parquet.iter_batches(columns=[source.text_field], batch_size=1024):
         for text in batch.column(0).to_pylist():
             if text is not None:
@@ -120,12 +134,17 @@ def read_parquet(path: Path, source: SourceConfig) -> Iterator[str]:
 
 
 def read_text_folder(source: SourceConfig, errors: InputErrors) -> Iterator[str]:
-    """One document per file under the folder matching ``source.pattern``, in sorted path order."""
+    """One document per file under the folder matching ``source.pattern``, in sorted path order.
+
+    Local text beyond the built-in corpora (system documentation, notes) comes in this way, and
+    only when a config asks for it.
+    """
     folder = Path(source.path)
     if not folder.is_dir():
         raise UserError(f"source {source.label}: {source.path} is not a folder")
     for path in sorted(p for p in folder.glob(source.pattern) if p.is_file()):
-        yield decode_counted(path.read_bytes(), errors)
+        with _open_binary(path) as handle:  # .gz/.zst files (e.g. under /usr/share/doc) are unpacked
+            yield decode_counted(handle.read(), errors)
 
 
 def read_hf(source: SourceConfig) -> Iterator[str]:
@@ -140,12 +159,15 @@ def read_hf(source: SourceConfig) -> Iterator[str]:
     try:
         dataset = datasets.load_dataset(source.path, split=source.split, streaming=True)
     except Exception as exc:  # datasets raises many types; all mean "not available offline"
-        raise UserError(f"source {source.label}: dataset {source.path!r} is not in the local cache "
-                        f"({type(exc).__name__})") from None
+        raise UserError(
+            f"source {source.label}: dataset {source.path!r} is not in the local cache ({type(exc).__name__})"
+        ) from None
     for record in dataset:
         if source.text_field not in record:
-            raise UserError(f"source {source.label}: no text field {source.text_field!r} "
-                            f"(keys: {', '.join(sorted(record))})")
+            raise UserError(
+                f"source {source.label}: no text field {source.text_field!r} "
+                f"(keys: {', '.join(sorted(record))})"
+            )
         yield record[source.text_field]
 
 
@@ -189,5 +211,11 @@ def describe(source: SourceConfig) -> dict:
     if source.kind == "builtin":
         provenance = provenance or builtin.provenance(source.path)
         licence = licence if licence != "unknown" else builtin.LICENCE
-    return {"name": source.label, "domain": source.domain, "kind": source.kind, "path": source.path,
-            "provenance": provenance or source.path, "licence": licence}
+    return {
+        "name": source.label,
+        "domain": source.domain,
+        "kind": source.kind,
+        "path": source.path,
+        "provenance": provenance or source.path,
+        "licence": licence,
+    }

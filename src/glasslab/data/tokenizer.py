@@ -20,19 +20,30 @@ from glasslab.errors import UserError
 
 EOT = "<|endoftext|>"
 PAD = "<|pad|>"
-SPECIAL_TOKENS = (EOT, PAD, "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|im_start|>", "<|im_end|>")
+SPECIAL_TOKENS = (
+    EOT,
+    PAD,
+    "<|fim_prefix|>",
+    "<|fim_middle|>",
+    "<|fim_suffix|>",
+    "<|im_start|>",
+    "<|im_end|>",
+)
 """Specials take ids 0.. in this order; ``<|endoftext|>`` is id 0."""
 TOKENIZER_DIR = "tokenizer"
 
 
 def train_tokenizer(texts: Iterable[str], vocab_size: int, min_frequency: int = 2) -> Tokenizer:
-    """A byte-level BPE with ``vocab_size`` entries (bytes, merges and :data:`SPECIAL_TOKENS`) trained on ``texts``."""
+    """A byte-level BPE of ``vocab_size`` entries (bytes, merges and specials) trained on ``texts``."""
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=list(SPECIAL_TOKENS),
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
     )
     tokenizer.train_from_iterator(texts, trainer=trainer)
     return tokenizer
@@ -43,18 +54,35 @@ def save_tokenizer(tokenizer: Tokenizer, out_dir: Path, model_max_length: int = 
     out_dir.mkdir(parents=True, exist_ok=True)
     tokenizer.save(str(out_dir / "tokenizer.json"))
     added = {
-        str(tokenizer.token_to_id(tok)): {"content": tok, "lstrip": False, "rstrip": False, "normalized": False,
-                                          "single_word": False, "special": True}
+        str(tokenizer.token_to_id(tok)): {
+            "content": tok,
+            "lstrip": False,
+            "rstrip": False,
+            "normalized": False,
+            "single_word": False,
+            "special": True,
+        }
         for tok in SPECIAL_TOKENS
     }
     config = {
-        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": EOT, "eos_token": EOT, "unk_token": EOT,
-        "pad_token": PAD, "model_max_length": model_max_length, "add_prefix_space": False,
-        "clean_up_tokenization_spaces": False, "added_tokens_decoder": added,
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": EOT,
+        "eos_token": EOT,
+        "unk_token": EOT,
+        "pad_token": PAD,
+        "model_max_length": model_max_length,
+        "add_prefix_space": False,
+        "clean_up_tokenization_spaces": False,
+        "added_tokens_decoder": added,
     }
     (out_dir / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
-    special_map = {"bos_token": EOT, "eos_token": EOT, "unk_token": EOT, "pad_token": PAD,
-                   "additional_special_tokens": list(SPECIAL_TOKENS[2:])}
+    special_map = {
+        "bos_token": EOT,
+        "eos_token": EOT,
+        "unk_token": EOT,
+        "pad_token": PAD,
+        "additional_special_tokens": list(SPECIAL_TOKENS[2:]),
+    }
     (out_dir / "special_tokens_map.json").write_text(json.dumps(special_map, indent=2) + "\n")
     return out_dir
 

@@ -63,7 +63,7 @@ def hf_architecture(cfg: ModelConfig) -> str:
     return "Qwen3MoeForCausalLM"
 
 
-def _hf_config(cfg: ModelConfig, architecture: str):  # noqa: ANN202 - a transformers config
+def _hf_config(cfg: ModelConfig, architecture: str):
     import transformers
 
     common = dict(
@@ -150,7 +150,7 @@ def hf_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
     return {name: t.detach().float().contiguous() for name, t in out.items()}
 
 
-def _swiglu(prefix: str, mlp, d_model: int = 0) -> dict[str, torch.Tensor]:  # noqa: ANN001
+def _swiglu(prefix: str, mlp, d_model: int = 0) -> dict[str, torch.Tensor]:
     if mlp is None:  # no shared experts: GLM-4-MoE then holds zero-width shared-expert matrices
         empty = torch.zeros(0, d_model)
         return {

@@ -70,7 +70,7 @@ class Router(nn.Module):
         # Balancing state, not a parameter: set by the balancing rule, never by gradients.
         self.register_buffer("bias", torch.zeros(moe.num_experts, dtype=torch.float32))
 
-    def _apply(self, fn, recurse=True):  # noqa: ANN001 - torch's signature
+    def _apply(self, fn, recurse=True):
         # model.to(bfloat16) must not round the bias: keep it fp32 like GLM's e_score_correction_bias.
         super()._apply(fn, recurse)
         if self.bias.dtype != torch.float32:
@@ -100,13 +100,20 @@ def grouped_mm_works(device_type: str, dtype: torch.dtype) -> bool:
     if not hasattr(torch, "_grouped_mm"):
         return False
     try:
-        x = torch.randn(32, 16, device=device_type, dtype=dtype, requires_grad=True)
-        w = torch.randn(2, 16, 16, device=device_type, dtype=dtype, requires_grad=True)
-        offsets = torch.tensor([16, 32], device=device_type, dtype=torch.int32)
-        torch._grouped_mm(x, w, offs=offsets).sum().backward()
-        return True
+        # The first MoE forward may run under no_grad or inference_mode; the probe needs autograd.
+        with torch.inference_mode(False), torch.enable_grad():
+            return _probe_grouped_mm(device_type, dtype)
     except (RuntimeError, NotImplementedError, TypeError):
         return False
+
+
+def _probe_grouped_mm(device_type: str, dtype: torch.dtype) -> bool:
+    x = torch.randn(32, 16, device=device_type, dtype=dtype, requires_grad=True)
+    w = torch.randn(2, 16, 16, device=device_type, dtype=dtype, requires_grad=True)
+    offsets = torch.tensor([16, 32], device=device_type, dtype=torch.int32)
+    y = torch._grouped_mm(x, w, offs=offsets)
+    y.backward(torch.ones_like(y))  # a dense gradient: CPU kernels reject expanded (stride-0) ones
+    return True
 
 
 class GroupedExperts(nn.Module):
@@ -121,7 +128,7 @@ class GroupedExperts(nn.Module):
 
     def forward(self, x_ND: torch.Tensor, counts_E: torch.Tensor) -> torch.Tensor:
         """Rows of ``x_ND`` are sorted by expert, ``counts_E[e]`` of them for expert e."""
-        if x_ND.is_cuda and grouped_mm_works(x_ND.device.type, x_ND.dtype):
+        if grouped_mm_works(x_ND.device.type, x_ND.dtype):
             offsets_E = torch.cumsum(counts_E, 0).to(torch.int32)
             h_NF2 = torch._grouped_mm(x_ND, self.gate_up_EDF2, offs=offsets_E)
             gate, up = h_NF2.chunk(2, dim=-1)
