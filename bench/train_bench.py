@@ -3,11 +3,11 @@
 "Bare" is the least a training step must do: forward, cross-entropy, backward, clip, AdamW step,
 balancer step. "Trainer" is ``Trainer.train_step`` with everything it adds: micro-batch loss scaling,
 per-group gradient and parameter norms, the spike guard, the LR schedule, throughput/MFU/memory,
-mixture weights and logging every metric to a real run store. Both run the same MoE architecture on
-the same in-memory batches in this process, one step of each in turn so machine noise hits both
+mixture weights and logging every metric to a real run store. Both drive the same model and optimiser
+on the same in-memory batches in this process, one step of each in turn so machine noise hits both
 alike; the overhead is median trainer step / median bare step - 1.
 
-    python bench/train_bench.py [--steps 30] [--d-model 128] [--seq-len 128] [--batch 8]
+    python bench/train_bench.py [--steps 60] [--d-model 128] [--seq-len 128] [--batch 8] [--threads 1]
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from glasslab.model import ModelConfig, MoEConfig, Transformer
 from glasslab.train.config import TrainConfig
 from glasslab.train.distributed import DistContext
 from glasslab.train.loop import RunParts, Trainer
-from glasslab.train.optim import build_optimizer
 
 
 class RandomTokens:
@@ -67,11 +66,13 @@ def bare_step(model, optimizer, batch, grad_clip: float) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=30, help="steps of each kind")
+    parser.add_argument("--steps", type=int, default=60, help="steps of each kind")
     parser.add_argument("--d-model", type=int, default=128)
     parser.add_argument("--seq-len", type=int, default=128)
     parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (1: least noise)")
     args = parser.parse_args()
+    torch.set_num_threads(args.threads)
     model_cfg = ModelConfig(vocab_size=2048, d_model=args.d_model, n_layers=4, n_heads=4, n_kv_heads=4,
                             d_ff=4 * args.d_model, moe=MoEConfig(num_experts=8, top_k=2, d_expert=args.d_model))
     cfg = TrainConfig(seq_len=args.seq_len, global_batch_tokens=args.seq_len * args.batch, max_steps=10**6,
@@ -84,8 +85,8 @@ def main() -> None:
                          flops_per_token=model_cfg.flops_per_token(args.seq_len))
         run = track.init(Path(tmp) / "run", {"bench": True})
         trainer = Trainer(cfg, parts, run, Path(tmp) / "run", DistContext(), {}, peak_flops=1e11)
-        bare_model = Transformer(model_cfg)
-        bare_optimizer = build_optimizer(cfg.optimizer, bare_model.param_groups())
+        # The bare step drives the trainer's own model and optimiser: same weights, same routing.
+        bare_model, bare_optimizer = trainer.model, trainer.optimizer
         for _ in range(2):  # warm up both
             trainer.train_step()
             bare_step(bare_model, bare_optimizer, loader.next_batch(), cfg.grad_clip)

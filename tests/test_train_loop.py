@@ -10,6 +10,15 @@ from glasslab.train.config import GuardConfig, OptimizerConfig, ScheduleConfig, 
 from train_fakes import SyntheticLoader, make_trainer
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """One intra-op thread, as the CLI tests' subprocesses use: faster on a shared 2-core machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def _cfg(**kw) -> TrainConfig:
     base = dict(seq_len=16, global_batch_tokens=16 * 16, max_steps=40, checkpoint_interval=10,
                 optimizer=OptimizerConfig(lr=1e-2), schedule=ScheduleConfig(kind="constant", warmup_fraction=0.0),

@@ -22,7 +22,7 @@ class OptimizerConfig:
     """``adamw``, or ``muon`` (hidden matrices orthogonalised; embeddings, head, norms stay on AdamW)."""
     lr: float = 3e-3
     """Peak learning rate of the AdamW groups."""
-    betas: tuple[float, float] = (0.9, 0.95)
+    betas: tuple[float, ...] = (0.9, 0.95)
     """AdamW β1, β2."""
     eps: float = 1e-8
     """AdamW ε."""
@@ -38,7 +38,8 @@ class OptimizerConfig:
     def __post_init__(self) -> None:
         require(self.lr > 0, "train.optimizer.lr", self.lr, "a positive number")
         require(self.muon_lr > 0, "train.optimizer.muon_lr", self.muon_lr, "a positive number")
-        require(all(0 <= b < 1 for b in self.betas), "train.optimizer.betas", self.betas, "two numbers in [0, 1)")
+        require(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), "train.optimizer.betas",
+                self.betas, "two numbers in [0, 1)")
         require(self.eps > 0, "train.optimizer.eps", self.eps, "a positive number")
         require(self.weight_decay >= 0, "train.optimizer.weight_decay", self.weight_decay, ">= 0")
         require(0 <= self.muon_momentum < 1, "train.optimizer.muon_momentum", self.muon_momentum, "in [0, 1)")
@@ -77,7 +78,10 @@ class GuardConfig:
     min_history: int = 10
     """Steps of history needed before the guard judges anything."""
     sigma: float = 6.0
-    """A step with loss or grad norm above mean + sigma × deviation is not applied."""
+    """A step whose loss is above mean + sigma × deviation (nats/token) is not applied."""
+    grad_norm_sigma: float = 10.0
+    """A step whose log grad norm is above mean + this × deviation of log grad norms is not applied
+    (0 = judge the loss only). Grad norms are heavy-tailed, so they are judged multiplicatively."""
     max_consecutive: int = 3
     """This many rejected steps in a row roll back to the last good checkpoint."""
     max_rollbacks: int = 3
@@ -88,6 +92,7 @@ class GuardConfig:
         require(2 <= self.min_history <= self.window, "train.guard.min_history", self.min_history,
                 "between 2 and train.guard.window")
         require(self.sigma > 0, "train.guard.sigma", self.sigma, "a positive number")
+        require(self.grad_norm_sigma >= 0, "train.guard.grad_norm_sigma", self.grad_norm_sigma, ">= 0")
         require(self.max_consecutive >= 1, "train.guard.max_consecutive", self.max_consecutive, ">= 1")
         require(self.max_rollbacks >= 0, "train.guard.max_rollbacks", self.max_rollbacks, ">= 0")
 

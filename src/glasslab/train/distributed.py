@@ -120,17 +120,24 @@ def load_model_state(model: nn.Module, state: dict, sharded: bool) -> None:
     set_model_state_dict(model, state, options=_full_options(cpu_offload=False))
 
 
-def optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer, sharded: bool) -> dict:
-    """One optimiser's full state dict (gathered to rank 0 under FSDP2)."""
+def optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer, sharded: bool) -> dict | None:
+    """One optimiser's full state dict (gathered to rank 0 under FSDP2); None before its first step."""
     if not sharded:
         return optimizer.state_dict()
+    if not optimizer.state:
+        # torch's gatherer would initialise the state by taking a zero-gradient step, which advances
+        # AdamW's step count and changes the bias correction of the real first step.
+        return None
     from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
     return get_optimizer_state_dict(model, optimizer, options=_full_options(cpu_offload=True))
 
 
-def load_optimizer_state(model: nn.Module, sharded: bool, optimizer: torch.optim.Optimizer, state: dict) -> None:
-    """Load one optimiser's full state dict (every rank passes the whole of it)."""
+def load_optimizer_state(model: nn.Module, sharded: bool, optimizer: torch.optim.Optimizer,
+                         state: dict | None) -> None:
+    """Load one optimiser's full state dict (every rank passes the whole of it; None: not stepped yet)."""
+    if state is None:
+        return
     if not sharded:
         optimizer.load_state_dict(state)
         return

@@ -1,8 +1,10 @@
 """The spike guard: decide, before an update is applied, whether the step looks like a loss spike.
 
 It keeps a rolling window of the loss and global gradient norm of recently *applied* steps. A step
-whose loss or grad norm is above ``mean + sigma × deviation`` of its window is not applied (the
-trainer records ``spike_skipped``); a non-finite loss or grad norm is never applied (``nonfinite``).
+whose loss is above ``mean + sigma × deviation`` of its window, or whose grad norm is likewise out
+of band on a log scale (grad norms of small batches swing by factors of a few; real blow-ups by
+orders of magnitude), is not applied (the trainer records ``spike_skipped``); a non-finite loss or
+grad norm is never applied (``nonfinite``).
 After ``max_consecutive`` rejected steps in a row the guard asks for a rollback to the last good
 checkpoint; the trainer then skips the offending data window and records a ``rollback`` incident.
 The window is part of every checkpoint so a resumed run judges exactly as the original would.
@@ -46,20 +48,17 @@ class SpikeGuard:
         if not (math.isfinite(loss) and math.isfinite(grad_norm)):
             return self._reject("nonfinite", f"loss {loss} / grad norm {grad_norm} is not finite")
         if self.cfg.enabled and len(self.losses) >= self.cfg.min_history:
-            for name, value, history in (("loss", loss, self.losses), ("grad norm", grad_norm, self.grad_norms)):
-                limit = self._limit(history)
+            checks = (("loss", loss, self.losses, self.cfg.sigma, False),
+                      ("grad norm", grad_norm, self.grad_norms, self.cfg.grad_norm_sigma, True))
+            for name, value, history, sigma, log_scale in checks:
+                limit = _limit(history, sigma, log_scale) if sigma else math.inf
                 if value > limit:
-                    return self._reject("spike_skipped", f"{name} {value:.4g} > {limit:.4g} "
-                                        f"(mean + {self.cfg.sigma:g}σ of the last {len(history)} steps)")
+                    return self._reject("spike_skipped", f"{name} {value:.4g} > {limit:.4g} (mean + {sigma:g}σ"
+                                        f"{' in log space' if log_scale else ''} of the last {len(history)} steps)")
         self.losses.append(loss)
         self.grad_norms.append(grad_norm)
         self.consecutive_rejected = 0
         return Verdict(apply=True)
-
-    def _limit(self, history: deque[float]) -> float:
-        mean = sum(history) / len(history)
-        deviation = math.sqrt(sum((x - mean) ** 2 for x in history) / (len(history) - 1))
-        return mean + self.cfg.sigma * max(deviation, MIN_RELATIVE_DEVIATION * abs(mean))
 
     def _reject(self, kind: str, reason: str) -> Verdict:
         self.consecutive_rejected += 1
@@ -74,3 +73,18 @@ class SpikeGuard:
         self.losses = deque(state["losses"], maxlen=self.cfg.window)
         self.grad_norms = deque(state["grad_norms"], maxlen=self.cfg.window)
         self.consecutive_rejected = state["consecutive_rejected"]
+
+
+def _limit(history: deque[float], sigma: float, log_scale: bool) -> float:
+    """mean + sigma × deviation of ``history`` (of its logs when ``log_scale``, mapped back).
+
+    The deviation is estimated from successive differences (σ ≈ RMS(x_t − x_{t−1}) / √2), so the
+    steady fall of an early loss curve does not pass for noise and widen the band.
+    """
+    values = [math.log(max(x, 1e-12)) for x in history] if log_scale else list(history)
+    mean = sum(values) / len(values)
+    steps = [b - a for a, b in zip(values, values[1:], strict=False)]
+    deviation = math.sqrt(sum(d * d for d in steps) / (2 * len(steps)))
+    floor = MIN_RELATIVE_DEVIATION if log_scale else MIN_RELATIVE_DEVIATION * abs(mean)
+    limit = mean + sigma * max(deviation, floor)
+    return math.exp(limit) if log_scale else limit

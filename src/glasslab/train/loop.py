@@ -91,6 +91,8 @@ class Trainer:
         self.micro_batch, self.num_micro = cfg.micro_batches(ctx.world_size)
         self.meter = ThroughputMeter(parts.flops_per_token, peak_flops, ctx.world_size)
         self.step = 0
+        self.tokens = 0
+        """Tokens trained on so far (a fork may change the batch, so this is a sum, not step × batch)."""
         self.rollbacks = 0
         self.preempt_requested = False
         self.last_metrics: dict[str, float] = {}
@@ -105,6 +107,7 @@ class Trainer:
         """Everything a resume needs, by checkpoint file name."""
         trainer = {
             "step": self.step,
+            "tokens": self.tokens,
             "loader": self.parts.loader.state_dict(),
             "balancer": self._balancer_state(),
             "guard": self.guard.state_dict(),
@@ -119,21 +122,29 @@ class Trainer:
             "trainer": trainer,
         }
 
-    def load(self, path: Path, *, weights_only: bool = False) -> None:
-        """Restore from the checkpoint folder ``path`` (everything, or just model + optimiser + loader)."""
+    def load(self, path: Path, *, fork: bool = False) -> None:
+        """Restore everything from the checkpoint folder ``path``.
+
+        ``fork``: the run continues another run's checkpoint under a changed config; the data stream
+        carries on from the same global position even when the global batch changed.
+        """
         state = ckpt.load_checkpoint(path, map_location=self.ctx.device)
         distributed.load_model_state(self.model, state["model"], self.sharded)
         self.optimizer.load_state_dict(
             state["optimizer"], functools.partial(distributed.load_optimizer_state, self.model, self.sharded))
         trainer = state["trainer"]
-        self.parts.loader.load_state_dict(trainer["loader"])
+        loader_state = trainer["loader"]
+        if fork and "global_batch" in loader_state:
+            # The loader's position is in tokens per domain; only its batch-shape check must follow the fork.
+            loader_state = {**loader_state, "global_batch": self.cfg.global_batch_size}
+        self.parts.loader.load_state_dict(loader_state)
         if self.parts.balancer is not None and trainer["balancer"] is not None:
             self.parts.balancer.load_state_dict(trainer["balancer"])
         self._balancer_clean = self._balancer_state()
         self.step = trainer["step"]
-        if not weights_only:
-            self.guard.load_state_dict(trainer["guard"])
-            restore_rng(trainer["rng"])
+        self.tokens = trainer["tokens"]
+        self.guard.load_state_dict(trainer["guard"])
+        restore_rng(trainer["rng"])
 
     def save_checkpoint(self) -> None:
         """Write the checkpoint for the current step (rank 0) and apply retention."""
@@ -182,7 +193,8 @@ class Trainer:
         verdict = self.guard.judge(loss, grad_norm_values[-1])
         step_index = self.step
         self.step += 1
-        metrics = {"train/tokens": float(self.step * self.cfg.global_batch_tokens)}
+        self.tokens += self.cfg.global_batch_tokens
+        metrics = {"train/tokens": float(self.tokens)}
         if verdict.apply:
             metrics.update(self.apply_update(step_index, grad_norms[-1]))
             metrics["train/loss"] = loss

@@ -32,6 +32,7 @@ from glasslab.train import checkpoint as ckpt
 from glasslab.train import distributed
 from glasslab.train.build import build_parts, describe
 from glasslab.train.loop import Trainer
+from glasslab.train.rng import capture_rng, restore_rng
 from glasslab.train.run_config import RunConfig
 from glasslab.train.throughput import peak_flops
 
@@ -42,14 +43,17 @@ def train(run_cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, fork
           record_extra: dict | None = None, device: str = "cpu") -> dict[str, Any]:
     """Train ``run_cfg`` into ``run_dir``; return the final metrics (incl. ``eval/macro/loss``).
 
-    Under torchrun every rank calls this; the process group is set up from the environment.
+    Under torchrun every rank calls this; the process group is set up from the environment. Apart
+    from ``run_dir`` it leaves no trace: RNG states and the SIGTERM handler are put back on return.
     """
     run_dir = Path(run_dir)
+    caller_rng = capture_rng()  # the run seeds every generator; the caller gets its own back
     ctx = distributed.setup(device)
     try:
         return _train(run_cfg, run_dir, ctx, resume, fork, record_extra or {})
     finally:
         ctx.close()
+        restore_rng(caller_rng)
 
 
 def _train(run_cfg: RunConfig, run_dir: Path, ctx: distributed.DistContext, resume: bool, fork: str | None,
@@ -86,7 +90,7 @@ def _train(run_cfg: RunConfig, run_dir: Path, ctx: distributed.DistContext, resu
         for step, problem in fallbacks:
             trainer.record_fallback(step, problem)
         if start_from is not None:
-            trainer.load(start_from)
+            trainer.load(start_from, fork=bool(fork) and not resume)
         if run is not None and resume:
             run.annotate("resume", f"resumed at step {trainer.step}", step=trainer.step)
         if run is not None and fork:
@@ -96,7 +100,7 @@ def _train(run_cfg: RunConfig, run_dir: Path, ctx: distributed.DistContext, resu
         started = time.time()
         with _preemption_signal(trainer):
             status = trainer.fit()
-        result = _result(trainer, run_cfg, status, time.time() - started)
+        result = _result(trainer, status, time.time() - started)
         if run is not None:
             if status == "finished":
                 write_json_atomic(run_dir / RESULT, result)
@@ -115,9 +119,11 @@ def _resume_point(run_dir: Path, run_cfg: RunConfig, config_data: dict, fallback
         raise UserError(f"{run_dir}: nothing to resume (no run.json); start it without --resume")
     ckpt.sweep_temp(run_dir)
     found = ckpt.latest_valid(run_dir, on_fallback=lambda step, problem: fallbacks.append((step, problem)))
-    previous = checkpoint_config(found[1]) if found else record["config"]
-    changed = [key for key in configs.diff(configs.redact(previous), configs.redact(config_data))
-               if key not in _unversioned_keys(run_cfg)]
+    if found:
+        changed = configs.diff(checkpoint_config(found[1]), config_data)
+    else:  # killed before its first checkpoint: run.json holds the config, with secrets redacted
+        changed = configs.diff(record["config"], configs.redact(config_data))
+    changed = [key for key in changed if key not in _unversioned_keys(run_cfg)]
     if changed:
         raise UserError(f"{run_dir}: cannot resume with a changed config ({', '.join(changed)} differ); "
                         "use --fork RUN@STEP for a deliberate change")
@@ -154,14 +160,14 @@ def _unversioned_keys(run_cfg: RunConfig) -> set[str]:
     return set(configs.diff(configs.to_dict(run_cfg), configs.to_dict(run_cfg, versioned_only=True)))
 
 
-def _result(trainer: Trainer, run_cfg: RunConfig, status: str, seconds: float) -> dict[str, Any]:
-    tokens = trainer.step * run_cfg.train.global_batch_tokens
+def _result(trainer: Trainer, status: str, seconds: float) -> dict[str, Any]:
+    """Final metrics, counters (tokens, training FLOPs = tokens × FLOPs/token) and per-rank state hashes."""
     return {
         **trainer.last_metrics,
         "status": status,
         "step": trainer.step,
-        "tokens": tokens,
-        "flops": tokens * trainer.parts.flops_per_token,
+        "tokens": trainer.tokens,
+        "flops": trainer.tokens * trainer.parts.flops_per_token,
         "seconds": seconds,
         "replica_state_sha256": trainer.ctx.all_gather_object(trainer.replica_fingerprint()),
     }
