@@ -134,6 +134,13 @@ def test_resume_with_a_changed_config_names_the_fields(tmp_path, dataset, capsys
     assert "pass --resume" in capsys.readouterr().err
 
 
+def test_a_model_vocabulary_smaller_than_the_tokenizer_fails_before_any_compute(tmp_path, dataset, capsys):
+    config = _write(tmp_path / "run.yaml", tiny_run_config(dataset, max_steps=2))
+    assert cli_main(["train", str(config), "model.vocab_size=100", "--run-dir", str(tmp_path / "run")]) == 2
+    assert "model.vocab_size=100: expected at least the 512 tokens" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
 def test_an_empty_mixture_fails_before_any_compute(tmp_path, dataset, capsys):
     data = tiny_run_config(dataset, max_steps=2)
     data["data"]["mixture"] = {"weights": {}}
