@@ -137,8 +137,13 @@ def test_configs_are_frozen_and_hashable():
 
 
 def test_redaction():
-    data = {"train": {"api_token": "s3cret", "wandb_key": "k", "lr": 1}, "password": "p", "keys": {"x": 1}}
+    data = {"train": {"api_token": "s3cret", "wandb_key": "k", "lr": 1, "max_tokens": 5, "hfToken": "t",
+                      "flops_per_token": 6.0},
+            "password": "p", "keys": {"x": 1}, "tokenizer": "bpe"}
     red = redact(data)
     assert red["train"]["api_token"] == red["train"]["wandb_key"] == red["password"] == "***redacted***"
-    assert red["train"]["lr"] == 1 and red["keys"] == {"x": 1}
+    assert red["train"]["hfToken"] == "***redacted***"
+    assert red["train"]["lr"] == 1 and red["train"]["max_tokens"] == 5 and red["tokenizer"] == "bpe"
+    assert red["train"]["flops_per_token"] == 6.0
+    assert red["keys"] == {"x": 1}
     assert "s3cret" not in dumps(Root(train=Train(api_token="s3cret")))

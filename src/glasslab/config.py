@@ -35,7 +35,10 @@ T = TypeVar("T")
 UNVERSIONED = {"versioned": False}
 """Field metadata for values that do not change what a step computes (see module docstring)."""
 
-SECRET_KEY_PATTERN = re.compile(r"(token|key|secret|password|passwd|credential)", re.IGNORECASE)
+SECRET_WORDS = frozenset({"token", "key", "apikey", "secret", "password", "passwd", "credential", "credentials"})
+"""A key is secret when one of its words (split on ``_``, ``-``, ``.`` and case) is one of these, so
+``wandb_api_key`` and ``hf_token`` are redacted while ``max_tokens`` and ``tokenizer`` are not. Only
+string values are redacted: numbers such as ``flops_per_token`` are counts, never credentials."""
 REDACTED = "***redacted***"
 
 
@@ -265,11 +268,17 @@ def config_hash(cfg: Any, length: int = 16) -> str:
     return hashlib.sha256(canonical_json(data).encode()).hexdigest()[:length]
 
 
+def is_secret_key(key: str) -> bool:
+    """Whether a config key names a secret (see :data:`SECRET_WORDS`)."""
+    words = re.sub(r"([a-z])([A-Z])", r"\1_\2", key).lower()
+    return any(word in SECRET_WORDS for word in re.split(r"[_\-.\s]+", words))
+
+
 def redact(data: Any) -> Any:
-    """Copy of plain data with values under secret-looking keys (token, key, password…) replaced."""
+    """Copy of plain data with string values under secret-looking keys (token, key, password…) replaced."""
     if isinstance(data, Mapping):
         return {
-            k: (REDACTED if SECRET_KEY_PATTERN.search(str(k)) and not isinstance(v, Mapping) else redact(v))
+            k: (REDACTED if is_secret_key(str(k)) and isinstance(v, str) else redact(v))
             for k, v in data.items()
         }
     if isinstance(data, (list, tuple)):

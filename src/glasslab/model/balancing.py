@@ -39,7 +39,19 @@ PENDING = (
 
 @dataclass
 class MoEStepStats:
-    """Routing statistics of one optimiser step, named as DESIGN.md's metrics."""
+    """Routing statistics of one optimiser step, named as DESIGN.md's metrics, per MoE layer i:
+
+    - ``moe/layer_<i>/load_max_violation``: max expert load / mean expert load − 1 (0 = balanced);
+    - ``moe/layer_<i>/routing_entropy``: mean over tokens of the entropy of the token's routing
+      distribution (softmax probabilities, or sigmoid scores normalised to sum 1), in nats;
+    - ``moe/layer_<i>/router_bias_norm``: L2 norm of the bias after this step's update;
+    - ``moe/layer_<i>/dropped_tokens``: fraction of (token, expert) assignments dropped by the capacity
+      limit (always 0 when dropless);
+    - vectors ``moe/layer_<i>/expert_load`` (fractions of assignments, summing to 1) and
+      ``moe/layer_<i>/router_bias`` (after the update).
+
+    Layers that routed no training tokens since the last step are absent.
+    """
 
     scalars: dict[str, float] = field(default_factory=dict)
     vectors: dict[str, list[float]] = field(default_factory=dict)

@@ -182,10 +182,6 @@ class ModelConfig:
         """Whether block ``layer`` (0-based) has a routed MoE feed-forward."""
         return self.moe is not None and layer >= self.moe.first_k_dense
 
-    @property
-    def num_moe_layers(self) -> int:
-        return sum(self.is_moe_layer(i) for i in range(self.n_layers))
-
     # --- accounting -------------------------------------------------------------------------------
 
     def _attention_matmul_params(self) -> int:

@@ -11,7 +11,7 @@ import sqlite3
 from pathlib import Path
 
 from glasslab.errors import UserError
-from glasslab.track.store import DB_NAME, connect
+from glasslab.track.store import DB_NAME, ROLLUP_WIDTHS, connect
 
 
 class RunReader:
@@ -42,13 +42,18 @@ class RunReader:
             raise
 
     def scalar_keys(self) -> list[str]:
-        return [r[0] for r in self._rows("SELECT DISTINCT key FROM scalars ORDER BY key")]
+        """Every scalar name logged, from the coarsest rollup (a few rows, not the whole table)."""
+        rows = self._rows("SELECT DISTINCT key FROM rollups WHERE width=? ORDER BY key", (ROLLUP_WIDTHS[-1],))
+        if not rows:  # a store written before rollups existed
+            rows = self._rows("SELECT DISTINCT key FROM scalars ORDER BY key")
+        return [r[0] for r in rows]
 
     def scalars(self, key: str, after_step: int = -1) -> tuple[list[int], list[float]]:
         """Steps and values of ``key`` (latest attempt per step), for steps after ``after_step``."""
         # SQLite returns the bare column `value` from the row holding MAX(attempt) in each group.
         rows = self._rows(
-            "SELECT step, value, MAX(attempt) FROM scalars WHERE key=? AND step>? GROUP BY step ORDER BY step",
+            "SELECT step, value, MAX(attempt) FROM scalars WHERE key=? AND step>? "
+            "GROUP BY step ORDER BY step",
             (key, after_step),
         )
         return [r[0] for r in rows], [r[1] for r in rows]
@@ -60,13 +65,56 @@ class RunReader:
         )
         return (rows[0][0], rows[0][1]) if rows else None
 
+    def point_count(self, key: str) -> int:
+        """How many steps ``key`` has (from the coarsest rollup, so it costs a few rows)."""
+        rows = self._rows("SELECT SUM(n) FROM rollups WHERE key=? AND width=?", (key, ROLLUP_WIDTHS[-1]))
+        return int(rows[0][0] or 0) if rows else 0
+
+    def rollups(self, key: str, width: int) -> list[tuple[int, int, float | None, float | None, float]]:
+        """``(n, last_step, min, max, last)`` per bucket of ``width`` steps of ``key``, in step order.
+
+        Maintained by the writer at every flush (``ROLLUP_WIDTHS``), latest attempt per step.
+        """
+        return self._rows(
+            "SELECT n, last_step, min, max, last FROM rollups WHERE key=? AND width=? ORDER BY bucket",
+            (key, width),
+        )
+
+    def scalar_rows_after(self, rowid: int, limit: int = 100_000) -> list[tuple[int, str, int, float]]:
+        """Raw ``(rowid, key, step, value)`` rows committed after ``rowid`` (a live cursor)."""
+        return self._rows(
+            "SELECT rowid, key, step, value FROM scalars WHERE rowid>? ORDER BY rowid LIMIT ?", (rowid, limit)
+        )
+
+    def vector_rows_after(self, rowid: int, limit: int = 10_000) -> list[tuple[int, str, int, list[float]]]:
+        """Raw ``(rowid, key, step, values)`` vector rows committed after ``rowid``."""
+        rows = self._rows(
+            'SELECT rowid, key, step, "values" FROM vectors WHERE rowid>? ORDER BY rowid LIMIT ?',
+            (rowid, limit),
+        )
+        return [(r[0], r[1], r[2], json.loads(r[3])) for r in rows]
+
+    def cursor(self) -> dict[str, int]:
+        """The newest row of each table: a reader that asks for rows after it sees only new ones."""
+        cursor = {}
+        for name, table, column in (("scalars", "scalars", "rowid"), ("vectors", "vectors", "rowid"),
+                                    ("events", "events", "id"), ("samples", "samples", "id")):
+            rows = self._rows(f"SELECT COALESCE(MAX({column}), 0) FROM {table}")
+            cursor[name] = int(rows[0][0]) if rows else 0
+        return cursor
+
+    def data_version(self) -> int:
+        """Changes whenever another connection commits (cheap: no table is read)."""
+        return int(self.conn.execute("PRAGMA data_version").fetchone()[0])
+
     def vector_keys(self) -> list[str]:
         return [r[0] for r in self._rows("SELECT DISTINCT key FROM vectors ORDER BY key")]
 
     def vectors(self, key: str, after_step: int = -1) -> tuple[list[int], list[list[float]]]:
         """Steps and vectors of ``key``, latest attempt per step."""
         rows = self._rows(
-            'SELECT step, "values", MAX(attempt) FROM vectors WHERE key=? AND step>? GROUP BY step ORDER BY step',
+            'SELECT step, "values", MAX(attempt) FROM vectors WHERE key=? AND step>? '
+            "GROUP BY step ORDER BY step",
             (key, after_step),
         )
         return [r[0] for r in rows], [json.loads(r[1]) for r in rows]

@@ -5,6 +5,10 @@ writes. The writer buffers rows and commits them in batches, so logging costs mi
 metric; a row is *committed* once :meth:`RunStore.flush` returns, and a process killed at any moment
 leaves a database that opens and holds every committed row.
 
+Rollups: each flush also folds the new scalars into ``rollups`` (min, max and last value per fixed
+bucket of ``ROLLUP_WIDTHS`` steps), so a reader can draw a million-point series from a few thousand
+rows instead of grouping the raw table (about half a second for 1M rows here).
+
 Attempts: each writer session (a fresh start, a resume, a rollback) logs under a new ``attempt``
 number, so re-logged steps never overwrite history; readers take the latest attempt per step.
 
@@ -51,6 +55,25 @@ CREATE TABLE IF NOT EXISTS samples(
 CREATE TABLE IF NOT EXISTS attempts(
     attempt INTEGER PRIMARY KEY, start_step INTEGER, time REAL NOT NULL, reason TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS rollups(
+    key TEXT NOT NULL, width INTEGER NOT NULL, bucket INTEGER NOT NULL, attempt INTEGER NOT NULL,
+    n INTEGER NOT NULL, min REAL, max REAL, last REAL, last_step INTEGER NOT NULL,
+    PRIMARY KEY(key, width, bucket)) WITHOUT ROWID;
+"""
+# Bucket widths in steps: 16× apart, so any target of ~1-4k points finds a level within 16× of it.
+ROLLUP_WIDTHS = (16, 256, 4096)
+
+# Merge one flush's partial bucket into the stored one; only when the stored row is from the same
+# attempt (otherwise the bucket is recomputed from the raw rows, see RunStore._roll_up).
+_MERGE_ROLLUP = """
+INSERT INTO rollups(key, width, bucket, attempt, n, min, max, last, last_step) VALUES (?,?,?,?,?,?,?,?,?)
+ON CONFLICT(key, width, bucket) DO UPDATE SET
+    n = n + excluded.n,
+    min = min(coalesce(min, excluded.min), coalesce(excluded.min, min)),
+    max = max(coalesce(max, excluded.max), coalesce(excluded.max, max)),
+    last = CASE WHEN excluded.last_step >= last_step THEN excluded.last ELSE last END,
+    last_step = max(last_step, excluded.last_step)
+WHERE attempt = excluded.attempt
 """
 
 
@@ -104,12 +127,13 @@ def append_event(
 class RunStore:
     """The writer side of a run's ``metrics.db``: holds the lease, buffers rows, commits in batches.
 
-    ``flush_rows`` and ``flush_seconds`` bound how much a crash can lose; :meth:`flush` commits now.
+    ``flush_rows`` and ``flush_seconds`` bound how much a crash can lose and how late a live page sees
+    a step (the observatory promises under a second); :meth:`flush` commits now.
     """
 
     def __init__(
         self, run_dir: str | Path, reason: str = "start", flush_rows: int = 20_000,
-        flush_seconds: float = 1.0,
+        flush_seconds: float = 0.5,
     ) -> None:
         self.run_dir = Path(run_dir)
         self.flush_rows = flush_rows
@@ -122,12 +146,20 @@ class RunStore:
         self._samples: list[tuple[int, str, str, float, int]] = []
         self._last_flush = time.monotonic()
         self._first_step_seen = False
+        # key -> the last step that earlier attempts rolled up: buckets up to it may hold rows this
+        # attempt supersedes; (key, width) -> the one such bucket already recomputed for this attempt.
+        self._older_last_step: dict[str, int] = dict(self.conn.execute(
+            "SELECT key, MAX(last_step) FROM rollups WHERE width=? GROUP BY key", (ROLLUP_WIDTHS[-1],)
+        ).fetchall())
+        self._rolled_last_step: dict[str, int] = {}
+        self._fresh_bucket: dict[tuple[str, int], int] = {}
         self.closed = False
 
     # --- lease -----------------------------------------------------------------------------------
 
     def _take_lease(self) -> None:
-        me = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time(), "heartbeat": time.time()}
+        now = time.time()
+        me = {"pid": os.getpid(), "host": socket.gethostname(), "since": now, "heartbeat": now}
         self.conn.execute("BEGIN IMMEDIATE")
         try:
             row = self.conn.execute("SELECT value FROM meta WHERE key='writer'").fetchone()
@@ -138,7 +170,9 @@ class RunStore:
                         f"{self.run_dir}: run is already being written by pid {holder['pid']} on "
                         f"{holder['host']}; stop that trainer first (notes can still be added)"
                     )
-            self.conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('writer', ?)", (json.dumps(me),))
+            self.conn.execute(
+                "INSERT OR REPLACE INTO meta(key, value) VALUES ('writer', ?)", (json.dumps(me),)
+            )
             self.conn.execute("COMMIT")
         except BaseException:
             self.conn.execute("ROLLBACK")
@@ -164,6 +198,10 @@ class RunStore:
         self.flush()
         self.attempt = self._begin_attempt(reason)
         self._first_step_seen = False
+        for key, step in self._rolled_last_step.items():
+            self._older_last_step[key] = max(step, self._older_last_step.get(key, step))
+        self._rolled_last_step.clear()
+        self._fresh_bucket.clear()
         return self.attempt
 
     # --- buffered writes ---------------------------------------------------------------------------
@@ -218,9 +256,11 @@ class RunStore:
                 self.conn.executemany(
                     "INSERT INTO scalars(key, step, value, time, attempt) VALUES (?,?,?,?,?)", self._scalars
                 )
+                self._roll_up()
             if self._vectors:
                 self.conn.executemany(
-                    'INSERT INTO vectors(key, step, "values", time, attempt) VALUES (?,?,?,?,?)', self._vectors
+                    'INSERT INTO vectors(key, step, "values", time, attempt) VALUES (?,?,?,?,?)',
+                    self._vectors,
                 )
             if self._samples:
                 self.conn.executemany(
@@ -228,6 +268,65 @@ class RunStore:
                 )
             self._heartbeat()
         self._scalars, self._vectors, self._samples = [], [], []
+
+    def _roll_up(self) -> None:
+        """Fold the buffered scalars (already inserted) into the per-bucket min/max/last rollups.
+
+        A bucket that reaches back to steps an earlier attempt logged may hold rows the new steps
+        supersede, so the first time this attempt touches it, it is recomputed from the raw rows
+        (latest attempt per step); every other bucket, and that one afterwards, is merged in
+        place. Steps rise within an attempt, so remembering one recomputed bucket per key and
+        width is enough.
+        """
+        # Rows fold into the finest buckets; each coarser level folds the level below, not the rows.
+        finest = ROLLUP_WIDTHS[0]
+        level: dict[tuple[str, int], list] = {}
+        for key, step, value, _, _ in self._scalars:  # the hot loop: one pass over the rows, inlined
+            finite = value if value == value else None  # NaN never wins a min or max
+            agg = level.get((key, step // finest))
+            if agg is None:
+                level[(key, step // finest)] = [1, finite, finite, value, step]
+                continue
+            agg[0] += 1
+            if finite is not None:
+                if agg[1] is None or finite < agg[1]:
+                    agg[1] = finite
+                if agg[2] is None or finite > agg[2]:
+                    agg[2] = finite
+            if step >= agg[4]:
+                agg[3], agg[4] = value, step
+        partial = {(key, finest, bucket): agg for (key, bucket), agg in level.items()}
+        for width in ROLLUP_WIDTHS[1:]:
+            coarser: dict[tuple[str, int], list] = {}
+            for (key, _), agg in level.items():
+                _fold(coarser, (key, agg[4] // width), list(agg))
+            partial.update({(key, width, bucket): agg for (key, bucket), agg in coarser.items()})
+            level = coarser
+        merges = []
+        for (key, width, bucket), (n, lo, hi, last, last_step) in partial.items():
+            older = self._older_last_step.get(key, -1) >= bucket * width
+            if older and self._fresh_bucket.get((key, width)) != bucket:
+                self._recompute_bucket(key, width, bucket)
+                self._fresh_bucket[(key, width)] = bucket
+            else:
+                merges.append((key, width, bucket, self.attempt, n, lo, hi, last, last_step))
+            if last_step > self._rolled_last_step.get(key, -1):
+                self._rolled_last_step[key] = last_step
+        self.conn.executemany(_MERGE_ROLLUP, merges)
+
+    def _recompute_bucket(self, key: str, width: int, bucket: int) -> None:
+        rows = self.conn.execute(
+            "SELECT step, value, MAX(attempt) FROM scalars WHERE key=? AND step>=? AND step<? GROUP BY step",
+            (key, bucket * width, (bucket + 1) * width),
+        ).fetchall()
+        finite = [v for _, v, _ in rows if v is not None and v == v]  # SQLite stores NaN as NULL
+        last_step, last, _ = max(rows)
+        self.conn.execute(
+            "INSERT OR REPLACE INTO rollups(key, width, bucket, attempt, n, min, max, last, last_step) "
+            "VALUES (?,?,?,?,?,?,?,?,?)",
+            (key, width, bucket, self.attempt, len(rows), min(finite, default=None),
+             max(finite, default=None), last, last_step),
+        )
 
     def set_meta(self, key: str, value: object) -> None:
         """Record a small JSON value under ``key`` (run status, final numbers)."""
@@ -242,6 +341,20 @@ class RunStore:
         self.conn.execute("DELETE FROM meta WHERE key='writer'")
         self.conn.close()
         self.closed = True
+
+
+def _fold(buckets: dict, where: tuple, part: list) -> None:
+    """Merge ``part`` = [n, min, max, last, last_step] into ``buckets[where]`` (None = no finite value)."""
+    agg = buckets.get(where)
+    if agg is None:
+        buckets[where] = part
+        return
+    agg[0] += part[0]
+    if part[1] is not None:
+        agg[1] = part[1] if agg[1] is None else min(agg[1], part[1])
+        agg[2] = part[2] if agg[2] is None else max(agg[2], part[2])
+    if part[4] >= agg[4]:
+        agg[3], agg[4] = part[3], part[4]
 
 
 class _transaction:

@@ -1,0 +1,65 @@
+"""``glasslab demo``: the open lab end to end — data, a 4-rung MoE ladder, its fit, a hero run."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+
+from glasslab.errors import UserError
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "demo", help="run the whole open lab on the built-in data (about 10 minutes on a laptop CPU)",
+        description="Build the data and its report, train the tokenizer, run a 4-rung MoE ladder, fit it, "
+        "pre-register the hero's prediction, train the hero with >= 4x the top rung's compute, and show it "
+        "all live in the observatory. Ends with a table of rungs, fit and predicted-vs-actual loss, and "
+        "publishes the static site into LAB/site. A second run reuses finished steps.",
+    )
+    p.add_argument("--quick", action="store_true", help="tiny sizes: the whole DAG in about a minute")
+    p.add_argument("--no-serve", action="store_true", help="do not serve the live page")
+    p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    p.add_argument("--lab", default=os.environ.get("GLASSLAB_ROOT", "lab"), help="lab root (default ./lab)")
+    p.add_argument("--host", default="127.0.0.1", help="address the page binds to (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8765, help="port of the page (default 8765)")
+    p.add_argument("--jobs", type=int, default=max(1, min(2, os.cpu_count() or 1)),
+                   help="steps run in parallel (default: 2, or 1 on a 1-core machine)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from glasslab.experiments.demo import LADDER, demo_steps
+    from glasslab.lab import Executor
+    from glasslab.ladder.summary import summary_tables
+    from glasslab.observatory.app import BackgroundServer
+    from glasslab.observatory.publish import publish
+
+    console = Console()
+    lab = Path(args.lab)
+    lab.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    server = None
+    if not args.no_serve:
+        server = BackgroundServer(lab, host=args.host, port=args.port)
+        console.print(f"live observatory: [bold]{server.url}[/bold]")
+    cores = os.cpu_count() or 1
+    steps = demo_steps(quick=args.quick, device=args.device, threads=max(1, cores // args.jobs), hero_threads=cores)
+    report = Executor(lab, backend="local", jobs=args.jobs).run(steps)
+    if not report.ok:
+        raise UserError(f"demo: {', '.join(report.keys('failed')) or 'a step'} failed; see step.json in {lab}")
+    folders = {planned.name: planned.folder for planned in report.plan.steps}
+    for table in summary_tables(folders[f"{LADDER}-fit"], folders[f"{LADDER}-hero"]):
+        console.print(table)
+    site = publish(lab, lab / "site")
+    console.print(f"static site: {site}  ({time.monotonic() - started:.0f} s in all)")
+    if server is not None:
+        console.print(f"serving {server.url} until Ctrl-C")
+        try:
+            server.wait()
+        except KeyboardInterrupt:
+            server.stop()
+    return 0

@@ -1,0 +1,37 @@
+"""``glasslab publish``: export the lab as a static site (works from any static host and file://)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from glasslab.errors import UserError
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "publish", help="export the lab as a static site",
+        description="Write the observatory's pages as a self-contained static site into --out. With "
+        "--watch, re-export the pages whose runs changed every few seconds (a near-live public lab).",
+    )
+    p.add_argument("--out", required=True, help="folder to write the site into")
+    p.add_argument("--lab", default=os.environ.get("GLASSLAB_ROOT", "lab"), help="lab root (default ./lab)")
+    p.add_argument("--watch", action="store_true", help="keep re-exporting what changed")
+    p.add_argument("--every", type=float, default=3.0, help="seconds between re-exports with --watch")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from glasslab.observatory.publish import publish, watch
+
+    if not Path(args.lab).is_dir():
+        raise UserError(f"--lab {args.lab}: no such folder")
+    if Path(args.out).resolve() == Path(args.lab).resolve():
+        raise UserError(f"--out {args.out}: must not be the lab root")
+    if args.watch:
+        watch(args.lab, args.out, every=args.every)
+        return 0
+    index = publish(args.lab, args.out)
+    print(f"published {index}")
+    return 0

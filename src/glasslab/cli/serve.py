@@ -1,0 +1,31 @@
+"""``glasslab serve``: the live observatory for a lab (read-only, loopback by default)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "serve", help="serve the live observatory for a lab",
+        description="Serve the lab's pages (runs, compare, ladders, data, provenance) with live updates. "
+        "Read-only; binds to 127.0.0.1 unless --host says otherwise.",
+    )
+    p.add_argument("--lab", default=os.environ.get("GLASSLAB_ROOT", "lab"), help="lab root (default ./lab)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8765, help="port (default 8765)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from glasslab.observatory.app import serve
+
+    if not Path(args.lab).is_dir():
+        print(f"note: {args.lab} does not exist yet; the pages fill in as the lab is written", flush=True)
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"note: serving on {args.host}: anyone who can reach it can read this lab", flush=True)
+    print(f"observatory for {args.lab} at http://{args.host}:{args.port}/", flush=True)
+    serve(args.lab, host=args.host, port=args.port)
+    return 0

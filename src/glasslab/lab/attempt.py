@@ -1,0 +1,57 @@
+"""One attempt of one step: what the step process is given, and how it reports back.
+
+The executor builds a :class:`WorkerSpec`; a backend hands it to ``python -m glasslab.lab.worker``
+(pickled to a file) and turns the process's result file and exit status into an
+:class:`AttemptResult`.
+"""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import dataclass
+from pathlib import Path
+
+from glasslab.lab.step import FunctionRef, StepContext
+
+PARENT_PID_ENV = "GLASSLAB_PARENT_PID"
+"""The pid a step process watches: when it dies, the step process stops (see worker.py)."""
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """Everything a step process needs; pickled to a file (config pickled on its own, so the
+    experiment file defining its class is loaded before it is unpickled)."""
+
+    name: str
+    step_hash: str
+    ref: FunctionRef
+    config_pickle: bytes
+    output_dir: str
+    inputs: dict[str, str]
+    lab_root: str
+    attempt: int
+    workers: int
+
+    def context(self) -> StepContext:
+        return StepContext(
+            name=self.name, output_dir=Path(self.output_dir), config=pickle.loads(self.config_pickle),
+            inputs={k: Path(v) for k, v in self.inputs.items()}, lab_root=Path(self.lab_root),
+            attempt=self.attempt, step_hash=self.step_hash,
+        )
+
+
+@dataclass
+class AttemptResult:
+    """How one attempt ended: ``ok`` only when the step function returned."""
+
+    ok: bool
+    error: str | None
+    host: str
+    pid: int | None
+    value: object = None
+    """What the step function returned, when it was small, strict JSON (recorded in ``step.json``)."""
+
+
+def one_line_error(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

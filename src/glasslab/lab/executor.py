@@ -1,0 +1,463 @@
+"""The executor: runs a DAG of steps in dependency order on a backend, reusing what succeeded.
+
+    report = Executor("lab", backend="local", jobs=2).run(steps, force=("train",))
+
+For each step the plan says *run* or *cached*. A step to run is locked (see lock.py), marked
+``running`` in its ``step.json``, and started on the backend as soon as its dependencies have
+succeeded and fewer than ``jobs`` steps are in flight. A step is marked ``succeeded`` only when its
+function returned; otherwise ``failed`` with the error, its folder kept so a rerun can resume. Retries
+follow the step's RetryPolicy. Every start, success, failure and retry is a lab event.
+
+Several executors may run the same DAG at once: a step locked by another executor is waited for and
+its result adopted, so each step runs once. A lock left by a dead executor is taken over.
+
+SIGTERM or SIGINT to the executor is passed on to the running steps as SIGTERM (a trainer
+checkpoints); after ``term_grace_s`` they are killed. They are marked failed ("interrupted by
+SIGTERM"), even when the function returned after the signal (a preempted trainer does), so the next
+run resumes them; nothing new starts. A step function that stops early for any other reason must
+raise, or it counts as succeeded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pickle
+import shutil
+import signal
+import socket
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from glasslab.config import redact, to_dict
+from glasslab.errors import UserError
+from glasslab.lab.attempt import AttemptResult, WorkerSpec
+from glasslab.lab.display import ProgressPrinter, plan_table, report_table
+from glasslab.lab.local_backend import LocalBackend
+from glasslab.lab.lock import GUARD_FILE, LOCK_FILE, StepLock, new_owner_id
+from glasslab.lab.plan import Plan, PlannedStep, make_plan
+from glasslab.lab.status import create_step_record, read_step_record, write_step_record
+from glasslab.lab.step import Step
+from glasslab.track import log_lab_event
+from glasslab.track.run_record import code_version
+
+BACKENDS = ("local", "ray")
+LOOP_INTERVAL_S = 0.05
+LOCK_POLL_INTERVAL_S = 0.5
+
+
+@dataclass
+class StepOutcome:
+    """What became of one planned step in this run.
+
+    ``status``: ``succeeded``/``failed`` (run here), ``cached`` (succeeded before, or meanwhile by
+    another executor), ``skipped`` (a dependency did not succeed), ``interrupted`` (stopped by a
+    signal to the executor), ``lost`` (another executor took the lock over).
+    """
+
+    status: str
+    attempts: int = 0
+    duration_s: float | None = None
+    error: str | None = None
+    by: str = "here"
+    """``here`` or ``elsewhere`` (another executor ran it while this one waited)."""
+
+    @property
+    def ok(self) -> bool:
+        return self.status in ("succeeded", "cached")
+
+
+@dataclass
+class RunReport:
+    plan: Plan
+    outcomes: dict[str, StepOutcome] = field(default_factory=dict)
+    """Folder name → outcome, for every planned step (empty for a dry run)."""
+    interrupted: str | None = None
+    """The signal's name when the executor was told to stop."""
+
+    @property
+    def ok(self) -> bool:
+        """Every planned step has succeeded (now or before); False for a dry run."""
+        done = len(self.outcomes) == len(self.plan.steps)
+        return done and self.interrupted is None and all(o.ok for o in self.outcomes.values())
+
+    def keys(self, status: str, by: str | None = None) -> list[str]:
+        return [k for k, o in self.outcomes.items() if o.status == status and (by is None or o.by == by)]
+
+    @property
+    def executed(self) -> list[str]:
+        """Folders whose function this executor ran (succeeded or failed)."""
+        return [k for k, o in self.outcomes.items() if o.by == "here" and o.status in ("succeeded", "failed",
+                                                                                      "interrupted")]
+
+
+@dataclass
+class _Active:
+    """A step this executor holds the lock of: running, or waiting to be retried."""
+
+    node: PlannedStep
+    lock: StepLock
+    record: dict[str, Any]
+    handle: Any = None
+    failures: int = 0
+    retry_at: float | None = None
+    attempt_started: float = 0.0
+    lost: bool = False
+    stopped: bool = False
+    """The executor passed its stop signal on to this attempt: it cannot count as succeeded."""
+
+
+class Executor:
+    """Runs steps under ``lab_root`` on the ``local`` or ``ray`` backend, ``jobs`` steps at a time.
+
+    ``heartbeat_s``: how often held locks and ``step.json`` heartbeats are refreshed;
+    ``stale_after_s``: a lock older than this is taken over (same host: at once if its holder died);
+    ``term_grace_s``: after a SIGTERM, how long running steps get before they are killed.
+    """
+
+    def __init__(
+        self, lab_root: str | Path, backend: str = "local", jobs: int = 1, address: str | None = None, *,
+        heartbeat_s: float = 5.0, stale_after_s: float = 60.0, term_grace_s: float = 60.0, echo: bool = True,
+    ) -> None:
+        if backend not in BACKENDS:
+            raise UserError(f"--backend {backend!r}: expected one of {', '.join(BACKENDS)}")
+        if not (isinstance(jobs, int) and jobs >= 1):
+            raise UserError(f"--jobs {jobs!r}: expected an integer >= 1")
+        if address and backend != "ray":
+            raise UserError(f"--address {address!r}: only the ray backend joins a cluster")
+        self.lab_root = Path(lab_root)
+        self.backend_name = backend
+        self.jobs = jobs
+        self.address = address
+        self.heartbeat_s = heartbeat_s
+        self.stale_after_s = stale_after_s
+        self.term_grace_s = term_grace_s
+        self.progress = ProgressPrinter(enabled=echo)
+        self.tables = Console(highlight=False)  # plans and results go to stdout, progress to stderr
+        self.echo = echo
+        self._owner = new_owner_id()
+        self._mutex = threading.Lock()
+        self._active: dict[str, _Active] = {}
+        self._stop: str | None = None
+        self._wake = threading.Event()
+        self._hurry = False
+
+    # --- public ---------------------------------------------------------------------------------
+
+    def plan(self, steps: Sequence[Step], force: Iterable[str] = ()) -> Plan:
+        """Check the DAG and decide what runs (raises UserError before anything runs)."""
+        return make_plan(steps, self.lab_root, force, self.stale_after_s)
+
+    def run(self, steps: Sequence[Step], force: Iterable[str] = (), dry_run: bool = False) -> RunReport:
+        """Run what the plan says (nothing when ``dry_run``); returns every step's outcome."""
+        plan = self.plan(steps, force)
+        if dry_run:
+            if self.echo:
+                self.tables.print(plan_table(plan))
+            return RunReport(plan)
+        config_pickles = {node.key: _pickle_config(node) for node in plan.to_run()}
+        report = RunReport(plan, {node.key: StepOutcome("cached", by="before") for node in plan.cached()})
+        if not plan.to_run():
+            self.progress.line("✓", str(self.lab_root), f"nothing to run: {len(plan.steps)} steps cached",
+                               "green")
+            return report
+        self.progress.line("▶", str(self.lab_root), f"{len(plan.to_run())} steps to run, "
+                           f"{len(plan.cached())} cached, backend {self.backend_name}, jobs {self.jobs}")
+        backend = self._make_backend(plan)
+        code = code_version()
+        self._stop, self._hurry, self._active = None, False, {}
+        self._wake.clear()
+        for node in plan.to_run():
+            node.folder.mkdir(parents=True, exist_ok=True)
+            create_step_record(node.folder, self._base_record(node, code) | {"status": "pending"})
+        restore = self._install_signal_handlers()
+        heartbeat = threading.Thread(target=self._heartbeat_loop, name="step-heartbeat", daemon=True)
+        heartbeat.start()
+        try:
+            self._loop(plan, report, backend, code, config_pickles)
+        finally:
+            self._stop_everything(report, backend)
+            self._stop = "done"  # ends the heartbeat thread
+            self._wake.set()
+            heartbeat.join()
+            restore()
+            backend.close()
+        if self.echo:
+            self.tables.print(report_table(report))
+        return report
+
+    # --- the loop --------------------------------------------------------------------------------
+
+    def _loop(self, plan: Plan, report: RunReport, backend: Any, code: dict, config_pickles: dict) -> None:
+        todo = list(plan.to_run())
+        seen_locked: set[str] = set()
+        next_lock_try: dict[str, float] = {}
+        while (todo or self._active) and not self._stop:
+            now = time.time()
+            for node in list(todo):
+                if len(self._active) >= self.jobs:
+                    break
+                deps = [report.outcomes.get(d.key) for d in node.deps.values()]
+                if any(o is not None and not o.ok for o in deps):
+                    todo.remove(node)
+                    bad = [d.key for d in node.deps.values() if not report.outcomes[d.key].ok]
+                    report.outcomes[node.key] = StepOutcome("skipped",
+                                                            error=f"dependency {bad[0]} did not succeed")
+                    self.progress.line("-", node.key, f"skipped: {bad[0]} did not succeed", "yellow")
+                    continue
+                if not all(o is not None for o in deps) or now < next_lock_try.get(node.key, 0.0):
+                    continue
+                if self._claim(node, report, seen_locked, code, backend, config_pickles):
+                    todo.remove(node)
+                else:
+                    next_lock_try[node.key] = now + LOCK_POLL_INTERVAL_S
+            for key, active in list(self._active.items()):
+                if active.lost:
+                    self._finish_lost(key, active, report, backend)
+                elif active.handle is not None:
+                    result = backend.poll(active.handle)
+                    if result is not None:
+                        self._finish_attempt(active, result, report)
+                elif active.retry_at is not None and now >= active.retry_at:
+                    self._launch(active, backend, config_pickles)
+            time.sleep(LOOP_INTERVAL_S)
+
+    def _claim(self, node: PlannedStep, report: RunReport, seen_locked: set[str], code: dict, backend: Any,
+               config_pickles: dict) -> bool:
+        """Lock ``node`` and start it, or adopt another executor's result; False while it is locked."""
+        lock = StepLock(node.folder, self._owner, self.stale_after_s)
+        if not lock.try_acquire():
+            if node.key not in seen_locked:
+                seen_locked.add(node.key)
+                holder = lock.holder() or {}
+                self.progress.line("…", node.key, f"waiting: running in another executor "
+                                   f"({holder.get('host')}:{holder.get('pid')})", "dim")
+            return False
+        record = read_step_record(node.folder) or {}
+        status = record.get("status")
+        if (node.key in seen_locked and status in ("succeeded", "failed")) or (
+            status == "succeeded" and not node.forced
+        ):
+            lock.release()
+            outcome = "cached" if status == "succeeded" else "failed"
+            report.outcomes[node.key] = StepOutcome(outcome, record.get("attempts", 0),
+                                                    error=record.get("error"), by="elsewhere")
+            self.progress.line("✓" if outcome == "cached" else "✗", node.key,
+                               f"{status} in another executor", "green" if outcome == "cached" else "red")
+            return True
+        if node.forced:
+            _clear_folder(node.folder)
+        taken = lock.taken_over
+        history = record.get("history", [])
+        if taken and history and history[-1].get("status") == "running":
+            history[-1].update(status="failed", error="its executor died (lock taken over)")
+        record = self._base_record(node, code) | {
+            "status": "pending", "attempts": record.get("attempts", 0), "history": history,
+            "timings": {"created": record.get("timings", {}).get("created", time.time())},
+        }
+        active = _Active(node, lock, record)
+        with self._mutex:
+            self._active[node.key] = active
+        note = f" (took over from {taken.get('host')}:{taken.get('pid')})" if taken else ""
+        self._launch(active, backend, config_pickles, note)
+        return True
+
+    def _launch(self, active: _Active, backend: Any, config_pickles: dict, note: str = "") -> None:
+        node, record = active.node, active.record
+        attempt = record["attempts"] + 1
+        now = time.time()
+        active.retry_at, active.attempt_started = None, now
+        with self._mutex:
+            record.update(status="running", attempts=attempt, host=socket.gethostname(), pid=os.getpid(),
+                          heartbeat=now, error=None, result=None)
+            record["timings"].update(started=now, finished=None, duration_s=None)
+            record["history"].append({"attempt": attempt, "started": now, "finished": None,
+                                      "status": "running", "error": None, "worker_host": None,
+                                      "worker_pid": None})
+            write_step_record(node.folder, record)
+        self._event("step_started", node, f"{node.name} started (attempt {attempt}){note}",
+                    f"folder {node.folder}; backend {self.backend_name}")
+        self.progress.line("▶", node.key, f"started (attempt {attempt}){note}", "bold")
+        spec = WorkerSpec(
+            name=node.name, step_hash=node.hash, ref=node.ref, config_pickle=config_pickles[node.key],
+            output_dir=str(node.folder.resolve()),
+            inputs={name: str(dep.folder.resolve()) for name, dep in node.deps.items()},
+            lab_root=str(self.lab_root.resolve()), attempt=attempt, workers=node.step.resources.workers,
+        )
+        active.handle = backend.launch(spec, node.step.resources)
+        worker_pid = backend.worker_pid(active.handle)
+        if worker_pid is not None:
+            active.lost = not active.lock.refresh(worker_pid)
+
+    def _finish_attempt(self, active: _Active, result: AttemptResult, report: RunReport) -> None:
+        node, record = active.node, active.record
+        now = time.time()
+        duration = now - active.attempt_started
+        active.handle = None
+        if active.stopped:
+            # A trainer stopped by SIGTERM checkpoints and returns normally: that is not "done".
+            reason = result.error or "returned after the signal"
+            result = dataclasses.replace(result, ok=False, error=f"interrupted by {self._stop}: {reason}",
+                                         value=None)
+        if result.ok:
+            status = "succeeded"
+        else:
+            active.failures += 1
+            status = "failed"
+        with self._mutex:
+            record.update(status=status, error=result.error, heartbeat=now, result=result.value)
+            record["timings"].update(finished=now, duration_s=round(duration, 3))
+            record["history"][-1].update(finished=now, status=status, error=result.error,
+                                         worker_host=result.host, worker_pid=result.pid)
+            write_step_record(node.folder, record)
+        if result.ok:
+            self._event("step_succeeded", node, f"{node.name} succeeded in {duration:.1f} s")
+            self.progress.line("✓", node.key, f"succeeded in {duration:.1f} s", "green")
+        elif not self._stop and node.step.retry.should_retry(active.failures):
+            delay = node.step.retry.delay_s(active.failures)
+            active.retry_at = now + delay
+            self._event("step_retried", node, f"{node.name} failed; retry {active.failures} of "
+                        f"{node.step.retry.count} in {delay:.1f} s", result.error or "", "warning")
+            self.progress.line("↻", node.key, f"failed ({result.error}); retrying in {delay:.1f} s", "yellow")
+            return
+        else:
+            interrupted = bool(self._stop)
+            self._event("step_failed", node, f"{node.name} {'interrupted' if interrupted else 'failed'}",
+                        result.error or "", "warning" if interrupted else "incident")
+            word = "interrupted" if interrupted else "failed"
+            self.progress.line("✗", node.key, f"{word}: {result.error}", "red")
+        with self._mutex:
+            del self._active[node.key]
+        active.lock.release()
+        final = "interrupted" if (not result.ok and self._stop) else status
+        report.outcomes[node.key] = StepOutcome(final, record["attempts"], round(duration, 3), result.error)
+
+    def _finish_lost(self, key: str, active: _Active, report: RunReport, backend: Any) -> None:
+        """Another executor took this step's lock over (ours looked dead): stop without writing."""
+        if active.handle is not None:
+            backend.kill(active.handle)
+        with self._mutex:
+            del self._active[key]
+        report.outcomes[key] = StepOutcome("lost", active.record["attempts"],
+                                           error="lock taken over by another executor")
+        self.progress.line("✗", key, "lost its lock to another executor; stopped", "red")
+
+    def _stop_everything(self, report: RunReport, backend: Any) -> None:
+        """On a signal (or an error in the loop): SIGTERM running steps, wait, then kill; record them."""
+        if not self._active:
+            return
+        self._stop = self._stop or "error"
+        report.interrupted = self._stop
+        for active in self._active.values():
+            if active.handle is not None:
+                active.stopped = True
+                backend.terminate(active.handle)
+        deadline = time.time() + self.term_grace_s
+        killed = False
+        while self._active:
+            if not killed and (time.time() > deadline or self._hurry):
+                for active in self._active.values():
+                    if active.handle is not None:
+                        backend.kill(active.handle)
+                killed = True
+            for key, active in list(self._active.items()):
+                if active.handle is None:  # waiting for a retry: its last failure stays in step.json
+                    with self._mutex:
+                        del self._active[key]
+                    active.lock.release()
+                    report.outcomes[key] = StepOutcome("interrupted", active.record["attempts"],
+                                                       error=active.record.get("error"))
+                    continue
+                result = backend.poll(active.handle)
+                if result is not None:
+                    self._finish_attempt(active, result, report)
+            time.sleep(LOOP_INTERVAL_S)
+
+    # --- helpers ---------------------------------------------------------------------------------
+
+    def _heartbeat_loop(self) -> None:
+        while not self._stop or self._active:
+            with self._mutex:
+                for active in self._active.values():
+                    if active.lost:
+                        continue
+                    if not active.lock.refresh():
+                        active.lost = True
+                        continue
+                    if active.record.get("status") == "running":
+                        active.record["heartbeat"] = time.time()
+                        write_step_record(active.node.folder, active.record)
+            if self._stop == "done":
+                return
+            self._wake.wait(self.heartbeat_s)
+
+    def _install_signal_handlers(self):
+        if threading.current_thread() is not threading.main_thread():
+            return lambda: None
+
+        def on_signal(signum: int, frame: Any) -> None:
+            name = signal.Signals(signum).name
+            if self._stop and self._stop != "done":
+                self._hurry = True  # a second signal: stop waiting for the steps
+                return
+            self._stop = name
+            self.progress.line("■", str(self.lab_root), f"{name}: passing SIGTERM to running steps", "red")
+
+        previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+
+        def restore() -> None:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+
+        return restore
+
+    def _make_backend(self, plan: Plan) -> Any:
+        if self.backend_name == "local":
+            return LocalBackend()
+        try:
+            from glasslab.lab.ray_backend import RayBackend
+        except ImportError as exc:
+            raise UserError(f"--backend ray: Ray is not installed ({exc}); "
+                            "pip install 'glasslab[ray]'") from None
+        need_cpus = max(n.step.resources.cpus * n.step.resources.workers for n in plan.to_run())
+        need_gpus = max(n.step.resources.gpus * n.step.resources.workers for n in plan.to_run())
+        return RayBackend(self.address, need_cpus, need_gpus)
+
+    def _base_record(self, node: PlannedStep, code: dict) -> dict[str, Any]:
+        step = node.step
+        return {
+            "name": node.name, "hash": node.hash, "folder": node.key, "function": str(node.ref),
+            "config": redact(to_dict(step.config)),
+            "dependencies": {name: dep.key for name, dep in node.deps.items()},
+            "resources": to_dict(step.resources), "retry": to_dict(step.retry), "code_version": code,
+            "status": "pending", "attempts": 0, "timings": {"created": time.time()},
+            "host": None, "pid": None, "heartbeat": None, "error": None, "result": None, "history": [],
+        }
+
+    def _event(self, kind: str, node: PlannedStep, title: str, body: str = "",
+               severity: str = "info") -> None:
+        log_lab_event(self.lab_root, kind, subject=node.key, title=title, body=body, severity=severity)
+
+
+def _pickle_config(node: PlannedStep) -> bytes:
+    try:
+        return pickle.dumps(node.step.config)
+    except Exception as exc:
+        raise UserError(f"step {node.name!r}: config cannot be sent to the step process ({exc})") from None
+
+
+def _clear_folder(folder: Path) -> None:
+    """Empty a forced step's folder (keeping the lock files), so it starts from scratch."""
+    for path in folder.iterdir():
+        if path.name in (LOCK_FILE, GUARD_FILE):
+            continue
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()

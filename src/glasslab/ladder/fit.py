@@ -1,0 +1,149 @@
+"""The ladder's fit record: everything fitted from a ladder, assembled as ``fit.json`` and read back.
+
+``fit_ladder`` runs the whole analysis on measured rungs — the compute law at the recorded ``L∞``,
+the table of predictions over the ``L∞`` sweep, the 90% interval for the target (hero) compute, the
+curve at every 5% of training, the roll-forward back-test, and approach 3 with the compute-optimal
+(N, D) when the ladder varies tokens per parameter (isoFLOP). The layout is the one agreed in the
+contracts; the observatory reads it as plain JSON, so every value is a float, string, list or dict.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from glasslab.errors import UserError
+from glasslab.ladder.approach3 import fit_approach3, identifiable
+from glasslab.ladder.backtest import roll_forward
+from glasslab.ladder.predict import predict, predict_curve
+from glasslab.ladder.rungs import Rung, check_rungs
+from glasslab.ladder.uncertainty import law_param_se
+
+TARGET_METRIC = "eval/macro/loss"
+ISOFLOP_TOLERANCE = 0.02
+"""Rungs whose compute differs by less than this fraction share one isoFLOP budget."""
+LAW_LINE_POINTS = 64
+
+
+def fit_ladder(rungs: Sequence[Rung], *, ladder: str, target_flops: float, L_inf: float | None,
+               sweep: Sequence[float] = (), hero_run: str | None = None, level: float = 0.9,
+               num_bootstrap: int = 1000, seed: int = 0) -> dict[str, Any]:
+    """Fit ``rungs`` and predict ``target_flops`` (FLOPs); returns the ``fit.json`` dict.
+
+    ``L_inf`` pins the asymptote (nats per token; None fits it) and ``sweep`` lists the assumed
+    asymptotes whose predictions are tabulated and widen the interval.
+    """
+    if not (math.isfinite(target_flops) and target_flops > 0):
+        raise UserError(f"target compute {target_flops!r} FLOPs: expected a finite positive number")
+    check_rungs(rungs, 1, distinct_compute=False)
+    isoflop = _varies_tokens_per_param(rungs)
+    law_rungs = compute_frontier(rungs) if isoflop else list(rungs)
+    options = {"L_inf": L_inf, "sweep": tuple(sweep), "level": level, "num_bootstrap": num_bootstrap,
+               "seed": seed}
+    prediction = predict(law_rungs, target_flops, seeds_at_target=1, **options)
+    law = prediction.law
+    param_se = law_param_se(law_rungs, law, prediction.noise, num_bootstrap=num_bootstrap,
+                            rng=np.random.default_rng(seed + 1))
+    low = min(r.flops for r in rungs) / 2
+    high = max(target_flops, max(r.flops for r in rungs)) * 2
+    law_line = [{"flops": float(c), "loss": float(law(c))} for c in np.geomspace(low, high, LAW_LINE_POINTS)]
+    return {
+        "ladder": ladder,
+        "target": TARGET_METRIC,
+        "L_inf": {"mode": law.L_inf_mode, "value": law.L_inf, "sweep": [float(x) for x in sweep]},
+        "rungs": [_rung_record(r) for r in rungs],
+        "law": {"form": law.form, "params": law.params, "param_se": param_se,
+                "noise": prediction.noise.to_dict(), "fitted_on": [r.name for r in law_rungs]},
+        "sweep_table": [vars(row) for row in prediction.sweep],
+        "prediction": prediction.to_dict(),
+        "curve": predict_curve(law_rungs, target_flops, seeds_at_target=1, **options),
+        "backtest": roll_forward(law_rungs, L_inf=L_inf, sweep=sweep, level=level,
+                                 num_bootstrap=min(num_bootstrap, 400), seed=seed),
+        "approach3": _approach3_record(rungs, target_flops, isoflop, seed),
+        "law_line": law_line,
+        "hero_run": hero_run,
+    }
+
+
+def _varies_tokens_per_param(rungs: Sequence[Rung]) -> bool:
+    known = [r for r in rungs if r.params_active > 0 and r.tokens > 0]
+    return len(known) == len(rungs) and identifiable([r.params_active for r in known],
+                                                     [r.tokens for r in known])
+
+
+def compute_frontier(rungs: Sequence[Rung]) -> list[Rung]:
+    """The lowest-loss rung of each compute budget (rungs within 2% compute share a budget)."""
+    ordered = sorted(rungs, key=lambda r: r.flops)
+    groups: list[list[Rung]] = []
+    for rung in ordered:
+        if groups and rung.flops <= groups[-1][0].flops * (1 + ISOFLOP_TOLERANCE):
+            groups[-1].append(rung)
+        else:
+            groups.append([rung])
+    return [min(group, key=lambda r: r.loss_mean) for group in groups]
+
+
+def _approach3_record(rungs: Sequence[Rung], target_flops: float, isoflop: bool, seed: int) -> dict:
+    if not isoflop:
+        return {"fitted": False, "reason": "every rung has the same tokens per parameter (D ∝ N), so N and D "
+                "cannot be told apart; only L(C) is fitted. Plan an isoFLOP ladder to fit approach 3."}
+    points = [(r.params_active, r.tokens, loss, r.name) for r in rungs for loss in r.losses]
+    params_n, tokens_n, loss_n, names = zip(*points, strict=True)
+    law = fit_approach3(params_n, tokens_n, loss_n, names=names, seed=seed)
+    flops_per_param_token = float(np.median([r.flops / (r.params_active * r.tokens) for r in rungs]))
+    n_opt, d_opt = law.compute_optimal(target_flops, flops_per_param_token)
+    return {"fitted": True, "form": law.form, "params": law.params, "param_se": law.param_se,
+            "compute_optimal": {"flops": target_flops, "params_active": n_opt, "tokens": d_opt,
+                                "tokens_per_param": d_opt / n_opt, "loss": float(law(n_opt, d_opt)),
+                                "flops_per_param_token": flops_per_param_token}}
+
+
+def _rung_record(rung: Rung) -> dict[str, Any]:
+    return {"name": rung.name, "run_ids": list(rung.run_ids), "size_name": rung.size_name,
+            "params_active": rung.params_active, "tokens": rung.tokens, "flops": rung.flops,
+            "losses": list(rung.losses), "loss_mean": rung.loss_mean, "loss_std": rung.loss_std,
+            "partial": {f"{f:.2f}": list(v) for f, v in sorted(rung.partial.items())}}
+
+
+def rungs_from_fit(fit: dict[str, Any]) -> list[Rung]:
+    """The rungs recorded in a ``fit.json`` dict (to refit or re-plot without the runs)."""
+    return [Rung(r["name"], r["flops"], tuple(r["losses"]), r["params_active"], r["tokens"], r["size_name"],
+                 tuple(r["run_ids"]), {float(f): tuple(v) for f, v in r.get("partial", {}).items()})
+            for r in fit["rungs"]]
+
+
+def write_fit(path: str | Path, fit: dict[str, Any]) -> Path:
+    """Write ``fit`` as JSON to ``path`` atomically (temp file in the same folder, then rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".fit-", suffix=".json", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(fit, f, indent=1, allow_nan=False)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def read_fit(path: str | Path) -> dict[str, Any]:
+    """Read a ``fit.json``; a one-line UserError if it is missing or not a ladder fit."""
+    path = Path(path)
+    try:
+        fit = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such fit file") from None
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    missing = [k for k in ("ladder", "target", "L_inf", "rungs", "law", "prediction") if k not in fit]
+    if missing:
+        raise UserError(f"{path}: missing {', '.join(missing)}; expected a ladder fit.json")
+    return fit

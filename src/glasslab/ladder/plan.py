@@ -1,0 +1,280 @@
+"""Planning a ladder: one recipe, width varied, every hyper-parameter derived from a rule.
+
+Tiny ladders predict well only when the recipe transfers across rungs: the same tokens per active
+parameter at every rung and for the hero, batch size and learning rate from one rule (never tuned
+per rung), enough optimiser steps per rung, and several seeds on the small rungs. So a rung is
+described by one number, its width ``d_model``; depth, heads, feed-forward and expert widths follow
+from it, tokens from the tokens-per-parameter rule, batch and learning rate from
+:func:`batch_and_learning_rate`, and the hero is planned by the very same function at its width.
+
+Three modes: a width ladder (``widths``), compute budgets (``budgets``: the width whose rule-sized run
+spends each budget), and isoFLOP (``isoflop_sizes`` widths per budget, tokens = budget / FLOPs per
+token). Only isoFLOP varies tokens per parameter, so only it can fit approach 3; the plan says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from glasslab.config import require, to_dict
+from glasslab.model import ModelConfig, MoEConfig
+
+MIN_TOKENS_PER_PARAM = 1.0
+MAX_TOKENS_PER_PARAM = 1000.0
+"""isoFLOP sizes whose tokens per parameter fall outside this range are dropped from the plan."""
+
+
+def _default_model() -> ModelConfig:
+    return ModelConfig(vocab_size=2048, moe=MoEConfig(num_experts=8, top_k=2, num_shared_experts=1))
+
+
+@dataclass(frozen=True)
+class LadderSpec:
+    """A ladder: the base recipe and how it scales with width."""
+
+    name: str = "tiny"
+    """Ladder name (groups the rungs in the store; names the fit)."""
+    base_model: ModelConfig = field(default_factory=_default_model)
+    """The recipe every rung shares (vocabulary, norms, MoE settings); widths are set per rung."""
+    widths: tuple[int, ...] = (64, 96, 128, 192)
+    """d_model of each rung (width ladder mode)."""
+    hero_width: int = 384
+    """d_model of the hero run, planned by the same rules."""
+    budgets: tuple[float, ...] = ()
+    """Training compute budgets in FLOPs; when set they replace ``widths`` (budget or isoFLOP mode)."""
+    isoflop_sizes: int = 0
+    """Model sizes per budget (isoFLOP mode, needed for approach 3); 0 = one rule-sized model per budget."""
+    head_dim: int = 32
+    """Width of one attention head; heads = d_model // head_dim."""
+    width_per_layer: int = 32
+    """Depth rule: n_layers = max(2, round(d_model / width_per_layer))."""
+    ffn_mult: float = 3.0
+    """Dense SwiGLU hidden size d_ff = ffn_mult · d_model (rounded to a multiple of 16)."""
+    expert_mult: float = 1.0
+    """Expert hidden size d_expert = expert_mult · d_model (rounded to a multiple of 16), MoE recipes only."""
+    seq_len: int = 256
+    """Training context in tokens."""
+    tokens_per_param: float = 20.0
+    """Training tokens per active parameter (``param_counts()['active']``), the same at every rung."""
+    min_steps: int = 1000
+    """Fewest optimiser steps a rung may take; the batch shrinks to keep this many."""
+    seeds_per_rung: tuple[int, ...] = (3, 3, 2, 2)
+    """Seeds of the i-th smallest rung; the last value repeats for larger rungs. The hero runs one."""
+
+    def __post_init__(self) -> None:
+        require(all(w >= self.head_dim and w % self.head_dim == 0 for w in self.widths), "ladder.widths",
+                self.widths, f"multiples of ladder.head_dim={self.head_dim}")
+        require(self.hero_width % self.head_dim == 0, "ladder.hero_width", self.hero_width,
+                f"a multiple of ladder.head_dim={self.head_dim}")
+        require(self.head_dim >= 2 and self.head_dim % 2 == 0, "ladder.head_dim", self.head_dim,
+                "an even number ≥ 2")
+        require(all(b > 0 and math.isfinite(b) for b in self.budgets), "ladder.budgets", self.budgets,
+                "positive FLOP counts")
+        require(self.isoflop_sizes == 0 or (self.budgets and self.isoflop_sizes >= 2), "ladder.isoflop_sizes",
+                self.isoflop_sizes, "0, or ≥ 2 together with ladder.budgets")
+        require(self.width_per_layer >= 1, "ladder.width_per_layer", self.width_per_layer, "≥ 1")
+        require(self.ffn_mult > 0 and self.expert_mult > 0, "ladder.ffn_mult", self.ffn_mult, "> 0")
+        require(self.seq_len >= 1, "ladder.seq_len", self.seq_len, "≥ 1")
+        require(self.tokens_per_param > 0, "ladder.tokens_per_param", self.tokens_per_param, "> 0")
+        require(self.min_steps >= 1, "ladder.min_steps", self.min_steps, "≥ 1")
+        require(len(self.seeds_per_rung) >= 1 and min(self.seeds_per_rung) >= 1, "ladder.seeds_per_rung",
+                self.seeds_per_rung, "at least one count, each ≥ 1")
+
+
+@dataclass(frozen=True)
+class PlannedRung:
+    """One planned run size: its model, data budget, batch, learning rate and seeds."""
+
+    name: str
+    role: Literal["rung", "hero"]
+    model: ModelConfig
+    size_name: str
+    params_active: int
+    seq_len: int
+    batch_size: int
+    """Sequences per optimiser step (global batch)."""
+    learning_rate: float
+    steps: int
+    tokens: int
+    """steps · batch_size · seq_len."""
+    flops: float
+    """Training compute: tokens × FLOPs per token."""
+    seeds: tuple[int, ...]
+
+    @property
+    def tokens_per_param(self) -> float:
+        return self.tokens / self.params_active
+
+
+@dataclass(frozen=True)
+class LadderPlan:
+    spec: LadderSpec
+    mode: Literal["widths", "budgets", "isoflop"]
+    rungs: tuple[PlannedRung, ...]
+    hero: PlannedRung
+    note: str
+
+
+def batch_and_learning_rate(flops: float, tokens: float, seq_len: int, min_steps: int) -> tuple[int, float]:
+    """Global batch (sequences) and peak learning rate for a run of ``flops`` FLOPs on ``tokens`` tokens.
+
+    The compute-optimal fits of DeepSeek LLM (Bi et al. 2024, §3.1): batch B = 0.292 · C^0.3271 tokens
+    and learning rate η = 0.3118 · C^−0.125 (AdamW, C in FLOPs). When that batch would leave fewer than
+    ``min_steps`` steps the batch is cut so the run gets ``min_steps``, and η follows it down by
+    sqrt(B / B_opt), the square-root rule for Adam, so small rungs still take enough steps.
+    """
+    batch_tokens = 0.292 * flops**0.3271
+    learning_rate = 0.3118 * flops**-0.125
+    capped = min(batch_tokens, tokens / min_steps)
+    learning_rate *= math.sqrt(capped / batch_tokens)
+    return max(1, math.floor(capped / seq_len)), learning_rate
+
+
+def model_at_width(spec: LadderSpec, width: int) -> ModelConfig:
+    """The base recipe at ``d_model = width`` (depth, heads, feed-forward and experts from the rules)."""
+    base = spec.base_model
+    n_heads = width // spec.head_dim
+    kv_group = max(1, base.n_heads // (base.n_kv_heads or base.n_heads))  # n_kv_heads 0 means n_heads
+    n_kv_heads = n_heads // kv_group if n_heads % kv_group == 0 else n_heads
+    n_layers = max(2, round(width / spec.width_per_layer))
+    moe = base.moe
+    if moe is not None:
+        moe = dataclasses.replace(moe, d_expert=_multiple_of_16(spec.expert_mult * width),
+                                  first_k_dense=min(moe.first_k_dense, n_layers - 1))
+    return dataclasses.replace(base, d_model=width, n_layers=n_layers, n_heads=n_heads, n_kv_heads=n_kv_heads,
+                               head_dim=spec.head_dim, d_ff=_multiple_of_16(spec.ffn_mult * width), moe=moe)
+
+
+def _multiple_of_16(x: float) -> int:
+    return max(16, 16 * round(x / 16))
+
+
+def plan_run(spec: LadderSpec, width: int, *, name: str, role: Literal["rung", "hero"] = "rung",
+             tokens: float | None = None, seeds: Sequence[int] = (0,)) -> PlannedRung:
+    """Plan one run at ``width``; ``tokens`` defaults to the tokens-per-parameter rule."""
+    model = model_at_width(spec, width)
+    params_active = model.param_counts()["active"]
+    flops_per_token = model.flops_per_token(spec.seq_len)
+    wanted_tokens = tokens if tokens is not None else spec.tokens_per_param * params_active
+    batch_size, learning_rate = batch_and_learning_rate(wanted_tokens * flops_per_token, wanted_tokens,
+                                                        spec.seq_len, spec.min_steps)
+    steps = max(1, round(wanted_tokens / (batch_size * spec.seq_len)))
+    actual_tokens = steps * batch_size * spec.seq_len
+    return PlannedRung(name, role, model, model.size_name(), params_active, spec.seq_len, batch_size,
+                       learning_rate, steps, actual_tokens, actual_tokens * flops_per_token, tuple(seeds))
+
+
+def _seeds(spec: LadderSpec, index: int) -> tuple[int, ...]:
+    count = spec.seeds_per_rung[min(index, len(spec.seeds_per_rung) - 1)]
+    return tuple(range(count))
+
+
+def _rule_compute(spec: LadderSpec, width: int) -> float:
+    model = model_at_width(spec, width)
+    return spec.tokens_per_param * model.param_counts()["active"] * model.flops_per_token(spec.seq_len)
+
+
+def _width_for_budget(spec: LadderSpec, budget: float) -> int:
+    """The width (a multiple of head_dim) whose rule-sized run spends closest to ``budget`` FLOPs."""
+    width = spec.head_dim
+    while _rule_compute(spec, width + spec.head_dim) <= budget and width < 1 << 16:
+        width += spec.head_dim
+    above = width + spec.head_dim
+    miss = lambda w: abs(math.log(_rule_compute(spec, w) / budget))
+    return above if miss(above) < miss(width) else width
+
+
+def plan_ladder(spec: LadderSpec) -> LadderPlan:
+    """The rungs and the hero of ``spec``, smallest first."""
+    hero = plan_run(spec, spec.hero_width, name=f"hero-d{spec.hero_width}", role="hero")
+    if not spec.budgets:
+        widths = sorted(spec.widths)
+        rungs = [plan_run(spec, w, name=f"d{w}", seeds=_seeds(spec, i)) for i, w in enumerate(widths)]
+        return LadderPlan(spec, "widths", tuple(rungs), hero, _FIXED_RATIO_NOTE)
+    budgets = sorted(spec.budgets)
+    if not spec.isoflop_sizes:
+        rungs = []
+        for i, budget in enumerate(budgets):
+            width = _width_for_budget(spec, budget)
+            tokens = budget / model_at_width(spec, width).flops_per_token(spec.seq_len)
+            rungs.append(plan_run(spec, width, name=f"C{budget:.0e}-d{width}", tokens=tokens,
+                                  seeds=_seeds(spec, i)))
+        return LadderPlan(spec, "budgets", tuple(rungs), hero, _FIXED_RATIO_NOTE)
+    rungs = []
+    for i, budget in enumerate(budgets):
+        center = _width_for_budget(spec, budget)
+        half = (spec.isoflop_sizes - 1) / 2
+        # Sizes spaced by sqrt(2) in width around the rule's size, snapped to whole heads.
+        scales = [2 ** ((k - half) / 2) for k in range(spec.isoflop_sizes)]
+        head = spec.head_dim
+        widths = sorted({max(head, head * round(center * s / head)) for s in scales})
+        for width in widths:
+            tokens = budget / model_at_width(spec, width).flops_per_token(spec.seq_len)
+            rung = plan_run(spec, width, name=f"C{budget:.0e}-d{width}", tokens=tokens, seeds=_seeds(spec, i))
+            if MIN_TOKENS_PER_PARAM <= rung.tokens_per_param <= MAX_TOKENS_PER_PARAM:
+                rungs.append(rung)
+    note = ("isoFLOP: several sizes per budget, so approach 3 (L(N,D)) can be fitted and gives the "
+            "compute-optimal (N, D); L(C) uses the best size of each budget.")
+    return LadderPlan(spec, "isoflop", tuple(rungs), hero, note)
+
+
+_FIXED_RATIO_NOTE = ("fixed tokens per parameter (D ∝ N): only L(C) can be fitted; approach 3 needs an "
+                     "isoFLOP plan (several sizes per budget).")
+
+
+def rung_record_extra(rung: PlannedRung, seed: int, ladder: str) -> dict:
+    """The fields a rung's (or the hero's) ``run.json`` carries so the fit can read it back.
+
+    Training tokens are carried as ``steps · batch_size · seq_len``: the run store redacts any key
+    that looks like a secret, and ``tokens`` matches its ``token`` pattern.
+    """
+    return {"role": rung.role, "ladder": ladder, "rung": rung.name, "seed": seed, "size_name": rung.size_name,
+            "params_active": rung.params_active, "flops": rung.flops, "steps": rung.steps,
+            "batch_size": rung.batch_size, "seq_len": rung.seq_len, "learning_rate": rung.learning_rate}
+
+
+EVALS_PER_RUN = 20
+"""Evals per rung (every 5% of training): the curve fit reads the loss at each 5% of a rung's run."""
+
+
+def run_overrides(rung: PlannedRung, seed: int) -> dict:
+    """The part of a training run's config (``RunConfig`` as plain data) that a rung fixes.
+
+    ``{"model": <the rung's ModelConfig>, "train": {seq_len, global_batch_tokens, max_steps,
+    optimizer.lr, seed, eval_interval}}``; the runner merges it over the ladder's base run config
+    (data, schedule, optimiser kind), so everything else is shared by every rung and the hero.
+    """
+    return {
+        "model": to_dict(rung.model),
+        "train": {
+            "seq_len": rung.seq_len,
+            "global_batch_tokens": rung.batch_size * rung.seq_len,
+            "max_steps": rung.steps,
+            "optimizer": {"lr": rung.learning_rate},
+            "seed": seed,
+            "eval_interval": max(1, rung.steps // EVALS_PER_RUN),
+        },
+    }
+
+
+def plan_table(plan: LadderPlan):  # -> rich.table.Table (rich is imported here to keep imports light)
+    """The plan as a rich table, one row per rung and one for the hero."""
+    from rich.table import Table
+
+    table = Table(title=f"ladder {plan.spec.name} ({plan.mode}, seq_len {plan.spec.seq_len})",
+                  caption=plan.note)
+    for column in ("rung", "d_model", "layers", "heads", "experts", "size", "active", "tokens", "tok/param",
+                   "batch", "lr", "steps", "FLOPs", "seeds"):
+        table.add_column(column, justify="left" if column in ("rung", "size") else "right")
+    for rung in (*plan.rungs, plan.hero):
+        m = rung.model
+        experts = f"{m.moe.top_k}/{m.moe.num_experts}" if m.moe else "dense"
+        table.add_row(rung.name, str(m.d_model), str(m.n_layers), str(m.n_heads), experts, rung.size_name,
+                      f"{rung.params_active:.3g}", f"{rung.tokens:.3g}", f"{rung.tokens_per_param:.1f}",
+                      str(rung.batch_size), f"{rung.learning_rate:.2e}", str(rung.steps), f"{rung.flops:.3g}",
+                      str(len(rung.seeds)), style="bold" if rung.role == "hero" else None)
+    return table

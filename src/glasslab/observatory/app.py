@@ -1,0 +1,158 @@
+"""The live observatory: a read-only Starlette app over a lab root.
+
+Routes (GET only; nothing here writes):
+    /                       lab overview          /api/page/<page>?id=…   page data (JSON)
+    /run/<id>               one run               /api/stream?page=…      server-sent events
+    /compare?runs=a,b       runs overlaid         /api/delta?page=…       the same delta, polled
+    /ladder/<id>            fit + prediction band /static/<file>          vendored assets
+    /data/<id>              data report
+    /provenance/<id>        run.json, step.json
+Ids come from the lab scan, so unknown ids and traversal attempts (``..``, ``%2e%2e``) are 404.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from glasslab.errors import UserError
+from glasslab.observatory.lab_scan import Lab
+from glasslab.observatory.live import RunWatch, event_stream, parse_cursors
+from glasslab.observatory.page_data import build_page
+from glasslab.observatory.shell import STATIC_FILES, content_security_policy, render_shell, static_file
+
+PAGES = ("overview", "run", "compare", "ladder", "data", "provenance")
+CONTENT_TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8"}
+NO_STORE = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
+
+
+def create_app(lab_root: str | Path) -> Starlette:
+    """The app for ``lab_root`` (which may not exist yet: the overview then shows an empty lab)."""
+    lab = Lab(lab_root)
+
+    def page_options(request: Request) -> dict[str, Any]:
+        runs = request.query_params.get("runs")
+        return {"runs": [r for r in runs.split(",") if r] if runs else None,
+                "key": request.query_params.get("key") or None}
+
+    def load(page: str, item_id: str | None, request: Request) -> dict[str, Any]:
+        if page not in PAGES:
+            raise HTTPException(404, "no such page")
+        data = build_page(lab, page, item_id, **page_options(request))
+        if data is None:
+            raise HTTPException(404, "no such item in this lab")
+        return data
+
+    def html_page(page: str, request: Request, item_id: str | None = None) -> Response:
+        data = load(page, item_id, request)
+        boot = {"mode": "live", "page": page, "id": item_id, "query": dict(request.query_params)}
+        body = render_shell(data["title"], boot, assets="/static/", home="/")
+        csp = content_security_policy(boot)
+        return HTMLResponse(body, headers={**NO_STORE, "Content-Security-Policy": csp})
+
+    async def overview(request: Request) -> Response:
+        return html_page("overview", request)
+
+    async def compare(request: Request) -> Response:
+        return html_page("compare", request)
+
+    def item_route(page: str):
+        async def endpoint(request: Request) -> Response:
+            return html_page(page, request, request.path_params["item_id"])
+        return endpoint
+
+    async def api_page(request: Request) -> Response:
+        data = load(request.path_params["page"], request.query_params.get("id"), request)
+        return JSONResponse(data, headers=NO_STORE)
+
+    def watch_for(request: Request) -> tuple[RunWatch, str]:
+        page = request.query_params.get("page", "")
+        data = load(page, request.query_params.get("id"), request) if page != "overview" else {"watch": []}
+        cursors = parse_cursors(request.query_params.get("cursor"))
+        return RunWatch(lab, data["watch"], cursors), page
+
+    async def api_stream(request: Request) -> Response:
+        watch, page = watch_for(request)
+        lab_ticks = page in ("overview", "ladder", "data", "provenance")
+        headers = {**NO_STORE, "X-Accel-Buffering": "no"}
+        return StreamingResponse(event_stream(watch, lab_ticks), media_type="text/event-stream",
+                                 headers=headers)
+
+    async def api_delta(request: Request) -> Response:
+        watch, _ = watch_for(request)
+        try:
+            message = watch.poll(force=True)
+        finally:
+            watch.close()
+        message["lab"] = hash(lab.signature())
+        return JSONResponse(message, headers=NO_STORE)
+
+    async def static(request: Request) -> Response:
+        name = request.path_params["name"]
+        if name not in STATIC_FILES:
+            raise HTTPException(404, "no such file")
+        content_type = CONTENT_TYPES.get(Path(name).suffix, "application/octet-stream")
+        return Response(static_file(name), media_type=content_type,
+                        headers={"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"})
+
+    async def not_found(request: Request, exc: HTTPException) -> Response:
+        return Response(f"{exc.status_code}: {exc.detail}\n", status_code=exc.status_code,
+                        media_type="text/plain; charset=utf-8")
+
+    routes = [
+        Route("/", overview),
+        Route("/compare", compare),
+        *(Route(f"/{page}/{{item_id:path}}", item_route(page))
+          for page in ("run", "ladder", "data", "provenance")),
+        Route("/api/page/{page}", api_page),
+        Route("/api/stream", api_stream),
+        Route("/api/delta", api_delta),
+        Route("/static/{name}", static),
+    ]
+    return Starlette(routes=routes, exception_handlers={HTTPException: not_found})
+
+
+def serve(lab_root: str | Path, host: str = "127.0.0.1", port: int = 8765) -> None:
+    """Run the app with uvicorn until interrupted."""
+    import uvicorn
+
+    # Open pages hold their event streams forever: stop waiting for them soon after Ctrl-C.
+    uvicorn.run(create_app(lab_root), host=host, port=port, log_level="warning", timeout_graceful_shutdown=2)
+
+
+class BackgroundServer:
+    """The app served by uvicorn in a thread of this process (the demo serves while it trains)."""
+
+    def __init__(self, lab_root: str | Path, host: str = "127.0.0.1", port: int = 8765,
+                 start_timeout: float = 10.0) -> None:
+        import threading
+        import time
+
+        import uvicorn
+
+        config = uvicorn.Config(create_app(lab_root), host=host, port=port, log_level="error",
+                                timeout_graceful_shutdown=1)
+        self.server = uvicorn.Server(config)
+        self.url = f"http://{host}:{port}/"
+        self.thread = threading.Thread(target=self.server.run, name="observatory", daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + start_timeout
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise UserError(f"observatory: could not serve on {host}:{port} (port in use?); pass --port")
+            time.sleep(0.02)
+
+    def wait(self) -> None:
+        """Block until the server stops (Ctrl-C raises KeyboardInterrupt here)."""
+        while self.thread.is_alive():
+            self.thread.join(timeout=0.5)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=5)

@@ -1,0 +1,142 @@
+"""What is under a lab root, found by looking at files only: runs, steps, data reports, ladder fits.
+
+The observatory never trusts a path from a request: pages address things by the ids this scan
+hands out (the folder's path relative to the lab root), so an id that is not in the scan, such as
+``../../etc/passwd``, is simply unknown. Files being written (half-written JSON, a store without its
+schema yet) read as missing instead of failing the page.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from glasslab.config import redact
+from glasslab.track.lab_events import LAB_EVENTS_DB
+from glasslab.track.store import DB_NAME
+
+STEP_FILE = "step.json"
+RUN_FILE = "run.json"
+REPORT_FILE = "report.json"
+FIT_FILE = "fit.json"
+SCAN_DEPTH = 2  # <lab>/<step>/ and one level below (a step holding several runs)
+SKIP_DIRS = frozenset({"checkpoints", "tokenizer", "shards", "__pycache__"})
+
+
+@dataclass(frozen=True)
+class LabIndex:
+    """Folders under the lab root by kind; each dict maps an id (relative posix path) to its folder."""
+
+    root: Path
+    runs: dict[str, Path] = field(default_factory=dict)
+    steps: dict[str, Path] = field(default_factory=dict)
+    reports: dict[str, Path] = field(default_factory=dict)
+    fits: dict[str, Path] = field(default_factory=dict)
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    """A JSON object from ``path``, or None when it is missing, half-written or not an object."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def read_redacted(path: Path) -> dict[str, Any] | None:
+    """Like :func:`read_json`, with secrets in its ``config`` replaced (pages and exports never show them).
+
+    Only configs are redacted: the key pattern also matches counts such as ``tokens`` or
+    ``flops_per_token``, which reports and records must show.
+    """
+    data = read_json(path)
+    if data is not None and "config" in data:
+        data["config"] = redact(data["config"])
+    return data
+
+
+def scan(root: Path) -> LabIndex:
+    """Walk the lab root (two levels, no symlinks out of it) and sort folders by the files they hold."""
+    index = LabIndex(root=root)
+    real_root = root.resolve()
+    frontier = [root]
+    for _ in range(SCAN_DEPTH):
+        next_frontier = []
+        for parent in frontier:
+            try:
+                entries = sorted(os.scandir(parent), key=lambda e: e.name)
+            except OSError:
+                continue
+            for entry in entries:
+                if entry.name.startswith(".") or entry.name in SKIP_DIRS or not entry.is_dir():
+                    continue
+                folder = Path(entry.path)
+                if entry.is_symlink() and not folder.resolve().is_relative_to(real_root):
+                    continue
+                _classify(index, folder.relative_to(root).as_posix(), folder)
+                next_frontier.append(folder)
+        frontier = next_frontier
+    return index
+
+
+def _classify(index: LabIndex, folder_id: str, folder: Path) -> None:
+    if (folder / DB_NAME).is_file():
+        index.runs[folder_id] = folder
+    if (folder / STEP_FILE).is_file():
+        index.steps[folder_id] = folder
+    if (folder / REPORT_FILE).is_file():
+        index.reports[folder_id] = folder
+    if (folder / FIT_FILE).is_file():
+        index.fits[folder_id] = folder
+
+
+class Lab:
+    """A lab root with a scan cached for ``max_age`` seconds (pages ask often; folders change rarely)."""
+
+    def __init__(self, root: str | Path, max_age: float = 1.0) -> None:
+        self.root = Path(root)
+        self.max_age = max_age
+        self._index: LabIndex | None = None
+        self._scanned_at = 0.0
+
+    def index(self, fresh: bool = False) -> LabIndex:
+        """The scan, at most ``max_age`` seconds old (``fresh``: rescan now)."""
+        if fresh or self._index is None or time.monotonic() - self._scanned_at > self.max_age:
+            self._index = scan(self.root)
+            self._scanned_at = time.monotonic()
+        return self._index
+
+    def events_db(self) -> Path:
+        return self.root / LAB_EVENTS_DB
+
+    def signature(self) -> tuple:
+        """Changes when any file a page shows changes (for the static exporter and lab-wide ticks)."""
+        index = self.index()
+        parts = []
+        for kind, folders, names in (
+            ("run", index.runs, (RUN_FILE, DB_NAME, DB_NAME + "-wal")),
+            ("step", index.steps, (STEP_FILE,)),
+            ("report", index.reports, (REPORT_FILE,)),
+            ("fit", index.fits, (FIT_FILE,)),
+        ):
+            for folder_id, folder in folders.items():
+                parts.append((kind, folder_id, tuple(file_stamp(folder / n) for n in names)))
+        parts.append(("events", file_stamp(self.events_db()), file_stamp(Path(f"{self.events_db()}-wal"))))
+        return tuple(parts)
+
+
+def file_stamp(path: Path) -> tuple[int, int]:
+    """(mtime in ns, size) of ``path``; zeros when it is missing or empty.
+
+    Empty counts as missing because a reader opening a WAL database creates an empty ``-wal`` file:
+    looking at a run must not look like a change to it.
+    """
+    try:
+        st = path.stat()
+    except OSError:
+        return (0, 0)
+    return (st.st_mtime_ns, st.st_size) if st.st_size else (0, 0)

@@ -1,0 +1,184 @@
+"""A small lab written with the real tracker plus hand-written step/report/fit files (contracts.md).
+
+Shared by the observatory tests and the bench; nothing here is a test.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import socket
+import threading
+import time
+from pathlib import Path
+
+from glasslab import track
+from glasslab.track.run_record import build_record, write_record
+
+XSS = '<script>window.__xss = 1</script><img src=x onerror="window.__xss = 1">'
+SECRET = "sk-do-not-leak-1234"
+FLOPS_PER_TOKEN = 6.0e6
+TOKENS_PER_STEP = 4096
+
+
+def loss_at(step: int, scale: float = 1.0) -> float:
+    return 2.0 + 3.0 * scale / math.sqrt(1.0 + step)
+
+
+def write_json(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2))
+
+
+def run_config(name: str) -> dict:
+    return {"model": {"d_model": 64, "n_layers": 2}, "train": {"lr": 3e-3, "steps": 40},
+            "data": {"path": "lab/data-abc12345"}, "sinks": {"wandb": {"api_key": SECRET}}, "name": name}
+
+
+def log_run(run_dir: Path, steps: int, scale: float = 1.0, extra: dict | None = None, finish: bool = True):
+    """A run with the metric names of DESIGN.md; returns the open Run when ``finish`` is False."""
+    record = {"size_name": "3.2M-A0.9M", "flops_per_token": FLOPS_PER_TOKEN, "data_manifest_hash": "abc123",
+              **(extra or {})}
+    # run.json by hand first: track.init redacts every extra key matching "token", which would
+    # hide flops_per_token (reported to the foundation); init keeps an existing run.json.
+    write_record(run_dir, build_record(run_config(run_dir.name), None) | record)
+    run = track.init(run_dir, run_config(run_dir.name), record_extra=record)
+    for step in range(steps):
+        log_step(run, step, scale)
+    run.annotate("spike_skipped", "loss spike skipped", "loss 9.1 > mean + 6σ", step=steps // 2,
+                 severity="warning")
+    run.sample(step=steps - 1, prompt="Once upon", text=XSS)
+    run.flush()
+    if finish:
+        run.finish()
+    return run
+
+
+def log_step(run, step: int, scale: float = 1.0) -> None:
+    metrics = {
+        "train/loss": loss_at(step, scale), "train/tokens": float((step + 1) * TOKENS_PER_STEP),
+        "optim/learning_rate": 3e-3 * min(1.0, (step + 1) / 10), "grad/norm/total": 1.0 / (1 + step),
+        "params/norm/attn": 10 + step * 0.01, "params/norm/mlp": 12 + step * 0.01,
+        "moe/layer_0/router_bias_norm": 0.01 * step, "throughput/tokens_per_second": 5e4,
+        "throughput/mfu": 0.31, "mixture/weight/web": 0.7, "mixture/weight/code": 0.3,
+    }
+    if step % 5 == 4:
+        metrics.update({"eval/macro/loss": loss_at(step, scale) + 0.1, "eval/web/loss": loss_at(step, scale),
+                        "eval/code/loss": loss_at(step, scale) + 0.2})
+    run.log(metrics, step)
+    run.log_vector("moe/layer_0/expert_load", [0.25 + 0.01 * ((step + e) % 3) for e in range(4)], step)
+    run.log_vector("moe/layer_0/router_bias", [0.001 * step * (e - 1.5) for e in range(4)], step)
+
+
+def prediction(final_flops: float) -> dict:
+    curve = []
+    for i in range(1, 21):
+        fraction = i / 20
+        point = 2.0 + 3.0 / math.sqrt(1.0 + 40 * fraction) + 0.1
+        curve.append({"fraction": fraction, "flops": final_flops * fraction, "point": point,
+                      "lo": point - 0.15, "hi": point + 0.15})
+    return {"flops": final_flops, "point": curve[-1]["point"], "lo": curve[-1]["lo"], "hi": curve[-1]["hi"],
+            "level": 0.9, "curve": curve}
+
+
+def build_lab(root: Path, hero_steps: int = 20) -> Path:
+    """Two rungs, a ladder fit, a hero run with a pre-registered prediction, a data report, events."""
+    root.mkdir(parents=True, exist_ok=True)
+    data_dir = root / "data-abc12345"
+    write_json(data_dir / "step.json",
+               {"name": "data", "hash": "abc12345", "status": "succeeded", "attempts": 1})
+    write_json(data_dir / "report.json", {
+        "manifest_hash": "abc123", "python_version": "3.11",
+        "sources": [{"name": "tiny-web", "domain": "web", "kind": "builtin", "path": "-",
+                     "provenance": "built in", "licence": "CC0"}],
+        "funnel": [{"stage": "raw", "documents": 1000, "bytes": 100000},
+                   {"stage": "filter:short", "documents": 900, "bytes": 95000},
+                   {"stage": "exact_dedup", "documents": 850, "bytes": 90000},
+                   {"stage": "tokens", "documents": 850, "bytes": 90000, "tokens": 30000}],
+        "filters": {"short": 100},
+        "domains": {"web": {"documents": 600, "tokens": 20000, "bytes": 60000, "bytes_per_token": 3.0,
+                            "eval_documents": 20, "eval_tokens": 700,
+                            "length_histogram": {"edges": [0, 100, 200], "counts": [400, 200]},
+                            "samples": ["a web page", XSS]},
+                    "code": {"documents": 250, "tokens": 10000, "bytes": 30000, "bytes_per_token": 3.0,
+                             "eval_documents": 10, "eval_tokens": 300,
+                             "length_histogram": {"edges": [0, 100], "counts": [250]},
+                             "samples": ["def f(): pass"]}},
+        "mixture": {"token_budget": 163840, "phases": [{"start_step": 0, "weights": {"web": 0.7, "code": 0.3},
+                                                        "tokens": {"web": 114688, "code": 49152},
+                                                        "epochs": {"web": 5.7, "code": 4.9}}]},
+        "errors": {"malformed_lines": [], "invalid_utf8": 0},
+    })
+    rungs = []
+    for name, steps, scale in (("rung-s-aaaa1111", 30, 1.3), ("rung-m-bbbb2222", 40, 1.15)):
+        log_run(root / name, steps, scale, {"role": "rung", "ladder": "demo"})
+        write_json(root / name / "step.json",
+                   {"name": name.rsplit("-", 1)[0], "status": "succeeded", "attempts": 1})
+        tokens = steps * TOKENS_PER_STEP
+        loss = loss_at(steps - 1, scale) + 0.1
+        rungs.append({"run_ids": [name], "size_name": "3.2M-A0.9M", "params_active": 9e5, "tokens": tokens,
+                      "flops": tokens * FLOPS_PER_TOKEN, "losses": [loss], "loss_mean": loss,
+                      "loss_std": 0.0})
+    final_flops = 40 * TOKENS_PER_STEP * FLOPS_PER_TOKEN
+    pred = prediction(final_flops)
+    write_json(root / "ladder-cccc3333" / "fit.json", {
+        "ladder": "demo", "target": "eval/macro/loss", "L_inf": {"mode": "free", "value": 1.9, "sweep": []},
+        "rungs": rungs, "law": {"form": "L = E + A C^-a", "params": {"E": 1.9, "A": 30, "a": 0.1},
+                                "param_se": {"E": 0.1}},
+        "prediction": {k: pred[k] for k in ("flops", "point", "lo", "hi", "level")}, "curve": pred["curve"],
+        "backtest": {"held_out": "rung-m", "error": 0.02}, "hero_run": "hero-dddd4444",
+    })
+    log_run(root / "hero-dddd4444", hero_steps, 1.0,
+            {"role": "hero", "ladder": "demo",
+             "prediction": {**pred, "registered_at": "2026-11-30T00:00:00Z", "code": {"commit": "abc"}}})
+    track.log_lab_event(root, "step_succeeded", "data-abc12345", "data built", XSS)
+    track.log_lab_event(root, "step_retried", "rung-s-aaaa1111", "retried after a lost worker",
+                        severity="warning")
+    return root
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServerThread:
+    """The observatory served by uvicorn in a thread of this process, on a free port."""
+
+    def __init__(self, lab_root: Path, port: int | None = None) -> None:
+        import uvicorn
+
+        from glasslab.observatory.app import create_app
+
+        self.port = port or free_port()
+        config = uvicorn.Config(create_app(lab_root), host="127.0.0.1", port=self.port, log_level="error",
+                                timeout_graceful_shutdown=1)
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> ServerThread:
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            if time.monotonic() > deadline:
+                raise RuntimeError("observatory did not start")
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=5)
+
+
+def chromium_path() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]

@@ -1,0 +1,158 @@
+"""The whole ladder fit: run folders → rungs → fit.json + figures, through the API and the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from glasslab import track
+from glasslab.errors import UserError
+from glasslab.ladder.figures import draw_fit
+from glasslab.ladder.fit import fit_ladder, read_fit, rungs_from_fit, write_fit
+from glasslab.ladder.predict import CURVE_FRACTIONS
+from glasslab.ladder.rungs import Rung
+from glasslab.ladder.runs import find_ladder_runs, read_rungs
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+
+def true_loss(flops):
+    return 1.8 + 300.0 * np.power(flops, -0.15)
+
+
+def write_rung_runs(lab: Path, rng, noise=0.004, widths=(64, 96, 128, 192, 256)) -> None:
+    """Run folders as a finished ladder leaves them: run.json with the planner's fields, evals in
+    metrics.db every 100 steps, result.json with the final eval loss."""
+    for i, width in enumerate(widths):
+        flops = 1e15 * 3.0**i
+        steps = 1000
+        for seed in range(3 if i < 2 else 2):
+            run_dir = lab / f"rung-d{width}-s{seed}"
+            extra = {"role": "rung", "ladder": "tiny", "rung": f"d{width}", "seed": seed,
+                     "size_name": f"{width}K-A{width}K", "params_active": 1000.0 * width,
+                     "flops": flops, "steps": steps, "batch_size": 10 * width, "seq_len": 2}
+            run = track.init(run_dir, {"model": {"d_model": width}}, record_extra=extra)
+            offset = noise * rng.standard_normal()  # a seed's offset persists along its run
+            for step in range(100, steps + 1, 100):
+                loss = float(true_loss(flops * step / steps) * np.exp(offset))
+                run.log({"eval/macro/loss": loss}, step=step)
+            run.finish()
+            final = float(true_loss(flops) * np.exp(offset))
+            (run_dir / "result.json").write_text(json.dumps({"eval/macro/loss": final}))
+
+
+def test_rungs_read_from_run_folders_fit_and_round_trip(tmp_path):
+    write_rung_runs(tmp_path, np.random.default_rng(0))
+    run_dirs = find_ladder_runs(tmp_path, "tiny")
+    assert len(run_dirs) == 12
+    rungs = read_rungs(run_dirs)
+    assert [r.name for r in rungs] == ["d64", "d96", "d128", "d192", "d256"]
+    assert [len(r.losses) for r in rungs] == [3, 3, 2, 2, 2]
+    assert sorted(rungs[0].partial) == [f for f in CURVE_FRACTIONS[:-1] if f >= 0.1]  # first eval at 10%
+
+    fit = fit_ladder(rungs, ladder="tiny", target_flops=1e18, L_inf=1.8, sweep=(1.7, 1.9), hero_run="hero-x",
+                     num_bootstrap=300)
+    assert fit["prediction"]["lo"] < true_loss(1e18) < fit["prediction"]["hi"]
+    assert fit["prediction"]["point"] == pytest.approx(true_loss(1e18), rel=0.01)
+    assert [c["fraction"] for c in fit["curve"]] == [f for f in CURVE_FRACTIONS if f >= 0.1]
+    assert abs(fit["backtest"]["last"]["rel_error_pct"]) < 1.0
+    assert fit["backtest"]["last"]["held_out"] == "d256"
+    assert not fit["approach3"]["fitted"] and "isoFLOP" in fit["approach3"]["reason"]
+    assert [row["L_inf"] for row in fit["sweep_table"]] == [1.7, 1.9]
+
+    path = write_fit(tmp_path / "fit" / "fit.json", fit)
+    again = read_fit(path)
+    assert again["prediction"] == fit["prediction"]
+    assert again["rungs"][0]["run_ids"] == ["rung-d64-s0", "rung-d64-s1", "rung-d64-s2"]
+    assert [r.losses for r in rungs_from_fit(again)] == [r.losses for r in rungs]
+    assert not list((tmp_path / "fit").glob(".fit-*"))  # no temp file left behind
+
+    png, svg = draw_fit(again, tmp_path / "fit", hero_losses=[(1e17, 2.7), (1e18, 2.4)])
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    assert "<svg" in svg.read_text()[:500]
+
+
+def test_isoflop_ladder_fits_approach3_and_frontier():
+    rng = np.random.default_rng(1)
+    rungs = []
+    for budget in np.geomspace(1e17, 1e19, 4):
+        for n in np.geomspace(3e6, 3e7, 4) * (budget / 1e17) ** 0.5:
+            d = budget / (6 * n)
+            loss = 1.7 + 400 / n**0.34 + 1200 / d**0.3
+            rungs.append(Rung(f"C{budget:.0e}-N{n:.2g}", budget * (1 + 0.001 * len(rungs) % 3), tuple(
+                loss * np.exp(0.003 * rng.standard_normal(2))), params_active=n, tokens=d))
+    fit = fit_ladder(rungs, ladder="iso", target_flops=1e20, L_inf=None, num_bootstrap=100)
+    a3 = fit["approach3"]
+    assert a3["fitted"]
+    assert a3["params"]["E"] == pytest.approx(1.7, rel=0.1)
+    assert a3["compute_optimal"]["flops_per_param_token"] == pytest.approx(6.0, rel=0.01)
+    assert len(fit["law"]["fitted_on"]) == 4  # L(C) sees the best size of each budget
+
+
+def test_read_rungs_rejects_a_run_the_planner_did_not_make(tmp_path):
+    run = track.init(tmp_path / "stray", {"x": 1})
+    run.finish()
+    with pytest.raises(UserError, match="missing rung, params_active, flops, steps"):
+        read_rungs([tmp_path / "stray"])
+
+
+def run_cli(*args):
+    env = dict(os.environ, PYTHONPATH=str(SRC))
+    return subprocess.run([sys.executable, "-m", "glasslab", "ladder", *args], capture_output=True, text=True,
+                          env=env, timeout=120)
+
+
+def test_cli_fit_writes_fit_json_and_figures(tmp_path):
+    write_rung_runs(tmp_path / "lab", np.random.default_rng(2))
+    out = tmp_path / "out"
+    done = run_cli("fit", "--lab", str(tmp_path / "lab"), "--ladder", "tiny", "--L-inf", "1.8",
+                   "--sweep", "1.7", "1.9", "--target-flops", "1e18", "--bootstrap", "200", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    assert "prediction at 1e+18 FLOPs" in done.stdout and "back-test" in done.stdout
+    fit = json.loads((out / "fit.json").read_text())
+    assert fit["L_inf"] == {"mode": "pinned", "value": 1.8, "sweep": [1.7, 1.9]}
+    assert (out / "ladder.png").is_file() and (out / "ladder.svg").is_file()
+
+
+def test_cli_fit_bad_input_is_one_line(tmp_path, capsys):
+    from glasslab.cli import main
+
+    write_rung_runs(tmp_path / "lab", np.random.default_rng(3), widths=(64, 96))
+    assert main(["ladder", "fit", "--lab", str(tmp_path / "lab"), "--L-inf", "free"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().count("\n") == 0 and "2 rungs (d64, d96)" in err
+    assert main(["ladder", "fit", "--lab", str(tmp_path / "lab"), "--L-inf", "lots"]) == 2
+    assert "--L-inf='lots'" in capsys.readouterr().err
+
+
+def test_cli_fit_predicts_the_spec_hero(tmp_path):
+    write_rung_runs(tmp_path / "lab", np.random.default_rng(4))
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("name: tiny\nhero_width: 256\n")
+    out = tmp_path / "out"
+    from glasslab.cli import main
+    from glasslab.ladder.plan import LadderSpec, plan_ladder
+
+    argv = ["ladder", "fit", "--lab", str(tmp_path / "lab"), "--spec", str(spec), "--L-inf", "free",
+            "--bootstrap", "100", "--out", str(out)]
+    assert main(argv) == 0
+
+    fit = json.loads((out / "fit.json").read_text())
+    assert fit["ladder"] == "tiny" and fit["L_inf"]["mode"] == "free"
+    assert fit["prediction"]["flops"] == pytest.approx(plan_ladder(LadderSpec(hero_width=256)).hero.flops)
+
+
+def test_unfinished_rung_run_is_refused(tmp_path):
+    extra = {"role": "rung", "ladder": "tiny", "rung": "d64", "seed": 0, "params_active": 1e5, "flops": 1e15,
+             "steps": 1000, "batch_size": 4, "seq_len": 64}
+    run = track.init(tmp_path / "r", {"x": 1}, record_extra=extra)
+    run.log({"eval/macro/loss": 3.5}, step=500)
+    run.finish()
+    with pytest.raises(UserError, match="has not finished \\(last eval at step 500 of 1000\\)"):
+        read_rungs([tmp_path / "r"])

@@ -1,0 +1,106 @@
+"""The static export: `glasslab publish` writes a self-contained site; --watch re-exports what changed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from glasslab import track
+from glasslab.observatory.publish import Publisher, page_file
+from observatory_lab import SECRET, build_lab, log_step
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+
+
+def glasslab(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": SRC}
+    return subprocess.run([sys.executable, "-m", "glasslab", *args], capture_output=True, text=True, env=env,
+                          timeout=60)
+
+
+def test_publish_cli_writes_a_self_contained_site(tmp_path):
+    lab = build_lab(tmp_path / "lab")
+    done = glasslab("publish", "--lab", str(lab), "--out", str(tmp_path / "site"))
+    assert done.returncode == 0, done.stderr
+    site = tmp_path / "site"
+    names = {p.relative_to(site).as_posix() for p in site.rglob("*") if p.is_file()}
+    for expected in ("index.html", "compare.html", page_file("run", "hero-dddd4444"),
+                     page_file("ladder", "ladder-cccc3333"), page_file("data", "data-abc12345"),
+                     page_file("provenance", "hero-dddd4444"), "static/uPlot.iife.min.js", "data/site.js"):
+        assert expected in names
+    text = "".join(p.read_text() for p in site.rglob("*") if p.suffix in (".html", ".js"))
+    assert SECRET not in text
+    html = "".join(p.read_text() for p in site.glob("*.html"))
+    assert 'src="http' not in html and 'href="http' not in html and "//cdn" not in html  # nothing remote
+    assert "MIT License" in (site / "static" / "uPlot.iife.min.js").read_text()[:400]
+    bad = glasslab("publish", "--lab", str(tmp_path / "missing"), "--out", str(tmp_path / "x"))
+    assert bad.returncode == 2 and "--lab" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_watch_reexports_only_changed_pages(tmp_path):
+    lab = build_lab(tmp_path / "lab")
+    publisher = Publisher(lab, tmp_path / "site")
+    first = publisher.export()
+    assert page_file("run", "hero-dddd4444") in first and len(first) >= 8
+    assert publisher.export() == []
+    run = track.init(lab / "rung-s-aaaa1111", {}, reason="resume")
+    log_step(run, 30)
+    run.finish()
+    again = set(publisher.export())
+    assert page_file("run", "rung-s-aaaa1111") in again
+    assert page_file("run", "hero-dddd4444") not in again and page_file("data", "data-abc12345") not in again
+    data_name = page_file("run", "rung-s-aaaa1111").replace(".html", ".js")
+    data_js = (tmp_path / "site" / "data" / data_name).read_text()
+    assert data_js.startswith("window.GLASSLAB_DATA = ") and '"steps":[0,1,2' in data_js and ",30]" in data_js
+
+
+def test_publish_watch_cli_follows_a_run(tmp_path):
+    lab = build_lab(tmp_path / "lab")
+    site = tmp_path / "site"
+    command = [sys.executable, "-m", "glasslab", "publish", "--lab", str(lab), "--out", str(site), "--watch",
+               "--every", "0.3"]
+    watcher = subprocess.Popen(command, env={**os.environ, "PYTHONPATH": SRC}, stdout=subprocess.DEVNULL)
+    data_js = site / "data" / page_file("run", "rung-s-aaaa1111").replace(".html", ".js")
+    try:
+        deadline = time.monotonic() + 20
+        while not data_js.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert ",29]" in data_js.read_text()
+        run = track.init(lab / "rung-s-aaaa1111", {}, reason="resume")
+        log_step(run, 30)
+        run.finish()
+        while ",30]" not in data_js.read_text() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert ",30]" in data_js.read_text()
+    finally:
+        watcher.terminate()
+        watcher.wait(timeout=10)
+
+
+def test_serve_cli_answers_and_stops(tmp_path):
+    from observatory_lab import free_port
+
+    lab = build_lab(tmp_path / "lab")
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": SRC}
+    command = [sys.executable, "-m", "glasslab", "serve", "--lab", str(lab), "--port", str(port)]
+    server = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        import httpx
+
+        for _ in range(100):
+            try:
+                response = httpx.get(f"http://127.0.0.1:{port}/api/page/overview", timeout=2)
+                break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        runs = {r["id"] for r in response.json()["runs"]}
+        assert runs == {"hero-dddd4444", "rung-m-bbbb2222", "rung-s-aaaa1111"}
+    finally:
+        server.send_signal(signal.SIGINT)
+        out, _ = server.communicate(timeout=10)
+    assert f"http://127.0.0.1:{port}/" in out
