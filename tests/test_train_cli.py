@@ -148,3 +148,20 @@ def test_an_empty_mixture_fails_before_any_compute(tmp_path, dataset, capsys):
     assert cli_main(["train", str(config), "--run-dir", str(tmp_path / "run")]) == 2
     assert "mixture" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
+
+
+def test_lab_step_trains_then_resumes_on_a_retry(tmp_path, dataset):
+    from types import SimpleNamespace
+
+    from glasslab.config import from_dict
+    from glasslab.train import RunConfig
+    from glasslab.train.steps import train_step
+
+    run_cfg = from_dict(RunConfig, tiny_run_config(dataset, max_steps=3))
+    ctx = SimpleNamespace(output_dir=tmp_path / "train-0123", config=run_cfg)
+    first = train_step(ctx)
+    again = train_step(ctx)  # a retried attempt finds the run and resumes from its last checkpoint
+    assert first["status"] == again["status"] == "finished" and again["step"] == 3
+    assert first["eval/macro/loss"] == pytest.approx(again["eval/macro/loss"])
+    with RunReader(ctx.output_dir) as reader:
+        assert [a["reason"] for a in reader.attempts()] == ["start", "resume"]
