@@ -76,6 +76,8 @@ def test_sigkill_then_resume_is_bit_identical_even_past_a_corrupt_checkpoint(tmp
         events = b.events()
         assert b.vectors("moe/layer_1/router_bias") == a.vectors("moe/layer_1/router_bias")
         assert b.scalars("eval/macro/loss") == a.scalars("eval/macro/loss")
+        assert [(x["step"], x["text"]) for x in b.samples()] == [(x["step"], x["text"]) for x in a.samples()]
+        assert b.samples()[-1]["step"] == 36 and "eval/code/bpb" in b.scalar_keys()
     assert steps == ref_steps and steps[-1] == 36  # (a step the guard skipped is skipped in both)
     assert loss == ref_loss  # bit for bit
     fallback = [e for e in events if e["kind"] == "checkpoint_fallback"]
