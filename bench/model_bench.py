@@ -62,18 +62,20 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def train_tokens_per_s(step, steps: int, tokens_per_step: int, device: str) -> float:
-    """Tokens/s of ``step()`` after one warm-up step: best of ``steps`` timed steps (like the matmul
-    peak, so that other load on a shared machine biases neither side of the ratio)."""
-    step()
-    times = []
-    for _ in range(steps):
-        _sync(device)
-        t0 = time.perf_counter()
+def train_tokens_per_s(steps_by_name: dict, repeats: int, tokens_per_step: int, device: str) -> dict:
+    """Tokens/s of each ``step()`` after one warm-up step each: best of ``repeats`` timed steps, taken
+    round-robin so that load from others on a shared machine hits every model alike."""
+    for step in steps_by_name.values():
         step()
-        _sync(device)
-        times.append(time.perf_counter() - t0)
-    return tokens_per_step / min(times)
+    best = dict.fromkeys(steps_by_name, float("inf"))
+    for _ in range(repeats):
+        for name, step in steps_by_name.items():
+            _sync(device)
+            t0 = time.perf_counter()
+            step()
+            _sync(device)
+            best[name] = min(best[name], time.perf_counter() - t0)
+    return {name: tokens_per_step / seconds for name, seconds in best.items()}
 
 
 def ours_step_fn(cfg: ModelConfig, batch: int, seq: int, device: str, dtype: torch.dtype):
@@ -119,13 +121,15 @@ def hf_step_fn(cfg: ModelConfig, batch: int, seq: int, experts_implementation: s
 
 def cpu_section(steps: int) -> list[str]:
     peak = matmul_flops_per_s(2048, torch.float32, "cpu")
-    tokens = BATCH * SEQ
-    ours = train_tokens_per_s(ours_step_fn(MOE_CPU, BATCH, SEQ, "cpu", torch.float32), steps, tokens, "cpu")
-    dense = train_tokens_per_s(
-        ours_step_fn(DENSE_CPU, BATCH, SEQ, "cpu", torch.float32), steps, tokens, "cpu"
-    )
-    hf = train_tokens_per_s(hf_step_fn(MOE_CPU, BATCH, SEQ, "grouped_mm"), steps, tokens, "cpu")
-    hf_eager = train_tokens_per_s(hf_step_fn(MOE_CPU, BATCH, SEQ, "eager"), max(1, steps // 2), tokens, "cpu")
+    steps_by_name = {
+        "ours": ours_step_fn(MOE_CPU, BATCH, SEQ, "cpu", torch.float32),
+        "dense": ours_step_fn(DENSE_CPU, BATCH, SEQ, "cpu", torch.float32),
+        "hf": hf_step_fn(MOE_CPU, BATCH, SEQ, "grouped_mm"),
+        "hf_eager": hf_step_fn(MOE_CPU, BATCH, SEQ, "eager"),
+    }
+    rate = train_tokens_per_s(steps_by_name, steps, BATCH * SEQ, "cpu")
+    ours, dense, hf, hf_eager = rate["ours"], rate["dense"], rate["hf"], rate["hf_eager"]
+    peak = max(peak, matmul_flops_per_s(2048, torch.float32, "cpu"))  # best seen, before and after
     moe_frac = MOE_CPU.flops_per_token(SEQ) * ours / peak
     dense_frac = DENSE_CPU.flops_per_token(SEQ) * dense / peak
     print(f"cpu threads {torch.get_num_threads()}, fp32 2048² matmul {peak / 1e9:.1f} GFLOP/s")
@@ -153,19 +157,25 @@ def gpu_section(steps: int) -> list[str]:
     batch, seq = 16, 2048
     lines = [f"gpu bf16 8192² matmul: {peak / 1e12:.0f} TFLOP/s"]
     out = []
-    for name, cfg, target in (("moe", moe, 0.25), ("dense", dense, 0.45)):
-        rate = train_tokens_per_s(
-            ours_step_fn(cfg, batch, seq, "cuda", torch.bfloat16), steps, batch * seq, "cuda"
+    models = {"moe": (moe, 0.25), "dense": (dense, 0.45)}
+    steps_by_name = {
+        name: ours_step_fn(cfg, batch, seq, "cuda", torch.bfloat16) for name, (cfg, _) in models.items()
+    }
+    rate = train_tokens_per_s(steps_by_name, steps, batch * seq, "cuda")
+    for name, (cfg, target) in models.items():
+        lines.append(f"gpu {name} {cfg.size_name()}: {rate[name]:.0f} tok/s")
+        out.append(
+            f"gpu_{name}_mfu_bf16: {cfg.flops_per_token(seq) * rate[name] / peak:.2f}  (target >= {target})"
         )
-        lines.append(f"gpu {name} {cfg.size_name()}: {rate:.0f} tok/s")
-        out.append(f"gpu_{name}_mfu_bf16: {cfg.flops_per_token(seq) * rate / peak:.2f}  (target >= {target})")
     print("\n".join(lines))
     return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=4, help="timed training steps per model (best of)")
+    parser.add_argument(
+        "--steps", type=int, default=4, help="timed training steps per model (best of, round-robin)"
+    )
     args = parser.parse_args()
     headline = cpu_section(args.steps)
     if torch.cuda.is_available():

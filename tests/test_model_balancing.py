@@ -95,7 +95,7 @@ def test_bias_untouched_by_gradients_and_in_eval():
     model.eval()
     with torch.no_grad():
         model(tokens)
-    assert int(model.blocks[0].ffn.pending_tokens) == 0
+    assert int(model.blocks[0].ffn.pending.tokens) == 0
     assert model.balancer.step().scalars == {}
     assert torch.equal(router.bias, after_step)
 
@@ -104,19 +104,19 @@ def test_counts_equal_under_gradient_accumulation_and_checkpointing():
     tokens = torch.randint(0, 64, (8, 12))
     whole = _moe_model()
     whole(tokens)
-    whole_counts = [m.ffn.pending_counts_E.clone() for m in whole.blocks]
+    whole_counts = [m.ffn.pending.counts_E.clone() for m in whole.blocks]
     micro = _moe_model()
     for chunk in tokens.split(4):
         micro(chunk)
     assert all(
-        torch.equal(m.ffn.pending_counts_E, c) for m, c in zip(micro.blocks, whole_counts, strict=True)
+        torch.equal(m.ffn.pending.counts_E, c) for m, c in zip(micro.blocks, whole_counts, strict=True)
     )
     for reentrant in (False, True):
         layer = _moe_model().blocks[0].ffn
         x = torch.randn(8, 12, 16, requires_grad=True)
         checkpoint(layer, x, use_reentrant=reentrant).sum().backward()
-        assert int(layer.pending_tokens) == 8 * 12  # the recomputation in backward did not count again
-        assert int(layer.pending_counts_E.sum()) == 8 * 12 * 2
+        assert int(layer.pending.tokens) == 8 * 12  # the recomputation in backward did not count again
+        assert int(layer.pending.counts_E.sum()) == 8 * 12 * 2
 
 
 def test_state_dict_holds_pending_statistics():
@@ -131,8 +131,11 @@ def test_state_dict_holds_pending_statistics():
 def _rank_main(rank: int, init_file: str, out_dir: str) -> None:
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
     model = _moe_model(bias_update_rate=0.05)
+    # DDP broadcasts module buffers from rank 0 before each forward: our pending counts must survive it.
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
     tokens = torch.randint(0, 64, (4, 10), generator=torch.Generator().manual_seed(1))
-    model(tokens[2 * rank : 2 * rank + 2])
+    for micro in range(2):  # one sequence per micro-batch: rank r sees sequences 2r and 2r + 1
+        ddp(tokens[2 * rank + micro : 2 * rank + micro + 1]).sum().backward()
     stats = model.balancer.step()
     torch.save({"bias": model.blocks[1].ffn.router.bias, "stats": stats.scalars}, f"{out_dir}/rank{rank}.pt")
     dist.destroy_process_group()

@@ -54,7 +54,7 @@ def test_sampling_is_seeded_stops_at_eos_and_counts_nothing():
     b = generate(model, [1, 2], max_new_tokens=20, temperature=1.0, top_p=0.9, seed=7)
     c = generate(model, [1, 2], max_new_tokens=20, temperature=1.0, top_p=0.9, seed=8)
     assert a == b and a != c and len(a) == 20
-    assert model.training and int(model.blocks[0].ffn.pending_tokens) == 0
+    assert model.training and int(model.blocks[0].ffn.pending.tokens) == 0
     stop = generate(model, [1, 2], max_new_tokens=20, top_p=0.9, seed=7, eos_id=a[3])
     assert stop == a[: a.index(a[3]) + 1]
 

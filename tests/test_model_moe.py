@@ -80,10 +80,10 @@ def test_capacity_factor_drops_and_counts_tokens():
     layer = _layer(capacity_factor=0.5)
     layer.train()
     layer(torch.randn(2, 16, 16))
-    counts_E = layer.pending_counts_E
+    counts_E = layer.pending.counts_E
     assert int(counts_E.sum()) == 2 * 16 * 2
     capacity = math.ceil(0.5 * 2 * 16 * 2 / 6)
-    assert int(layer.pending_dropped) == int((counts_E - capacity).clamp(min=0).sum()) > 0
+    assert int(layer.pending.dropped) == int((counts_E - capacity).clamp(min=0).sum()) > 0
 
 
 def test_router_bias_stays_fp32_when_the_model_is_cast():

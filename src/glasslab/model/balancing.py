@@ -28,14 +28,6 @@ from torch import nn
 
 from glasslab.model.moe import MARGIN_BINS, MoEFeedForward, unit_to_margin
 
-PENDING = (
-    "pending_counts_E",
-    "pending_dropped",
-    "pending_tokens",
-    "pending_entropy_sum",
-    "pending_margin_hist",
-)
-
 
 @dataclass
 class MoEStepStats:
@@ -96,56 +88,59 @@ class Balancer:
         self._all_reduce(group)
         for layer in self.layers:
             self._update_layer(layer, stats)
-            for name in PENDING:
-                getattr(layer, name).zero_()
+            layer.pending.zero_()
         return stats
 
     def _all_reduce(self, group: dist.ProcessGroup | None) -> None:
         if not (dist.is_available() and dist.is_initialized()):
             return
-        # Two flat tensors (integer counts, fp64 entropy sums): one collective each for all layers.
-        counts = [
-            getattr(m, n).reshape(-1) for m in self.layers for n in PENDING if n != "pending_entropy_sum"
-        ]
-        flat = torch.cat(counts)
-        entropy = torch.stack([m.pending_entropy_sum for m in self.layers])
+        # Two flat tensors (integer counts, fp64 entropy sums): one collective each for all layers,
+        # on the model's device (a rank that routed nothing yet may still hold CPU accumulators).
+        device = self.layers[0].router.bias.device
+        pendings = [m.pending for m in self.layers]
+        counts = [t for p in pendings for n, t in p.tensors().items() if n != "entropy_sum"]
+        flat = torch.cat([t.reshape(-1).to(device) for t in counts])
+        entropy = torch.stack([p.entropy_sum.to(device) for p in pendings])
         dist.all_reduce(flat, group=group)
         dist.all_reduce(entropy, group=group)
         offset = 0
-        for chunk in counts:
-            chunk.copy_(flat[offset : offset + chunk.numel()])
-            offset += chunk.numel()
-        for m, value in zip(self.layers, entropy, strict=True):
-            m.pending_entropy_sum.copy_(value)
+        for t in counts:
+            t.copy_(flat[offset : offset + t.numel()].view_as(t))
+            offset += t.numel()
+        for p, value in zip(pendings, entropy, strict=True):
+            p.entropy_sum.copy_(value)
 
     def _update_layer(self, layer: MoEFeedForward, stats: MoEStepStats) -> None:
         moe, bias_E = layer.moe, layer.router.bias
-        counts_E = layer.pending_counts_E.double()
-        tokens = int(layer.pending_tokens)
+        pending = layer.pending
+        counts_E = pending.counts_E.double()
+        tokens = int(pending.tokens)
         if tokens == 0:
             return
         if moe.balancing == "sign":
             delta_E = sign_rule_delta(counts_E, moe.bias_update_rate)
         elif moe.balancing == "quantile" and moe.top_k < moe.num_experts:
-            delta_E = quantile_rule_delta(layer.pending_margin_hist, moe.top_k, moe.bias_update_rate)
+            delta_E = quantile_rule_delta(pending.margin_hist_EB, moe.top_k, moe.bias_update_rate)
         else:
             delta_E = torch.zeros_like(counts_E)
-        new_bias = bias_E.double() + delta_E
+        new_bias = bias_E.double() + delta_E.to(bias_E.device)
         bias_E.copy_((new_bias - new_bias.mean()).float())
         prefix = f"moe/layer_{layer.layer_index}"
         load_E = counts_E / counts_E.sum()
         stats.scalars[f"{prefix}/load_max_violation"] = float(counts_E.max() / counts_E.mean() - 1)
-        stats.scalars[f"{prefix}/routing_entropy"] = float(layer.pending_entropy_sum) / tokens
+        stats.scalars[f"{prefix}/routing_entropy"] = float(pending.entropy_sum) / tokens
         stats.scalars[f"{prefix}/router_bias_norm"] = float(bias_E.norm())
-        stats.scalars[f"{prefix}/dropped_tokens"] = float(layer.pending_dropped) / (tokens * moe.top_k)
+        stats.scalars[f"{prefix}/dropped_tokens"] = float(pending.dropped) / (tokens * moe.top_k)
         stats.vectors[f"{prefix}/expert_load"] = load_E.tolist()
         stats.vectors[f"{prefix}/router_bias"] = bias_E.tolist()
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Statistics accumulated since the last step (the biases themselves are in the model's state)."""
-        return {f"{m.layer_index}.{n}": getattr(m, n).clone() for m in self.layers for n in PENDING}
+        return {
+            f"{m.layer_index}.{n}": t.clone() for m in self.layers for n, t in m.pending.tensors().items()
+        }
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         for m in self.layers:
-            for n in PENDING:
-                getattr(m, n).copy_(state[f"{m.layer_index}.{n}"])
+            for n, t in m.pending.tensors().items():
+                t.copy_(state[f"{m.layer_index}.{n}"])

@@ -167,16 +167,7 @@ class MoEFeedForward(nn.Module):
         # n shared experts of width d_expert sum to exactly one SwiGLU of width n · d_expert.
         self.shared = SwiGLU(cfg.d_model, shared_width) if shared_width else None
         self.aux_loss: torch.Tensor | None = None
-        E = moe.num_experts
-        # Pending statistics since the last balancer step (non-persistent: Balancer.state_dict has them).
-        self.register_buffer("pending_counts_E", torch.zeros(E, dtype=torch.long), persistent=False)
-        self.register_buffer("pending_dropped", torch.zeros((), dtype=torch.long), persistent=False)
-        self.register_buffer("pending_tokens", torch.zeros((), dtype=torch.long), persistent=False)
-        self.register_buffer("pending_entropy_sum", torch.zeros((), dtype=torch.float64), persistent=False)
-        hist_shape = (E, MARGIN_BINS) if moe.balancing == "quantile" else (0, MARGIN_BINS)
-        self.register_buffer(
-            "pending_margin_hist", torch.zeros(hist_shape, dtype=torch.long), persistent=False
-        )
+        self.pending = PendingRouting(moe.num_experts, with_margins=moe.balancing == "quantile")
 
     def forward(self, x_BTD: torch.Tensor) -> torch.Tensor:
         B, T, D = x_BTD.shape
@@ -224,15 +215,49 @@ class MoEFeedForward(nn.Module):
         if in_backward_recompute():
             return
         with torch.no_grad():
-            self.pending_counts_E += counts_E
-            self.pending_tokens += T
-            if dropped is not None:
-                self.pending_dropped += dropped
-            probs_TE = routing.probs_TE
-            entropy_T = -(probs_TE * probs_TE.clamp_min(1e-30).log()).sum(dim=-1)
-            self.pending_entropy_sum += entropy_T.double().sum()
-            if self.pending_margin_hist.numel():
-                self.pending_margin_hist += margin_histogram(routing.choice_TE, routing.expert_TK)
+            self.pending.add(routing, counts_E, dropped)
+
+
+class PendingRouting:
+    """Routing statistics summed since the last balancer step (one MoE layer).
+
+    Plain tensors, not module buffers, on purpose: DDP broadcasts buffers from rank 0 before every
+    forward, which would overwrite each rank's own counts before the balancer all-reduces them.
+    """
+
+    FIELDS = ("counts_E", "dropped", "tokens", "entropy_sum", "margin_hist_EB")
+
+    def __init__(self, num_experts: int, with_margins: bool, device: torch.device | str = "cpu") -> None:
+        self.counts_E = torch.zeros(num_experts, dtype=torch.long, device=device)
+        self.dropped = torch.zeros((), dtype=torch.long, device=device)
+        self.tokens = torch.zeros((), dtype=torch.long, device=device)
+        self.entropy_sum = torch.zeros((), dtype=torch.float64, device=device)
+        hist_rows = num_experts if with_margins else 0
+        self.margin_hist_EB = torch.zeros(hist_rows, MARGIN_BINS, dtype=torch.long, device=device)
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        return {name: getattr(self, name) for name in self.FIELDS}
+
+    def to_(self, device: torch.device) -> None:
+        for name, t in self.tensors().items():
+            setattr(self, name, t.to(device))
+
+    def zero_(self) -> None:
+        for t in self.tensors().values():
+            t.zero_()
+
+    def add(self, routing: Routing, counts_E: torch.Tensor, dropped: torch.Tensor | None) -> None:
+        if self.counts_E.device != counts_E.device:
+            self.to_(counts_E.device)
+        self.counts_E += counts_E
+        self.tokens += routing.expert_TK.shape[0]
+        if dropped is not None:
+            self.dropped += dropped
+        probs_TE = routing.probs_TE
+        entropy_T = -(probs_TE * probs_TE.clamp_min(1e-30).log()).sum(dim=-1)
+        self.entropy_sum += entropy_T.double().sum()
+        if self.margin_hist_EB.numel():
+            self.margin_hist_EB += margin_histogram(routing.choice_TE, routing.expert_TK)
 
 
 def margin_histogram(choice_TE: torch.Tensor, expert_TK: torch.Tensor) -> torch.Tensor:
