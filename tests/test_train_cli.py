@@ -76,6 +76,8 @@ def test_sigkill_then_resume_is_bit_identical_even_past_a_corrupt_checkpoint(tmp
         events = b.events()
         assert b.vectors("moe/layer_1/router_bias") == a.vectors("moe/layer_1/router_bias")
         assert b.scalars("eval/macro/loss") == a.scalars("eval/macro/loss")
+        assert [(x["step"], x["text"]) for x in b.samples()] == [(x["step"], x["text"]) for x in a.samples()]
+        assert b.samples()[-1]["step"] == 36 and "eval/code/bpb" in b.scalar_keys()
     assert steps == ref_steps and steps[-1] == 36  # (a step the guard skipped is skipped in both)
     assert loss == ref_loss  # bit for bit
     fallback = [e for e in events if e["kind"] == "checkpoint_fallback"]
@@ -134,6 +136,13 @@ def test_resume_with_a_changed_config_names_the_fields(tmp_path, dataset, capsys
     assert "pass --resume" in capsys.readouterr().err
 
 
+def test_a_model_vocabulary_smaller_than_the_tokenizer_fails_before_any_compute(tmp_path, dataset, capsys):
+    config = _write(tmp_path / "run.yaml", tiny_run_config(dataset, max_steps=2))
+    assert cli_main(["train", str(config), "model.vocab_size=100", "--run-dir", str(tmp_path / "run")]) == 2
+    assert "model.vocab_size=100: expected at least the 512 tokens" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
 def test_an_empty_mixture_fails_before_any_compute(tmp_path, dataset, capsys):
     data = tiny_run_config(dataset, max_steps=2)
     data["data"]["mixture"] = {"weights": {}}
@@ -141,3 +150,20 @@ def test_an_empty_mixture_fails_before_any_compute(tmp_path, dataset, capsys):
     assert cli_main(["train", str(config), "--run-dir", str(tmp_path / "run")]) == 2
     assert "mixture" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
+
+
+def test_lab_step_trains_then_resumes_on_a_retry(tmp_path, dataset):
+    from types import SimpleNamespace
+
+    from glasslab.config import from_dict
+    from glasslab.train import RunConfig
+    from glasslab.train.steps import train_step
+
+    run_cfg = from_dict(RunConfig, tiny_run_config(dataset, max_steps=3))
+    ctx = SimpleNamespace(output_dir=tmp_path / "train-0123", config=run_cfg)
+    first = train_step(ctx)
+    again = train_step(ctx)  # a retried attempt finds the run and resumes from its last checkpoint
+    assert first["status"] == again["status"] == "finished" and again["step"] == 3
+    assert first["eval/macro/loss"] == pytest.approx(again["eval/macro/loss"])
+    with RunReader(ctx.output_dir) as reader:
+        assert [a["reason"] for a in reader.attempts()] == ["start", "resume"]

@@ -145,3 +145,30 @@ def test_nonfinite_steps_are_never_applied(tmp_path):
     kinds = [e["kind"] for e in events if e["kind"] in ("nonfinite", "rollback")]
     assert kinds == ["nonfinite", "nonfinite", "rollback"]
     assert all(torch.isfinite(p).all() for p in trainer.model.parameters())
+
+
+def test_activation_checkpointing_changes_memory_not_results(tmp_path):
+    from glasslab.train.build import checkpoint_activations
+
+    results = []
+    for recompute in (False, True):
+        trainer = make_trainer(tmp_path / str(recompute), _cfg(max_steps=4), moe=True)
+        if recompute:
+            checkpoint_activations(trainer.model.blocks)
+        trainer.fit()
+        trainer.run.finish()
+        with RunReader(tmp_path / str(recompute)) as reader:
+            results.append((reader.scalars("train/loss")[1], reader.vectors("moe/layer_0/expert_load")[1]))
+    assert results[0][0] == pytest.approx(results[1][0], rel=1e-6)
+    assert results[0][1] == results[1][1]  # recomputed forwards are not counted twice by the balancer
+
+
+def test_muon_trains_the_tiny_moe(tmp_path):
+    cfg = _cfg(max_steps=30, optimizer=OptimizerConfig(name="muon", lr=1e-2, muon_lr=0.05))
+    trainer = make_trainer(tmp_path, cfg, moe=True)
+    assert [g["label"] for g in trainer.optimizer.param_groups] == ["decay", "no_decay", "muon"]
+    trainer.fit()
+    trainer.run.finish()
+    with RunReader(tmp_path) as reader:
+        losses = reader.scalars("train/loss")[1]
+    assert sum(losses[-5:]) / 5 < 0.7 * sum(losses[:5]) / 5, losses

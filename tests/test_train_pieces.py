@@ -124,3 +124,8 @@ def test_peak_flops_from_flag_table_or_measurement():
     meter = ThroughputMeter(flops_per_token=1e6, peak_flops_per_device=1e12, world_size=2)
     m = meter.step(1000)
     assert m["throughput/mfu"] == pytest.approx(m["throughput/tokens_per_second"] * 1e6 / 2e12)
+
+
+def test_muon_cannot_be_sharded():
+    with pytest.raises(ConfigError, match="train.optimizer.name='muon'"):
+        load(TrainConfig, None, ["optimizer.name=muon", "parallelism=fsdp"])

@@ -12,6 +12,8 @@ import torch.utils.checkpoint
 from torch import nn
 
 from glasslab.data import Loader, eval_batches, eval_bytes_per_token, load_tokenizer, manifest_hash
+from glasslab.data.tokenizer import EOT
+from glasslab.errors import UserError
 from glasslab.model import Transformer, generate
 from glasslab.train.distributed import DistContext
 from glasslab.train.evals import evaluate
@@ -25,11 +27,15 @@ def build_parts(run_cfg: RunConfig, ctx: DistContext) -> RunParts:
     """Loader first (a bad mixture fails before any compute), then the model seeded by ``train.seed``."""
     cfg = run_cfg.train
     loader = Loader(run_cfg.data, cfg.seq_len, cfg.global_batch_size, rank=ctx.rank, world_size=ctx.world_size)
+    dataset = run_cfg.data.path
+    tokenizer = load_tokenizer(dataset)
+    if run_cfg.model.vocab_size < tokenizer.get_vocab_size():
+        raise UserError(f"model.vocab_size={run_cfg.model.vocab_size}: expected at least the "
+                        f"{tokenizer.get_vocab_size()} tokens of the dataset's tokenizer ({dataset})")
     seed_everything(cfg.seed)
     model = Transformer(run_cfg.model)
     if cfg.activation_checkpointing:
         checkpoint_activations(model.blocks)
-    dataset = run_cfg.data.path
     domains = list(loader.domains)
     batches_by_domain = {
         domain: functools.partial(eval_batches, dataset, domain, cfg.seq_len, cfg.eval_batch_size,
@@ -43,11 +49,10 @@ def build_parts(run_cfg: RunConfig, ctx: DistContext) -> RunParts:
 
     sample = None
     if cfg.sample_prompts and cfg.sample_max_new_tokens:
-        tokenizer = load_tokenizer(dataset)
 
         def sample(model_to_sample, step: int):
             return take_samples(model_to_sample, tokenizer, cfg.sample_prompts, cfg.sample_max_new_tokens,
-                                seed=cfg.seed + step, generate=generate)
+                                seed=cfg.seed + step, generate=generate, eos_id=tokenizer.token_to_id(EOT))
 
     return RunParts(model=model, balancer=model.balancer, loader=loader,
                     flops_per_token=run_cfg.model.flops_per_token(cfg.seq_len),

@@ -161,6 +161,8 @@ class TrainConfig:
         require(self.total_steps >= 1, "train.max_steps", self.max_steps,
                 "a positive step budget (or train.max_tokens of at least one global batch)")
         require(self.grad_clip >= 0, "train.grad_clip", self.grad_clip, ">= 0")
+        require(not (self.parallelism == "fsdp" and self.optimizer.name == "muon"), "train.optimizer.name",
+                self.optimizer.name, "adamw with train.parallelism='fsdp' (Muon needs whole matrices)")
         for name in ("eval_interval", "sample_interval", "sample_max_new_tokens"):
             require(getattr(self, name) >= 0, f"train.{name}", getattr(self, name), ">= 0")
         require(self.eval_max_tokens >= self.seq_len, "train.eval_max_tokens", self.eval_max_tokens,

@@ -53,6 +53,8 @@ class DistContext:
 
     def close(self) -> None:
         if self.owns_group and dist.is_initialized():
+            # Leave together: a rank tearing gloo down while a peer still talks to it aborts the job.
+            dist.barrier()
             dist.destroy_process_group()
 
 

@@ -26,7 +26,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from glasslab.errors import UserError
 from glasslab.track import Run
 from glasslab.train import checkpoint as ckpt
 from glasslab.train import distributed
@@ -76,9 +75,6 @@ class Trainer:
         self.config_data = config_data
         self.model = parts.model.to(ctx.device)
         self.sharded = ctx.active and cfg.parallelism == "fsdp"
-        if self.sharded and cfg.optimizer.name == "muon":
-            raise UserError("train.optimizer.name='muon': not supported with train.parallelism='fsdp' "
-                            "(Muon needs whole matrices); use adamw or ddp")
         self.net = wrap_model(self.model, ctx, cfg.parallelism)
         if cfg.compile:
             self.net = torch.compile(self.net)

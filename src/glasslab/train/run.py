@@ -65,6 +65,8 @@ def _train(run_cfg: RunConfig, run_dir: Path, ctx: distributed.DistContext, resu
     start_from: Path | None = None
     if resume:
         reason = "resume"
+        if ctx.is_main:
+            ckpt.sweep_temp(run_dir)  # half-written folders of the killed writer
         start_from = _resume_point(run_dir, run_cfg, config_data, fallbacks)
     elif fork:
         reason = "fork"
@@ -90,10 +92,10 @@ def _train(run_cfg: RunConfig, run_dir: Path, ctx: distributed.DistContext, resu
         for step, problem in fallbacks:
             trainer.record_fallback(step, problem)
         if start_from is not None:
-            trainer.load(start_from, fork=bool(fork) and not resume)
-        if run is not None and resume:
+            trainer.load(start_from, fork=reason == "fork")
+        if run is not None and reason == "resume":
             run.annotate("resume", f"resumed at step {trainer.step}", step=trainer.step)
-        if run is not None and fork:
+        if run is not None and reason == "fork":
             changed = configs.diff(checkpoint_config(start_from), config_data)
             run.annotate("fork", f"forked from {record_extra['parent']['run']}@{trainer.step}",
                          body="changed: " + (", ".join(changed) or "nothing"), step=trainer.step)
@@ -117,7 +119,6 @@ def _resume_point(run_dir: Path, run_cfg: RunConfig, config_data: dict, fallback
     record = track.read_record(run_dir)
     if record is None:
         raise UserError(f"{run_dir}: nothing to resume (no run.json); start it without --resume")
-    ckpt.sweep_temp(run_dir)
     found = ckpt.latest_valid(run_dir, on_fallback=lambda step, problem: fallbacks.append((step, problem)))
     if found:
         changed = configs.diff(checkpoint_config(found[1]), config_data)
