@@ -95,6 +95,9 @@ def test_overrides_parse_types_and_create_sections():
     assert cfg.model.moe.num_experts == 16
     assert cfg.model.dims == (3, 4)
     assert diff(Root(), cfg) == ["model.dims", "model.moe", "train.lr"]
+    dense = to_dict(Root())
+    assert dense["model"]["moe"] is None
+    assert from_dict(Root, apply_overrides(dense, ["model.moe.top_k=1"])).model.moe == Inner(top_k=1)
 
 
 @pytest.mark.parametrize(

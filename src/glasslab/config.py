@@ -217,7 +217,9 @@ def apply_overrides(data: Mapping[str, Any], overrides: Iterable[str]) -> dict[s
         keys, value = parse_override(text)
         node = result
         for i, key in enumerate(keys[:-1]):
-            child = node.setdefault(key, {})
+            if node.get(key) is None:  # an absent or null section (e.g. a dense model's `moe`) starts empty
+                node[key] = {}
+            child = node[key]
             if not isinstance(child, dict):
                 raise ConfigError(f"override {text!r}: {'.'.join(keys[: i + 1])} is not a section")
             node = child
