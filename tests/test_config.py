@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import pickle
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -128,6 +129,19 @@ def test_bad_files(tmp_path):
     (tmp_path / "list.yaml").write_text("- 1\n")
     with pytest.raises(ConfigError, match="expected a mapping at the top level"):
         load(Root, tmp_path / "list.yaml")
+
+
+@dataclass(frozen=True)
+class Pair:
+    betas: tuple[float, int] = (0.9, 2)
+
+
+def test_fixed_length_tuples_and_pickled_mappings():
+    assert from_dict(Pair, {"betas": [0.5, 3]}).betas == (0.5, 3)
+    with pytest.raises(ConfigError, match=r"betas\[1\]=0.5: expected an integer"):
+        from_dict(Pair, {"betas": [0.5, 0.5]})
+    cfg = from_dict(Root, {"train": {"weights": {"a": 1.0}}})
+    assert pickle.loads(pickle.dumps(cfg)) == cfg
 
 
 def test_configs_are_frozen_and_hashable():

@@ -28,7 +28,7 @@ def only(lab: Path, pattern: str) -> Path:
 
 def test_demo_builds_data_and_report(demo_lab):
     lab, _, _ = demo_lab
-    report = json.loads((only(lab, "data-*") / "dataset" / "report.json").read_text())
+    report = json.loads((only(lab, "data-*") / "report.json").read_text())
     assert set(report["domains"]) == {"code", "prose", "reference"}
     assert all(d["tokens"] > 0 and d["eval_tokens"] > 0 for d in report["domains"].values())
     assert report["funnel"][0]["stage"] == "raw" and report["manifest_hash"]

@@ -137,7 +137,7 @@ def _coerce(value: Any, tp: Any, path: str) -> Any:
             return tuple(_coerce(v, args[0], f"{path}[{i}]") for i, v in enumerate(value))
         if len(args) != len(value):
             raise ConfigError(f"{path}={value!r}: expected a list of {len(args)} items")
-        return tuple(_coerce(v, a, f"{path}[{i}]") for i, (v, a) in enumerate(zip(args, value, strict=True)))
+        return tuple(_coerce(v, a, f"{path}[{i}]") for i, (v, a) in enumerate(zip(value, args, strict=True)))
     if origin in (dict, Mapping, typing.Mapping):
         key_tp, val_tp = get_args(tp) or (Any, Any)
         if not isinstance(value, Mapping):
@@ -171,6 +171,10 @@ class _FrozenDict(dict):
 
     def __hash__(self) -> int:  # type: ignore[override]
         return hash(tuple(sorted(self.items())))
+
+    def __reduce__(self) -> tuple:
+        # Unpickling must not go through __setitem__ (refused): configs travel to step processes.
+        return (_FrozenDict, (dict(self),))
 
     def _refuse(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError("config mappings are read-only")

@@ -21,9 +21,9 @@ import dataclasses
 
 from glasslab.data import BuildConfig, MixtureConfig
 from glasslab.data.config import TokenizerConfig
-from glasslab.lab import Step, StepContext
+from glasslab.lab import Step
 from glasslab.ladder.plan import LadderPlan, LadderSpec, plan_ladder
-from glasslab.ladder.steps import DATA_STEP, DATASET_FOLDER, ladder_steps
+from glasslab.ladder.steps import DATA_STEP, ladder_steps
 from glasslab.model import ModelConfig, MoEConfig
 from glasslab.train import GuardConfig, ScheduleConfig, TrainConfig
 
@@ -57,7 +57,7 @@ def ladder_spec(quick: bool) -> LadderSpec:
 def train_recipe(quick: bool) -> TrainConfig:
     """What every rung and the hero share: schedule, guard, intervals (batch, steps and LR come from the plan)."""
     return TrainConfig(schedule=ScheduleConfig(kind="wsd", warmup_fraction=0.05, decay_fraction=0.2),
-                       guard=GuardConfig(sigma=8.0), eval_max_tokens=2048 if quick else 4096,
+                       guard=GuardConfig(sigma=8.0), eval_max_tokens=1024 if quick else 4096, eval_batch_size=32,
                        sample_max_new_tokens=24, checkpoint_interval=100 if quick else 200)
 
 
@@ -65,16 +65,9 @@ def plan(quick: bool = False) -> LadderPlan:
     return plan_ladder(ladder_spec(quick))
 
 
-def build_data(ctx: StepContext) -> None:
-    """The data step: build the dataset into ``dataset/`` of the step's folder."""
-    from glasslab.data import build_dataset
-
-    build_dataset(ctx.config, ctx.output_dir / DATASET_FOLDER, progress=False)
-
-
 def demo_steps(quick: bool = False, device: str = "cpu", threads: int = 1, hero_threads: int = 0) -> list[Step]:
     """The demo's DAG: data, rungs, fit, hero (``threads`` per rung, ``hero_threads`` for the hero)."""
-    data = Step(DATA_STEP, build_data, build_config(quick))
+    data = Step(DATA_STEP, "glasslab.data.build:build_step", build_config(quick))
     return [data, *ladder_steps(plan(quick), data, MIXTURE, train_recipe(quick), L_inf=L_INF, sweep=L_INF_SWEEP,
                                 device=device, threads=threads, hero_threads=hero_threads,
                                 num_bootstrap=300 if quick else 1000)]

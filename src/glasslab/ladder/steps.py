@@ -2,7 +2,7 @@
 
 The ladder never trains anything itself: it turns a :class:`~glasslab.ladder.plan.LadderPlan` into
 steps for the executor. Every rung step and the hero step depend on one data step (whose output
-folder holds the built dataset under ``dataset/``); the fit step depends on every rung; the hero
+folder is the built dataset); the fit step depends on every rung; the hero
 depends on the fit, so its prediction exists — and is written into its ``run.json`` — before its
 first step. Each training step's output folder is its run folder, so the run id is the folder name.
 
@@ -12,11 +12,9 @@ A step that failed part-way (a crash, a preemption) resumes from its own checkpo
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
-from glasslab.config import UNVERSIONED
 from glasslab.data import DataConfig, MixtureConfig
 from glasslab.lab import Resources, Step, StepContext
 from glasslab.ladder.figures import draw_fit
@@ -25,23 +23,10 @@ from glasslab.ladder.plan import LadderPlan, PlannedRung, rung_record_extra
 from glasslab.ladder.preregister import hero_record_extra, watching_band
 from glasslab.ladder.runs import read_rungs
 from glasslab.train import RunConfig, TrainConfig
+from glasslab.train.steps import TrainStepConfig, run_training, train_step
 
 DATA_STEP = "data"
-DATASET_FOLDER = "dataset"
 FIT_FILE = "fit.json"
-
-
-@dataclass(frozen=True)
-class TrainStepConfig:
-    """One training run as a step: the run config (its ``data.path`` filled from the data step) and
-    what its ``run.json`` records beyond the config."""
-
-    run: RunConfig
-    record_extra: dict[str, Any]
-    device: str = field(default="cpu", metadata=UNVERSIONED)
-    """Where to train (``cpu``, ``cuda``): it does not change what is computed, only where."""
-    threads: int = field(default=0, metadata=UNVERSIONED)
-    """torch CPU threads for this step (0 = torch's default)."""
 
 
 @dataclass(frozen=True)
@@ -54,11 +39,6 @@ class FitStepConfig:
     sweep: tuple[float, ...]
     rung_steps: tuple[str, ...]
     num_bootstrap: int = 1000
-
-
-def dataset_dir(ctx: StepContext) -> Path:
-    """The dataset a training step reads: ``dataset/`` inside the data step's output folder."""
-    return ctx.inputs[DATA_STEP] / DATASET_FOLDER
 
 
 EVALS_PER_RUN = 20
@@ -91,22 +71,17 @@ def ladder_steps(plan: LadderPlan, data_step: Step, mixture: MixtureConfig, trai
     for rung in plan.rungs:
         for seed in rung.seeds:
             config = TrainStepConfig(run_config_for(rung, seed, mixture, train),
-                                     rung_record_extra(rung, seed, ladder), device, threads)
+                                     rung_record_extra(rung, seed, ladder), DATA_STEP, device, threads)
             rung_steps.append(Step(f"{ladder}-{rung.name}-s{seed}", train_step, config, deps=(data_step,),
                                    resources=resources))
     fit = Step(f"{ladder}-fit", fit_step, FitStepConfig(ladder, plan.hero.flops, L_inf, tuple(sweep),
                                                         tuple(s.name for s in rung_steps), num_bootstrap),
                deps=tuple(rung_steps))
     hero_config = TrainStepConfig(run_config_for(plan.hero, 0, mixture, train),
-                                  rung_record_extra(plan.hero, 0, ladder), device, hero_threads)
+                                  rung_record_extra(plan.hero, 0, ladder), DATA_STEP, device, hero_threads)
     hero_resources = dataclasses.replace(resources, cpus=max(1, hero_threads))
     hero = Step(f"{ladder}-hero", hero_step, hero_config, deps=(data_step, fit), resources=hero_resources)
     return [*rung_steps, fit, hero]
-
-
-def train_step(ctx: StepContext) -> dict[str, Any]:
-    """Train one run into the step's folder (resuming from its checkpoints after a failed attempt)."""
-    return _train(ctx, ctx.config.record_extra)
 
 
 def fit_step(ctx: StepContext) -> None:
@@ -124,22 +99,4 @@ def hero_step(ctx: StepContext) -> dict[str, Any]:
     watch its eval loss against the band while it trains."""
     fit = read_fit(ctx.inputs[f"{ctx.config.record_extra['ladder']}-fit"] / FIT_FILE)
     with watching_band(ctx.output_dir):
-        return _train(ctx, hero_record_extra(fit, ctx.config.record_extra))
-
-
-def _train(ctx: StepContext, record_extra: dict[str, Any]) -> dict[str, Any]:
-    import torch
-
-    from glasslab.train import train
-
-    cfg: TrainStepConfig = ctx.config
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    data = dataclasses.replace(cfg.run.data, path=str(dataset_dir(ctx)))
-    run_cfg = dataclasses.replace(cfg.run, data=data)
-    resume = any((ctx.output_dir / "checkpoints").glob("step-*"))
-    result = train(run_cfg, ctx.output_dir, resume=resume, record_extra=record_extra, device=cfg.device)
-    if result.get("status") != "finished":
-        # Preempted (SIGTERM): the checkpoint is written; the step must not count as done.
-        raise RuntimeError(f"training stopped early ({result.get('status')}); rerun to resume from its checkpoint")
-    return result
+        return run_training(ctx, hero_record_extra(fit, ctx.config.record_extra))
