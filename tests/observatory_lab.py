@@ -9,8 +9,6 @@ import json
 import math
 import shutil
 import socket
-import threading
-import time
 from pathlib import Path
 
 from glasslab import track
@@ -144,36 +142,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class ServerThread:
-    """The observatory served by uvicorn in a thread of this process, on a free port."""
+def serve_lab(lab_root: Path, port: int | None = None):
+    """The observatory served in a thread of this process, on a free port (a context manager)."""
+    from glasslab.observatory.app import BackgroundServer
 
-    def __init__(self, lab_root: Path, port: int | None = None) -> None:
-        import uvicorn
-
-        from glasslab.observatory.app import create_app
-
-        self.port = port or free_port()
-        config = uvicorn.Config(create_app(lab_root), host="127.0.0.1", port=self.port, log_level="error",
-                                timeout_graceful_shutdown=1)
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def __enter__(self) -> ServerThread:
-        self.thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started:
-            if time.monotonic() > deadline:
-                raise RuntimeError("observatory did not start")
-            time.sleep(0.02)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=5)
+    return BackgroundServer(lab_root, port=port or free_port())
 
 
 def chromium_path() -> str | None:

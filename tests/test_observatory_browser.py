@@ -9,7 +9,7 @@ import pytest
 
 from glasslab import track
 from glasslab.observatory.publish import page_file, publish
-from observatory_lab import CHROMIUM_ARGS, XSS, ServerThread, build_lab, chromium_path, log_step
+from observatory_lab import CHROMIUM_ARGS, XSS, build_lab, chromium_path, log_step, serve_lab
 
 pytestmark = pytest.mark.skipif(chromium_path() is None, reason="chromium is not installed")
 
@@ -51,7 +51,7 @@ def chart_points(page, title: str, series: int = 1) -> list:
 
 
 def test_run_page_draws_points_markers_and_live_steps(lab, page):
-    with ServerThread(lab) as server:
+    with serve_lab(lab) as server:
         page.goto(f"{server.url}/run/hero-dddd4444")
         page.wait_for_selector("body[data-ready='1']")
         loss = [p for p in chart_points(page, "Loss", 2) if p[1] is not None]  # series 2: train/loss
@@ -79,7 +79,7 @@ def test_run_page_draws_points_markers_and_live_steps(lab, page):
 
 
 def test_page_reconnects_after_server_restart(lab, page):
-    server = ServerThread(lab)
+    server = serve_lab(lab)
     port = server.port
     with server:
         page.goto(f"{server.url}/run/rung-m-bbbb2222")
@@ -88,13 +88,13 @@ def test_page_reconnects_after_server_restart(lab, page):
     run = track.init(lab / "rung-m-bbbb2222", {}, reason="resume")
     log_step(run, 40)
     run.finish()
-    with ServerThread(lab, port=port):
+    with serve_lab(lab, port=port):
         page.wait_for_function("() => window.GLASSLAB_CHARTS['Loss'].data[0].includes(40)", timeout=10_000)
         page.wait_for_selector("#live.live-on", timeout=5000)
 
 
 def test_ladder_page_draws_band_over_hero(lab, page):
-    with ServerThread(lab) as server:
+    with serve_lab(lab) as server:
         page.goto(f"{server.url}/ladder/ladder-cccc3333")
         page.wait_for_selector("body[data-ready='1']")
         chart = page.evaluate("""() => { const u = window.GLASSLAB_CHARTS.ladder;
@@ -108,7 +108,7 @@ def test_ladder_page_draws_band_over_hero(lab, page):
 
 
 def test_xss_renders_as_text(lab, page):
-    with ServerThread(lab) as server:
+    with serve_lab(lab) as server:
         for path in ("/run/hero-dddd4444", "/data/data-abc12345", "/",
                      "/run/%3Cimg%20src=x%20onerror=window.__xss=1%3E"):
             page.goto(server.url + path)
@@ -140,7 +140,7 @@ def test_static_export_renders_from_file(lab, page, tmp_path):
 def test_polling_fallback_without_event_streams(lab, browser):
     page = browser.new_page()
     page.add_init_script("delete window.EventSource")
-    with ServerThread(lab) as server:
+    with serve_lab(lab) as server:
         page.goto(f"{server.url}/run/rung-s-aaaa1111")
         page.wait_for_selector("body[data-ready='1']")
         run = track.init(lab / "rung-s-aaaa1111", {}, reason="resume")
@@ -151,7 +151,7 @@ def test_polling_fallback_without_event_streams(lab, browser):
 
 
 def test_compare_switches_x_to_flops_and_log_scales(lab, page):
-    with ServerThread(lab) as server:
+    with serve_lab(lab) as server:
         page.goto(f"{server.url}/compare?runs=rung-s-aaaa1111,rung-m-bbbb2222")
         page.wait_for_selector("body[data-ready='1']")
         labels = page.evaluate("() => window.GLASSLAB_CHARTS.compare.series.map(s => s.label)")

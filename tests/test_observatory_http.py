@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from glasslab import track
-from observatory_lab import SECRET, ServerThread, build_lab, log_step
+from observatory_lab import SECRET, build_lab, log_step, serve_lab
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +30,7 @@ def lab(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(lab):
-    with ServerThread(lab) as srv:
+    with serve_lab(lab) as srv:
         yield srv
 
 

@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     server = None
     if not args.no_serve:
         server = BackgroundServer(lab, host=args.host, port=args.port)
-        console.print(f"live observatory: [bold]{server.url}[/bold]")
+        console.print(f"live observatory: [bold]{server.url}/[/bold]")
     cores = os.cpu_count() or 1
     steps = demo_steps(quick=args.quick, device=args.device, threads=max(1, cores // args.jobs), hero_threads=cores)
     report = Executor(lab, backend="local", jobs=args.jobs).run(steps)
@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     site = publish(lab, lab / "site")
     console.print(f"static site: {site}  ({time.monotonic() - started:.0f} s in all)")
     if server is not None:
-        console.print(f"serving {server.url} until Ctrl-C")
+        console.print(f"serving {server.url}/ until Ctrl-C")
         try:
             server.wait()
         except KeyboardInterrupt:

@@ -9,7 +9,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from glasslab.errors import UserError
@@ -80,9 +82,27 @@ def run(args: argparse.Namespace) -> int:
     run_cfg = configs.from_dict(RunConfig, configs.apply_overrides(base, overrides))
     if run_dir is None:
         run_dir = lab / f"{name}-{configs.config_hash(run_cfg)[:8]}"
-    result = train(run_cfg, run_dir, resume=args.resume, fork=fork, device=args.device)
+    with training_progress(run_dir.name, enabled=int(os.environ.get("RANK", "0")) == 0) as progress:
+        result = train(run_cfg, run_dir, resume=args.resume, fork=fork, device=args.device, progress=progress)
     if int(os.environ.get("RANK", "0")) == 0:
         loss = result.get("eval/macro/loss")
         print(f"{run_dir}: {result['status']} at step {result['step']}"
               + (f", eval/macro/loss {loss:.4f}" if loss is not None else ""))
     return 0
+
+
+@contextlib.contextmanager
+def training_progress(name: str, enabled: bool) -> Iterator[Callable[[int, int, dict[str, float]], None]]:
+    """A rich progress bar (steps, loss, time left) fed by the trainer's per-step callback."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("loss {task.fields[loss]}"), TimeRemainingColumn())
+    with Progress(*columns, disable=not enabled) as bar:
+        task = bar.add_task(name, total=None, loss="-")
+
+        def update(step: int, total: int, metrics: dict[str, float]) -> None:
+            loss = metrics.get("train/loss")
+            bar.update(task, completed=step, total=total, loss="-" if loss is None else f"{loss:.4f}")
+
+        yield update

@@ -50,13 +50,14 @@ def ladder_spec(quick: bool) -> LadderSpec:
                        moe=MoEConfig(num_experts=8, top_k=2, num_shared_experts=1, router="sigmoid",
                                      balancing="sign"))
     return LadderSpec(name=LADDER, base_model=base, widths=(16, 24, 32, 48), hero_width=72, head_dim=8,
-                      width_per_layer=16, seq_len=32 if quick else 64, tokens_per_param=1.0 if quick else 5.0,
-                      min_steps=30 if quick else 100, seeds_per_rung=(1,) if quick else (2, 2, 1))
+                      width_per_layer=16, seq_len=32 if quick else 64, tokens_per_param=1.0 if quick else 10.0,
+                      min_steps=30 if quick else 200, lr_multiplier=0.5,
+                      seeds_per_rung=(1,) if quick else (2, 2, 1))
 
 
 def train_recipe(quick: bool) -> TrainConfig:
     """What every rung and the hero share: schedule, guard, intervals (batch, steps and LR come from the plan)."""
-    return TrainConfig(schedule=ScheduleConfig(kind="wsd", warmup_fraction=0.05, decay_fraction=0.2),
+    return TrainConfig(schedule=ScheduleConfig(kind="wsd", warmup_fraction=0.1, decay_fraction=0.2),
                        guard=GuardConfig(sigma=8.0), eval_max_tokens=1024 if quick else 4096, eval_batch_size=32,
                        sample_max_new_tokens=24, checkpoint_interval=100 if quick else 200)
 

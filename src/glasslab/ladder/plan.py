@@ -62,6 +62,9 @@ class LadderSpec:
     """Training tokens per active parameter (``param_counts()['active']``), the same at every rung."""
     min_steps: int = 1000
     """Fewest optimiser steps a rung may take; the batch shrinks to keep this many."""
+    lr_multiplier: float = 1.0
+    """Scales the rule's learning rate for every rung and the hero alike (DeepSeek's constants were
+    fitted on their recipe; a different one may want a different constant, never a per-rung tweak)."""
     seeds_per_rung: tuple[int, ...] = (3, 3, 2, 2)
     """Seeds of the i-th smallest rung; the last value repeats for larger rungs. The hero runs one."""
 
@@ -81,6 +84,7 @@ class LadderSpec:
         require(self.seq_len >= 1, "ladder.seq_len", self.seq_len, "≥ 1")
         require(self.tokens_per_param > 0, "ladder.tokens_per_param", self.tokens_per_param, "> 0")
         require(self.min_steps >= 1, "ladder.min_steps", self.min_steps, "≥ 1")
+        require(self.lr_multiplier > 0, "ladder.lr_multiplier", self.lr_multiplier, "> 0")
         require(len(self.seeds_per_rung) >= 1 and min(self.seeds_per_rung) >= 1, "ladder.seeds_per_rung",
                 self.seeds_per_rung, "at least one count, each ≥ 1")
 
@@ -160,12 +164,13 @@ def plan_run(spec: LadderSpec, width: int, *, name: str, role: Literal["rung", "
     params_active = model.param_counts()["active"]
     flops_per_token = model.flops_per_token(spec.seq_len)
     wanted_tokens = tokens if tokens is not None else spec.tokens_per_param * params_active
-    batch_size, learning_rate = batch_and_learning_rate(wanted_tokens * flops_per_token, wanted_tokens,
+    batch_size, rule_lr = batch_and_learning_rate(wanted_tokens * flops_per_token, wanted_tokens,
                                                         spec.seq_len, spec.min_steps)
     steps = max(1, round(wanted_tokens / (batch_size * spec.seq_len)))
     actual_tokens = steps * batch_size * spec.seq_len
     return PlannedRung(name, role, model, model.size_name(), params_active, spec.seq_len, batch_size,
-                       learning_rate, steps, actual_tokens, actual_tokens * flops_per_token, tuple(seeds))
+                       rule_lr * spec.lr_multiplier, steps, actual_tokens, actual_tokens * flops_per_token,
+                       tuple(seeds))
 
 
 def _seeds(spec: LadderSpec, index: int) -> tuple[int, ...]:

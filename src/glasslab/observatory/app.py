@@ -139,7 +139,8 @@ class BackgroundServer:
         config = uvicorn.Config(create_app(lab_root), host=host, port=port, log_level="error",
                                 timeout_graceful_shutdown=1)
         self.server = uvicorn.Server(config)
-        self.url = f"http://{host}:{port}/"
+        self.port = port
+        self.url = f"http://{host}:{port}"
         self.thread = threading.Thread(target=self.server.run, name="observatory", daemon=True)
         self.thread.start()
         deadline = time.monotonic() + start_timeout
@@ -147,6 +148,12 @@ class BackgroundServer:
             if not self.thread.is_alive() or time.monotonic() > deadline:
                 raise UserError(f"observatory: could not serve on {host}:{port} (port in use?); pass --port")
             time.sleep(0.02)
+
+    def __enter__(self) -> BackgroundServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
     def wait(self) -> None:
         """Block until the server stops (Ctrl-C raises KeyboardInterrupt here)."""

@@ -66,8 +66,10 @@ class Trainer:
     """Runs optimiser steps on ``parts`` under ``cfg``, logging to ``run`` (None on ranks other than 0)."""
 
     def __init__(self, cfg: TrainConfig, parts: RunParts, run: Run | None, run_dir: Path, ctx: DistContext,
-                 config_data: dict, peak_flops: float) -> None:
+                 config_data: dict, peak_flops: float,
+                 progress: Callable[[int, int, dict[str, float]], None] | None = None) -> None:
         self.cfg = cfg
+        self.progress = progress
         self.parts = parts
         self.run = run
         self.run_dir = Path(run_dir)
@@ -171,6 +173,8 @@ class Trainer:
                 self._event("preempted", f"preempted at step {self.step}; checkpoint written", step=self.step)
                 return "preempted"
             self.at_intervals()
+            if self.progress is not None:
+                self.progress(self.step, self.cfg.total_steps, self.last_metrics)
         self.evaluate_and_sample()
         if not (ckpt.checkpoint_path(self.run_dir, self.step)).exists():
             self.save_checkpoint()

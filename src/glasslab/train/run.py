@@ -18,6 +18,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,8 +41,12 @@ RESULT = "result.json"
 
 
 def train(run_cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, fork: str | None = None,
-          record_extra: dict | None = None, device: str = "cpu") -> dict[str, Any]:
+          record_extra: dict | None = None, device: str = "cpu",
+          progress: Callable[[int, int, dict[str, float]], None] | None = None) -> dict[str, Any]:
     """Train ``run_cfg`` into ``run_dir``; return the final metrics (incl. ``eval/macro/loss``).
+
+    ``progress(step, total_steps, last_metrics)`` is called after every optimiser step (a progress
+    bar, say); it must be cheap.
 
     Under torchrun every rank calls this; the process group is set up from the environment. Apart
     from ``run_dir`` it leaves no trace: RNG states and the SIGTERM handler are put back on return.
@@ -50,14 +55,14 @@ def train(run_cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, fork
     caller_rng = capture_rng()  # the run seeds every generator; the caller gets its own back
     ctx = distributed.setup(device)
     try:
-        return _train(run_cfg, run_dir, ctx, resume, fork, record_extra or {})
+        return _train(run_cfg, run_dir, ctx, resume, fork, record_extra or {}, progress)
     finally:
         ctx.close()
         restore_rng(caller_rng)
 
 
 def _train(run_cfg: RunConfig, run_dir: Path, ctx: distributed.DistContext, resume: bool, fork: str | None,
-           record_extra: dict) -> dict[str, Any]:
+           record_extra: dict, progress: Callable[[int, int, dict[str, float]], None] | None) -> dict[str, Any]:
     cfg = run_cfg.train
     cfg.micro_batches(ctx.world_size)  # batch shape errors before anything is built
     config_data = configs.to_dict(run_cfg)
@@ -88,7 +93,7 @@ def _train(run_cfg: RunConfig, run_dir: Path, ctx: distributed.DistContext, resu
                  **record_extra}
         run = track.init(run_dir, config_data, record_extra=extra, reason=reason)
     try:
-        trainer = Trainer(cfg, parts, run, run_dir, ctx, config_data, peak)
+        trainer = Trainer(cfg, parts, run, run_dir, ctx, config_data, peak, progress)
         for step, problem in fallbacks:
             trainer.record_fallback(step, problem)
         if start_from is not None:
