@@ -9,10 +9,11 @@ over synthetic ladders, with L∞ pinned at the truth (1,000 ladders) and free (
 Part 2 (with ``--lab``): the leave-last-rung-out back-test of a ladder trained into that lab (rungs
 written by the ladder runner, ``role: rung`` in run.json): the relative error of the predicted final
 loss of the largest rung in percent (target ≤ 1.5%), whether the 90% interval held it, and each
-rung's seed spread. Training the ladder is the runner's job (``glasslab ladder run``); this bench
-reads what it left, so the same numbers can be recomputed from a published lab folder.
+rung's seed spread. Training the ladder is the executor's job; this bench reads what it left, so the
+same numbers can be recomputed from a published lab folder:
 
-    python bench/ladder_bench.py [--lab LAB --ladder NAME --L-inf NATS|free --sweep NATS ...]
+    glasslab run tiny_ladder --lab LAB --jobs 2        # the built-in ladder trained to the rules
+    python bench/ladder_bench.py [--lab LAB --ladder tiny --L-inf 1.0 --sweep 0.5 1.5]
 """
 
 from __future__ import annotations
@@ -153,7 +154,7 @@ def main() -> None:
         print(f"ladder_backtest_rel_error_pct: {error:.2f}  (target <= 1.5)")
     else:
         print("ladder_backtest_rel_error_pct: n/a  "
-              "(needs a trained ladder: --lab LAB after `glasslab ladder run`)")
+              "(needs a trained ladder: --lab LAB after `glasslab run tiny_ladder --lab LAB`)")
 
 
 if __name__ == "__main__":
