@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -89,13 +88,6 @@ def run(args: argparse.Namespace) -> int:
         loss = result.get("eval/macro/loss")
         print(f"{run_dir}: {result['status']} at step {result['step']}"
               + (f", eval/macro/loss {loss:.4f}" if loss is not None else ""))
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        # Under torchrun on CPU, gloo's threads sometimes abort the interpreter's teardown ("terminate
-        # called without an active exception") after the group is destroyed and every file is
-        # written; skip that teardown so a finished rank exits 0.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
     return 0
 
 

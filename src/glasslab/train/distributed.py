@@ -51,10 +51,13 @@ class DistContext:
         if self.active:
             dist.barrier()
 
-    def close(self) -> None:
+    def close(self, clean: bool = True) -> None:
+        """Leave the process group. ``clean=False`` (this rank is raising) skips the barrier: a peer
+        may be waiting in another collective, and the error must surface rather than hang there."""
         if self.owns_group and dist.is_initialized():
-            # Leave together: a rank tearing gloo down while a peer still talks to it aborts the job.
-            dist.barrier()
+            if clean:
+                # Leave together: a rank tearing gloo down while a peer still talks to it aborts the job.
+                dist.barrier()
             dist.destroy_process_group()
 
 

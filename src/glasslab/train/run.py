@@ -54,10 +54,13 @@ def train(run_cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, fork
     run_dir = Path(run_dir)
     caller_rng = capture_rng()  # the run seeds every generator; the caller gets its own back
     ctx = distributed.setup(device)
+    finished = False
     try:
-        return _train(run_cfg, run_dir, ctx, resume, fork, record_extra or {}, progress)
+        result = _train(run_cfg, run_dir, ctx, resume, fork, record_extra or {}, progress)
+        finished = True
+        return result
     finally:
-        ctx.close()
+        ctx.close(clean=finished)
         restore_rng(caller_rng)
 
 
@@ -87,6 +90,7 @@ def _train(run_cfg: RunConfig, run_dir: Path, ctx: distributed.DistContext, resu
     bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and ctx.device.type == "cuda")
     peak, peak_source = peak_flops(cfg.peak_flops, ctx.device, bf16)
     run = None
+    ctx.barrier()  # every rank has checked the folder before rank 0 writes into it
     if ctx.is_main:
         extra = {**describe(run_cfg), "world_size": ctx.world_size, "device": str(ctx.device),
                  "peak_flops": peak, "peak_flops_source": peak_source, "total_steps": cfg.total_steps,
