@@ -6,6 +6,8 @@ import argparse
 import os
 from pathlib import Path
 
+from glasslab.cli.options import add_lab_option
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -26,9 +28,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     build.add_argument("config", metavar="CONFIG", help="BuildConfig file, or 'demo'")
     build.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides")
     build.add_argument("--out", default=None, help="dataset folder (default: <lab>/data-<config hash>)")
-    build.add_argument(
-        "--lab", default=os.environ.get("GLASSLAB_ROOT", "lab"), help="lab root (default ./lab)"
-    )
+    add_lab_option(build)
     build.add_argument(
         "--strict", action="store_true", help="fail on a malformed JSONL line instead of skipping it"
     )

@@ -7,6 +7,7 @@ import os
 import time
 from pathlib import Path
 
+from glasslab.cli.options import add_lab_option
 from glasslab.errors import UserError
 
 
@@ -21,7 +22,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--quick", action="store_true", help="tiny sizes: the whole DAG in about a minute")
     p.add_argument("--no-serve", action="store_true", help="do not serve the live page")
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
-    p.add_argument("--lab", default=os.environ.get("GLASSLAB_ROOT", "lab"), help="lab root (default ./lab)")
+    add_lab_option(p)
     p.add_argument("--host", default="127.0.0.1", help="address the page binds to (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8765, help="port of the page (default 8765)")
     p.add_argument("--jobs", type=int, default=max(1, min(2, os.cpu_count() or 1)),

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
+from glasslab.cli.options import add_lab_option
 from glasslab.errors import UserError
 
 
@@ -33,7 +33,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                 "eval/macro/loss; predict the target compute with a 90% interval; back-test.")
     fit.add_argument("runs", nargs="*", metavar="RUN",
                      help="rung run folders (default: every rung under --lab)")
-    fit.add_argument("--lab", default=os.environ.get("GLASSLAB_ROOT", "lab"), help="lab root (default ./lab)")
+    add_lab_option(fit)
     fit.add_argument("--ladder", default=None, help="only the rungs of this ladder (with --lab)")
     fit.add_argument("--L-inf", dest="L_inf", required=True, metavar="NATS|free",
                      help="the asymptote: a value to pin (nats/token) or 'free' to fit it")

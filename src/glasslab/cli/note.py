@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
+from glasslab.cli.options import add_lab_option
 from glasslab.errors import UserError
 
 
@@ -18,7 +18,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("run", metavar="RUN", help="run id or run folder")
     p.add_argument("text", help="the note; the first line is its title")
     p.add_argument("--step", type=int, default=None, help="the training step the note is about")
-    p.add_argument("--lab", default=os.environ.get("GLASSLAB_ROOT", "lab"), help="lab root (default ./lab)")
+    add_lab_option(p)
     p.set_defaults(func=run)
 
 

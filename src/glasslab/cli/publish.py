@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
+from glasslab.cli.options import add_lab_option
 from glasslab.errors import UserError
 
 
@@ -16,7 +16,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--watch, re-export the pages whose runs changed every few seconds (a near-live public lab).",
     )
     p.add_argument("--out", required=True, help="folder to write the site into")
-    p.add_argument("--lab", default=os.environ.get("GLASSLAB_ROOT", "lab"), help="lab root (default ./lab)")
+    add_lab_option(p)
     p.add_argument("--watch", action="store_true", help="keep re-exporting what changed")
     p.add_argument("--every", type=float, default=3.0, help="seconds between re-exports with --watch")
     p.set_defaults(func=run)

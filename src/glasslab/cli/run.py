@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import os
+
+from glasslab.cli.options import add_lab_option
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -14,8 +15,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "Each step writes only its own folder <lab>/<name>-<hash8>.",
     )
     p.add_argument("experiment", metavar="FILE.py|NAME", help="experiment file or built-in experiment name")
-    p.add_argument("--lab", default=os.environ.get("GLASSLAB_ROOT", "lab"),
-                   help="lab root (default: $GLASSLAB_ROOT or ./lab)")
+    add_lab_option(p)
     p.add_argument("--dry-run", action="store_true",
                    help="print the plan (what runs, what is cached) and stop")
     p.add_argument("--backend", choices=("local", "ray"), default="local",

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
+
+from glasslab.cli.options import add_lab_option
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -13,7 +14,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="Serve the lab's pages (runs, compare, ladders, data, provenance) with live updates. "
         "Read-only; binds to 127.0.0.1 unless --host says otherwise.",
     )
-    p.add_argument("--lab", default=os.environ.get("GLASSLAB_ROOT", "lab"), help="lab root (default ./lab)")
+    add_lab_option(p)
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8765, help="port (default 8765)")
     p.set_defaults(func=run)

@@ -14,6 +14,7 @@ import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from glasslab.cli.options import add_lab_option
 from glasslab.errors import UserError
 
 
@@ -28,8 +29,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="a run config file (YAML or JSON), then overrides such as train.optimizer.lr=3e-3")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--run-dir", help="the run folder (default: <lab>/<config name>-<config hash>)")
-    where.add_argument("--lab", default=None,
-                       help="lab root for the default run folder (default $GLASSLAB_ROOT or ./lab)")
+    add_lab_option(where, "lab root for the default run folder")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--resume", action="store_true", help="continue the run from its latest intact checkpoint")
     mode.add_argument("--fork", metavar="RUN@STEP",
@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     from glasslab.train.run import checkpoint_config
 
     config_path, overrides = split_items(args.items)
-    lab = Path(args.lab or os.environ.get("GLASSLAB_ROOT", "lab"))
+    lab = Path(args.lab)
     run_dir = Path(args.run_dir) if args.run_dir else None
     fork = None
     if args.fork:
