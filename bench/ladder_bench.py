@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import time
 from pathlib import Path
 
@@ -104,13 +105,24 @@ def bootstrap_speedup(rungs: list[Rung], replicates: int = 300) -> tuple[float, 
     return vectorised, looped
 
 
+def _repetition(run_dir: Path) -> str:
+    """The most-repeated domain of a run (from ``mixture/epochs/*`` in its result.json), as text."""
+    result = run_dir / "result.json"
+    epochs = {k.removeprefix("mixture/epochs/"): v for k, v in
+              (json.loads(result.read_text()) if result.is_file() else {}).items() if k.startswith("mixture/epochs/")}
+    if not epochs:
+        return ""
+    domain = max(epochs, key=epochs.get)
+    return f"; most repeated: {domain} ×{epochs[domain]:.1f}"
+
+
 def trained_ladder_report(lab: Path, ladder: str | None, L_inf: float | None,
                           sweep: list[float]) -> float | None:
     """Print the back-test of the ladder trained in ``lab``; returns the headline error in percent."""
     rungs = read_rungs(find_ladder_runs(lab, ladder))
     for rung in rungs:
         print(f"rung {rung.name} ({rung.size_name}): {rung.flops:.3g} FLOPs, loss {rung.loss_mean:.4f} "
-              f"± {rung.loss_std:.4f} over {len(rung.losses)} seeds")
+              f"± {rung.loss_std:.4f} over {len(rung.losses)} seeds{_repetition(lab / rung.run_ids[0])}")
     fit = fit_ladder(rungs, ladder=ladder or "ladder", target_flops=10 * max(r.flops for r in rungs),
                      L_inf=L_inf, sweep=sweep)
     last = fit["backtest"]["last"]

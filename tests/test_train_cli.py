@@ -76,10 +76,13 @@ def test_sigkill_then_resume_is_bit_identical_even_past_a_corrupt_checkpoint(tmp
         events = b.events()
         assert b.vectors("moe/layer_1/router_bias") == a.vectors("moe/layer_1/router_bias")
         assert b.scalars("eval/macro/loss") == a.scalars("eval/macro/loss")
+        assert b.scalars("mixture/epochs/code") == a.scalars("mixture/epochs/code")  # loader state resumed
+        epochs = a.scalars("mixture/epochs/prose")[1]
         assert [(x["step"], x["text"]) for x in b.samples()] == [(x["step"], x["text"]) for x in a.samples()]
         assert b.samples()[-1]["step"] == 120 and "eval/code/bpb" in b.scalar_keys()
     assert steps == ref_steps and steps[-1] == 120  # (a step the guard skipped is skipped in both)
     assert loss == ref_loss  # bit for bit
+    assert epochs == sorted(epochs) and 0 < epochs[0] < epochs[-1]
     fallback = [e for e in events if e["kind"] == "checkpoint_fallback"]
     assert fallback and fallback[0]["step"] == latest_step and "truncated" in fallback[0]["body"]
     assert any(e["kind"] == "resume" for e in events)

@@ -52,6 +52,9 @@ class SyntheticLoader:
     def weights_at(self, step: int) -> dict[str, float]:
         return {"synthetic": 1.0}
 
+    def epochs(self) -> dict[str, float]:
+        return {"synthetic": 0.0}  # an endless stream never repeats
+
     def state_dict(self) -> dict:
         return {"position": self.position}
 

@@ -178,10 +178,8 @@ class TokenizerConfig:
 def _demo_sources() -> tuple[SourceConfig, ...]:
     word_shape = ("mean_word_length", "symbol_ratio", "alpha_ratio", "top_ngram", "duplicate_ngrams")
     return (
-        SourceConfig(
-            domain="code", kind="builtin", path="stdlib_code", max_bytes=2_000_000, skip_filters=word_shape
-        ),
-        SourceConfig(domain="prose", kind="builtin", path="stdlib_prose", max_bytes=1_500_000),
+        SourceConfig(domain="code", kind="builtin", path="stdlib_code", skip_filters=word_shape),
+        SourceConfig(domain="prose", kind="builtin", path="stdlib_prose"),
         SourceConfig(domain="reference", kind="builtin", path="pydoc_topics"),
     )
 

@@ -29,7 +29,10 @@ from glasslab.train import GuardConfig, ScheduleConfig, TrainConfig
 
 LADDER = "demo"
 VOCAB_SIZE = 1024
-MIXTURE = MixtureConfig(weights={"code": 0.5, "prose": 0.3, "reference": 0.2})
+MIXTURE = MixtureConfig(weights={"code": 0.75, "prose": 0.18, "reference": 0.07})
+"""Close to the domains' sizes (about 1.6M, 230K and 80K training tokens), so the largest runs see no
+domain more than about 3 times: a ladder whose big rungs repeat a small domain 10–20 times bends off
+its scaling law (the tiny ladder's back-test went from +3.6% to about +1% with this mixture)."""
 L_INF = 1.0
 """Assumed irreducible eval loss (nats/token) of this eval set at this context; recorded, and swept."""
 L_INF_SWEEP = (0.5, 1.5)
@@ -57,7 +60,7 @@ def ladder_spec(quick: bool) -> LadderSpec:
 
 def train_recipe(quick: bool) -> TrainConfig:
     """What every rung and the hero share: schedule, guard, intervals (batch, steps and LR come from the plan)."""
-    return TrainConfig(schedule=ScheduleConfig(kind="wsd", warmup_fraction=0.1, decay_fraction=0.2),
+    return TrainConfig(schedule=ScheduleConfig(kind="wsd", warmup_fraction=0.1, decay_fraction=0.2, min_lr_ratio=0.0),
                        guard=GuardConfig(sigma=8.0), eval_max_tokens=1024 if quick else 4096, eval_batch_size=32,
                        sample_max_new_tokens=24, checkpoint_interval=100 if quick else 200)
 

@@ -128,11 +128,25 @@ class GroupedExperts(nn.Module):
 
     def forward(self, x_ND: torch.Tensor, counts_E: torch.Tensor) -> torch.Tensor:
         """Rows of ``x_ND`` are sorted by expert, ``counts_E[e]`` of them for expert e."""
+        if torch.compiler.is_compiling() and x_ND.dtype == torch.bfloat16 and hasattr(torch, "_grouped_mm"):
+            return self._grouped(x_ND, counts_E)
+        return self._eager(x_ND, counts_E)
+
+    # torch.compile traces _grouped_mm with a shape rule that accepts only bf16 (torch 2.13) and cannot
+    # trace the probe: other dtypes run the experts outside the compiled graph.
+    @torch.compiler.disable
+    def _eager(self, x_ND: torch.Tensor, counts_E: torch.Tensor) -> torch.Tensor:
         if grouped_mm_works(x_ND.device.type, x_ND.dtype):
-            offsets_E = torch.cumsum(counts_E, 0).to(torch.int32)
-            h_NF2 = torch._grouped_mm(x_ND, self.gate_up_EDF2, offs=offsets_E)
-            gate, up = h_NF2.chunk(2, dim=-1)
-            return torch._grouped_mm(F.silu(gate) * up, self.down_EFD, offs=offsets_E)
+            return self._grouped(x_ND, counts_E)
+        return self._looped(x_ND, counts_E)
+
+    def _grouped(self, x_ND: torch.Tensor, counts_E: torch.Tensor) -> torch.Tensor:
+        offsets_E = torch.cumsum(counts_E, 0).to(torch.int32)
+        h_NF2 = torch._grouped_mm(x_ND, self.gate_up_EDF2, offs=offsets_E)
+        gate, up = h_NF2.chunk(2, dim=-1)
+        return torch._grouped_mm(F.silu(gate) * up, self.down_EFD, offs=offsets_E)
+
+    def _looped(self, x_ND: torch.Tensor, counts_E: torch.Tensor) -> torch.Tensor:
         outputs = []
         # unbind, not indexing: its backward stacks the per-expert gradients once, where indexing
         # would allocate and add a full (E, D, 2F) zero gradient per expert.

@@ -50,6 +50,7 @@ PANELS = (
     ("MFU", lambda k: k == "throughput/mfu", False),
     ("Eval loss per domain", lambda k: k.startswith("eval/") and k.endswith("/loss"), False),
     ("Mixture weights in force", lambda k: k.startswith("mixture/weight/"), False),
+    ("Passes over each domain's training data", lambda k: k.startswith("mixture/epochs/"), False),
     ("Eval bits per byte", lambda k: k.startswith("eval/") and k.endswith("/bpb"), False),
 )
 

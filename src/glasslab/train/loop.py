@@ -49,7 +49,7 @@ class RunParts:
 
     ``model`` has ``forward(tokens_BT) -> logits_BTV``, ``aux_loss()`` and ``param_groups()``;
     ``balancer`` (or None for dense models) has ``step() -> stats`` with ``.scalars``/``.vectors``
-    and ``state_dict()``; ``loader`` has ``next_batch()``, ``skip(n)``, ``weights_at(step)`` and
+    and ``state_dict()``; ``loader`` has ``next_batch()``, ``skip(n)``, ``weights_at(step)``, ``epochs()`` and
     ``state_dict()``; ``evaluate(model)`` returns ``eval/...`` metrics; ``sample(model, step)``
     returns (prompt, text) pairs.
     """
@@ -327,7 +327,11 @@ class Trainer:
             self._event("mixture_phase", f"mixture changed at step {self.step}",
                         body=", ".join(f"{d}={w:g}" for d, w in sorted(weights.items())), step=self.step)
         self._mixture = weights
-        return {f"mixture/weight/{domain}": float(w) for domain, w in weights.items()}
+        metrics = {f"mixture/weight/{domain}": float(w) for domain, w in weights.items()}
+        # How often each domain's training tokens have been seen: repetition beyond a few epochs
+        # bends a ladder's losses off its scaling law.
+        metrics.update({f"mixture/epochs/{domain}": e for domain, e in self.parts.loader.epochs().items()})
+        return metrics
 
     def _event(self, kind: str, title: str, body: str = "", step: int | None = None, severity: str = "info") -> None:
         if self.run is not None:
