@@ -156,3 +156,19 @@ def test_unfinished_rung_run_is_refused(tmp_path):
     run.finish()
     with pytest.raises(UserError, match="has not finished \\(last eval at step 500 of 1000\\)"):
         read_rungs([tmp_path / "r"])
+
+
+def test_seeds_of_two_recipes_are_not_pooled_into_one_rung(tmp_path):
+    """Two recipes trained under one ladder name in one lab: pooling them would fit a blend of both."""
+    extra = {"role": "rung", "ladder": "tiny", "rung": "d64", "params_active": 1e5, "flops": 1e15, "steps": 100,
+             "batch_size": 4, "seq_len": 64}
+    for seed, weights in ((0, {"code": 0.5}), (1, {"code": 0.5}), (2, {"code": 0.75})):
+        cfg = {"data": {"seed": seed, "mixture": {"weights": weights}}, "train": {"seed": seed}}
+        run = track.init(tmp_path / f"s{seed}", cfg, record_extra={**extra, "seed": seed})
+        run.finish()
+        (tmp_path / f"s{seed}" / "result.json").write_text(json.dumps({"eval/macro/loss": 3.0}))
+    (rung,) = read_rungs([tmp_path / "s0", tmp_path / "s1"])
+    assert len(rung.losses) == 2
+    with pytest.raises(UserError, match=r"rung d64: s0 and s2 differ in more than the seed "
+                                        r"\(data.mixture.weights.code\)"):
+        read_rungs([tmp_path / "s0", tmp_path / "s1", tmp_path / "s2"])

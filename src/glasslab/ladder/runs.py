@@ -6,7 +6,7 @@ A rung's runs carry in ``run.json`` the fields the planner put there (``role``, 
 is ``eval/macro/loss`` from ``result.json``, else the eval logged at the last planned step (an
 unfinished run is an error, not a data point); losses logged along the way give the rung's loss at
 every 5% of its training (linear in steps between evals), which the curve fit uses. Seeds of one
-rung become one :class:`Rung`.
+rung become one :class:`Rung`; their configs must differ only in seeds.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from glasslab import track
+from glasslab import config, track
 from glasslab.errors import UserError
 from glasslab.ladder.fit import TARGET_METRIC
 from glasslab.ladder.predict import CURVE_FRACTIONS
@@ -53,6 +53,7 @@ def read_rungs(run_dirs: Iterable[str | Path]) -> list[Rung]:
         by_rung.setdefault(str(record["rung"]), []).append((run_dir, record, final, partial))
     rungs = []
     for name, seeds in by_rung.items():
+        _check_one_recipe(name, [(run_dir, record) for run_dir, record, *_ in seeds])
         record = seeds[0][1]
         common = set.intersection(*(set(p) for *_, p in seeds))
         rungs.append(Rung(
@@ -63,6 +64,19 @@ def read_rungs(run_dirs: Iterable[str | Path]) -> list[Rung]:
             partial={f: tuple(s[3][f] for s in seeds) for f in sorted(common)},
         ))
     return sorted(rungs, key=lambda r: r.flops)
+
+
+def _check_one_recipe(rung: str, runs: list[tuple[Path, dict]]) -> None:
+    """Seeds of a rung are pooled, so their run configs may differ only in seeds (two recipes that
+    share a ladder name in one lab would otherwise be averaged into one rung)."""
+    first_dir, first = runs[0]
+    for run_dir, record in runs[1:]:
+        fields = [k for k in config.diff(first.get("config", {}), record.get("config", {}))
+                  if k.rpartition(".")[2] != "seed"]
+        if fields:
+            raise UserError(f"rung {rung}: {first_dir.name} and {run_dir.name} differ in more than the seed "
+                            f"({', '.join(fields[:3])}{', …' if len(fields) > 3 else ''}); fit one recipe at "
+                            "a time (another ladder name, or another lab)")
 
 
 def _target_history(run_dir: Path) -> tuple[list[int], list[float]]:
