@@ -140,12 +140,14 @@ def test_grouped_mm_probe_is_not_fooled_by_no_grad():
     assert under_inference == moe_module.grouped_mm_works("cpu", torch.float32)
 
 
-def test_compiled_moe_matches_eager_in_fp32():
-    """torch.compile's shape rule for _grouped_mm accepts only bf16: fp32 experts must run outside the graph."""
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_compiled_moe_matches_eager(dtype):
+    """torch.compile's shape rule for _grouped_mm accepts only bf16: bf16 experts are traced, fp32 ones
+    must run outside the graph."""
     cfg = ModelConfig(vocab_size=64, d_model=32, n_layers=1, n_heads=2, d_ff=32,
                       moe=MoEConfig(num_experts=4, top_k=2, d_expert=32))
     torch.manual_seed(0)
-    model = Transformer(cfg)
+    model = Transformer(cfg).to(dtype)
     tokens = torch.randint(0, 64, (2, 17))
     eager = model(tokens)
     compiled = torch.compile(model, backend="eager")(tokens)  # dynamo traces; no C++ build needed
