@@ -35,7 +35,8 @@ domain more than about 3 times: a ladder whose big rungs repeat a small domain 1
 its scaling law (the tiny ladder's back-test went from +3.6% to about +1% with this mixture)."""
 LR_MULTIPLIER = 0.35
 """On the planner's LR rule: at 0.5 the demo's d48 rung (500 steps, 50 of warmup) spiked through three
-rollbacks on the whole built-in corpora; 0.35 trains every rung without one."""
+rollbacks on the whole built-in corpora; at 0.35 no rung rolls back (the hero still rolls back twice
+early on, and the spike guard records it)."""
 L_INF = 1.0
 """Assumed irreducible eval loss (nats/token) of this eval set at this context; recorded, and swept."""
 L_INF_SWEEP = (0.5, 1.5)
