@@ -23,15 +23,12 @@ from glasslab.ladder.steps import DATA_STEP, ladder_steps
 LADDER = "tiny"
 EVAL_MAX_TOKENS = 16384
 """Eval tokens per domain (the demo's 4,096 are cut for time)."""
-LR_MULTIPLIER = 0.5
-"""The multiplier this ladder was measured with: its 1,000-step runs warm up over 100 steps and train
-at 0.5 with a rare rollback (3 of 20 runs), where the demo's 500-step runs need 0.35."""
 
 
 def spec() -> LadderSpec:
     """The demo's recipe and widths, trained to the rules above."""
     return dataclasses.replace(ladder_spec(quick=False), name=LADDER, tokens_per_param=20.0, min_steps=1000,
-                               seeds_per_rung=(6, 6, 4, 4), lr_multiplier=LR_MULTIPLIER)
+                               seeds_per_rung=(6, 6, 4, 4))
 
 
 def steps() -> list[Step]:
