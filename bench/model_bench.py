@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from glasslab.model import ModelConfig, MoEConfig, Transformer
+from glasslab.train.throughput import matmul_flops_per_s, synchronize
 
 SEQ, BATCH = 256, 8
 MOE_CPU = ModelConfig(
@@ -44,26 +45,6 @@ MOE_CPU = ModelConfig(
 DENSE_CPU = ModelConfig(vocab_size=8192, d_model=256, n_layers=8, n_heads=4, d_ff=768)
 
 
-def matmul_flops_per_s(n: int, dtype: torch.dtype, device: str, seconds: float = 2.0) -> float:
-    """Measured FLOP/s of an n×n by n×n matmul (2n³ FLOPs), best of repeated timings."""
-    a = torch.randn(n, n, dtype=dtype, device=device)
-    b = torch.randn(n, n, dtype=dtype, device=device)
-    best = float("inf")
-    deadline = time.perf_counter() + seconds
-    while time.perf_counter() < deadline:
-        _sync(device)
-        t0 = time.perf_counter()
-        a @ b
-        _sync(device)
-        best = min(best, time.perf_counter() - t0)
-    return 2 * n**3 / best
-
-
-def _sync(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()
-
-
 def train_tokens_per_s(steps_by_name: dict, repeats: int, tokens_per_step: int, device: str) -> dict:
     """Tokens/s of each ``step()`` after one warm-up step each: best of ``repeats`` timed steps, taken
     round-robin so that load from others on a shared machine hits every model alike."""
@@ -72,10 +53,10 @@ def train_tokens_per_s(steps_by_name: dict, repeats: int, tokens_per_step: int, 
     best = dict.fromkeys(steps_by_name, float("inf"))
     for _ in range(repeats):
         for name, step in steps_by_name.items():
-            _sync(device)
+            synchronize(device)
             t0 = time.perf_counter()
             step()
-            _sync(device)
+            synchronize(device)
             best[name] = min(best[name], time.perf_counter() - t0)
     return {name: tokens_per_step / seconds for name, seconds in best.items()}
 
@@ -125,7 +106,7 @@ def hf_step_fn(cfg: ModelConfig, batch: int, seq: int, experts_implementation: s
 
 
 def cpu_section(steps: int, compile: bool) -> list[str]:
-    peak = matmul_flops_per_s(2048, torch.float32, "cpu")
+    peak = matmul_flops_per_s("cpu", torch.float32, 2048, repeats=30)
     steps_by_name = {
         "ours": ours_step_fn(MOE_CPU, BATCH, SEQ, "cpu", torch.float32),
         "dense": ours_step_fn(DENSE_CPU, BATCH, SEQ, "cpu", torch.float32),
@@ -137,7 +118,7 @@ def cpu_section(steps: int, compile: bool) -> list[str]:
         steps_by_name["dense_compiled"] = ours_step_fn(DENSE_CPU, BATCH, SEQ, "cpu", torch.float32, compile=True)
     rate = train_tokens_per_s(steps_by_name, steps, BATCH * SEQ, "cpu")
     ours, dense, hf, hf_eager = rate["ours"], rate["dense"], rate["hf"], rate["hf_eager"]
-    peak = max(peak, matmul_flops_per_s(2048, torch.float32, "cpu"))  # best seen, before and after
+    peak = max(peak, matmul_flops_per_s("cpu", torch.float32, 2048, repeats=30))  # best seen, before and after
     frac = {name: (DENSE_CPU if name.startswith("dense") else MOE_CPU).flops_per_token(SEQ) * rate[name] / peak
             for name in steps_by_name}
     print(f"cpu threads {torch.get_num_threads()}, fp32 2048² matmul {peak / 1e9:.1f} GFLOP/s")
@@ -160,7 +141,7 @@ def cpu_section(steps: int, compile: bool) -> list[str]:
 
 
 def gpu_section(steps: int) -> list[str]:
-    peak = matmul_flops_per_s(8192, torch.bfloat16, "cuda")
+    peak = matmul_flops_per_s("cuda", torch.bfloat16, 8192, repeats=50)
     moe = ModelConfig(
         vocab_size=32768,
         d_model=1024,

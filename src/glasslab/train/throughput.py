@@ -38,19 +38,24 @@ def table_peak_flops(device_name: str) -> float | None:
     return None
 
 
-@functools.cache
-def measured_peak_flops(device: str, dtype: torch.dtype, size: int = 1024, repeats: int = 5) -> float:
-    """Best achieved FLOP/s of a ``size``-square matmul on ``device`` (timed once per process)."""
+def matmul_flops_per_s(device: str, dtype: torch.dtype, size: int = 1024, repeats: int = 5) -> float:
+    """Best achieved FLOP/s of a ``size``-square matmul on ``device`` over ``repeats`` timings."""
     a = torch.randn(size, size, device=device, dtype=dtype)
     b = torch.randn(size, size, device=device, dtype=dtype)
     best = float("inf")
     for _ in range(repeats + 1):  # the first call warms caches and kernels up
-        _synchronize(device)
+        synchronize(device)
         start = time.perf_counter()
         a @ b
-        _synchronize(device)
+        synchronize(device)
         best = min(best, time.perf_counter() - start)
     return 2 * size**3 / best
+
+
+@functools.cache
+def measured_peak_flops(device: str, dtype: torch.dtype) -> float:
+    """:func:`matmul_flops_per_s` at its defaults, timed once per process."""
+    return matmul_flops_per_s(device, dtype)
 
 
 def peak_flops(flag: float, device: torch.device, bf16: bool) -> tuple[float, str]:
@@ -68,7 +73,8 @@ def peak_flops(flag: float, device: torch.device, bf16: bool) -> tuple[float, st
     return flops, "measured"
 
 
-def _synchronize(device: str) -> None:
+def synchronize(device: str) -> None:
+    """Wait for ``device``'s queued work (a no-op on the CPU), so wall-clock timings cover it."""
     if device.startswith("cuda"):
         torch.cuda.synchronize()
 
