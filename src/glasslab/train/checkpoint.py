@@ -10,7 +10,6 @@ skipped by :func:`latest_valid`, which reports it so the trainer records ``check
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -21,6 +20,8 @@ from typing import Any
 
 import torch
 
+from glasslab.data.shards import file_sha256
+
 CHECKPOINTS = "checkpoints"
 MANIFEST = "manifest.json"
 PREFIX = "step-"
@@ -30,14 +31,6 @@ TEMP_PREFIX = ".tmp-"
 def checkpoint_path(run_dir: Path, step: int) -> Path:
     """Where the checkpoint taken after ``step`` optimiser steps lives."""
     return Path(run_dir) / CHECKPOINTS / f"{PREFIX}{step:07d}"
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _fsync_dir(path: Path) -> None:
@@ -62,7 +55,7 @@ def save_checkpoint(run_dir: Path, step: int, parts: dict[str, Any]) -> Path:
             torch.save(state, f)
             f.flush()
             os.fsync(f.fileno())
-        files[path.name] = {"bytes": path.stat().st_size, "sha256": sha256_file(path)}
+        files[path.name] = {"bytes": path.stat().st_size, "sha256": file_sha256(path)}
     manifest = {"step": step, "time": time.time(), "files": files}
     with open(tmp / MANIFEST, "w", encoding="utf-8") as f:
         json.dump(manifest, f, indent=2)
@@ -103,7 +96,7 @@ def problem_with(path: Path) -> str | None:
         size = file.stat().st_size
         if size != expected["bytes"]:
             return f"{name} has {size} bytes, manifest says {expected['bytes']} (truncated?)"
-        if sha256_file(file) != expected["sha256"]:
+        if file_sha256(file) != expected["sha256"]:
             return f"{name} does not match its sha256 in the manifest (corrupted)"
     return None
 
