@@ -16,8 +16,9 @@ import yaml
 from data_helpers import SRC, build_small, small_build_config, topic_texts
 from glasslab.data import build_dataset, load_tokenizer, manifest_hash
 from glasslab.data.normalize import normalize
-from glasslab.data.shards import file_sha256, open_shard
+from glasslab.data.shards import open_shard
 from glasslab.errors import UserError
+from glasslab.layout import file_sha256
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
 from glasslab.cli.options import add_lab_option
@@ -74,10 +73,9 @@ def run_build(args: argparse.Namespace) -> int:
 
 
 def run_report(args: argparse.Namespace) -> int:
-    import json
-
     from glasslab import config
     from glasslab.data import MixtureConfig, make_report
+    from glasslab.layout import REPORT_FILE, write_json_atomic
 
     mixture = config.load(MixtureConfig, args.mixture) if args.mixture else None
     report = make_report(
@@ -88,10 +86,8 @@ def run_report(args: argparse.Namespace) -> int:
         token_budget=args.token_budget,
         tokens_per_step=args.tokens_per_step,
     )
-    out = Path(args.out) if args.out else Path(args.dataset) / "report.json"
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(json.dumps(report, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, out)
+    out = Path(args.out) if args.out else Path(args.dataset) / REPORT_FILE
+    write_json_atomic(out, report, sort_keys=True)
     print(f"manifest {report['manifest_hash'][:16]}  python {report['python_version']}")
     for domain, d in report["domains"].items():
         print(

@@ -99,7 +99,9 @@ def run_fit(args: argparse.Namespace) -> int:
                      sweep=args.sweep, num_bootstrap=args.bootstrap)
     print(format_fit(fit))
     if args.out:
-        path = write_fit(Path(args.out) / "fit.json", fit)
+        from glasslab.layout import FIT_FILE
+
+        path = write_fit(Path(args.out) / FIT_FILE, fit)
         figures = draw_fit(fit, args.out)
         print(f"wrote {path}, {', '.join(str(f) for f in figures)}")
     return 0

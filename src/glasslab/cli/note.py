@@ -7,6 +7,7 @@ from pathlib import Path
 
 from glasslab.cli.options import add_lab_option
 from glasslab.errors import UserError
+from glasslab.layout import METRICS_DB
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -25,7 +26,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def resolve_run_dir(lab: str, run: str) -> Path:
     """A run folder from a run id under ``lab`` or a path; a one-line error when there is none."""
     for candidate in (Path(lab) / run, Path(run)):
-        if (candidate / "metrics.db").is_file():
+        if (candidate / METRICS_DB).is_file():
             return candidate
     raise UserError(f"run {run!r}: no run store at {Path(lab) / run} or {run}")
 

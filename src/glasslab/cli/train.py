@@ -51,6 +51,7 @@ def split_items(items: list[str]) -> tuple[Path | None, list[str]]:
 def run(args: argparse.Namespace) -> int:
     from glasslab import config as configs
     from glasslab.cli.note import resolve_run_dir
+    from glasslab.layout import TRAINER_STATE
     from glasslab.train import RunConfig, train
     from glasslab.train.checkpoint import checkpoint_path, latest_valid
     from glasslab.train.run import checkpoint_config
@@ -66,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
         parent_dir = resolve_run_dir(str(lab), parent_ref)
         fork = f"{parent_dir}@{step}"
         parent_ckpt = checkpoint_path(parent_dir, int(step))
-        if config_path is None and not (parent_ckpt / "trainer.pt").is_file():
+        if config_path is None and not (parent_ckpt / TRAINER_STATE).is_file():
             raise UserError(f"--fork {args.fork!r}: no checkpoint at step {step} in {parent_dir}")
         base = configs.read_file(config_path) if config_path else checkpoint_config(parent_ckpt)
         name = f"{parent_dir.name}-fork{step}"

@@ -10,7 +10,6 @@ leaves nothing a later step would trust.
 from __future__ import annotations
 
 import json
-import os
 import platform
 import shutil
 import sys
@@ -27,11 +26,19 @@ from glasslab.data.decontaminate import Decontaminator, choose_eval, split_key
 from glasslab.data.dedup import ExactDedup, NearDedup
 from glasslab.data.filters import FILTER_NAMES, first_failed_filter
 from glasslab.data.normalize import normalize
-from glasslab.data.shards import MANIFEST, SPLITS, ShardWriter, file_sha256, index_path, token_dtype
+from glasslab.data.shards import SPLITS, ShardWriter, index_path, token_dtype
 from glasslab.data.tokenizer import EOT, TOKENIZER_DIR, save_tokenizer, train_tokenizer
 from glasslab.errors import UserError
+from glasslab.layout import (
+    BUILD_RECORD,
+    MANIFEST_FILE,
+    REPORT_FILE,
+    file_sha256,
+    move_into_place,
+    remove,
+    write_json_atomic,
+)
 
-BUILD_RECORD = "build.json"
 TMP_DIR = ".build-tmp"
 
 
@@ -182,21 +189,16 @@ def _write_shards(
 
 
 def _write_json(path: Path, data: dict) -> None:
-    path.write_text(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+    write_json_atomic(path, data, sort_keys=True)
 
 
 def _move_into_place(tmp: Path, out_dir: Path) -> None:
     """Replace the dataset in ``out_dir`` by the one in ``tmp``; the manifest goes first out and last in."""
-    (out_dir / MANIFEST).unlink(missing_ok=True)
-    for name in (TOKENIZER_DIR, "shards", BUILD_RECORD, report.REPORT):
-        target = out_dir / name
-        if target.is_dir():
-            shutil.rmtree(target)
-        elif target.exists():
-            target.unlink()
-        os.replace(tmp / name, target)
-    os.replace(tmp / MANIFEST, out_dir / MANIFEST)
-    shutil.rmtree(tmp)
+    remove(out_dir / MANIFEST_FILE)
+    for name in (TOKENIZER_DIR, "shards", BUILD_RECORD, REPORT_FILE):
+        move_into_place(tmp / name, out_dir / name)
+    move_into_place(tmp / MANIFEST_FILE, out_dir / MANIFEST_FILE)
+    remove(tmp)
 
 
 def build_dataset(cfg: BuildConfig, out_dir: Path, progress: bool = True) -> Path:
@@ -262,7 +264,7 @@ def build_dataset(cfg: BuildConfig, out_dir: Path, progress: bool = True) -> Pat
             },
             "domains": entries,
         }
-        _write_json(tmp / MANIFEST, manifest)
+        _write_json(tmp / MANIFEST_FILE, manifest)
         tokens = {"documents": 0, "bytes": 0, "tokens": 0}
         for splits in entries.values():
             for entry in splits.values():
@@ -280,7 +282,7 @@ def build_dataset(cfg: BuildConfig, out_dir: Path, progress: bool = True) -> Pat
         }
         _write_json(tmp / BUILD_RECORD, record)
         _write_json(
-            tmp / report.REPORT,
+            tmp / REPORT_FILE,
             report.make_report(tmp, samples_per_domain=cfg.samples_per_domain, seed=cfg.seed),
         )
         _move_into_place(tmp, out_dir)

@@ -16,8 +16,8 @@ from glasslab.data.config import MixtureConfig
 from glasslab.data.mixture import plan_mixture
 from glasslab.data.shards import manifest_hash, open_shard, read_manifest
 from glasslab.data.tokenizer import load_tokenizer
+from glasslab.layout import BUILD_RECORD
 
-REPORT = "report.json"
 SAMPLE_CHARS = 600
 """Samples are cut to this many characters."""
 
@@ -55,7 +55,7 @@ def make_report(
     """The report of the dataset in ``dataset_dir`` (with the mixture plan when ``mixture`` is given)."""
     dataset_dir = Path(dataset_dir)
     manifest = read_manifest(dataset_dir)
-    build_path = dataset_dir / "build.json"
+    build_path = dataset_dir / BUILD_RECORD
     build = json.loads(build_path.read_text()) if build_path.is_file() else {}
     tokenizer = load_tokenizer(dataset_dir)
     domains = {}

@@ -14,7 +14,6 @@ is therefore a few chunks per worker, whatever the corpus size.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import multiprocessing
 import os
@@ -27,13 +26,13 @@ from pathlib import Path
 import numpy as np
 
 from glasslab.errors import UserError
+from glasslab.layout import MANIFEST_FILE, file_sha256
 
 CHUNK_CHARS = 1 << 20
 """Text per task handed to a worker (characters)."""
 IN_FLIGHT_PER_WORKER = 2
 """Chunks queued per worker; bounds memory while keeping every worker busy."""
 SPLITS = ("train", "eval")
-MANIFEST = "manifest.json"
 
 _worker_tokenizer = None
 _worker_eot = 0
@@ -179,20 +178,15 @@ def index_path(bin_path: Path) -> Path:
     return bin_path.with_name(bin_path.name.removesuffix(".bin") + ".idx.npy")
 
 
-def file_sha256(path: Path) -> str:
-    with open(path, "rb") as handle:
-        return hashlib.file_digest(handle, "sha256").hexdigest()
-
-
 # --- reading ------------------------------------------------------------------------------------
 
 
 def read_manifest(dataset_dir: str | Path) -> dict:
     """The dataset's manifest; a one-line error when the folder is not a finished dataset."""
-    path = Path(dataset_dir) / MANIFEST
+    path = Path(dataset_dir) / MANIFEST_FILE
     if not path.is_file():
         raise UserError(
-            f"{dataset_dir}: not a built dataset (no {MANIFEST}); run `glasslab data build` first"
+            f"{dataset_dir}: not a built dataset (no {MANIFEST_FILE}); run `glasslab data build` first"
         )
     return json.loads(path.read_text())
 
@@ -200,7 +194,7 @@ def read_manifest(dataset_dir: str | Path) -> dict:
 def manifest_hash(dataset_dir: str | Path) -> str:
     """sha256 of the dataset's manifest (which holds the sha256 of every shard and the tokenizer)."""
     read_manifest(dataset_dir)
-    return file_sha256(Path(dataset_dir) / MANIFEST)
+    return file_sha256(Path(dataset_dir) / MANIFEST_FILE)
 
 
 class Shard:

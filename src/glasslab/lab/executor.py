@@ -44,8 +44,8 @@ from glasslab.lab.lock import GUARD_FILE, LOCK_FILE, StepLock, new_owner_id
 from glasslab.lab.plan import Plan, PlannedStep, make_plan
 from glasslab.lab.status import create_step_record, read_step_record, write_step_record
 from glasslab.lab.step import Step
+from glasslab.layout import code_version
 from glasslab.track import log_lab_event
-from glasslab.track.run_record import code_version
 
 BACKENDS = ("local", "ray")
 LOOP_INTERVAL_S = 0.05

@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from glasslab.track.run_record import write_json_atomic
+from glasslab.layout import write_json_atomic
 
 LOCK_FILE = ".lock"
 GUARD_FILE = ".lock.guard"

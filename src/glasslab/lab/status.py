@@ -20,9 +20,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from glasslab.track.run_record import write_json_atomic
+from glasslab.layout import STEP_RECORD, temp_path, write_json_atomic
 
-STEP_RECORD = "step.json"
 STATUSES = ("pending", "running", "succeeded", "failed")
 
 
@@ -44,7 +43,7 @@ def write_step_record(folder: str | Path, record: dict[str, Any]) -> None:
 def create_step_record(folder: str | Path, record: dict[str, Any]) -> bool:
     """Write ``step.json`` only if absent (atomic: link a complete temp file); True when written."""
     folder = Path(folder)
-    tmp = folder / f".{STEP_RECORD}.{os.getpid()}.new"
+    tmp = temp_path(folder / STEP_RECORD)
     write_json_atomic(tmp, record)
     try:
         os.link(tmp, folder / STEP_RECORD)

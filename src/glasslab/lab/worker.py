@@ -30,7 +30,7 @@ import traceback
 from pathlib import Path
 
 from glasslab.lab.attempt import PARENT_PID_ENV, WorkerSpec, one_line_error
-from glasslab.track.run_record import write_json_atomic
+from glasslab.layout import write_json_atomic
 
 ORPHAN_GRACE_S = 30.0
 MAX_RESULT_CHARS = 100_000

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -25,6 +23,7 @@ from glasslab.ladder.backtest import roll_forward
 from glasslab.ladder.predict import predict, predict_curve
 from glasslab.ladder.rungs import Rung, check_rungs
 from glasslab.ladder.uncertainty import law_param_se
+from glasslab.layout import write_json_atomic
 
 TARGET_METRIC = "eval/macro/loss"
 ISOFLOP_TOLERANCE = 0.02
@@ -121,17 +120,7 @@ def rungs_from_fit(fit: dict[str, Any]) -> list[Rung]:
 
 def write_fit(path: str | Path, fit: dict[str, Any]) -> Path:
     """Write ``fit`` as JSON to ``path`` atomically (temp file in the same folder, then rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".fit-", suffix=".json", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(fit, f, indent=1, allow_nan=False)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return write_json_atomic(path, fit, indent=1, allow_nan=False)
 
 
 def read_fit(path: str | Path) -> dict[str, Any]:

@@ -22,7 +22,7 @@ import numpy as np
 from glasslab import track
 from glasslab.errors import UserError
 from glasslab.ladder.fit import TARGET_METRIC
-from glasslab.track.run_record import code_version
+from glasslab.layout import METRICS_DB, code_version
 from glasslab.track.store import append_event
 
 EVENT_KIND = "prediction_out_of_band"
@@ -103,7 +103,7 @@ def watching_band(run_dir: str | Path, every: float = 0.5) -> Iterator[None]:
     stop = threading.Event()
 
     def check() -> None:
-        if (Path(run_dir) / "metrics.db").is_file() and track.read_record(run_dir) is not None:
+        if (Path(run_dir) / METRICS_DB).is_file() and track.read_record(run_dir) is not None:
             check_live_loss(run_dir)
 
     def loop() -> None:

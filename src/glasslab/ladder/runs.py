@@ -22,6 +22,7 @@ from glasslab.errors import UserError
 from glasslab.ladder.fit import TARGET_METRIC
 from glasslab.ladder.predict import CURVE_FRACTIONS
 from glasslab.ladder.rungs import Rung
+from glasslab.layout import METRICS_DB, RESULT_FILE
 
 REQUIRED_FIELDS = ("rung", "params_active", "flops", "steps", "batch_size", "seq_len")
 
@@ -80,7 +81,7 @@ def _check_one_recipe(rung: str, runs: list[tuple[Path, dict]]) -> None:
 
 
 def _target_history(run_dir: Path) -> tuple[list[int], list[float]]:
-    if not (run_dir / "metrics.db").is_file():
+    if not (run_dir / METRICS_DB).is_file():
         return [], []
     with track.RunReader(run_dir) as reader:
         return reader.scalars(TARGET_METRIC)
@@ -88,7 +89,7 @@ def _target_history(run_dir: Path) -> tuple[list[int], list[float]]:
 
 def _final_loss(run_dir: Path, steps: list[int], losses: list[float], total_steps: int) -> float:
     """The finished run's loss: result.json's, else an eval logged at the last planned step."""
-    result_path = run_dir / "result.json"
+    result_path = run_dir / RESULT_FILE
     if result_path.is_file():
         result = json.loads(result_path.read_text())
         if TARGET_METRIC in result:

@@ -22,11 +22,11 @@ from glasslab.ladder.fit import fit_ladder, read_fit, write_fit
 from glasslab.ladder.plan import LadderPlan, PlannedRung, rung_record_extra
 from glasslab.ladder.preregister import hero_record_extra, watching_band
 from glasslab.ladder.runs import read_rungs
+from glasslab.layout import FIT_FILE
 from glasslab.train import RunConfig, TrainConfig
 from glasslab.train.steps import TrainStepConfig, run_training, train_step
 
 DATA_STEP = "data"
-FIT_FILE = "fit.json"
 
 
 @dataclass(frozen=True)

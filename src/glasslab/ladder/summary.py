@@ -13,6 +13,7 @@ from typing import Any
 
 from glasslab import track
 from glasslab.ladder.fit import TARGET_METRIC, read_fit
+from glasslab.layout import FIT_FILE, RESULT_FILE
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,7 @@ def hero_outcome(hero_dir: str | Path) -> HeroOutcome:
     hero_dir = Path(hero_dir)
     record = track.read_record(hero_dir) or {}
     prediction = record["prediction"]
-    result_path = hero_dir / "result.json"
+    result_path = hero_dir / RESULT_FILE
     actual = json.loads(result_path.read_text()).get(TARGET_METRIC) if result_path.is_file() else None
     return HeroOutcome(hero_dir.name, record.get("size_name", ""), float(prediction["flops"]),
                        float(prediction["point"]), float(prediction["lo"]), float(prediction["hi"]), actual)
@@ -52,7 +53,7 @@ def summary_tables(fit_dir: str | Path, hero_dir: str | Path) -> list[Any]:
     """Rich tables: the rungs, the fit with its back-test, and the hero's predicted vs actual loss."""
     from rich.table import Table
 
-    fit = read_fit(Path(fit_dir) / "fit.json")
+    fit = read_fit(Path(fit_dir) / FIT_FILE)
     rungs = Table(title=f"ladder {fit['ladder']}: rungs ({TARGET_METRIC}, nats/token)")
     for column in ("rung", "size", "tokens", "FLOPs", "seeds", "final loss"):
         rungs.add_column(column, justify="left" if column in ("rung", "size") else "right")

@@ -16,15 +16,14 @@ not in the user's hands), saved by ``transformers`` itself into a temp folder, t
 
 from __future__ import annotations
 
-import os
 import shutil
-import tempfile
 import warnings
 from pathlib import Path
 
 import torch
 
 from glasslab.errors import UserError
+from glasslab.layout import atomic_path
 from glasslab.model.config import ModelConfig
 from glasslab.model.transformer import Transformer
 
@@ -189,18 +188,10 @@ def export_hf(model: Transformer, cfg: ModelConfig, tokenizer_dir: Path | None, 
     if cfg.tie_embeddings:
         weights["lm_head.weight"] = weights["model.embed_tokens.weight"]
     hf_model.load_state_dict(weights, strict=True)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
-    try:
+    with atomic_path(out_dir) as tmp:
         hf_model.save_pretrained(tmp)
         if tokenizer_dir is not None:
             for item in Path(tokenizer_dir).iterdir():
                 if item.is_file():
                     shutil.copy2(item, tmp / item.name)
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        os.replace(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out_dir

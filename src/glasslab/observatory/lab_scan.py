@@ -16,13 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from glasslab.config import redact
-from glasslab.track.lab_events import LAB_EVENTS_DB
-from glasslab.track.store import DB_NAME
+from glasslab.layout import FIT_FILE, LAB_EVENTS_DB, METRICS_DB, REPORT_FILE, RUN_RECORD, STEP_RECORD
 
-STEP_FILE = "step.json"
-RUN_FILE = "run.json"
-REPORT_FILE = "report.json"
-FIT_FILE = "fit.json"
 SCAN_DEPTH = 2  # <lab>/<step>/ and one level below (a step holding several runs)
 SKIP_DIRS = frozenset({"checkpoints", "tokenizer", "shards", "__pycache__"})
 
@@ -84,9 +79,9 @@ def scan(root: Path) -> LabIndex:
 
 
 def _classify(index: LabIndex, folder_id: str, folder: Path) -> None:
-    if (folder / DB_NAME).is_file():
+    if (folder / METRICS_DB).is_file():
         index.runs[folder_id] = folder
-    if (folder / STEP_FILE).is_file():
+    if (folder / STEP_RECORD).is_file():
         index.steps[folder_id] = folder
     if (folder / REPORT_FILE).is_file():
         index.reports[folder_id] = folder
@@ -118,8 +113,8 @@ class Lab:
         index = self.index()
         parts = []
         for kind, folders, names in (
-            ("run", index.runs, (RUN_FILE, DB_NAME, DB_NAME + "-wal")),
-            ("step", index.steps, (STEP_FILE,)),
+            ("run", index.runs, (RUN_RECORD, METRICS_DB, METRICS_DB + "-wal")),
+            ("step", index.steps, (STEP_RECORD,)),
             ("report", index.reports, (REPORT_FILE,)),
             ("fit", index.fits, (FIT_FILE,)),
         ):

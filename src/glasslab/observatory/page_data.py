@@ -15,15 +15,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from glasslab.observatory.lab_scan import (
-    FIT_FILE,
-    REPORT_FILE,
-    RUN_FILE,
-    STEP_FILE,
-    Lab,
-    read_json,
-    read_redacted,
-)
+from glasslab.layout import FIT_FILE, REPORT_FILE, RUN_RECORD, STEP_RECORD
+from glasslab.observatory.lab_scan import Lab, read_json, read_redacted
 from glasslab.observatory.series import DEFAULT_POINTS, clean, finite, interpolate, read_series, thin_vectors
 from glasslab.track.lab_events import read_lab_events
 from glasslab.track.reader import RunReader
@@ -96,8 +89,8 @@ def flops_per_token(record: dict[str, Any] | None) -> float | None:
 def run_summary(lab: Lab, run_id: str) -> dict[str, Any]:
     """One line of the overview for a run: status, role, size, latest loss and tokens, prediction."""
     folder = lab.index().runs[run_id]
-    record = read_json(folder / RUN_FILE) or {}
-    step = read_json(folder / STEP_FILE) or {}
+    record = read_json(folder / RUN_RECORD) or {}
+    step = read_json(folder / STEP_RECORD) or {}
     summary: dict[str, Any] = {
         "id": run_id, "role": record.get("role"), "ladder": record.get("ladder"),
         "size_name": record.get("size_name"), "started": record.get("started"),
@@ -160,7 +153,7 @@ def overview_page(lab: Lab) -> dict[str, Any]:
         })
     steps = []
     for step_id, folder in index.steps.items():
-        step = read_json(folder / STEP_FILE) or {}
+        step = read_json(folder / STEP_RECORD) or {}
         steps.append({"id": step_id, "name": step.get("name"), "status": step.get("status"),
                       "attempts": step.get("attempts"), "error": step.get("error"),
                       "is_run": step_id in index.runs, "is_report": step_id in index.reports})
@@ -182,7 +175,7 @@ def run_page(lab: Lab, run_id: str, max_points: int = DEFAULT_POINTS) -> dict[st
     if folder is None:
         return None
     data: dict[str, Any] = {
-        "page": "run", "id": run_id, "title": f"Run {run_id}", "record": read_redacted(folder / RUN_FILE),
+        "page": "run", "id": run_id, "title": f"Run {run_id}", "record": read_redacted(folder / RUN_RECORD),
         "summary": run_summary(lab, run_id), "panels": [], "series": {}, "vectors": {}, "events": [],
         "samples": [], "cursors": {}, "watch": [run_id], "has_report": run_id in index.reports,
     }
@@ -207,7 +200,7 @@ def run_page(lab: Lab, run_id: str, max_points: int = DEFAULT_POINTS) -> dict[st
 def _run_curve(lab: Lab, run_id: str, keys: tuple[str, ...]) -> dict[str, Any]:
     """A run's series for ``keys`` with tokens at each point, for x axes in tokens or FLOPs."""
     folder = lab.index().runs[run_id]
-    record = read_json(folder / RUN_FILE) or {}
+    record = read_json(folder / RUN_RECORD) or {}
     out: dict[str, Any] = {"id": run_id, "flops_per_token": flops_per_token(record),
                            "size_name": record.get("size_name"), "series": {}, "tokens": None}
     with open_run(folder) as reader:
@@ -253,7 +246,7 @@ def find_hero(lab: Lab, fit: dict[str, Any]) -> str | None:
             if hero in (run_id, folder.name):
                 return run_id
     for run_id, folder in index.runs.items():
-        record = read_json(folder / RUN_FILE) or {}
+        record = read_json(folder / RUN_RECORD) or {}
         if record.get("role") == "hero" and record.get("ladder") == fit.get("ladder"):
             return run_id
     return None
@@ -266,7 +259,7 @@ def ladder_page(lab: Lab, fit_id: str) -> dict[str, Any] | None:
     fit = read_json(folder / FIT_FILE) or {}
     hero_id = find_hero(lab, fit)
     hero = _run_curve(lab, hero_id, (LOSS_KEY, "train/loss")) if hero_id else None
-    hero_record = read_json(lab.index().runs[hero_id] / RUN_FILE) if hero_id else None
+    hero_record = read_json(lab.index().runs[hero_id] / RUN_RECORD) if hero_id else None
     # The band drawn is the one registered in the hero's run.json before its first step.
     prediction = (hero_record or {}).get("prediction") or fit.get("prediction")
     cursors = {hero_id: hero.pop("cursor")} if hero and "cursor" in hero else {}
@@ -289,7 +282,7 @@ def provenance_page(lab: Lab, run_id: str) -> dict[str, Any] | None:
     if folder is None:
         return None
     return clean({"page": "provenance", "id": run_id, "title": f"Provenance {run_id}",
-                  "record": read_redacted(folder / RUN_FILE), "step": read_redacted(folder / STEP_FILE),
+                  "record": read_redacted(folder / RUN_RECORD), "step": read_redacted(folder / STEP_RECORD),
                   "watch": []})
 
 

@@ -9,17 +9,24 @@ re-exports never serves half a file. ``watch`` re-exports only the pages whose f
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import time
 from pathlib import Path
 from typing import Any
 
+from glasslab.layout import (
+    FIT_FILE,
+    LAB_EVENTS_DB,
+    METRICS_DB,
+    REPORT_FILE,
+    RUN_RECORD,
+    STEP_RECORD,
+    write_bytes_atomic,
+    write_text_atomic,
+)
 from glasslab.observatory.lab_scan import Lab, file_stamp, read_json
 from glasslab.observatory.page_data import build_page, find_hero
 from glasslab.observatory.shell import STATIC_FILES, render_shell, script_json, static_file
-from glasslab.track.lab_events import LAB_EVENTS_DB
-from glasslab.track.store import DB_NAME
 
 WATCH_SECONDS = 3.0
 
@@ -31,13 +38,6 @@ def page_file(page: str, item_id: str | None) -> str:
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", item_id).strip("._")[:80]
     digest = hashlib.sha256(item_id.encode()).hexdigest()[:8]
     return f"{page}-{slug}-{digest}.html"
-
-
-def _write_atomic(path: Path, content: str | bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(content.encode("utf-8") if isinstance(content, str) else content)
-    os.replace(tmp, path)
 
 
 def site_pages(lab: Lab) -> list[tuple[str, str | None]]:
@@ -52,22 +52,22 @@ def site_pages(lab: Lab) -> list[tuple[str, str | None]]:
 def page_inputs(lab: Lab, page: str, item_id: str | None) -> list[Path]:
     """The files a page is drawn from: when none changed, the exported page is still current."""
     index = lab.index()
-    run_files = (DB_NAME, f"{DB_NAME}-wal", "run.json", "step.json")
+    run_files = (METRICS_DB, f"{METRICS_DB}-wal", RUN_RECORD, STEP_RECORD)
     lab_events = [lab.root / LAB_EVENTS_DB, lab.root / f"{LAB_EVENTS_DB}-wal"]
     if page == "run":
         return [*(index.runs[item_id] / n for n in run_files), *lab_events]
     if page == "provenance":
         return [index.runs[item_id] / n for n in run_files]
     if page == "data":
-        return [index.reports[item_id] / "report.json"]
+        return [index.reports[item_id] / REPORT_FILE]
     if page == "ladder":
         folder = index.fits[item_id]
-        hero = find_hero(lab, read_json(folder / "fit.json") or {})
-        return [folder / "fit.json", *([index.runs[hero] / n for n in run_files] if hero else [])]
+        hero = find_hero(lab, read_json(folder / FIT_FILE) or {})
+        return [folder / FIT_FILE, *([index.runs[hero] / n for n in run_files] if hero else [])]
     runs = [folder / n for folder in index.runs.values() for n in run_files]
     if page == "compare":
         return runs
-    jsons = [f / n for f in (*index.steps.values(), *index.fits.values()) for n in ("step.json", "fit.json")]
+    jsons = [f / n for f in (*index.steps.values(), *index.fits.values()) for n in (STEP_RECORD, FIT_FILE)]
     return [*runs, *jsons, *lab_events]
 
 
@@ -85,13 +85,13 @@ class Publisher:
         written = []
         if not self.stamps:
             for name in STATIC_FILES:
-                _write_atomic(self.out / "static" / name, static_file(name))
+                write_bytes_atomic(self.out / "static" / name, static_file(name))
         pages = site_pages(self.lab)
         links = {(page if item_id is None else f"{page}:{item_id}"): page_file(page, item_id)
                  for page, item_id in pages}
         if links != self.site_links:
             site = f"window.GLASSLAB_SITE = {script_json({'links': links})};\n"
-            _write_atomic(self.out / "data" / "site.js", site)
+            write_text_atomic(self.out / "data" / "site.js", site)
             self.site_links = links
             self.stamps.clear()  # new pages: links on the overview and elsewhere change too
         for page, item_id in pages:
@@ -109,12 +109,12 @@ class Publisher:
             return False
         name = page_file(page, item_id)
         data_name = f"data/{name.removesuffix('.html')}.js"
-        _write_atomic(self.out / data_name, f"window.GLASSLAB_DATA = {script_json(data)};\n")
+        write_text_atomic(self.out / data_name, f"window.GLASSLAB_DATA = {script_json(data)};\n")
         boot: dict[str, Any] = {"mode": "static", "page": page, "id": item_id,
                                 "exported": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         html = render_shell(data["title"], boot, assets="static/", home="index.html",
                             data_scripts=("data/site.js", data_name))
-        _write_atomic(self.out / name, html)
+        write_text_atomic(self.out / name, html)
         return True
 
 

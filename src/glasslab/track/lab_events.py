@@ -11,9 +11,9 @@ import socket
 import time
 from pathlib import Path
 
+from glasslab.layout import LAB_EVENTS_DB
 from glasslab.track.store import check_event, connect
 
-LAB_EVENTS_DB = "events.db"
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS events(
     id INTEGER PRIMARY KEY AUTOINCREMENT, time REAL NOT NULL, kind TEXT NOT NULL,

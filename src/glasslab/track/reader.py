@@ -11,7 +11,7 @@ import sqlite3
 from pathlib import Path
 
 from glasslab.errors import UserError
-from glasslab.track.store import DB_NAME, ROLLUP_WIDTHS, connect
+from glasslab.track.store import METRICS_DB, ROLLUP_WIDTHS, connect
 
 
 class RunReader:
@@ -19,9 +19,9 @@ class RunReader:
 
     def __init__(self, run_dir: str | Path) -> None:
         self.run_dir = Path(run_dir)
-        path = self.run_dir / DB_NAME
+        path = self.run_dir / METRICS_DB
         if not path.is_file():
-            raise UserError(f"{self.run_dir}: no run store here ({DB_NAME} missing)")
+            raise UserError(f"{self.run_dir}: no run store here ({METRICS_DB} missing)")
         self.conn = connect(path, readonly=True)
 
     def close(self) -> None:

@@ -28,13 +28,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from glasslab.errors import UserError
+from glasslab.layout import METRICS_DB
 
-DB_NAME = "metrics.db"
 BUSY_TIMEOUT_MS = 10_000
 LEASE_STALE_SECONDS = 120.0
 EVENT_KINDS = frozenset(
     "note resume fork checkpoint_fallback spike_skipped rollback nonfinite preempted mixture_phase "
-    "prediction_out_of_band sink_failed step_started step_succeeded step_failed step_retried".split()
+    "prediction_out_of_band sink_failed step_started step_succeeded step_failed step_retried prediction_registered "
+    "prediction_replaced export".split()
 )
 SEVERITIES = ("info", "warning", "incident")
 
@@ -93,7 +94,7 @@ def open_db(run_dir: str | Path) -> sqlite3.Connection:
     """Open (creating if needed) a run's ``metrics.db`` for writing, schema in place."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    conn = connect(run_dir / DB_NAME)
+    conn = connect(run_dir / METRICS_DB)
     conn.executescript(SCHEMA)
     return conn
 
@@ -112,8 +113,8 @@ def append_event(
 ) -> None:
     """Add one event to a run's store from any process, without the writer lease (e.g. a note)."""
     check_event(kind, severity)
-    if not (Path(run_dir) / DB_NAME).is_file():
-        raise UserError(f"{run_dir}: no run store here ({DB_NAME} missing)")
+    if not (Path(run_dir) / METRICS_DB).is_file():
+        raise UserError(f"{run_dir}: no run store here ({METRICS_DB} missing)")
     conn = open_db(run_dir)
     try:
         conn.execute(

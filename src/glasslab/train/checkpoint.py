@@ -20,63 +20,42 @@ from typing import Any
 
 import torch
 
-from glasslab.data.shards import file_sha256
-
-CHECKPOINTS = "checkpoints"
-MANIFEST = "manifest.json"
-PREFIX = "step-"
-TEMP_PREFIX = ".tmp-"
-
-
-def checkpoint_path(run_dir: Path, step: int) -> Path:
-    """Where the checkpoint taken after ``step`` optimiser steps lives."""
-    return Path(run_dir) / CHECKPOINTS / f"{PREFIX}{step:07d}"
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+from glasslab.layout import (
+    CHECKPOINT_PREFIX,
+    CHECKPOINTS_DIR,
+    MANIFEST_FILE,
+    TEMP_PREFIX,
+    atomic_path,
+    checkpoint_path,
+    file_sha256,
+    write_json_atomic,
+)
 
 
 def save_checkpoint(run_dir: Path, step: int, parts: dict[str, Any]) -> Path:
-    """Write ``parts`` (name → picklable state) as the checkpoint for ``step``, atomically."""
+    """Write ``parts`` (name → picklable state) as the checkpoint for ``step``, atomically; the same
+    step written again (after a rollback) replaces the old folder."""
     final = checkpoint_path(run_dir, step)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = final.parent / f"{TEMP_PREFIX}{final.name}-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    files = {}
-    for name, state in parts.items():
-        path = tmp / f"{name}.pt"
-        with open(path, "wb") as f:
-            torch.save(state, f)
-            f.flush()
-            os.fsync(f.fileno())
-        files[path.name] = {"bytes": path.stat().st_size, "sha256": file_sha256(path)}
-    manifest = {"step": step, "time": time.time(), "files": files}
-    with open(tmp / MANIFEST, "w", encoding="utf-8") as f:
-        json.dump(manifest, f, indent=2)
-        f.flush()
-        os.fsync(f.fileno())
-    _fsync_dir(tmp)
-    if final.exists():  # the same step written again after a rollback: replace it
-        old = final.parent / f"{TEMP_PREFIX}old-{final.name}-{os.getpid()}"
-        os.replace(final, old)
-        shutil.rmtree(old, ignore_errors=True)
-    os.replace(tmp, final)
-    _fsync_dir(final.parent)
+    with atomic_path(final) as tmp:
+        tmp.mkdir()
+        files = {}
+        for name, state in parts.items():
+            path = tmp / f"{name}.pt"
+            with open(path, "wb") as f:
+                torch.save(state, f)
+                f.flush()
+                os.fsync(f.fileno())
+            files[path.name] = {"bytes": path.stat().st_size, "sha256": file_sha256(path)}
+        write_json_atomic(tmp / MANIFEST_FILE, {"step": step, "time": time.time(), "files": files})
     return final
 
 
 def list_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
     """Completed checkpoint folders of a run as (step, path), oldest first."""
-    root = Path(run_dir) / CHECKPOINTS
+    root = Path(run_dir) / CHECKPOINTS_DIR
     found = []
-    for path in root.glob(f"{PREFIX}*") if root.is_dir() else ():
-        suffix = path.name[len(PREFIX):]
+    for path in root.glob(f"{CHECKPOINT_PREFIX}*") if root.is_dir() else ():
+        suffix = path.name[len(CHECKPOINT_PREFIX):]
         if path.is_dir() and suffix.isdigit():
             found.append((int(suffix), path))
     return sorted(found)
@@ -85,10 +64,10 @@ def list_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
 def problem_with(path: Path) -> str | None:
     """Why the checkpoint at ``path`` cannot be trusted, or None when its files match the manifest."""
     try:
-        manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
+        manifest = json.loads((path / MANIFEST_FILE).read_text(encoding="utf-8"))
         files = manifest["files"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        return f"unreadable {MANIFEST} ({type(exc).__name__})"
+        return f"unreadable {MANIFEST_FILE} ({type(exc).__name__})"
     for name, expected in files.items():
         file = path / name
         if not file.is_file():
@@ -118,7 +97,7 @@ def latest_valid(
 
 def load_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
     """Every part of a verified checkpoint folder, by name (``model``, ``optimizer``, ...)."""
-    manifest = json.loads((Path(path) / MANIFEST).read_text(encoding="utf-8"))
+    manifest = json.loads((Path(path) / MANIFEST_FILE).read_text(encoding="utf-8"))
     parts = {}
     for name in manifest["files"]:
         # Our own files, checked against their sha256 first; they hold NumPy RNG state, hence full unpickling.
@@ -142,6 +121,6 @@ def apply_retention(run_dir: Path, keep_last: int, keep_every: int) -> list[int]
 
 def sweep_temp(run_dir: Path) -> None:
     """Remove half-written temp folders left by a killed writer."""
-    root = Path(run_dir) / CHECKPOINTS
+    root = Path(run_dir) / CHECKPOINTS_DIR
     for path in root.glob(f"{TEMP_PREFIX}*") if root.is_dir() else ():
         shutil.rmtree(path, ignore_errors=True)

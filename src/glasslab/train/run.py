@@ -27,8 +27,7 @@ import torch
 from glasslab import config as configs
 from glasslab import track
 from glasslab.errors import UserError
-from glasslab.track.run_record import write_json_atomic
-from glasslab.track.store import DB_NAME
+from glasslab.layout import METRICS_DB, RESULT_FILE, TRAINER_STATE, write_json_atomic
 from glasslab.train import checkpoint as ckpt
 from glasslab.train import distributed
 from glasslab.train.build import build_parts, describe
@@ -36,8 +35,6 @@ from glasslab.train.loop import Trainer
 from glasslab.train.rng import capture_rng, restore_rng
 from glasslab.train.run_config import RunConfig
 from glasslab.train.throughput import peak_flops
-
-RESULT = "result.json"
 
 
 def train(run_cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, fork: str | None = None,
@@ -83,7 +80,7 @@ def _train(run_cfg: RunConfig, run_dir: Path, ctx: distributed.DistContext, resu
                                                    "step": parent_step}}
     else:
         reason = "start"
-        if (run_dir / DB_NAME).exists() or ckpt.list_checkpoints(run_dir):
+        if (run_dir / METRICS_DB).exists() or ckpt.list_checkpoints(run_dir):
             raise UserError(f"{run_dir}: already holds a run; pass --resume to continue it or choose another folder")
 
     parts = build_parts(run_cfg, ctx)
@@ -114,7 +111,7 @@ def _train(run_cfg: RunConfig, run_dir: Path, ctx: distributed.DistContext, resu
         result = _result(trainer, status, time.time() - started)
         if run is not None:
             if status == "finished":
-                write_json_atomic(run_dir / RESULT, result)
+                write_json_atomic(run_dir / RESULT_FILE, result)
             run.finish(status)
         return result
     except BaseException:
@@ -162,7 +159,7 @@ def _fork_point(fork: str, run_cfg: RunConfig, config_data: dict) -> tuple[Path,
 
 def checkpoint_config(checkpoint_dir: Path) -> dict:
     """The full (unredacted) run config stored in a checkpoint."""
-    return torch.load(Path(checkpoint_dir) / "trainer.pt", map_location="cpu", weights_only=False)["config"]
+    return torch.load(Path(checkpoint_dir) / TRAINER_STATE, map_location="cpu", weights_only=False)["config"]
 
 
 def _unversioned_keys(run_cfg: RunConfig) -> set[str]:

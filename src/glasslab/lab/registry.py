@@ -1,0 +1,86 @@
+"""The lab's registry of pre-registered predictions: append-only, one entry per registration.
+
+Every number the lab commits to before the run that tests it — the hero's loss from the ladder, a
+task accuracy, an experiment card's expectation — is registered here under a name, with its
+interval, *before* that run starts. The file (``<lab>/predictions.jsonl``, see ``layout``) is only
+ever appended to and lives at the lab root, outside every step folder, so ``glasslab run --force``
+cannot erase what was predicted: re-running the fit appends, it never rewrites.
+
+Registering a name again with the same numbers is a no-op (a step re-run after a crash). Registering
+it with other numbers is refused unless ``replace=True``; a replacement is kept beside the old entry
+and recorded as a ``prediction_replaced`` incident in the lab's event log, so a changed prediction is
+always visible. Readers take the newest entry per name.
+
+An entry: ``name``, ``metric`` (e.g. ``eval/macro/loss``), ``point``, ``low``, ``high`` (the
+interval), ``level`` (its coverage, 0.9), ``target`` (what the prediction is about: a step name),
+``source`` (the step folder that registered it), ``details`` (anything else: the law, the curve),
+``registered_at`` (UTC), ``code`` (version), ``seq`` (1, 2, … per name) and ``replaces`` (the
+``seq`` it replaced, for a replacement).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+from glasslab.errors import UserError
+from glasslab.layout import PREDICTIONS_FILE, append_json_line, code_version, read_json_lines
+from glasslab.track import log_lab_event
+
+COMPARED = ("metric", "point", "low", "high", "level", "target")
+"""Fields that make two registrations the same prediction (time, code and source may differ)."""
+
+
+def register(lab_root: str | Path, name: str, *, metric: str, point: float, low: float, high: float,
+             target: str, source: str, level: float = 0.9, details: dict[str, Any] | None = None,
+             replace: bool = False) -> dict[str, Any]:
+    """Register prediction ``name`` (``point`` in ``[low, high]`` at coverage ``level``); returns the
+    entry now in force. Raises UserError when ``name`` holds other numbers and ``replace`` is false."""
+    for field, value in (("point", point), ("low", low), ("high", high)):
+        if not (isinstance(value, (int, float)) and math.isfinite(value)):
+            raise UserError(f"prediction {name!r}: {field}={value!r} is not a finite number")
+    if not low <= point <= high:
+        raise UserError(f"prediction {name!r}: point {point} is outside its interval [{low}, {high}]")
+    entry = {"name": name, "metric": metric, "point": float(point), "low": float(low), "high": float(high),
+             "level": level, "target": target, "source": source, "details": details or {}}
+    root = Path(lab_root)
+    previous = history(root, name)
+    current = previous[-1] if previous else None
+    if current is not None and all(current.get(k) == entry[k] for k in COMPARED):
+        return current
+    if current is not None and not replace:
+        raise UserError(
+            f"prediction {name!r} is already registered ({_describe(current)}, at {current['registered_at']} "
+            f"by {current['source']}); replacing a pre-registered prediction must be asked for explicitly"
+        )
+    entry.update(registered_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), code=code_version(),
+                 seq=len(previous) + 1, replaces=current["seq"] if current else None)
+    append_json_line(root / PREDICTIONS_FILE, entry)
+    if current is None:
+        log_lab_event(root, "prediction_registered", target, f"prediction {name} registered: {_describe(entry)}",
+                      severity="info")
+    else:
+        log_lab_event(root, "prediction_replaced", target,
+                      f"prediction {name} replaced: {_describe(current)} -> {_describe(entry)}",
+                      body=f"registered by {source}; the replaced entry stays in {PREDICTIONS_FILE}",
+                      severity="incident")
+    return entry
+
+
+def history(lab_root: str | Path, name: str) -> list[dict[str, Any]]:
+    """Every registration of ``name``, oldest first."""
+    return [e for e in read_json_lines(Path(lab_root) / PREDICTIONS_FILE) if e.get("name") == name]
+
+
+def predictions(lab_root: str | Path) -> dict[str, dict[str, Any]]:
+    """The entry in force for each name (the newest), in order of first registration."""
+    latest: dict[str, dict[str, Any]] = {}
+    for entry in read_json_lines(Path(lab_root) / PREDICTIONS_FILE):
+        latest[entry["name"]] = entry
+    return latest
+
+
+def _describe(entry: dict[str, Any]) -> str:
+    return f"{entry['metric']} {entry['point']:.4g} [{entry['low']:.4g}, {entry['high']:.4g}]"

@@ -1,0 +1,226 @@
+"""The lab-root file contract: what every file under the lab root is called and how it is written.
+
+Every part that writes into the lab (the executor, the trainer, a data build, a ladder fit, an export,
+the publisher) and every part that reads it back (the observatory, ``glasslab note``, the ladder) uses
+the names here, so a file's name is spelled once. Writes are atomic: a temp name in the same folder,
+fsync, then one ``os.replace``, so a reader (or a later step) sees the old file or the whole new one,
+never half of one — the same rule for a JSON record, a page, a checkpoint folder or a dataset.
+
+This module sits at the bottom of the import order beside ``config`` and ``errors``: it imports no
+other part.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+# --- file names -----------------------------------------------------------------------------------
+
+STEP_RECORD = "step.json"
+"""Every step folder: name, config, dependencies, status, attempts, timings (``lab/status.py``)."""
+RUN_RECORD = "run.json"
+"""A training run's immutable record: resolved config, code and package versions, prediction."""
+RESULT_FILE = "result.json"
+"""A finished training run's final metrics and counters."""
+METRICS_DB = "metrics.db"
+"""A run's SQLite run store (scalars, vectors, events, samples)."""
+LAB_EVENTS_DB = "events.db"
+"""The lab-wide event log at the lab root (step started/succeeded/failed/retried)."""
+FIT_FILE = "fit.json"
+"""A ladder fit: laws, predicted curve, back-test."""
+REPORT_FILE = "report.json"
+"""A dataset's composition report."""
+MANIFEST_FILE = "manifest.json"
+"""A dataset's or checkpoint's manifest: every file with its size and sha256."""
+BUILD_RECORD = "build.json"
+"""A dataset's build record (config, per-stage counts)."""
+CHECKPOINTS_DIR = "checkpoints"
+"""A run's checkpoint folders, ``checkpoints/step-XXXXXXX/``."""
+CHECKPOINT_PREFIX = "step-"
+TRAINER_STATE = "trainer.pt"
+"""The checkpoint part holding counters, loader, balancer, guard and RNG state."""
+CHECKPOINT_CONFIG = "config.json"
+"""The run's full (unredacted) config beside a checkpoint's manifest, readable without unpickling."""
+
+PREDICTIONS_FILE = "predictions.jsonl"
+"""The lab's append-only registry of pre-registered predictions, one JSON object per line
+(``lab/registry.py`` says what an entry holds); it lives at the lab root and outlives ``--force``."""
+
+TEMP_PREFIX = ".tmp-"
+"""Temp files and folders start with this; a reader skips them and a writer's sweep removes them."""
+
+
+def checkpoint_path(run_dir: str | Path, step: int) -> Path:
+    """Where the checkpoint taken after ``step`` optimiser steps lives."""
+    return Path(run_dir) / CHECKPOINTS_DIR / f"{CHECKPOINT_PREFIX}{step:07d}"
+
+
+# --- atomic writes -----------------------------------------------------------------------------------
+
+
+def temp_path(path: str | Path) -> Path:
+    """A fresh temp name beside ``path`` (same folder, so the final rename is atomic)."""
+    path = Path(path)
+    return path.with_name(f"{TEMP_PREFIX}{path.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | Path, *, replace: bool = True) -> Iterator[Path]:
+    """Yield a temp path beside ``path`` to write a file or folder into; move it to ``path`` on success.
+
+    On an exception the temp file or folder is removed and ``path`` is untouched. An existing folder at
+    ``path`` is replaced (moved aside first, then removed) unless ``replace`` is false, in which case
+    an existing ``path`` raises ``FileExistsError`` and the temp is removed.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temp_path(path)
+    try:
+        yield tmp
+        if path.exists() and not replace:
+            raise FileExistsError(f"{path} exists")
+        move_into_place(tmp, path)
+    except BaseException:
+        remove(tmp)
+        raise
+
+
+def move_into_place(source: str | Path, path: str | Path) -> None:
+    """Rename the finished file or folder ``source`` to ``path`` (same file system), replacing what is
+    there: an old folder is moved aside first and removed after, so ``path`` is never half of either."""
+    source, path = Path(source), Path(path)
+    if path.is_dir() and not path.is_symlink():
+        old = temp_path(path)
+        os.replace(path, old)
+        os.replace(source, path)
+        remove(old)
+    else:
+        os.replace(source, path)
+    _fsync_dir(path.parent)
+
+
+def remove(path: str | Path) -> None:
+    """Remove a file or a folder tree if it exists."""
+    path = Path(path)
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically (temp file, fsync, rename); returns ``path``."""
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    return Path(path)
+
+
+def write_text_atomic(path: str | Path, text: str) -> Path:
+    """Write UTF-8 ``text`` to ``path`` atomically."""
+    return write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def json_text(data: Any, *, indent: int | None = 2, sort_keys: bool = False, allow_nan: bool = True) -> str:
+    """The JSON every lab file uses: UTF-8 (not escaped), one trailing newline; objects that are not
+    JSON types (paths, dates) are written as strings. ``allow_nan=False`` refuses NaN and infinities
+    (files a browser parses)."""
+    return json.dumps(data, indent=indent, sort_keys=sort_keys, ensure_ascii=False, allow_nan=allow_nan,
+                      default=str) + "\n"
+
+
+def write_json_atomic(path: str | Path, data: Any, *, indent: int | None = 2, sort_keys: bool = False,
+                      allow_nan: bool = True) -> Path:
+    """Write ``data`` as JSON to ``path`` atomically."""
+    return write_text_atomic(path, json_text(data, indent=indent, sort_keys=sort_keys, allow_nan=allow_nan))
+
+
+def read_json(path: str | Path) -> Any | None:
+    """The JSON in ``path``, or None when the file is absent (atomic writes rule out torn files)."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+
+
+def append_json_line(path: str | Path, record: Any) -> None:
+    """Append ``record`` as one JSON line to ``path`` (created if absent), under an exclusive lock and
+    fsynced, so concurrent appenders never interleave and a returned call is on disk."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = json_text(record, indent=None, allow_nan=False).encode("utf-8")
+    with open(path, "ab") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        try:
+            f.write(line)
+            f.flush()
+            os.fsync(f.fileno())
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+def read_json_lines(path: str | Path) -> list[Any]:
+    """Every record of a file written by :func:`append_json_line` (empty when absent). A last line
+    without its newline is a writer killed mid-append: it never counted, so it is left out."""
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        return []
+    lines = data.split(b"\n")
+    return [json.loads(line) for line in lines[:-1] if line.strip()]
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # some file systems do not open folders; the rename is still atomic
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+# --- hashes and versions ---------------------------------------------------------------------------------
+
+
+def file_sha256(path: str | Path) -> str:
+    """Hex sha256 of a file's bytes."""
+    with open(path, "rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
+
+
+def code_version(path: str | Path | None = None) -> dict[str, Any]:
+    """Git commit of the checkout holding ``path`` (default: this package), whether it has uncommitted
+    changes, and a hash of that diff; all None outside a git checkout (an installed wheel)."""
+    where = Path(path) if path is not None else Path(__file__).resolve().parent
+    try:
+        commit = _git(where, "rev-parse", "HEAD").strip()
+        diff = _git(where, "diff", "HEAD")
+    except (OSError, subprocess.CalledProcessError, subprocess.TimeoutExpired):
+        return {"commit": None, "dirty": None, "diff_sha256": None}
+    return {
+        "commit": commit,
+        "dirty": bool(diff),
+        "diff_sha256": hashlib.sha256(diff.encode()).hexdigest() if diff else None,
+    }
+
+
+def _git(where: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=where, capture_output=True, text=True, check=True, timeout=10
+    ).stdout
