@@ -53,7 +53,8 @@ def overview_page(lab: Lab) -> dict[str, Any]:
         step = lab.json(folder / STEP_RECORD) or {}
         steps.append({"id": step_id, "name": step.get("name"), "status": step.get("status"),
                       "attempts": step.get("attempts"), "error": step.get("error"),
-                      "is_run": step_id in index.runs, "is_report": step_id in index.reports})
+                      "is_run": step_id in index.runs, "is_report": step_id in index.reports,
+                      "is_fit": step_id in index.fits})
     return clean({
         # The lab is named by its folder; "Lab lab" read badly when that folder is called "lab".
         "page": "overview", "title": "Overview", "lab_name": lab.root.resolve().name,

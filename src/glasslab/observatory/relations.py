@@ -127,29 +127,32 @@ class Relations:
         return None
 
     def reproduce(self, run_id: str) -> dict[str, Any]:
-        """What recreates the run: the code version to check out and the command, when recorded;
-        else a ``glasslab train`` of the resolved config (shown with the box)."""
+        """What recreates the run: the commit to check out, then the command recorded with the run
+        when there is one, else ``glasslab train`` of its resolved config (shown beside the box) with
+        the dataset and the fork point filled in from the lab's files."""
         record = self.record(run_id)
         step = self.step(run_id)
-        code = record.get("code") if isinstance(record.get("code"), dict) else step.get("code_version") or {}
+        code = record.get("code") if isinstance(record.get("code"), dict) else step.get("code_version")
+        code = code if isinstance(code, dict) else {}
+        config = (read_redacted(self.index.runs[run_id] / RUN_RECORD) or {}).get("config")
+        commands = [f"git checkout {code['commit']}"] if code.get("commit") else []
         recorded = record.get("command") or step.get("command")
         if isinstance(recorded, list):
             recorded = shlex.join(str(a) for a in recorded)
-        folder = self.index.runs[run_id]
-        config = (read_redacted(folder / RUN_RECORD) or {}).get("config")
-        commands = []
-        commit = code.get("commit") if isinstance(code, dict) else None
-        if commit:
-            commands.append(f"git checkout {commit}")
         if isinstance(recorded, str) and recorded:
             commands.append(recorded)
-            how = "recorded"
         else:
-            commands.append(f"glasslab train config.json --run-dir {shlex.quote(folder.name)}")
-            how = "config"
-        return {"commands": commands, "how": how, "commit": commit,
-                "dirty": bool(code.get("dirty")) if isinstance(code, dict) else False,
-                "diff_sha256": code.get("diff_sha256") if isinstance(code, dict) else None,
+            lab_name = self.lab.root.resolve().name
+            words = ["glasslab", "train", "config.json"]
+            dataset = self.dataset(run_id)
+            if dataset:  # the recorded path may be absolute, on another machine
+                words.append(f"data.path={lab_name}/{dataset}")
+            parent = self.parent(run_id)
+            if parent and parent["name"] and parent["step"] is not None:
+                words += ["--fork", f"{Path(parent['name']).name}@{parent['step']}"]
+            commands.append(shlex.join([*words, "--lab", lab_name]))
+        return {"commands": commands, "recorded": isinstance(recorded, str) and bool(recorded),
+                "commit": code.get("commit"), "dirty": bool(code.get("dirty")), "diff_sha256": code.get("diff_sha256"),
                 "step_name": step.get("name"), "function": step.get("function"), "config": config}
 
 

@@ -74,7 +74,8 @@
     if (d.reports.length) section("Data", el("ul", {}, ...d.reports.map((id) => el("li", {}, link("data", id, id)))));
     if (d.steps.length) {
       section("Steps", table(["step folder", "name", "status", "attempts", "error"],
-        d.steps.map((s) => [s.is_run ? link("run", s.id, s.id) : s.is_report ? link("data", s.id, s.id) : s.id,
+        d.steps.map((s) => [s.is_run ? link("run", s.id, s.id) : s.is_report ? link("data", s.id, s.id)
+          : s.is_fit ? link("ladder", s.id, s.id) : s.id,
           s.name || "", statusCell(s.status), s.attempts ?? "", s.error ? String(s.error).slice(0, 300) : ""])));
     }
     section("Lab events", G.eventsTable(d.events.slice().reverse(), true));

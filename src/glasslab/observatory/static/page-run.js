@@ -56,20 +56,17 @@
   }
 
   function reproduceBox(r) {
-    if (!r) return null;
-    const lines = r.commands.join("\n");
+    if (!r || !r.commands.length) return null;
     const notes = [];
     if (r.dirty) notes.push(el("p", { class: "warn" }, `The run had uncommitted changes (diff sha256 ${r.diff_sha256 || "?"}); `
       + "the commit alone does not hold its exact code."));
-    if (r.how === "config") {
-      notes.push(el("p", { class: "muted" }, r.function && !/cli/.test(r.function)
-        ? `Made by step ${r.step_name || "?"} (${r.function}) of an experiment: rerunning that experiment at this commit `
-          + "recreates it (cached unless --force). To train the same config by hand, save it as config.json:"
-        : "Save the resolved config below as config.json:"));
-      notes.push(el("details", {}, el("summary", {}, "config.json (secrets redacted)"),
-        el("pre", {}, JSON.stringify(r.config || {}, null, 2))));
+    if (!r.recorded) {
+      notes.push(el("p", { class: "muted" }, "config.json is the run's resolved config below (secrets redacted: fill them in)."
+        + (r.function ? ` The run was step ${r.step_name || "?"} (${r.function}) of an experiment; rerunning that experiment `
+          + "at this commit recreates it too (cached unless --force)." : "")));
+      notes.push(el("details", {}, el("summary", {}, "config.json"), el("pre", {}, JSON.stringify(r.config || {}, null, 2))));
     }
-    return section("Reproduce", el("pre", { class: "command", id: "reproduce" }, lines), ...notes);
+    return section("Reproduce", el("pre", { class: "command", id: "reproduce" }, r.commands.join("\n")), ...notes);
   }
 
   function exportsSection(exports) {
@@ -196,8 +193,7 @@
     box.append(el("div", { class: "controls" }, el("label", {}, "layer ", select),
       el("span", { class: "muted" }, "Hover a chart or a heatmap: the other follows, and the experts with the "
         + "largest values at that step are named.")), body);
-    const scalars = (layer) => [`moe/layer_${layer}/router_bias_norm`, `moe/layer_${layer}/load_max_violation`]
-      .filter((k) => d.series[k]);
+    const scalars = (layer) => [`moe/layer_${layer}/router_bias_norm`].filter((k) => d.series[k]);
     let current = null;
     const show = (layer) => {
       body.textContent = "";
@@ -205,7 +201,7 @@
       const keys = scalars(layer);
       const highlight = (step) => { for (const h of Object.values(heat)) h.highlight(step); };
       const line = keys.length ? new LineChart(body, {
-        title: `Layer ${layer}: router bias norm and load violation`, sync, events: () => events, onCursor: highlight,
+        title: `Layer ${layer}: router bias norm`, sync, events: () => events, onCursor: highlight, height: 200,
         lines: keys.map((k) => ({ label: k, xs: d.series[k].steps.slice(), ys: d.series[k].values.slice() })),
       }) : null;
       if (line) G.charts[`moe-layer`] = line.plot;
