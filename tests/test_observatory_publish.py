@@ -100,7 +100,7 @@ def test_serve_cli_answers_and_stops(tmp_path):
             except httpx.TransportError:
                 time.sleep(0.1)
         runs = {r["id"] for r in response.json()["runs"]}
-        assert runs == {"hero-dddd4444", "rung-m-bbbb2222", "rung-s-aaaa1111"}
+        assert runs == {"hero-dddd4444", "rung-m-bbbb2222", "rung-s-aaaa1111", "fork-eeee5555"}
     finally:
         server.send_signal(signal.SIGINT)
         out, _ = server.communicate(timeout=10)

@@ -140,6 +140,7 @@ def run_page(lab: Lab, run_id: str, max_points: int = DEFAULT_POINTS) -> dict[st
         "layers": [], "events": [], "samples": [], "cursors": {}, "watch": [run_id],
         "has_report": run_id in index.reports, "links": run_links(relations, run_id),
         "band": band_on_steps(record), "chance": {}, "reproduce": relations.reproduce(run_id),
+        "lab_name": lab.root.resolve().name,
     }
     with open_run(folder) as reader:
         if reader is None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 FINISHED = frozenset({"finished", "succeeded"})
+FINAL_FRACTION = 0.98
 
 
 def band_at(prediction: dict[str, Any], fraction: float) -> tuple[float, float, float] | None:
@@ -31,7 +32,7 @@ def band_at(prediction: dict[str, Any], fraction: float) -> tuple[float, float, 
 def verdict(prediction: Any, step: int | None, actual: float | None, planned_steps: Any,
             status: str | None) -> dict[str, Any] | None:
     """The verdict of ``actual`` (the metric at ``step``) against ``prediction``, or None without a
-    usable prediction. Keys: ``state`` (pending, final, so_far), ``actual``, ``point``, ``lo``, ``hi``,
+    usable prediction. Keys: ``state`` (pending, final, so_far, stopped), ``actual``, ``point``, ``lo``, ``hi``,
     ``rel_error_pct``, ``inside``, ``fraction``, ``text`` (one line, e.g. "hero 3.611 vs predicted
     3.678 [3.542, 3.829]: +1.9%, inside")."""
     if not isinstance(prediction, dict) or not _numbers(prediction, "point", "lo", "hi"):
@@ -45,7 +46,9 @@ def verdict(prediction: Any, step: int | None, actual: float | None, planned_ste
         return out
     planned = planned_steps if isinstance(planned_steps, (int, float)) and planned_steps > 0 else None
     fraction = min(1.0, step / planned) if planned else None
-    final = status in FINISHED or fraction is None or fraction >= 1.0
+    # Final at the end of the planned steps (the last eval may come a step early); a run that
+    # finished short of them is judged against the band where it stopped.
+    final = fraction >= FINAL_FRACTION if fraction is not None else status in FINISHED
     band = (prediction["point"], prediction["lo"], prediction["hi"]) if final else band_at(prediction, fraction)
     if band is None:
         out.update(fraction=fraction,
@@ -59,7 +62,12 @@ def verdict(prediction: Any, step: int | None, actual: float | None, planned_ste
     where = "inside" if inside else ("above the band" if actual > hi else "below the band")
     error_text = f"{error:+.1f}%" if error is not None else "n/a"
     text = f"{actual:.3f} vs predicted {point:.3f} [{lo:.3f}, {hi:.3f}]: {error_text}, {where}"
-    out["text"] = text if final else f"{text} so far ({fraction:.0%} of training)"
+    if final:
+        out["text"] = text
+    elif status in FINISHED:
+        out.update(state="stopped", text=f"{text} (stopped at {fraction:.0%} of training)")
+    else:
+        out["text"] = f"{text} so far ({fraction:.0%} of training)"
     return out
 
 

@@ -248,6 +248,8 @@
           ctx.fillStyle = "#6a737d";
           ctx.lineWidth = devicePixelRatio;
           ctx.font = `${11 * devicePixelRatio}px system-ui, sans-serif`;
+          ctx.textAlign = "left";  // uPlot leaves the y axis's alignment behind
+          ctx.textBaseline = "bottom";
           for (const line of hlines) {
             if (line.y == null || line.y < u.scales.y.min || line.y > u.scales.y.max) continue;
             const y = u.valToPos(line.y, "y", true);

@@ -27,7 +27,7 @@
     if (v.inside == null) return el("span", { class: "verdict-word pending", title: v.text }, "pending");
     const error = v.rel_error_pct == null ? "" : ` (${v.rel_error_pct > 0 ? "+" : ""}${v.rel_error_pct.toFixed(1)}%)`;
     return el("span", { class: `verdict-word ${v.inside ? "inside" : "outside"}`, title: v.text },
-      `${v.inside ? "inside" : "outside"}${error}${v.state === "so_far" ? " so far" : ""}`);
+      `${v.inside ? "inside" : "outside"}${error}${v.state === "so_far" ? " so far" : v.state === "stopped" ? " (stopped)" : ""}`);
   }
 
   function verdictKey(v) { return !v || v.inside == null ? null : v.inside ? 1 : 0; }

@@ -69,12 +69,12 @@
     return section("Reproduce", el("pre", { class: "command", id: "reproduce" }, r.commands.join("\n")), ...notes);
   }
 
-  function exportsSection(exports) {
+  function exportsSection(exports, labName) {
     if (!exports || !exports.length) return;
     section("Exports", table(["export", "from step", "status", "max logit difference", "load with transformers"],
       exports.map((x) => [x.id, x.step ?? "", statusCell(x.status),
         x.manifest && x.manifest.max_logit_diff != null ? x.manifest.max_logit_diff : "",
-        el("code", {}, `AutoModelForCausalLM.from_pretrained("<lab>/${x.id}")`)]),
+        el("code", {}, `AutoModelForCausalLM.from_pretrained("${labName}/${x.id}")`)]),
       { rowAttrs: (i) => ({ id: `export-${i}` }), units: [null, "count"] }));
   }
 
@@ -120,8 +120,11 @@
           xs: band.curve.map((c) => c.step), ys: band.curve.map((c) => c.point),
           lo: band.curve.map((c) => c.lo), hi: band.curve.map((c) => c.hi) });
       }
-      const hlines = panel.keys.filter((k) => d.chance[k] != null)
-        .map((k) => ({ y: d.chance[k], label: `chance ${fmt(d.chance[k], "percent")} (${k.split("/")[2] || k})` }));
+      // One dashed line per chance level, naming the tasks at it.
+      const levels = {};
+      for (const k of panel.keys.filter((key) => d.chance[key] != null)) (levels[d.chance[k]] ||= []).push(k.split("/")[2] || k);
+      const hlines = Object.entries(levels).map(([y, tasks]) => ({ y: Number(y),
+        label: `chance ${fmt(Number(y), "percent")} (${tasks.join(", ")})` }));
       const chart = new LineChart(grid, { title: panel.title, lines, logy: panel.logy, unit: unitOf(panel.keys[0]),
                                           events: () => events, sync, hlines });
       chart.root.dataset.panel = panel.title;
@@ -131,7 +134,7 @@
     if (!d.panels.length) grid.append(el("p", { class: "muted" }, "Nothing logged yet."));
     const moe = d.layers.length ? drawLayers(d, sync, events) : null;
     reproduceBox(d.reproduce);
-    exportsSection((d.links || {}).exports);
+    exportsSection((d.links || {}).exports, d.lab_name || "lab");
     const samplesBox = section("Samples", el("div", {})).lastChild;
     const samples = d.samples.slice();
     const drawSamples = () => {
