@@ -56,7 +56,11 @@
         this.info);
       container.appendChild(this.root);
       this.canvas.addEventListener("mousemove", (e) => this.hover(e));
-      this.canvas.addEventListener("mouseleave", () => { this.cursor.style.display = "none"; if (opts.onHover) opts.onHover(null); });
+      this.canvas.addEventListener("mouseleave", () => {
+        this.hovering = false;
+        this.cursor.style.display = "none";
+        if (opts.onHover) opts.onHover(null);
+      });
       this.draw();
     }
 
@@ -162,14 +166,16 @@
       const v = (this.values[c] || [])[r];
       if (v === undefined) return;
       this.showColumn(c);
+      this.hovering = true;  // the linked line's cursor comes back here as highlight(): keep this text
+      if (this.opts.onHover) this.opts.onHover(this.steps[c]);
       this.info.textContent = `step ${fmt(this.steps[c], "count")} · ${this.rowName} ${r}: ${fmt(v)} ` +
         `(colour scale ${fmt(this.span[0])} … ${fmt(this.span[1])})`;
-      if (this.opts.onHover) this.opts.onHover(this.steps[c]);
     }
 
     /* Mark ``step``'s column (null: clear) and say which rows lead there: the largest |value|
      * for signed vectors, the most loaded otherwise. */
     highlight(step) {
+      if (this.hovering) return;
       if (step == null || !this.steps.length) { this.cursor.style.display = "none"; return; }
       const c = this.column(step);
       this.showColumn(c);
