@@ -126,9 +126,13 @@ def build_lab(root: Path, hero_steps: int = 20) -> Path:
                    {"name": name.rsplit("-", 1)[0], "status": "succeeded", "attempts": 1})
         tokens = steps * TOKENS_PER_STEP
         loss = loss_at(steps - 1, scale) + 0.1
-        rungs.append({"run_ids": [name], "size_name": "3.2M-A0.9M", "params_active": 9e5, "tokens": tokens,
-                      "flops": tokens * FLOPS_PER_TOKEN, "losses": [loss], "loss_mean": loss,
-                      "loss_std": 0.0})
+        # The small rung has a second seed whose run lives elsewhere (its loss, no folder here).
+        losses = [loss, loss + 0.04] if steps == 30 else [loss]
+        mean = sum(losses) / len(losses)
+        std = math.sqrt(sum((x - mean) ** 2 for x in losses) / max(1, len(losses) - 1))
+        rungs.append({"name": name.rsplit("-", 1)[0], "run_ids": [name], "size_name": "3.2M-A0.9M",
+                      "params_active": 9e5, "tokens": tokens, "flops": tokens * FLOPS_PER_TOKEN, "losses": losses,
+                      "loss_mean": mean, "loss_std": std})
     final_flops = 40 * TOKENS_PER_STEP * FLOPS_PER_TOKEN
     pred = prediction(final_flops)
     write_json(root / "ladder-cccc3333" / "fit.json", {

@@ -131,8 +131,11 @@ def test_ladder_page_states_the_verdict_first(site, page):
     assert "outside" in verdict.get_attribute("class")
     chart = page.evaluate("""() => { const u = window.GLASSLAB_CHARTS.ladder;
         return {labels: u.series.map(s => s.label), bands: u.bands.length}; }""")
-    assert {"prediction band hi", "prediction band lo", "rung seed 0", f"hero {HERO}"} <= set(chart["labels"])
+    assert {"prediction band hi", "prediction band lo", "rung seed 0", "rung seed 1", f"hero {HERO}",
+            "rung mean ± std over seeds"} <= set(chart["labels"])
     assert chart["bands"] == 1
+    spread = page.locator("table", has_text="loss per seed").locator("tr", has_text="rung-s").inner_text()
+    assert re.search(r"\d\.\d+, \d\.\d+\s+\d\.\d+ ± 0\.02828", spread), spread  # two seeds, mean ± std
     # The law's parameters rounded to their uncertainty, not 17 digits; the registry with its history.
     assert page.locator("table.law td", has_text="1.90 ± 0.10").count() == 1
     registry = page.locator("table.registry tbody tr")
@@ -232,6 +235,14 @@ def test_compare_plots_a_third_metric_for_picked_runs_smoothed(site, page):
         last = 0.8 * last + 0.2 * y
         expected.append(last / (1 - 0.8 ** n))
     assert smooth[:5] == pytest.approx(expected) and smooth[4] > raw[4]
+    # Hover one chart: the others' cursors follow to the same step.
+    loss_chart = page.locator(".panel[data-key='train/loss'] .u-over")
+    loss_chart.scroll_into_view_if_needed()
+    box = loss_chart.bounding_box()
+    page.mouse.move(box["x"] + box["width"] * 0.5, box["y"] + box["height"] * 0.5)
+    hovered = page.evaluate("""() => ['train/loss', 'grad/norm/total'].map(k => {
+        const u = window.GLASSLAB_CHARTS['compare:' + k]; return u.data[0][u.cursor.idx]; })""")
+    assert hovered[0] is not None and hovered[0] == hovered[1]
     # The view is in the URL: loading it again draws the same charts.
     view = parse_qs(urlparse(page.evaluate("() => location.href")).query)
     assert view["runs"] == [f"{RUNG_S},{RUNG_M}"] and view["smooth"] == ["0.8"]
@@ -251,6 +262,7 @@ def test_compare_plots_a_third_metric_for_picked_runs_smoothed(site, page):
 def test_overview_table_sorts_filters_and_flags_incidents(site, page):
     open_page(page, site.url("overview"))
     assert page.title() == "Overview · glasslab observatory" and "Lab lab" not in page.content()
+    assert page.locator("link[rel=icon]").get_attribute("href").startswith("data:image/svg+xml")  # no favicon 404
     rows = page.locator("table.runs tbody tr")
     assert rows.count() == 4
     hero = page.locator(f"table.runs tr[data-run='{HERO}']")

@@ -95,7 +95,8 @@
     const rungs = fit.rungs || [];
     section("Rungs", table(["rung", "size", "active params", "tokens", "FLOPs", "loss per seed", "mean ± std"],
       rungs.map((r) => [r.name || "", r.size_name || "", r.params_active, r.tokens, r.flops,
-        el("span", {}, ...(r.run_ids || []).flatMap((id, j) => [j ? ", " : "", link("run", id, fmt((r.losses || [])[j]))])),
+        el("span", {}, ...(r.losses || []).flatMap((loss, j) => [j ? ", " : "",
+          (r.run_ids || [])[j] ? link("run", r.run_ids[j], fmt(loss)) : fmt(loss)])),
         (r.losses || []).length > 1 ? `${fmt(r.loss_mean)} ± ${fmt(r.loss_std)}` : fmt(r.loss_mean)]),
       { units: [null, null, "count", "count", "flops"] }));
 
