@@ -37,8 +37,10 @@
 
   function drawOverview(d) {
     app.append(el("h1", {}, d.title));
-    app.append(el("p", { class: "muted" }, `lab ${d.lab_name} · ${d.runs.length} runs · ${d.ladders.length} ladders · `
-      + `${d.reports.length} data reports · ${d.steps.length} steps`));
+    const count = (n, one, many) => `${n} ${n === 1 ? one : many}`;
+    app.append(el("p", { class: "muted" }, `${d.lab_name}: ${count(d.runs.length, "run", "runs")} · `
+      + `${count(d.ladders.length, "ladder", "ladders")} · ${count(d.reports.length, "data report", "data reports")} · `
+      + `${count(d.steps.length, "step", "steps")}`));
     // Experiment cards (issue 19) take the first place on the page once the lab has them.
     if (d.experiments && d.experiments.length) {
       section("Experiments", table(["experiment", "status", "verdict"],
