@@ -174,14 +174,25 @@
     }
   }
 
-  // The y range uPlot would choose, stretched to take in reference lines (a chance level).
+  /* The y range: stretched to take in reference lines (a chance level); on a log axis, the data's own
+   * span rather than whole decades (a loss from 3.9 to 7 gets ticks 4, 5, 6, 7, not 1 … 10). */
   function yRange(o) {
     const ys = (o.hlines || []).map((l) => l.y).filter((y) => y != null && (!o.logy || y > 0));
-    if (!ys.length) return undefined;
+    if (!ys.length && !o.logy) return undefined;
     return (u, min, max) => {
-      if (min == null || max == null) { min = Math.min(...ys); max = Math.max(...ys); }
-      min = Math.min(min, ...ys); max = Math.max(max, ...ys);
-      return o.logy ? uPlot.rangeLog(min, max, 10, true) : uPlot.rangeNum(min, max, 0.1, true);
+      if (min == null || max == null) {
+        if (!ys.length) return [o.logy ? 0.1 : 0, 1];
+        min = Math.min(...ys); max = Math.max(...ys);
+      }
+      if (ys.length) { min = Math.min(min, ...ys); max = Math.max(max, ...ys); }
+      if (!o.logy) return uPlot.rangeNum(min, max, 0.1, true);
+      if (!(max > min)) { min /= 2; max *= 2; }
+      // uPlot's log ticks step from the range's ends: snap them to a multiple of their decade.
+      const snap = (v, up) => {
+        const decade = 10 ** Math.floor(Math.log10(v));
+        return (up ? Math.ceil(v / decade - 1e-9) : Math.floor(v / decade + 1e-9)) * decade;
+      };
+      return [snap(min, false), snap(max, true)];
     };
   }
 

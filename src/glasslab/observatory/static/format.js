@@ -103,6 +103,23 @@
     return measurer.measureText(text).width;
   }
 
+  /* Which log-axis ticks get a label: all of them, those led by 1, 2, 3, 5, 7, by 1, 2, 5 or by 1
+   * alone, whichever the space between ticks allows. (uPlot's own rule measures the gap with a sign
+   * that only works on y axes, so its log x axes label powers of ten alone.) */
+  function logFilter(u, splits, axisIdx) {
+    const axisOpts = u.axes[axisIdx];
+    const key = axisOpts.scale;
+    if (u.scales[key].distr !== 3) return splits;
+    const space = axisOpts._space || 40;
+    const gap = (a) => Math.abs(u.valToPos(a, key) - u.valToPos(10, key));
+    const leads = gap(9) >= space ? null : gap(7) >= space ? [1, 2, 3, 5, 7] : gap(5) >= space ? [1, 2, 5] : [1];
+    return splits.map((v) => {
+      if (v == null || v <= 0 || leads == null) return v;
+      const lead = Math.round(v / 10 ** Math.floor(Math.log10(v) + 1e-9));
+      return leads.includes(lead) ? v : null;
+    });
+  }
+
   /* uPlot axis options under the policy: labels from ``tickLabels`` (kept on the plot as
    * ``u.glasslabLabels[axisIdx]`` for tests and screenshots), a y axis as wide as its widest label. */
   function axis(unit, opts) {
@@ -110,6 +127,7 @@
     const vertical = opts.side === 3 || opts.side === 1;
     return Object.assign({
       font: AXIS_FONT,
+      filter: logFilter,
       values: (u, splits, axisIdx) => {
         const labels = tickLabels(splits, unit);
         (u.glasslabLabels || (u.glasslabLabels = {}))[axisIdx] = labels;
