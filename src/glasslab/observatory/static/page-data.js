@@ -61,7 +61,7 @@
     const r = d.report;
     if (!r) { app.append(el("p", { class: "warn" }, "report.json is missing or being written.")); return { lab: G.scheduleRefresh }; }
     app.append(el("p", { class: "muted" }, `manifest ${r.manifest_hash || "–"} · python ${r.python_version || "–"}`
-      + (r.vocab_size ? ` · vocabulary ${fmt(r.vocab_size, "count")}` : "")));
+      + (r.vocab_size ? ` · vocabulary ${r.vocab_size} tokens` : "")));
     if (d.warnings.length) {
       app.append(el("div", { class: "warn", id: "data-warnings" }, el("b", {}, "Warnings"),
         el("ul", {}, ...d.warnings.map((w) => el("li", { "data-kind": w.kind }, w.text)))));
