@@ -77,7 +77,7 @@ def test_relations_between_runs_datasets_ladders_and_exports(lab):
     assert relations.dataset("fork-eeee5555") == "data-abc12345"  # found by its data manifest hash
     assert relations.ladder("rung-s-aaaa1111") == "ladder-cccc3333" and relations.ladder("fork-eeee5555") is None
     reproduce = relations.reproduce("fork-eeee5555")
-    assert reproduce["commands"][-1] == ("glasslab train config.json data.path=lab/data-abc12345 "
+    assert reproduce["commands"][-1] == ("glasslab train run-config.json data.path=lab/data-abc12345 "
                                          "--fork rung-m-bbbb2222@20 --lab lab")
 
 

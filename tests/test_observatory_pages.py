@@ -165,7 +165,7 @@ def test_hero_run_page_draws_its_band_and_links(site, page):
     assert page.locator("#export-0", has_text="3e-6").count() == 1
     reproduce = page.locator("#reproduce").inner_text()
     assert reproduce.startswith("git checkout ")
-    assert "glasslab train config.json data.path=lab/data-abc12345" in reproduce
+    assert "glasslab train run-config.json data.path=lab/data-abc12345" in reproduce
     header = page.locator("#run-header").inner_text()
     assert "step 19 of 19 (100%)" in header and "81.92k tokens" in header
     # Task accuracy in percent with its chance line; peak memory in GB.

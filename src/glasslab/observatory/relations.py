@@ -24,6 +24,7 @@ from glasslab.observatory.lab_scan import Lab, read_redacted
 
 EXPORT_PREFIX = "export-"
 EXPORT_MANIFESTS = ("export.json", MANIFEST_FILE)  # the export step's own name first, when it has one
+CONFIG_FILE = "run-config.json"  # what the reproduce box asks the reader to save the config as (not a lab file)
 
 
 class Relations:
@@ -143,7 +144,7 @@ class Relations:
             commands.append(recorded)
         else:
             lab_name = self.lab.root.resolve().name
-            words = ["glasslab", "train", "config.json"]
+            words = ["glasslab", "train", CONFIG_FILE]
             dataset = self.dataset(run_id)
             if dataset:  # the recorded path may be absolute, on another machine
                 words.append(f"data.path={lab_name}/{dataset}")

@@ -275,5 +275,5 @@
     };
   }
 
-  window.GlasslabCharts = { el, fmt, LineChart, upsert, ema, PALETTE, withAlpha };
+  window.GlasslabCharts = { el, fmt, LineChart, upsert, ema, PALETTE };
 })();

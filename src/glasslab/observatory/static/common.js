@@ -150,10 +150,6 @@
     badge.textContent = STATIC ? "snapshot" : on ? "live" : "reconnecting…";
   }
 
-  function pageQuery() {
-    return new URLSearchParams(STATIC ? window.location.search : BOOT.query || {});
-  }
-
   async function loadData(query) {
     if (STATIC) return window.GLASSLAB_DATA;
     const params = new URLSearchParams(query || BOOT.query || {});
@@ -213,7 +209,7 @@
   }
 
   window.Glasslab = { BOOT, STATIC, app, el, fmt, href, link, table, sortableTable, section, statusCell,
-                      nav, setLive, loadData, follow, pageQuery, eventsTable, tokensAt, trackTokens,
+                      nav, setLive, loadData, follow, eventsTable, tokensAt, trackTokens,
                       charts: {} };
   window.GlasslabPages = {};
   window.GLASSLAB_CHARTS = window.Glasslab.charts;  // uPlot instances by title, for tests and scripts

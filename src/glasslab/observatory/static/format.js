@@ -142,5 +142,5 @@
     }, opts);
   }
 
-  window.GlasslabFormat = { unitOf, fmt, tickLabels, axis, textWidth, formatParts, AXIS_FONT };
+  window.GlasslabFormat = { unitOf, fmt, tickLabels, axis };
 })();

@@ -85,5 +85,5 @@
   }
 
   window.GlasslabPages.overview = drawOverview;
-  window.GlasslabOverview = { incidentText, verdictCell };
+  window.GlasslabOverview = { verdictCell };  // the ladder page shows verdicts the same way
 })();

@@ -61,10 +61,10 @@
     if (r.dirty) notes.push(el("p", { class: "warn" }, `The run had uncommitted changes (diff sha256 ${r.diff_sha256 || "?"}); `
       + "the commit alone does not hold its exact code."));
     if (!r.recorded) {
-      notes.push(el("p", { class: "muted" }, "config.json is the run's resolved config below (secrets redacted: fill them in)."
+      notes.push(el("p", { class: "muted" }, "run-config.json is the run's resolved config below (secrets redacted: fill them in)."
         + (r.function ? ` The run was step ${r.step_name || "?"} (${r.function}) of an experiment; rerunning that experiment `
           + "at this commit recreates it too (cached unless --force)." : "")));
-      notes.push(el("details", {}, el("summary", {}, "config.json"), el("pre", {}, JSON.stringify(r.config || {}, null, 2))));
+      notes.push(el("details", {}, el("summary", {}, "run-config.json"), el("pre", {}, JSON.stringify(r.config || {}, null, 2))));
     }
     return section("Reproduce", el("pre", { class: "command", id: "reproduce" }, r.commands.join("\n")), ...notes);
   }
