@@ -89,6 +89,16 @@ def test_report_has_the_agreed_layout(built):
         assert sum(d["length_histogram"]["counts"]) == d["documents"] and len(d["samples"]) == 3
         assert d["eval_documents"] >= 2
     assert report["errors"] == {"malformed_lines": [], "malformed_count": 0, "invalid_utf8": 0}
+    # The same funnel per domain (the data page draws it): stages in order, summing to the totals.
+    per_domain = report["funnel_by_domain"]
+    assert sorted(per_domain) == ["alpha", "beta"]
+    for i, total in enumerate(report["funnel"]):
+        rows = [per_domain[d][i] for d in per_domain]
+        assert {r["stage"] for r in rows} == {total["stage"]}
+        for field in ("documents", "bytes", "tokens") if total["stage"] == "tokens" else ("documents", "bytes"):
+            assert sum(r[field] for r in rows) == total[field], (total["stage"], field)
+    assert per_domain["alpha"][-1]["tokens"] == report["domains"]["alpha"]["tokens"] + report["domains"]["alpha"][
+        "eval_tokens"]
 
 
 def test_rebuild_serial_in_another_process_gives_the_same_manifest_and_failed_build_keeps_the_old(

@@ -43,21 +43,29 @@ TMP_DIR = ".build-tmp"
 
 
 class Funnel:
-    """Documents and UTF-8 bytes left after each stage, in stage order."""
+    """Documents and UTF-8 bytes left after each stage, in stage order, in all and per domain."""
 
     def __init__(self) -> None:
         self.stages: dict[str, list[int]] = {}
+        self.domains: dict[str, dict[str, list[int]]] = {}
 
-    def count(self, stage: str, text: str) -> None:
-        entry = self.stages.setdefault(stage, [0, 0])
-        entry[0] += 1
-        entry[1] += len(text.encode("utf-8"))
+    def count(self, stage: str, text: str, domain: str) -> None:
+        size = len(text.encode("utf-8"))
+        in_domain = self.domains.setdefault(domain, {})
+        for entry in (self.stages.setdefault(stage, [0, 0]), in_domain.setdefault(stage, [0, 0])):
+            entry[0] += 1
+            entry[1] += size
 
     def ensure(self, stage: str) -> None:
         self.stages.setdefault(stage, [0, 0])
 
     def to_list(self) -> list[dict]:
         return [{"stage": s, "documents": d, "bytes": b} for s, (d, b) in self.stages.items()]
+
+    def by_domain(self) -> dict[str, list[dict]]:
+        """The funnel of each domain, every stage listed (zeros where a domain lost everything)."""
+        return {domain: [{"stage": s, "documents": counts.get(s, [0, 0])[0], "bytes": counts.get(s, [0, 0])[1]}
+                         for s in self.stages] for domain, counts in sorted(self.domains.items())}
 
 
 def _say(progress: bool, message: str) -> None:
@@ -94,23 +102,23 @@ def _process_sources(
     try:
         for source in cfg.sources:
             for raw in sources.read_source(source, errors, cfg.strict):
-                funnel.count("raw", raw)
+                funnel.count("raw", raw, source.domain)
                 text = normalize(raw)
                 if not text:
                     continue
-                funnel.count("normalized", text)
+                funnel.count("normalized", text, source.domain)
                 failed = first_failed_filter(text, cfg.filters, source.skip_filters)
                 for name in FILTER_NAMES[: FILTER_NAMES.index(failed) if failed else len(FILTER_NAMES)]:
-                    funnel.count(f"filter:{name}", text)
+                    funnel.count(f"filter:{name}", text, source.domain)
                 if failed:
                     filter_drops[failed] += 1
                     continue
                 if exact is not None and not exact.is_new(text):
                     continue
-                funnel.count("exact_dedup", text)
+                funnel.count("exact_dedup", text, source.domain)
                 if near is not None and not near.is_new(text):
                     continue
-                funnel.count("near_dedup", text)
+                funnel.count("near_dedup", text, source.domain)
                 if source.domain not in handles:
                     handles[source.domain] = open(stage_dir / f"{source.domain}.jsonl", "w", encoding="utf-8")
                 handles[source.domain].write(json.dumps(text) + "\n")
@@ -137,14 +145,14 @@ def _split_and_decontaminate(
                 if is_eval:
                     decontaminator.add_eval(text)
                     out.write(json.dumps(text) + "\n")
-                    funnel.count("decontaminate", text)
+                    funnel.count("decontaminate", text, domain)
     funnel.ensure("decontaminate")
     for domain, mask in masks.items():
         with open(stage_dir / f"{domain}.train.jsonl", "w", encoding="utf-8") as out:
             for text, is_eval in zip(read_staged(stage_dir / f"{domain}.jsonl"), mask, strict=True):
                 if not is_eval and decontaminator.is_clean(text):
                     out.write(json.dumps(text) + "\n")
-                    funnel.count("decontaminate", text)
+                    funnel.count("decontaminate", text, domain)
         (stage_dir / f"{domain}.jsonl").unlink()
 
 
@@ -199,6 +207,11 @@ def _move_into_place(tmp: Path, out_dir: Path) -> None:
         move_into_place(tmp / name, out_dir / name)
     move_into_place(tmp / MANIFEST_FILE, out_dir / MANIFEST_FILE)
     remove(tmp)
+
+
+def _sum_splits(splits: dict[str, dict]) -> dict[str, int]:
+    """Documents, bytes and tokens of a domain's splits together (the funnel's last stage)."""
+    return {key: sum(entry[key] for entry in splits.values()) for key in ("documents", "bytes", "tokens")}
 
 
 def build_dataset(cfg: BuildConfig, out_dir: Path, progress: bool = True) -> Path:
@@ -267,14 +280,15 @@ def build_dataset(cfg: BuildConfig, out_dir: Path, progress: bool = True) -> Pat
         _write_json(tmp / MANIFEST_FILE, manifest)
         tokens = {"documents": 0, "bytes": 0, "tokens": 0}
         for splits in entries.values():
-            for entry in splits.values():
-                for key in tokens:
-                    tokens[key] += entry[key]
+            for key, value in _sum_splits(splits).items():
+                tokens[key] += value
         timings["total_s"] = time.perf_counter() - started
         record = {
             "python_version": platform.python_version(),
             "sources": [sources.describe(s) for s in cfg.sources],
             "funnel": funnel.to_list() + [{"stage": "tokens", **tokens}],
+            "funnel_by_domain": {domain: stages + [{"stage": "tokens", **_sum_splits(entries.get(domain, {}))}]
+                                 for domain, stages in funnel.by_domain().items()},
             "filters": filter_drops,
             "errors": errors.to_dict(),
             "timings": timings,

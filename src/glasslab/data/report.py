@@ -77,6 +77,7 @@ def make_report(
         "vocab_size": manifest["vocab_size"],
         "sources": build.get("sources", []),
         "funnel": build.get("funnel", []),
+        "funnel_by_domain": build.get("funnel_by_domain", {}),
         "filters": build.get("filters", {}),
         "domains": domains,
         "errors": build.get("errors", {"malformed_lines": [], "invalid_utf8": 0}),

@@ -3,7 +3,7 @@
 Routes (GET only; nothing here writes):
     /                       lab overview          /api/page/<page>?id=…   page data (JSON)
     /run/<id>               one run               /api/stream?page=…      server-sent events
-    /compare?runs=a,b       runs overlaid         /api/delta?page=…       the same delta, polled
+    /compare?runs=a,b&keys=… runs overlaid        /api/delta?page=…       the same delta, polled
     /ladder/<id>            fit + prediction band /static/<file>          vendored assets
     /data/<id>              data report
     /provenance/<id>        run.json, step.json
@@ -37,9 +37,12 @@ def create_app(lab_root: str | Path) -> Starlette:
     lab = Lab(lab_root)
 
     def page_options(request: Request) -> dict[str, Any]:
-        runs = request.query_params.get("runs")
-        return {"runs": [r for r in runs.split(",") if r] if runs else None,
-                "key": request.query_params.get("key") or None}
+        """The compare page's view: ``runs=a,b`` and ``keys=k1,k2`` (``key=k`` adds one metric)."""
+        def listed(name: str) -> list[str]:
+            return [v for v in (request.query_params.get(name) or "").split(",") if v]
+
+        keys = listed("keys") + listed("key")
+        return {"runs": listed("runs") or None, "keys": keys or None}
 
     def load(page: str, item_id: str | None, request: Request) -> dict[str, Any]:
         if page not in PAGES:
