@@ -65,6 +65,7 @@ def _train(run_cfg: RunConfig, run_dir: Path, ctx: distributed.DistContext, resu
            record_extra: dict, progress: Callable[[int, int, dict[str, float]], None] | None) -> dict[str, Any]:
     cfg = run_cfg.train
     cfg.micro_batches(ctx.world_size)  # batch shape errors before anything is built
+    track.check_sinks(cfg.sinks)  # a missing optional package fails before the run folder is touched
     config_data = configs.to_dict(run_cfg)
     fallbacks: list[tuple[int, str]] = []
     start_from: Path | None = None
@@ -92,7 +93,7 @@ def _train(run_cfg: RunConfig, run_dir: Path, ctx: distributed.DistContext, resu
         extra = {**describe(run_cfg), "world_size": ctx.world_size, "device": str(ctx.device),
                  "peak_flops": peak, "peak_flops_source": peak_source, "total_steps": cfg.total_steps,
                  **record_extra}
-        run = track.init(run_dir, config_data, record_extra=extra, reason=reason)
+        run = track.init(run_dir, config_data, sinks=cfg.sinks, record_extra=extra, reason=reason)
     try:
         trainer = Trainer(cfg, parts, run, run_dir, ctx, config_data, peak, progress)
         for step, problem in fallbacks:
