@@ -57,7 +57,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run_build(args: argparse.Namespace) -> int:
     from glasslab import config
-    from glasslab.data import BuildConfig, build_dataset
+    from glasslab.data import build_dataset
+    from glasslab.data.config import load_build_config
 
     overrides = list(args.overrides)
     if args.strict:
@@ -65,7 +66,7 @@ def run_build(args: argparse.Namespace) -> int:
     if args.workers is not None:
         overrides.append(f"num_workers={args.workers}")
     path = None if args.config == "demo" and not Path("demo").exists() else args.config
-    cfg = config.load(BuildConfig, path, overrides)
+    cfg = load_build_config(path, overrides)  # source paths relative to the config file
     out = Path(args.out) if args.out else Path(args.lab) / f"data-{config.config_hash(cfg)[:8]}"
     build_dataset(cfg, out, progress=not args.quiet)
     print(out)

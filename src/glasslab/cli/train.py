@@ -35,6 +35,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     mode.add_argument("--fork", metavar="RUN@STEP",
                       help="start a new run from RUN's checkpoint at STEP with the given changes")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where to train (default cpu)")
+    p.add_argument("--example", choices=("dense", "moe"), default=None,
+                   help="print a complete, commented run config to start from (it trains as written on the "
+                   "built-in data), e.g. glasslab train --example moe > run.yaml")
     p.set_defaults(func=run)
 
 
@@ -56,6 +59,13 @@ def run(args: argparse.Namespace) -> int:
     from glasslab.train.checkpoint import checkpoint_path, latest_valid
     from glasslab.train.run import checkpoint_config
 
+    if args.example:
+        from glasslab.train.example import example_yaml
+
+        if args.items:
+            raise UserError("--example prints a config and takes no CONFIG or KEY=VALUE")
+        print(example_yaml(args.example), end="")
+        return 0
     config_path, overrides = split_items(args.items)
     lab = Path(args.lab)
     run_dir = Path(args.run_dir) if args.run_dir else None

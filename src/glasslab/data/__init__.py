@@ -29,6 +29,7 @@ _HOMES = {
     "PhaseConfig": "config",
     "SourceConfig": "config",
     "TokenizerConfig": "config",
+    "load_build_config": "config",
     "DataExhausted": "loader",
     "Loader": "loader",
     "eval_batches": "loader",

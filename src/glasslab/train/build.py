@@ -6,12 +6,20 @@ itself only sees :class:`~glasslab.train.loop.RunParts`.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import torch.utils.checkpoint
 from torch import nn
 
-from glasslab.data import Loader, eval_batches, eval_bytes_per_token, load_tokenizer, manifest_hash
+from glasslab.data import (
+    Loader,
+    eval_batches,
+    eval_bytes_per_token,
+    load_tokenizer,
+    manifest_hash,
+    read_manifest,
+)
 from glasslab.data.tokenizer import EOT
 from glasslab.errors import UserError
 from glasslab.model import Transformer, generate
@@ -23,15 +31,31 @@ from glasslab.train.run_config import RunConfig
 from glasslab.train.samples import take_samples
 
 
+def resolve_data(run_cfg: RunConfig) -> RunConfig:
+    """``run_cfg`` with what follows from its dataset filled in: ``model.vocab_size=0`` becomes the size of
+    the dataset's tokenizer. One-line UserErrors: no dataset folder yet (``data.build`` is built by
+    ``glasslab train`` as a step before this), or a vocabulary smaller than the tokenizer's."""
+    data = run_cfg.data
+    if not data.path:
+        if data.build:
+            raise UserError(f"data.build={data.build!r}: not built yet; `glasslab train` (or a data step "
+                            "before the training step) builds it and trains on its folder")
+        raise UserError("data.path: empty; name a data build (data.build: demo | FILE) or a folder built by "
+                        "`glasslab data build`")
+    tokens = read_manifest(data.path)["vocab_size"]
+    vocab = run_cfg.model.vocab_size
+    if vocab and vocab < tokens:
+        raise UserError(f"model.vocab_size={vocab}: expected at least the {tokens} tokens of the dataset's "
+                        f"tokenizer ({data.path}), or 0 to take its size")
+    return dataclasses.replace(run_cfg, model=dataclasses.replace(run_cfg.model, vocab_size=vocab or tokens))
+
+
 def build_parts(run_cfg: RunConfig, ctx: DistContext) -> RunParts:
     """Loader first (a bad mixture fails before any compute), then the model seeded by ``train.seed``."""
     cfg = run_cfg.train
     loader = Loader(run_cfg.data, cfg.seq_len, cfg.global_batch_size, rank=ctx.rank, world_size=ctx.world_size)
     dataset = run_cfg.data.path
     tokenizer = load_tokenizer(dataset)
-    if run_cfg.model.vocab_size < tokenizer.get_vocab_size():
-        raise UserError(f"model.vocab_size={run_cfg.model.vocab_size}: expected at least the "
-                        f"{tokenizer.get_vocab_size()} tokens of the dataset's tokenizer ({dataset})")
     seed_everything(cfg.seed)
     model = Transformer(run_cfg.model)
     if cfg.activation_checkpointing:

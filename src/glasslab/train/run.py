@@ -30,7 +30,7 @@ from glasslab.errors import UserError
 from glasslab.layout import METRICS_DB, RESULT_FILE, TRAINER_STATE, write_json_atomic
 from glasslab.train import checkpoint as ckpt
 from glasslab.train import distributed
-from glasslab.train.build import build_parts, describe
+from glasslab.train.build import build_parts, describe, resolve_data
 from glasslab.train.loop import Trainer
 from glasslab.train.rng import capture_rng, restore_rng
 from glasslab.train.run_config import RunConfig
@@ -63,9 +63,10 @@ def train(run_cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, fork
 
 def _train(run_cfg: RunConfig, run_dir: Path, ctx: distributed.DistContext, resume: bool, fork: str | None,
            record_extra: dict, progress: Callable[[int, int, dict[str, float]], None] | None) -> dict[str, Any]:
+    track.check_sinks(run_cfg.train.sinks)  # a missing optional package fails before the run folder is touched
+    run_cfg = resolve_data(run_cfg)  # the vocabulary follows the tokenizer: run.json records the size used
     cfg = run_cfg.train
     cfg.micro_batches(ctx.world_size)  # batch shape errors before anything is built
-    track.check_sinks(cfg.sinks)  # a missing optional package fails before the run folder is touched
     config_data = configs.to_dict(run_cfg)
     fallbacks: list[tuple[int, str]] = []
     start_from: Path | None = None
