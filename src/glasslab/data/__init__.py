@@ -36,6 +36,7 @@ _HOMES = {
     "eval_bytes_per_token": "loader",
     "plan_mixture": "mixture",
     "make_report": "report",
+    "dataset_usage": "usage",
     "manifest_hash": "shards",
     "read_manifest": "shards",
     "load_tokenizer": "tokenizer",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from pathlib import Path
 
 import torch.utils.checkpoint
 from torch import nn
@@ -18,6 +19,7 @@ from glasslab.data import (
     eval_bytes_per_token,
     load_tokenizer,
     manifest_hash,
+    plan_mixture,
     read_manifest,
 )
 from glasslab.data.tokenizer import EOT
@@ -84,12 +86,22 @@ def build_parts(run_cfg: RunConfig, ctx: DistContext) -> RunParts:
 
 
 def describe(run_cfg: RunConfig) -> dict:
-    """What run.json records about the model and data: size name, parameter counts, FLOPs, manifest hash."""
+    """What run.json records about the model and data: size name, parameter counts, FLOPs per token, the
+    dataset (``dataset``: ``folder`` — the data step's folder name under the lab —, ``path``,
+    ``manifest_hash``) and the mixture planned for this run's token budget (``mixture``: what
+    ``data.plan_mixture`` returns — weights, tokens and epochs per domain and phase, totals)."""
+    cfg, data = run_cfg.train, run_cfg.data
+    digest = manifest_hash(data.path)
+    domains = read_manifest(data.path)["domains"]
     return {
         "size_name": run_cfg.model.size_name(),
         "param_counts": run_cfg.model.param_counts(),
-        "flops_per_token": run_cfg.model.flops_per_token(run_cfg.train.seq_len),
-        "data_manifest_hash": manifest_hash(run_cfg.data.path),
+        "flops_per_token": run_cfg.model.flops_per_token(cfg.seq_len),
+        "data_manifest_hash": digest,
+        "dataset": {"folder": Path(data.path).resolve().name, "path": str(Path(data.path).resolve()),
+                    "manifest_hash": digest},
+        "mixture": plan_mixture(data.mixture, {d: e["train"]["tokens"] for d, e in domains.items()},
+                                cfg.total_steps * cfg.global_batch_tokens, cfg.global_batch_tokens),
     }
 
 
