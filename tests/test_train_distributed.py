@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import run_cli, subprocess_env
+from cli_runner import run_cli, subprocess_env
 from glasslab.track import RunReader
 from train_data import build_tiny_dataset, tiny_run_config
 
