@@ -189,13 +189,14 @@ def test_train_is_a_step_with_a_record_events_and_a_cached_rerun(tmp_path, datas
 
     # The same command again finds it; so does a resume of the folder without its config (from step.json).
     assert cli_main(["train", str(config), "--lab", str(lab)]) == 0
-    assert cli_main(["train", "--run-dir", str(folder), "--resume", "--lab", str(lab)]) == 0
+    assert cli_main(["train", "--run-dir", str(folder), "--resume"]) == 0
     out = capsys.readouterr().out
     assert out.count("finished before (cached) at step 3") == 2 and read_step_record(folder)["attempts"] == 1
-    # A pinned folder (--run-dir) is the step's folder: its record holds the same hash.
-    pinned = tmp_path / "mine"
-    assert cli_main(["train", str(config), "--run-dir", str(pinned), "--lab", str(lab)]) == 0
+    # A pinned folder (--run-dir) is the step's folder: its record holds the same hash, its parent is the lab.
+    pinned = tmp_path / "elsewhere" / "mine"
+    assert cli_main(["train", str(config), "--run-dir", str(pinned)]) == 0
     assert read_step_record(pinned)["hash"] == record["hash"] and read_step_record(pinned)["folder"] == "mine"
+    assert [e["subject"] for e in read_lab_events(pinned.parent)] == ["mine", "mine"]
     plan = make_plan([Step("tiny_run", train_step, _step_config(config))], lab)
     assert plan.steps[0].folder == folder and plan.steps[0].action == "cached"
 

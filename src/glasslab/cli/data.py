@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from glasslab.cli.options import add_lab_option
+from glasslab.cli.options import add_lab_option, step_lab
 from glasslab.errors import UserError
 
 
@@ -31,7 +31,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     build.add_argument("config", metavar="CONFIG", help="BuildConfig file, or 'demo'")
     build.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides")
     build.add_argument("--quick", action="store_true", help="with 'demo': the data of `glasslab demo --quick`")
-    build.add_argument("--out", default=None, help="a fixed dataset folder instead of <lab>/data-<hash8>")
+    build.add_argument("--out", default=None,
+                       help="a fixed dataset folder instead of <lab>/data-<hash8> (its parent is then the lab)")
     add_lab_option(build)
     build.add_argument(
         "--strict", action="store_true", help="fail on a malformed JSONL line instead of skipping it"
@@ -85,7 +86,7 @@ def run_build(args: argparse.Namespace) -> int:
         step = Step(STEP_NAME, build_step, config.load(BuildConfig, args.config, overrides), folder=args.out)
     quiet = contextlib.redirect_stderr(io.StringIO()) if args.quiet else contextlib.nullcontext()
     with quiet:
-        done = run_one_step(step, args.lab, force=args.force)
+        done = run_one_step(step, step_lab(args.lab, args.out), force=args.force)
     if done.status == "cached":
         print(f"built before (cached): {done.folder}", file=sys.stderr)
     print(done.folder)

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from glasslab.cli.options import add_lab_option, split_config_items
+from glasslab.cli.options import add_lab_option, split_config_items, step_lab
 from glasslab.errors import UserError
 
 
@@ -49,7 +49,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                      help="ladder spec: predict its planned hero (and name the ladder after it)")
     fit.add_argument("--target-flops", type=float, default=None,
                      help="compute to predict, FLOPs (default: the spec's hero, else 10x the largest rung)")
-    fit.add_argument("--out", default=None, help="a fixed folder for fit.json and figures instead of the lab's")
+    fit.add_argument("--out", default=None,
+                     help="a fixed folder for fit.json and figures instead of <lab>/<ladder>-fit-<hash8>")
     fit.add_argument("--bootstrap", type=int, default=1000, help="bootstrap replicates (default 1000)")
     fit.set_defaults(func=run_fit)
 
@@ -123,7 +124,8 @@ def run_fit(args: argparse.Namespace) -> int:
     target = target or 10 * max(r.flops for r in rungs)
     config = FitStepConfig(ladder, target, L_inf, tuple(args.sweep), rungs=tuple(rungs),
                            num_bootstrap=args.bootstrap)
-    done = run_one_step(Step(step_name(f"{ladder}-fit"), fit_step, config, folder=args.out), args.lab)
+    done = run_one_step(Step(step_name(f"{ladder}-fit"), fit_step, config, folder=args.out),
+                        step_lab(args.lab, args.out))
     console = _console()
     for table in summary_tables(done.folder):
         console.print(table)

@@ -39,3 +39,9 @@ def add_executor_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--re-register", action="store_true",
                         help="let steps replace a prediction already in the lab's registry with other "
                         "numbers (recorded as an incident); without it they refuse")
+
+
+def step_lab(lab: str | Path, pinned: str | Path | None) -> Path:
+    """The lab root of a command's step: a pinned folder's parent (``--run-dir``, ``--out``), else ``--lab``,
+    so the step's lab events land beside its folder, not in the current folder's ``./lab``."""
+    return Path(pinned).resolve().parent if pinned else Path(lab)

@@ -13,7 +13,7 @@ import os
 import re
 from pathlib import Path
 
-from glasslab.cli.options import add_lab_option, split_config_items
+from glasslab.cli.options import add_lab_option, split_config_items, step_lab
 from glasslab.errors import UserError
 
 
@@ -29,9 +29,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("items", nargs="*", metavar="CONFIG|KEY=VALUE",
                    help="a run config file (YAML or JSON), then overrides such as train.optimizer.lr=3e-3")
     where = p.add_mutually_exclusive_group()
-    where.add_argument("--run-dir", help="a fixed run folder instead of <lab>/<name>-<hash8>; one that already "
-                       "holds a run needs --resume")
-    add_lab_option(p, "lab root (step folders, event log)")
+    where.add_argument("--run-dir", help="a fixed run folder instead of <lab>/<name>-<hash8> (its parent is then the "
+                       "lab); one that already holds a run needs --resume")
+    add_lab_option(where, "lab root (step folders, event log)")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--resume", action="store_true",
                       help="continue the run from its latest intact checkpoint (CONFIG may be left out with --run-dir)")
@@ -54,8 +54,8 @@ def run(args: argparse.Namespace) -> int:
     from glasslab.train.steps import TrainingPreempted, TrainStepConfig, train_step
 
     config_path, overrides = split_config_items(args.items, "run config")
-    lab = Path(args.lab)
     run_dir = Path(args.run_dir) if args.run_dir else None
+    lab = step_lab(args.lab, run_dir)
     fork, record_extra = None, {}
     if args.fork:
         parent_ref, sep, step = args.fork.rpartition("@")
