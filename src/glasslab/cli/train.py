@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     elif config_path is not None:
         base, name = configs.read_file(config_path), step_name(config_path.stem)
     elif args.resume and run_dir is not None:
-        recorded = _recorded_step_config(run_dir, TrainStepConfig)
+        recorded = _recorded_step_config(run_dir)
         base, fork, record_extra = configs.to_dict(recorded.run), recorded.fork, dict(recorded.record_extra)
         name = _recorded_name(run_dir)
     else:
@@ -106,15 +106,16 @@ def step_name(text: str) -> str:
     return name if name and name[0].isalnum() else f"run{('_' + name) if name else ''}"
 
 
-def _recorded_step_config(run_dir: Path, config_class: type):
-    """The training step config that made ``run_dir``, from its ``step.json``."""
+def _recorded_step_config(run_dir: Path):
+    """The training step config that made ``run_dir``, from its ``step.json`` (a TrainStepConfig)."""
     from glasslab import config as configs
     from glasslab.lab import read_step_record
+    from glasslab.train.steps import TrainStepConfig
 
     record = read_step_record(run_dir)
     if record is None or not str(record.get("function", "")).endswith(":train_step"):
         raise UserError(f"{run_dir}: no step.json of a `glasslab train` run to take the config from; pass CONFIG too")
-    step_config = configs.from_dict(config_class, record["config"])
+    step_config = configs.from_dict(TrainStepConfig, record["config"])
     if step_config.data_from:
         raise UserError(f"{run_dir}: a step of an experiment (its data comes from step {step_config.data_from!r}); "
                         "rerun the experiment with `glasslab run` to resume it")
