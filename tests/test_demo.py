@@ -12,6 +12,7 @@ import pytest
 
 from cli_runner import run_cli
 
+pytestmark = pytest.mark.slow  # the session's demo lab takes about a minute and a half to build
 
 def only(lab: Path, pattern: str) -> Path:
     (match,) = sorted(lab.glob(pattern))
@@ -104,7 +105,6 @@ def test_the_heros_prediction_is_in_the_lab_registry_and_its_run_json(demo_lab):
     assert kinds.count("prediction_registered") == 1 and "prediction_replaced" not in kinds
 
 
-@pytest.mark.slow
 def test_the_demo_on_a_local_ray_makes_the_same_steps_as_locally(demo_lab, tmp_path):
     pytest.importorskip("ray")
     lab = tmp_path / "lab"
@@ -117,7 +117,6 @@ def test_the_demo_on_a_local_ray_makes_the_same_steps_as_locally(demo_lab, tmp_p
         assert on_ray == pytest.approx(local, rel=1e-6)
 
 
-@pytest.mark.slow
 def test_a_data_build_from_the_command_line_is_the_demos_data_step(tmp_path):
     lab = tmp_path / "lab"
     built = run_cli("data", "build", "demo", "--lab", str(lab), "--quiet", timeout=600)
