@@ -14,6 +14,7 @@ from cli_runner import run_cli
 
 pytestmark = pytest.mark.slow  # the session's demo lab takes about a minute and a half to build
 
+
 def only(lab: Path, pattern: str) -> Path:
     (match,) = sorted(lab.glob(pattern))
     return match
