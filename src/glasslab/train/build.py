@@ -52,12 +52,24 @@ def resolve_data(run_cfg: RunConfig) -> RunConfig:
     return dataclasses.replace(run_cfg, model=dataclasses.replace(run_cfg.model, vocab_size=vocab or tokens))
 
 
+def check_inputs(run_cfg: RunConfig) -> None:
+    """Raise a one-line UserError for a run config its dataset cannot train (missing dataset, a
+    mixture naming an unknown domain, a vocabulary smaller than the tokenizer's), building nothing:
+    what :func:`build_parts` checks first, for a command to call before it makes a folder or draws."""
+    _loader_and_tokenizer(resolve_data(run_cfg), DistContext())
+
+
+def _loader_and_tokenizer(run_cfg: RunConfig, ctx: DistContext):
+    cfg = run_cfg.train
+    loader = Loader(run_cfg.data, cfg.seq_len, cfg.global_batch_size, rank=ctx.rank, world_size=ctx.world_size)
+    return loader, load_tokenizer(run_cfg.data.path)
+
+
 def build_parts(run_cfg: RunConfig, ctx: DistContext) -> RunParts:
     """Loader first (a bad mixture fails before any compute), then the model seeded by ``train.seed``."""
     cfg = run_cfg.train
-    loader = Loader(run_cfg.data, cfg.seq_len, cfg.global_batch_size, rank=ctx.rank, world_size=ctx.world_size)
+    loader, tokenizer = _loader_and_tokenizer(run_cfg, ctx)
     dataset = run_cfg.data.path
-    tokenizer = load_tokenizer(dataset)
     seed_everything(cfg.seed)
     model = Transformer(run_cfg.model)
     if cfg.activation_checkpointing:

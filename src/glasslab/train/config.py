@@ -177,6 +177,11 @@ class TrainConfig:
         require(self.peak_flops >= 0, "train.peak_flops", self.peak_flops, ">= 0")
         require(len(set(self.sinks)) == len(self.sinks), "train.sinks", list(self.sinks), "each sink at most once")
 
+    def bf16_on(self, device_type: str) -> bool:
+        """Whether the loop autocasts to bf16 on ``device_type`` (``cpu``, ``cuda``): the one place
+        ``precision`` is decided (MFU's peak FLOP/s follows the same answer)."""
+        return self.precision == "bf16" or (self.precision == "auto" and device_type == "cuda")
+
     @property
     def global_batch_size(self) -> int:
         """Sequences per optimiser step over all ranks."""

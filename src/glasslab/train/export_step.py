@@ -30,7 +30,6 @@ from glasslab.model.card import model_card
 from glasslab.model.export import export_hf
 from glasslab.track import RunReader, append_event, read_record
 from glasslab.train import checkpoint as ckpt
-from glasslab.train.run import checkpoint_config
 from glasslab.train.run_config import RunConfig
 
 DEFAULT_PAGE_URL = "http://127.0.0.1:8765"
@@ -74,7 +73,7 @@ def export_step(ctx: Any) -> dict[str, Any]:
     if cfg.checkpoint_sha256 and file_sha256(checkpoint / MANIFEST_FILE) != cfg.checkpoint_sha256:
         raise UserError(f"{checkpoint}: changed since this export was planned (its manifest's sha256 differs); "
                         "run `glasslab export` again")
-    run_cfg = configs.from_dict(RunConfig, checkpoint_config(checkpoint))
+    run_cfg = configs.from_dict(RunConfig, ckpt.checkpoint_config(checkpoint))
     model = Transformer(run_cfg.model)
     model.load_state_dict(torch.load(checkpoint / "model.pt", map_location="cpu", weights_only=True))
     record = read_record(run_dir) or {}
