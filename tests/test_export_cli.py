@@ -126,3 +126,29 @@ def test_out_refuses_a_folder_of_unrelated_files_before_any_work(lab, tmp_path, 
 def test_bad_references_are_one_line(lab, capsys, ref, expected):
     code, _, stderr = _cli(capsys, "export", ref, "--lab", str(lab))
     assert code == 2 and expected in stderr and stderr.count("\n") == 1
+
+
+@pytest.mark.slow
+def test_the_demo_exports_its_hero_and_a_user_exports_it_again(demo_lab, tmp_path, capsys, monkeypatch):
+    """From a finished `glasslab demo --quick`: its own export step names the hero (what the page links by),
+    and `glasslab export <hero> --out DIR` then the README's lines print a sample."""
+    lab = demo_lab.root
+    (hero,) = lab.glob("demo-hero-*")
+    (export,) = lab.glob("demo-export-*")
+    config = json.loads((export / STEP_RECORD).read_text())["config"]
+    final_step = json.loads((hero / "result.json").read_text())["step"]
+    assert (config["run"], config["step"]) == (hero.name, final_step)
+    manifest = json.loads((export / EXPORT_MANIFEST).read_text())
+    assert manifest["run"] == hero.name and manifest["logit_check"]["max_abs_difference"] <= 1e-4
+    assert f"/run/{hero.name}" in (export / MODEL_CARD).read_text()
+
+    out = tmp_path / "x"
+    code, stdout, stderr = _cli(capsys, "export", hero.name, "--lab", str(lab), "--out", str(out))
+    assert code == 0, stderr[-2000:]
+    assert export.name in stdout  # the same checkpoint: the demo's export step, cached
+    printed = []
+    monkeypatch.setattr("builtins.print", lambda *args: printed.append(" ".join(map(str, args))))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        exec(USAGE.format(path=str(out)), {})
+    assert printed and printed[0].startswith("def ")

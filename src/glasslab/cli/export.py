@@ -36,11 +36,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from glasslab.cli.note import resolve_run_dir
-    from glasslab.lab import Executor, Step, read_step_record
+    from glasslab.lab import Step, run_one_step
     from glasslab.layout import MANIFEST_FILE, file_sha256
     from glasslab.model.export import check_export_target, copy_export
     from glasslab.train import checkpoint as ckpt
-    from glasslab.train.export_step import DEFAULT_PAGE_URL, ExportConfig, checkpoint_folder
+    from glasslab.train.export_step import DEFAULT_PAGE_URL, ExportConfig, checkpoint_folder, export_step
 
     lab = Path(args.lab)
     ref, sep, step_text = args.run.rpartition("@")
@@ -64,11 +64,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = ExportConfig(run=run_dir.name if in_lab else str(run_dir.resolve()), step=step,
                        checkpoint_sha256=file_sha256(checkpoint / MANIFEST_FILE),
                        page_url=args.page_url or DEFAULT_PAGE_URL)
-    report = Executor(lab, backend="local", jobs=1).run([Step("export", "glasslab.train.export_step:export_step", cfg)])
-    folder = report.plan.steps[0].folder
-    if not report.ok:
-        error = (read_step_record(folder) or {}).get("error") or "see its step.json"
-        raise UserError(f"{folder}: the export failed: {error}")
+    folder = run_one_step(Step("export", export_step, cfg), lab).folder
     manifest = copy_export(folder, out) if out is not None else copy_export(folder, folder)
     check = manifest["logit_check"]
     print(f"{run_dir.name}@{step} exported as {manifest['architecture']} ({manifest['size_name']}): {folder}"

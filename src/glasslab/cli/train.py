@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import re
 from pathlib import Path
@@ -46,8 +47,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from glasslab import config as configs
+    from glasslab.cli.data_build import data_build_step
     from glasslab.cli.note import resolve_run_dir
     from glasslab.cli.progress import HOOK
+    from glasslab.data import manifest_hash
+    from glasslab.track import check_sinks
     from glasslab.lab import Step, make_plan, run_one_step
     from glasslab.train import RunConfig
     from glasslab.train.build import check_inputs
@@ -81,16 +85,29 @@ def run(args: argparse.Namespace) -> int:
     elif args.resume and run_dir is not None:
         recorded = _recorded_step_config(run_dir)
         base, fork, record_extra = configs.to_dict(recorded.run), recorded.fork, dict(recorded.record_extra)
+        base["data"]["path"] = recorded.data_path or base["data"]["path"]
         name = _recorded_name(run_dir)
     else:
         raise UserError("expected a run config file (glasslab train CONFIG [KEY=VALUE ...])")
     run_cfg = configs.from_dict(RunConfig, configs.apply_overrides(base, overrides))
-    check_inputs(run_cfg)  # a bad dataset, mixture or vocabulary: one line before any folder or bar
-    config = TrainStepConfig(run=run_cfg, record_extra=record_extra, fork=fork, device=args.device, hooks=(HOOK,))
-    step = Step(name, train_step, config, folder=run_dir)
+    check_sinks(run_cfg.train.sinks)  # a missing sink package: one line before any data is built
+    # The dataset is named by what it is: a data build (a dependency step, built first when needed) or a
+    # folder's manifest hash; the path as written stays out of the step's hash.
+    data_deps, data_fields, dataset = (), {}, run_cfg.data.path
+    if run_cfg.data.build:
+        data = data_build_step(run_cfg.data.build, relative_to=config_path.parent if config_path else None)
+        data_deps, data_fields, dataset = (data,), {"data_from": data.name}, str(_built_dataset(data, lab))
+    elif dataset:
+        data_fields = {"data_path": dataset, "data_manifest": manifest_hash(dataset)}
+    located = dataclasses.replace(run_cfg, data=dataclasses.replace(run_cfg.data, build="", path=dataset))
+    check_inputs(located)  # a bad dataset, mixture or vocabulary: one line before any folder or bar
+    unplaced = dataclasses.replace(run_cfg, data=dataclasses.replace(run_cfg.data, build="", path=""))
+    config = TrainStepConfig(run=unplaced, record_extra=record_extra, fork=fork, device=args.device, hooks=(HOOK,),
+                             **data_fields)
+    step = Step(name, train_step, config, deps=data_deps, folder=run_dir)
     folder = make_plan([step], lab).steps[-1].folder
     if args.resume:
-        check_resumable(folder, run_cfg)
+        check_resumable(folder, located)
     elif run_dir is not None:
         check_fresh(folder)
     main_rank = int(os.environ.get("RANK", "0")) == 0
@@ -110,6 +127,20 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _built_dataset(data_step, lab: Path) -> Path:
+    """The folder of the data build ``data_step``, running it first unless it succeeded before. Under
+    torchrun every rank would build it at once, so there it must exist already."""
+    from glasslab.lab import make_plan, run_one_step
+
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        node = make_plan([data_step], lab).steps[-1]
+        if node.action != "cached":
+            raise UserError(f"data.build: {node.folder} is not built yet; under torchrun build it first "
+                            "(glasslab data build, or the same glasslab train without torchrun)")
+        return node.folder
+    return run_one_step(data_step, lab).folder
+
+
 def step_name(text: str) -> str:
     """A step name from a file stem: characters a folder name may not hold become '_'."""
     name = re.sub(r"-+", "-", re.sub(r"[^A-Za-z0-9_.-]", "_", text)).strip("-")
@@ -127,8 +158,8 @@ def _recorded_step_config(run_dir: Path):
         raise UserError(f"{run_dir}: no step.json of a `glasslab train` run to take the config from; pass CONFIG too")
     step_config = configs.from_dict(TrainStepConfig, record["config"])
     if step_config.data_from:
-        raise UserError(f"{run_dir}: a step of an experiment (its data comes from step {step_config.data_from!r}); "
-                        "rerun the experiment with `glasslab run` to resume it")
+        raise UserError(f"{run_dir}: its data comes from step {step_config.data_from!r}; rerun the command that "
+                        "made it (`glasslab train CONFIG` with its data.build, or `glasslab run` for an experiment)")
     return step_config
 
 

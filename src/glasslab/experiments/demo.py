@@ -8,7 +8,9 @@
    active parameter fixed, batch and learning rate from the planner's rule, two seeds on the small rungs;
 3. ``demo-fit``: ``L(C) = L∞ + A·C^(−α)`` at a recorded asymptote swept over a range, the hero's
    predicted curve with a 90% band, and the leave-last-rung-out back-test;
-4. ``demo-hero``: a run with ≥ 4× the top rung's compute, its prediction registered before step 0.
+4. ``demo-hero``: a run with ≥ 4× the top rung's compute, its prediction registered before step 0;
+5. ``demo-export``: the hero's last checkpoint as a Hugging Face ``transformers`` folder with a model card
+   (its logits checked against ours), linked from the hero's page.
 
 At this scale the ladder is illustrative: rungs of tens of thousands of parameters trained for a few
 hundred steps are noisy, and the demo reports its prediction error as it comes out. Everything the
@@ -24,11 +26,12 @@ from dataclasses import dataclass
 from glasslab.data import BuildConfig, MixtureConfig
 from glasslab.data.build import STEP_NAME, build_step
 from glasslab.data.config import TokenizerConfig
-from glasslab.lab import Step
+from glasslab.lab import Step, folder_name, step_hash
 from glasslab.ladder.plan import LadderPlan, LadderSpec, plan_ladder
 from glasslab.ladder.steps import ladder_steps
 from glasslab.model import ModelConfig, MoEConfig
 from glasslab.train import GuardConfig, ScheduleConfig, TrainConfig
+from glasslab.train.export_step import ExportConfig, export_step
 
 LADDER = "demo"
 VOCAB_SIZE = 1024
@@ -100,23 +103,40 @@ def ladder_spec(size: DemoSize) -> LadderSpec:
                       min_steps=size.min_steps, lr_multiplier=LR_MULTIPLIER, seeds_per_rung=size.seeds_per_rung)
 
 
-def train_recipe(size: DemoSize) -> TrainConfig:
-    """What every rung and the hero share: schedule, guard, intervals (batch, steps and LR come from the plan)."""
+def train_recipe(size: DemoSize, sinks: tuple[str, ...] = ()) -> TrainConfig:
+    """What every rung and the hero share: schedule, guard, intervals, sinks (batch, steps and LR come from
+    the plan)."""
     return TrainConfig(schedule=ScheduleConfig(kind="wsd", warmup_fraction=0.1, decay_fraction=0.2, min_lr_ratio=0.0),
                        guard=GuardConfig(sigma=8.0), eval_max_tokens=size.eval_max_tokens, eval_batch_size=32,
-                       sample_max_new_tokens=24, checkpoint_interval=size.checkpoint_interval)
+                       sample_max_new_tokens=24, checkpoint_interval=size.checkpoint_interval, sinks=sinks)
 
 
 def plan(size: DemoSize = FULL) -> LadderPlan:
     return plan_ladder(ladder_spec(size))
 
 
-def demo_steps(size: DemoSize = FULL, device: str = "cpu", threads: int = 1, hero_threads: int = 0) -> list[Step]:
-    """The demo's DAG: data, rungs, fit, hero (``threads`` per rung, ``hero_threads`` for the hero)."""
+def demo_steps(size: DemoSize = FULL, device: str = "cpu", threads: int = 1, hero_threads: int = 0,
+               sinks: tuple[str, ...] = ()) -> list[Step]:
+    """The demo's DAG: data, rungs, fit, hero, the hero's export (``threads`` per rung, ``hero_threads``
+    for the hero; ``sinks`` are every run's ``train.sinks``)."""
     data = data_step(size)
-    return [data, *ladder_steps(plan(size), data, MIXTURE, train_recipe(size), L_inf=L_INF, sweep=L_INF_SWEEP,
-                                device=device, threads=threads, hero_threads=hero_threads,
-                                num_bootstrap=size.num_bootstrap)]
+    ladder_plan = plan(size)
+    ladder = ladder_steps(ladder_plan, data, MIXTURE, train_recipe(size, sinks), L_inf=L_INF, sweep=L_INF_SWEEP,
+                          device=device, threads=threads, hero_threads=hero_threads, num_bootstrap=size.num_bootstrap)
+    hero = ladder[-1]
+    export = Step(f"{LADDER}-export", export_step, ExportConfig(run=folder_of(hero), step=ladder_plan.hero.steps),
+                  deps=(hero,))
+    return [data, *ladder, export]
+
+
+def folder_of(step: Step) -> str:
+    """The folder name (run id) the executor gives ``step``: its hash covers its dependencies' hashes, so
+    the export step can name the hero run it exports before the hero exists."""
+
+    def full_hash(s: Step) -> str:
+        return step_hash(s.name, s.config, {d.name: full_hash(d) for d in s.deps})
+
+    return folder_name(step.name, full_hash(step))
 
 
 def steps() -> list[Step]:

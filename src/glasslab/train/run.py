@@ -149,6 +149,7 @@ def check_resumable(run_dir: str | Path, run_cfg: RunConfig) -> None:
     record = track.read_record(run_dir)
     if record is None:
         raise UserError(f"{run_dir}: nothing to resume (no run.json); start it without --resume")
+    run_cfg = resolve_data(run_cfg)  # run.json holds the vocabulary the run resolved
     changed = configs.diff(record["config"], configs.redact(configs.to_dict(run_cfg)))
     changed = [key for key in changed if key not in _unversioned_keys(run_cfg)]
     if changed:

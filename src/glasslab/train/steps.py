@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from glasslab.config import UNVERSIONED
+from glasslab.data import manifest_hash
 from glasslab.errors import UserError
 from glasslab.lab.step import FunctionRef
 from glasslab.track import read_record
@@ -33,7 +34,12 @@ class TrainStepConfig:
     record_extra: dict[str, Any] = field(default_factory=dict)
     """Fields the run's ``run.json`` records beyond the config (role, ladder, rung, seed, …)."""
     data_from: str = ""
-    """Name of the dependency whose output folder is the dataset (empty: ``run.data.path`` as given)."""
+    """Name of the dependency whose output folder is the dataset (empty: ``data_path``, else ``run.data.path``)."""
+    data_path: str = field(default="", metadata=UNVERSIONED)
+    """A dataset folder named by path (``glasslab train`` with ``data.path``): where it lies is not what it
+    is, so the step's hash covers ``data_manifest`` instead and ``run.data.path`` stays empty."""
+    data_manifest: str = ""
+    """sha256 of that dataset's manifest (which holds every shard's and the tokenizer's sha256)."""
     fork: ForkPoint | None = None
     """Start from another run's checkpoint (``--fork RUN@STEP``); None: from scratch."""
     device: str = field(default="cpu", metadata=UNVERSIONED)
@@ -78,6 +84,11 @@ def run_training(ctx: Any, record_extra: dict[str, Any] | None = None,
                             f"(dependencies: {', '.join(sorted(ctx.inputs)) or 'none'})")
         data = dataclasses.replace(run_cfg.data, path=str(ctx.inputs[cfg.data_from]))
         run_cfg = dataclasses.replace(run_cfg, data=data)
+    elif cfg.data_path:
+        if cfg.data_manifest and manifest_hash(cfg.data_path) != cfg.data_manifest:
+            raise UserError(f"{cfg.data_path}: not the dataset this run was planned on (its manifest's sha256 "
+                            "differs); rebuilt or replaced since?")
+        run_cfg = dataclasses.replace(run_cfg, data=dataclasses.replace(run_cfg.data, path=cfg.data_path))
     resume = read_record(ctx.output_dir) is not None
     all_hooks = [_make_hook(ref) for ref in cfg.hooks] + list(hooks)
     result = train(run_cfg, ctx.output_dir, resume=resume, fork=None if resume else cfg.fork,
