@@ -38,16 +38,16 @@ def lab(tmp_path_factory) -> Path:
 
 
 def _cli(capsys, *args: str) -> tuple[int, str, str]:
-    """``glasslab ARGS`` in this process (the export step itself still runs in a worker process)."""
+    """``glasslab ARGS`` in this process, as the command line runs it."""
     code = cli_main(list(args))
     out, err = capsys.readouterr()
     return code, out, err
 
 
 def _ours(run_dir: Path, step: int) -> Transformer:
-    parts = ckpt.load_checkpoint(ckpt.checkpoint_path(run_dir, step))
-    model = Transformer(from_dict(RunConfig, parts["trainer"]["config"]).model)
-    model.load_state_dict(parts["model"])
+    path = ckpt.checkpoint_path(run_dir, step)
+    model = Transformer(from_dict(RunConfig, ckpt.checkpoint_config(path)).model)
+    model.load_state_dict(ckpt.load_checkpoint(path)["model"])
     return model.eval()
 
 
