@@ -51,8 +51,8 @@ def run(args: argparse.Namespace) -> int:
     from glasslab.cli.note import resolve_run_dir
     from glasslab.cli.progress import HOOK
     from glasslab.data import manifest_hash
-    from glasslab.track import check_sinks
     from glasslab.lab import Step, make_plan, run_one_step
+    from glasslab.track import check_sinks
     from glasslab.train import RunConfig
     from glasslab.train.build import check_inputs
     from glasslab.train.checkpoint import checkpoint_config
