@@ -40,7 +40,13 @@ def run(args: argparse.Namespace) -> int:
     from glasslab.layout import MANIFEST_FILE, file_sha256
     from glasslab.model.export import check_export_target, copy_export
     from glasslab.train import checkpoint as ckpt
-    from glasslab.train.export_step import DEFAULT_PAGE_URL, ExportConfig, checkpoint_folder, export_step
+    from glasslab.train.export_step import (
+        DEFAULT_PAGE_URL,
+        ExportConfig,
+        checkpoint_folder,
+        export_step,
+        find_export,
+    )
 
     lab = Path(args.lab)
     ref, sep, step_text = args.run.rpartition("@")
@@ -61,10 +67,12 @@ def run(args: argparse.Namespace) -> int:
     if out is not None:
         check_export_target(out)  # refuse before any work
     in_lab = run_dir.resolve().parent == lab.resolve()
-    cfg = ExportConfig(run=run_dir.name if in_lab else str(run_dir.resolve()), step=step,
-                       checkpoint_sha256=file_sha256(checkpoint / MANIFEST_FILE),
-                       page_url=args.page_url or DEFAULT_PAGE_URL)
-    folder = run_one_step(Step("export", export_step, cfg), lab).folder
+    digest = file_sha256(checkpoint / MANIFEST_FILE)
+    folder = find_export(lab, run_dir.name, step, digest) if in_lab else None
+    if folder is None:
+        cfg = ExportConfig(run=run_dir.name if in_lab else str(run_dir.resolve()), step=step, checkpoint_sha256=digest,
+                           page_url=args.page_url or DEFAULT_PAGE_URL)
+        folder = run_one_step(Step("export", export_step, cfg), lab).folder
     manifest = copy_export(folder, out) if out is not None else copy_export(folder, folder)
     check = manifest["logit_check"]
     print(f"{run_dir.name}@{step} exported as {manifest['architecture']} ({manifest['size_name']}): {folder}"

@@ -24,7 +24,16 @@ from glasslab.config import UNVERSIONED, require
 from glasslab.data import eval_batches, read_manifest
 from glasslab.data.tokenizer import TOKENIZER_DIR
 from glasslab.errors import UserError
-from glasslab.layout import MANIFEST_FILE, REPORT_FILE, RESULT_FILE, code_version, file_sha256, read_json
+from glasslab.layout import (
+    EXPORT_MANIFEST,
+    MANIFEST_FILE,
+    REPORT_FILE,
+    RESULT_FILE,
+    STEP_RECORD,
+    code_version,
+    file_sha256,
+    read_json,
+)
 from glasslab.model import Transformer
 from glasslab.model.card import model_card
 from glasslab.model.export import export_hf
@@ -93,6 +102,18 @@ def export_step(ctx: Any) -> dict[str, Any]:
                  f"{difference:.1e} of glasslab's", step=cfg.step)
     return {"run": run_dir.name, "step": cfg.step, "architecture": manifest["architecture"],
             "max_abs_difference": difference}
+
+
+def find_export(lab_root: Path, run: str, step: int, checkpoint_sha256: str) -> Path | None:
+    """A finished export step folder in the lab of exactly this checkpoint (the demo's own export step, an
+    earlier ``glasslab export``), so the same checkpoint is not exported twice under two configs."""
+    for manifest_path in sorted(Path(lab_root).glob(f"*/{EXPORT_MANIFEST}")):
+        manifest = read_json(manifest_path) or {}
+        record = read_json(manifest_path.parent / STEP_RECORD) or {}
+        if (record.get("status") == "succeeded" and manifest.get("run") == run and manifest.get("step") == step
+                and manifest.get("checkpoint_sha256") == checkpoint_sha256):
+            return manifest_path.parent
+    return None
 
 
 def checkpoint_folder(run_dir: Path, step: int) -> Path:
