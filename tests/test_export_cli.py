@@ -68,7 +68,7 @@ def test_export_through_the_cli_loads_in_transformers_with_matching_logits(lab, 
     manifest = json.loads((out / EXPORT_MANIFEST).read_text())
     assert manifest == json.loads((folder / EXPORT_MANIFEST).read_text())
     assert (manifest["run"], manifest["step"], manifest["architecture"]) == (run, 12, architecture)
-    assert manifest["glasslab_version"] and manifest["logit_check"]["max_abs_difference"] <= 1e-4
+    assert manifest["glasslab_version"] and manifest["max_logit_diff"] <= 1e-4
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -64,7 +64,7 @@ def test_export_loads_offline_and_logits_match(name, tmp_path, monkeypatch):
     tokens = torch.randint(0, 96, (2, 24))
     manifest = export_hf(model, cfg, _tokenizer_dir(tmp_path / "tok"), out, check_tokens=tokens[:1])
     assert manifest["architecture"] == name.split("-")[0]
-    assert 0 <= manifest["logit_check"]["max_abs_difference"] <= 1e-4
+    assert 0 <= manifest["max_logit_diff"] <= 1e-4
     assert set(manifest["files"]) >= {"config.json", "model.safetensors", "tokenizer.json"}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

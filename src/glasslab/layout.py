@@ -52,9 +52,10 @@ TRAINER_STATE = "trainer.pt"
 CHECKPOINT_CONFIG = "config.json"
 """The run's full (unredacted) config beside a checkpoint's manifest, readable without unpickling."""
 
-EXPORT_MANIFEST = "glasslab_export.json"
-"""A Hugging Face export's manifest (run, step, glasslab version, the logit check, every file with its
-size and sha256); written last, so a folder holding it is a finished export (``model/export.py``)."""
+EXPORT_MANIFEST = "export.json"
+"""A Hugging Face export's manifest (run, step, glasslab version, ``max_logit_diff`` and the logit
+check, every file with its size and sha256); written last, so a folder holding it is a finished export
+(``model/export.py``)."""
 MODEL_CARD = "README.md"
 """A Hugging Face export's model card (the name the Hub shows)."""
 

@@ -74,9 +74,8 @@ def run(args: argparse.Namespace) -> int:
                            page_url=args.page_url or DEFAULT_PAGE_URL)
         folder = run_one_step(Step("export", export_step, cfg), lab).folder
     manifest = copy_export(folder, out) if out is not None else copy_export(folder, folder)
-    check = manifest["logit_check"]
     print(f"{run_dir.name}@{step} exported as {manifest['architecture']} ({manifest['size_name']}): {folder}"
-          f"  (logits within {check['max_abs_difference']:.1e} of glasslab's)")
+          f"  (logits within {manifest['max_logit_diff']:.1e} of glasslab's)")
     if out is not None:
         print(f"copied to {out}")
     return 0

@@ -12,7 +12,8 @@ the run's files — nothing here reads a file, so the card is a pure function of
   ``global_batch_tokens``, ``device``, ``world_size``;
 - ``evals``: ``step`` (when they were taken) and ``metrics`` (``eval/<domain>/loss`` in nats per token,
   ``eval/<domain>/bpb`` in bits per byte, task accuracies);
-- ``page_url``: the run's page in the observatory; ``logit_check``, ``glasslab_version`` from the manifest.
+- ``page_url``: the run's page in the observatory; ``max_logit_diff``, ``logit_check``,
+  ``glasslab_version`` from the manifest.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ def model_card(facts: dict[str, Any]) -> str:
         "## Evaluation",
         _evals(evals),
         "## Export check",
-        _check(facts.get("logit_check")),
+        _check(facts.get("max_logit_diff"), facts.get("logit_check")),
     ]
     return "\n\n".join(p for p in parts if p) + "\n"
 
@@ -140,11 +141,11 @@ def _evals(evals: dict[str, Any]) -> str:
     return intro + "\n\n" + _table(("metric", "value"), [(k, f"{float(v):.4f}") for k, v in sorted(metrics.items())])
 
 
-def _check(check: dict[str, Any] | None) -> str:
-    if not check:
+def _check(difference: float | None, check: dict[str, Any] | None) -> str:
+    if difference is None or not check:
         return "The export's logits were not compared with glasslab's."
     return (f"Loaded back with `AutoModelForCausalLM` at export, its fp32 logits differed from glasslab's by at "
-            f"most {check['max_abs_difference']:.2e} over {check['tokens']} held-out tokens "
+            f"most {difference:.2e} over {check['tokens']} held-out tokens "
             f"(largest |logit| {check['max_abs_logit']:.3g}).")
 
 

@@ -235,10 +235,10 @@ def _special_token_ids(tokenizer_dir: Path) -> dict[str, int]:
 
 
 @torch.no_grad()
-def logit_check(model: Transformer, folder: Path, tokens_BT: torch.Tensor) -> dict[str, Any]:
+def logit_check(model: Transformer, folder: Path, tokens_BT: torch.Tensor) -> tuple[float, dict[str, Any]]:
     """Load the export in ``folder`` with ``AutoModelForCausalLM`` (offline, fp32) and compare its logits
-    on ``tokens_BT`` with ``model``'s. Returns ``{"max_abs_difference", "max_abs_logit", "sequences",
-    "tokens"}`` (logits in nats); raises ExportError when the difference is a mapping error."""
+    on ``tokens_BT`` with ``model``'s. Returns ``(max_logit_diff, {"max_abs_logit", "sequences", "tokens"})``
+    (logits in nats); raises ExportError when the difference is a mapping error."""
     import transformers
 
     with warnings.catch_warnings():
@@ -257,8 +257,8 @@ def logit_check(model: Transformer, folder: Path, tokens_BT: torch.Tensor) -> di
     if not difference <= LOGIT_TOLERANCE * max(1.0, largest):  # also catches NaN
         raise ExportError(f"the exported {type(hf).__name__} gives logits up to {difference:.3g} away from ours "
                           f"(largest |logit| {largest:.3g}): the weight mapping is wrong for this config")
-    return {"max_abs_difference": difference, "max_abs_logit": largest, "sequences": int(tokens_BT.shape[0]),
-            "tokens": int(tokens_BT.numel())}
+    return difference, {"max_abs_logit": largest, "sequences": int(tokens_BT.shape[0]),
+                        "tokens": int(tokens_BT.numel())}
 
 
 def export_hf(model: Transformer, cfg: ModelConfig, tokenizer_dir: Path | None, out_dir: Path, *,
@@ -268,7 +268,7 @@ def export_hf(model: Transformer, cfg: ModelConfig, tokenizer_dir: Path | None, 
     manifest.
 
     ``tokenizer_dir``'s files (when given) go next to the weights. ``check_tokens`` (B, T) held-out ids:
-    the export is loaded back and its logits compared with ours (``manifest["logit_check"]``).
+    the export is loaded back and its logits compared with ours (``manifest["max_logit_diff"]``, nats).
     ``record`` adds fields to the manifest (run id, step, …); ``card(manifest)`` renders the model card
     ``README.md``. ``out_dir`` must be absent, empty or an earlier export unless ``step_folder`` (the
     caller's own lab step folder, whose ``step.json`` stays). Raises ExportError (one line) before
@@ -290,7 +290,7 @@ def export_hf(model: Transformer, cfg: ModelConfig, tokenizer_dir: Path | None, 
             **(record or {}),
         }
         if check_tokens is not None:
-            manifest["logit_check"] = logit_check(model, staging, check_tokens)
+            manifest["max_logit_diff"], manifest["logit_check"] = logit_check(model, staging, check_tokens)
         if card is not None:
             write_text_atomic(staging / MODEL_CARD, card(manifest))
         manifest["files"] = _file_list(staging)

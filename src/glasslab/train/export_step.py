@@ -96,12 +96,12 @@ def export_step(ctx: Any) -> dict[str, Any]:
         card=lambda manifest: model_card({**facts, **manifest}),
         step_folder=True,
     )
-    difference = manifest["logit_check"]["max_abs_difference"]
+    difference = manifest["max_logit_diff"]
     append_event(run_dir, "export", f"step {cfg.step} exported as {manifest['architecture']}",
                  f"{Path(ctx.output_dir).name}: loads with transformers.AutoModelForCausalLM; logits within "
                  f"{difference:.1e} of glasslab's", step=cfg.step)
     return {"run": run_dir.name, "step": cfg.step, "architecture": manifest["architecture"],
-            "max_abs_difference": difference}
+            "max_logit_diff": difference}
 
 
 def find_export(lab_root: Path, run: str, step: int, checkpoint_sha256: str) -> Path | None:
