@@ -134,7 +134,7 @@ def test_the_demo_exports_its_hero_and_a_user_exports_it_again(demo_lab, tmp_pat
     and `glasslab export <hero> --out DIR` then the README's lines print a sample."""
     lab = demo_lab.root
     (hero,) = lab.glob("demo-hero-*")
-    (export,) = lab.glob("demo-export-*")
+    (export,) = lab.glob("export-*")
     config = json.loads((export / STEP_RECORD).read_text())["config"]
     final_step = json.loads((hero / "result.json").read_text())["step"]
     assert (config["run"], config["step"]) == (hero.name, final_step)

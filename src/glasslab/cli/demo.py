@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
-    from glasslab.experiments.demo import FULL, LADDER, QUICK, demo_steps
+    from glasslab.experiments.demo import EXPORT_STEP, FULL, LADDER, QUICK, demo_steps
     from glasslab.lab import Executor
     from glasslab.ladder.summary import summary_tables
     from glasslab.observatory.app import BackgroundServer
@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     folders = {planned.name: planned.folder for planned in report.plan.steps}
     for table in summary_tables(folders[f"{LADDER}-fit"], folders[f"{LADDER}-hero"]):
         console.print(table)
-    console.print(f"the hero for transformers (with a model card): {folders[f'{LADDER}-export']}")
+    console.print(f"the hero for transformers (with a model card): {folders[EXPORT_STEP]}")
     site = publish(lab, lab / "site")
     console.print(f"static site: {site}  ({time.monotonic() - started:.0f} s in all)")
     if server is not None:

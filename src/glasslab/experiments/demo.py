@@ -9,7 +9,7 @@
 3. ``demo-fit``: ``L(C) = L∞ + A·C^(−α)`` at a recorded asymptote swept over a range, the hero's
    predicted curve with a 90% band, and the leave-last-rung-out back-test;
 4. ``demo-hero``: a run with ≥ 4× the top rung's compute, its prediction registered before step 0;
-5. ``demo-export``: the hero's last checkpoint as a Hugging Face ``transformers`` folder with a model card
+5. ``export``: the hero's last checkpoint as a Hugging Face ``transformers`` folder with a model card
    (its logits checked against ours), linked from the hero's page.
 
 At this scale the ladder is illustrative: rungs of tens of thousands of parameters trained for a few
@@ -46,6 +46,8 @@ early on, and the spike guard records it)."""
 L_INF = 1.0
 """Assumed irreducible eval loss (nats/token) of this eval set at this context; recorded, and swept."""
 L_INF_SWEEP = (0.5, 1.5)
+EXPORT_STEP = "export"
+"""The hero's export: ``<lab>/export-<hash8>/``, the name every export step has (the run page finds them by it)."""
 
 
 @dataclass(frozen=True)
@@ -124,7 +126,7 @@ def demo_steps(size: DemoSize = FULL, device: str = "cpu", threads: int = 1, her
     ladder = ladder_steps(ladder_plan, data, MIXTURE, train_recipe(size, sinks), L_inf=L_INF, sweep=L_INF_SWEEP,
                           device=device, threads=threads, hero_threads=hero_threads, num_bootstrap=size.num_bootstrap)
     hero = ladder[-1]
-    export = Step(f"{LADDER}-export", export_step, ExportConfig(run=folder_of(hero), step=ladder_plan.hero.steps),
+    export = Step(EXPORT_STEP, export_step, ExportConfig(run=folder_of(hero), step=ladder_plan.hero.steps),
                   deps=(hero,))
     return [data, *ladder, export]
 
