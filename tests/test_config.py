@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import pytest
-from tests.conftest import subprocess_env
 
+from cli_runner import subprocess_env
 from glasslab.config import (
     UNVERSIONED,
     ConfigError,

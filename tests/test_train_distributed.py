@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import run_cli, subprocess_env
-from glasslab.track import RunReader
+from cli_runner import run_cli, subprocess_env
+from glasslab.lab import read_step_record
+from glasslab.track import RunReader, read_lab_events
 from train_data import build_tiny_dataset, tiny_run_config
 
 STEPS = 6
@@ -62,3 +63,7 @@ def test_two_cpu_ranks_match_one_process(tmp_path, dataset, single_process_curve
     assert len(fingerprints) == 2 and fingerprints[0] == fingerprints[1]  # weights and router biases agree
     record = json.loads((tmp_path / "run" / "run.json").read_text())
     assert record["world_size"] == 2
+    # Rank 0 alone keeps the step's record and events; the other rank only trained.
+    step_record = read_step_record(tmp_path / "run")
+    assert step_record["status"] == "succeeded" and step_record["attempts"] == 1
+    assert [e["kind"] for e in read_lab_events(tmp_path)] == ["step_started", "step_succeeded"]

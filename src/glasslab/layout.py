@@ -52,6 +52,13 @@ TRAINER_STATE = "trainer.pt"
 CHECKPOINT_CONFIG = "config.json"
 """The run's full (unredacted) config beside a checkpoint's manifest, readable without unpickling."""
 
+EXPORT_MANIFEST = "export.json"
+"""A Hugging Face export's manifest (run, step, glasslab version, ``max_logit_diff`` and the logit
+check, every file with its size and sha256); written last, so a folder holding it is a finished export
+(``model/export.py``)."""
+MODEL_CARD = "README.md"
+"""A Hugging Face export's model card (the name the Hub shows)."""
+
 PREDICTIONS_FILE = "predictions.jsonl"
 """The lab's append-only registry of pre-registered predictions, one JSON object per line
 (``lab/registry.py`` says what an entry holds); it lives at the lab root and outlives ``--force``."""

@@ -307,7 +307,12 @@ def build_dataset(cfg: BuildConfig, out_dir: Path, progress: bool = True) -> Pat
     return out_dir
 
 
+STEP_NAME = "data"
+"""What experiments and ``glasslab data build`` call a data build step, so each finds the other's folder."""
+
+
 def build_step(ctx) -> Path:
-    """Lab step function: build ``ctx.config`` (a BuildConfig or its plain data) into ``ctx.output_dir``."""
+    """Lab step function: build ``ctx.config`` (a BuildConfig or its plain data) into ``ctx.output_dir``
+    (progress lines go to stderr: the terminal for ``glasslab data build``, ``step.log`` in an experiment)."""
     cfg = ctx.config if isinstance(ctx.config, BuildConfig) else from_dict(BuildConfig, ctx.config)
-    return build_dataset(cfg, Path(ctx.output_dir), progress=False)
+    return build_dataset(cfg, Path(ctx.output_dir), progress=True)

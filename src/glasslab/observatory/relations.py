@@ -9,8 +9,8 @@ shape gives no link (the page hides it) rather than an error. What each field ma
   step's folder name or id); ``data_manifest_hash``; ``command`` (argv list or string, when recorded).
 - ``step.json``: ``dependencies`` ({name: folder}); an export step's ``config`` names its source run
   (``run``, ``step``, also under ``source``); ``command`` when recorded.
-- an export folder may hold a manifest (``export.json``, else ``manifest.json``) with e.g. the max
-  logit difference measured at export.
+- an export folder holds its manifest (``layout.EXPORT_MANIFEST``) with e.g. the max logit difference
+  measured at export.
 """
 
 from __future__ import annotations
@@ -19,11 +19,10 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from glasslab.layout import FIT_FILE, MANIFEST_FILE, REPORT_FILE, RUN_RECORD, STEP_RECORD
+from glasslab.layout import EXPORT_MANIFEST, FIT_FILE, REPORT_FILE, RUN_RECORD, STEP_RECORD
 from glasslab.observatory.lab_scan import Lab, read_redacted
 
 EXPORT_PREFIX = "export-"
-EXPORT_MANIFESTS = ("export.json", MANIFEST_FILE)  # the export step's own name first, when it has one
 CONFIG_FILE = "run-config.json"  # what the reproduce box asks the reader to save the config as (not a lab file)
 
 
@@ -82,7 +81,7 @@ class Relations:
             source = config.get("source") if isinstance(config.get("source"), dict) else config
             if source.get("run") not in (run_id, folder_name) and self.run_id(source.get("run")) != run_id:
                 continue
-            manifest = next((m for m in (self.lab.json(folder / n) for n in EXPORT_MANIFESTS) if m), None)
+            manifest = self.lab.json(folder / EXPORT_MANIFEST)
             found.append({"id": step_id, "step": _int(source.get("step")), "status": record.get("status"),
                           "manifest": manifest})
         return found
