@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import pickle
 import subprocess
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 import pytest
@@ -78,10 +80,11 @@ def test_round_trip_and_yaml_json(tmp_path):
 def test_hash_is_stable_across_processes_and_ignores_unversioned():
     cfg = from_dict(Root, {"model": {"moe": {"top_k": 1}}})
     code = (
-        "from tests.test_config import Root, from_dict, config_hash;"
+        "from test_config import Root, from_dict, config_hash;"
         "print(config_hash(from_dict(Root, {'model': {'moe': {'top_k': 1}}})))"
     )
-    env = subprocess_env(PYTHONHASHSEED="123", PYTHONPATH=subprocess_env()["PYTHONPATH"] + ":.")
+    tests = str(Path(__file__).resolve().parent)  # test modules import as plain modules, as under pytest
+    env = subprocess_env(PYTHONHASHSEED="123", PYTHONPATH=subprocess_env()["PYTHONPATH"] + os.pathsep + tests)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert out.stdout.strip() == config_hash(cfg)
     assert config_hash(replace(cfg, ["train.num_workers=7"])) == config_hash(cfg)
