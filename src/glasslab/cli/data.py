@@ -29,7 +29,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     build.add_argument("--out", default=None, help="dataset folder (default: <lab>/data-<config hash>)")
     add_lab_option(build)
     build.add_argument(
-        "--strict", action="store_true", help="fail on a malformed JSONL line instead of skipping it"
+        "--strict", action="store_true",
+        help="fail on a malformed record or invalid UTF-8 instead of skipping (replacing) and counting it",
+    )
+    build.add_argument(
+        "--skip-bad-files", action="store_true",
+        help="leave damaged files (truncated .gz/.zst, unreadable Parquet) out whole instead of failing",
     )
     build.add_argument("--workers", type=int, default=None, help="tokenizer processes (default from config)")
     build.add_argument("--quiet", action="store_true", help="no progress lines")
@@ -62,6 +67,8 @@ def run_build(args: argparse.Namespace) -> int:
     overrides = list(args.overrides)
     if args.strict:
         overrides.append("strict=true")
+    if args.skip_bad_files:
+        overrides.append("skip_bad_files=true")
     if args.workers is not None:
         overrides.append(f"num_workers={args.workers}")
     path = None if args.config == "demo" and not Path("demo").exists() else args.config
