@@ -201,9 +201,24 @@ class Shard:
     """One domain's split: memmapped token ids and document end offsets."""
 
     def __init__(self, dataset_dir: Path, entry: dict, dtype: np.dtype) -> None:
-        bin_path = dataset_dir / entry["file"]
+        bin_path, index_file = dataset_dir / entry["file"], dataset_dir / entry["index"]
+        # Sizes, not hashes, are checked on every open: a truncated or missing shard is one line, at the
+        # cost of a stat (the manifest's sha256 covers silent corruption, e.g. `glasslab data report`).
+        expected = entry["tokens"] * dtype.itemsize
+        size = bin_path.stat().st_size if bin_path.is_file() else None
+        if size != expected:
+            found = "missing" if size is None else f"{size} bytes"
+            raise UserError(f"{bin_path}: {found}, the manifest says {expected} ({entry['tokens']} tokens); "
+                            "the dataset is damaged: build it again")
         self.tokens = np.memmap(bin_path, dtype=dtype, mode="r") if entry["tokens"] else np.zeros(0, dtype)
-        self.ends = np.load(dataset_dir / entry["index"])
+        try:
+            self.ends = np.load(index_file)
+        except (OSError, ValueError, EOFError):
+            self.ends = None
+        if self.ends is None or len(self.ends) != entry["documents"] or (
+                len(self.ends) and int(self.ends[-1]) != entry["tokens"]):
+            raise UserError(f"{index_file}: missing, unreadable or not the index of {entry['documents']} "
+                            "documents the manifest lists; the dataset is damaged: build it again")
         self.bytes = entry["bytes"]
 
     @property
