@@ -214,6 +214,7 @@ def build_dataset(cfg: BuildConfig, out_dir: Path, progress: bool = True) -> Pat
     """
     out_dir = Path(out_dir)
     made_out_dir = not out_dir.exists()  # removed again if the build fails: no half-made dataset folder
+    out_dir.mkdir(parents=True, exist_ok=True)
     tmp = out_dir / TMP_DIR
     if tmp.exists():
         shutil.rmtree(tmp)

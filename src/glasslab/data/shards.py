@@ -14,7 +14,6 @@ is therefore a few chunks per worker, whatever the corpus size.
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 import os
 from collections import deque
@@ -26,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from glasslab.errors import UserError
-from glasslab.layout import MANIFEST_FILE, file_sha256
+from glasslab.layout import MANIFEST_FILE, file_sha256, read_json
 
 CHUNK_CHARS = 1 << 20
 """Text per task handed to a worker (characters)."""
@@ -183,12 +182,12 @@ def index_path(bin_path: Path) -> Path:
 
 def read_manifest(dataset_dir: str | Path) -> dict:
     """The dataset's manifest; a one-line error when the folder is not a finished dataset."""
-    path = Path(dataset_dir) / MANIFEST_FILE
-    if not path.is_file():
+    manifest = read_json(Path(dataset_dir) / MANIFEST_FILE)
+    if manifest is None:
         raise UserError(
             f"{dataset_dir}: not a built dataset (no {MANIFEST_FILE}); run `glasslab data build` first"
         )
-    return json.loads(path.read_text())
+    return manifest
 
 
 def manifest_hash(dataset_dir: str | Path) -> str:

@@ -98,6 +98,8 @@ def connect(path: Path, readonly: bool = False, schema: str = "") -> sqlite3.Con
     except sqlite3.OperationalError as exc:
         raise UserError(f"{path}: cannot open the database for writing ({exc}); "
                         "expected a writable folder") from None
+    except sqlite3.DatabaseError as exc:
+        raise UserError(f"{path}: {exc}; expected the SQLite database glasslab wrote") from None
     return conn
 
 
