@@ -73,6 +73,9 @@ class Case:
     """Paths (relative to the case folder) the command may change: its own output."""
     read_only: tuple[str, ...] = ()
     """Folders (relative to the case folder) made read-only; the command runs unprivileged."""
+    media: str = ""
+    """A folder (relative to the case folder) that the command sees on read-only media: a copy of
+    ``<media>.src`` on a tmpfs mounted read-only in a mount namespace of its own."""
     stdout_lacks: str = ""
 
 
@@ -379,8 +382,15 @@ CASES = [
          "train", read_only_folder, read_only=("ro",)),
     # --- train: runs, checkpoints, resume, fork ----------------------------------------------------
     Case("resume_on_read_only_media", (*TRAIN, "--run-dir", "run", "--resume"),
-         r"run/metrics\.db: cannot open the database for writing \(attempt to write a readonly database\)",
-         "train", copy_of_run(), read_only=("run",)),
+         r"run/metrics\.db: cannot open the database for writing \(attempt to write a readonly database\); "
+         r"expected run to be writable by this user", "train", copy_of_run(), read_only=("run",)),
+    Case("resume_from_read_only_media", (*TRAIN, "--run-dir", "run", "--resume"),
+         r"run/metrics\.db: cannot open the database for writing \(.*\); expected writable storage \(this is a "
+         r"read-only file system\)",
+         "train", copy_of_run(into="run.src"), media="run"),
+    Case("data_build_onto_read_only_media", ("data", "build", "build.yaml", "--out", "media/ds", "--quiet"),
+         r"media/ds: read-only file system; expected writable storage", "data build",
+         both(read_only_folder, files({"media.src/keep": b""})), media="media"),
     Case("resume_past_a_truncated_checkpoint", (*TRAIN, "--run-dir", "run", "--resume"), None, "train",
          damaged_run(truncate_newest_checkpoint), changes=("run",)),
     Case("resume_with_a_damaged_run_record", (*TRAIN, "--run-dir", "run", "--resume"),
@@ -463,6 +473,22 @@ def unprivileged_prefix() -> list[str] | None:
     return ["setpriv", "--bounding-set=-all", "--inh-caps=-all"]
 
 
+MEDIA_SCRIPT = 'mount -t tmpfs none "$1" && cp -a "$1.src/." "$1" && mount -o remount,ro "$1" && shift && exec "$@"'
+
+
+def read_only_media_prefix(mountpoint: Path) -> list[str]:
+    """Run the command in a mount namespace where ``mountpoint`` holds a read-only copy of ``<mountpoint>.src``."""
+    return ["unshare", "--mount", "sh", "-c", MEDIA_SCRIPT, "sh", str(mountpoint)]
+
+
+def can_mount_read_only_media() -> bool:
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        return False
+    probe = subprocess.run(["unshare", "--mount", "sh", "-c", "mount -t tmpfs none /mnt && mount -o remount,ro /mnt"],
+                           capture_output=True)
+    return probe.returncode == 0
+
+
 def run_case(case: Case, folder: Path, shared: Path, prefix: list[str] | None) -> Outcome:
     outcome = Outcome(folder=folder)
     keep: list = []
@@ -475,7 +501,10 @@ def run_case(case: Case, folder: Path, shared: Path, prefix: list[str] | None) -
         args = list(case.args)
         for key, value in {"S": shared, **values}.items():
             args = [a.replace("{" + key + "}", str(value)) for a in args]
-        command = [*(prefix if case.read_only else []), sys.executable, "-m", "glasslab", *args]
+        if case.media:
+            (folder / case.media).mkdir()
+            prefix = read_only_media_prefix(folder / case.media)
+        command = [*(prefix if case.read_only or case.media else []), sys.executable, "-m", "glasslab", *args]
         protected = {k: v for k, v in snapshot(folder, shared).items()
                      if not any(Path(k).is_relative_to(folder / c) for c in case.changes)}
         trusted_before = trusted_outputs(folder)
@@ -517,7 +546,9 @@ def outcomes(shared, tmp_path_factory, request) -> dict[str, Outcome]:
     prefix = unprivileged_prefix()
     selected = {item.callspec.params["case"].name for item in request.session.items
                 if hasattr(item, "callspec") and "case" in item.callspec.params}
-    runnable = [c for c in CASES if c.name in selected and not (c.read_only and prefix is None)]
+    media = can_mount_read_only_media()
+    runnable = [c for c in CASES if c.name in selected and not (c.read_only and prefix is None)
+                and not (c.media and not media)]
     with ThreadPoolExecutor(max_workers=WORKERS) as pool:
         futures = {c.name: pool.submit(run_case, c, cases_root / c.name, shared, prefix) for c in runnable}
         return {name: future.result() for name, future in futures.items()}
@@ -530,7 +561,8 @@ def test_the_table_is_large_and_names_are_unique():
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_bad_input(case: Case, outcomes: dict[str, Outcome]):
     if case.name not in outcomes:
-        pytest.skip("runs unprivileged, which needs setpriv when the tests run as root")
+        pytest.skip("needs read-only media (root, unshare and tmpfs)" if case.media else
+                    "runs unprivileged, which needs setpriv when the tests run as root")
     out = outcomes[case.name]
     assert not out.problem, out.problem
     assert "Traceback" not in out.stderr + out.stdout, out.stderr[-3000:]

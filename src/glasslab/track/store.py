@@ -96,11 +96,23 @@ def connect(path: Path, readonly: bool = False, schema: str = "") -> sqlite3.Con
         if schema:
             conn.executescript(schema)
     except sqlite3.OperationalError as exc:
-        raise UserError(f"{path}: cannot open the database for writing ({exc}); "
-                        "expected a writable folder") from None
+        raise UserError(f"{path}: cannot open the database for writing ({exc}); expected "
+                        f"{_why_not_writable(Path(path).parent)}") from None
     except sqlite3.DatabaseError as exc:
         raise UserError(f"{path}: {exc}; expected the SQLite database glasslab wrote") from None
     return conn
+
+
+def _why_not_writable(folder: Path) -> str:
+    """What a database in ``folder`` needs that it lacks, in the CLI's words for OS errors."""
+    try:
+        if os.statvfs(folder).f_flag & os.ST_RDONLY:
+            return "writable storage (this is a read-only file system)"
+    except OSError:
+        pass
+    if folder.is_dir() and not os.access(folder, os.W_OK):
+        return f"{folder} to be writable by this user"
+    return "a writable folder"
 
 
 def open_db(run_dir: str | Path) -> sqlite3.Connection:
