@@ -133,6 +133,11 @@ def read_all(path: Path) -> bytes:
 
 
 def check(path: Path) -> None:
-    """Read the whole file once; raise :class:`DamagedFile` if any of it is damaged."""
-    for _ in text_chunks(path):
+    """Raise :class:`DamagedFile` if any of the file is damaged: a compressed file is read whole once,
+    a plain one only at its start (the one place it can be wrong before it is parsed)."""
+    stream = text_chunks(path)
+    if compression(path) is None:
+        next(stream, None)
+        return
+    for _ in stream:
         pass
