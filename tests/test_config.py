@@ -134,6 +134,23 @@ def test_bad_files(tmp_path):
         load(Root, tmp_path / "list.yaml")
 
 
+def test_nested_check_errors_name_the_full_path_from_the_root():
+    from glasslab.data.config import BuildConfig
+    from glasslab.train import RunConfig
+
+    cases = [
+        (RunConfig, ["data.mixture.weights.code=-1"], "data.mixture.weights.code=-1.0: expected a weight >= 0"),
+        (RunConfig, ["data.mixture.phases=[{start_step: 3, weights: {code: -2}}]"],
+         "data.mixture.phases[0].weights.code=-2.0"),
+        (RunConfig, ["train.guard.window=0"], "train.guard.window=0: expected"),
+        (BuildConfig, ["sources=[{path: x, max_bytes: -1}]"], "sources[0].max_bytes=-1: expected"),
+    ]
+    for cls, overrides, message in cases:
+        with pytest.raises(ConfigError) as info:
+            from_dict(cls, apply_overrides({}, overrides))
+        assert str(info.value).startswith(message)
+
+
 @dataclass(frozen=True)
 class Pair:
     betas: tuple[float, int] = (0.9, 2)

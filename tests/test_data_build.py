@@ -76,7 +76,9 @@ def test_report_has_the_agreed_layout(built):
         assert 2.0 < d["bytes_per_token"] < 6.0
         assert sum(d["length_histogram"]["counts"]) == d["documents"] and len(d["samples"]) == 3
         assert d["eval_documents"] >= 2
-    assert report["errors"] == {"malformed_lines": [], "malformed_count": 0, "invalid_utf8": 0}
+    assert report["errors"] == {"malformed_lines": [], "malformed_count": 0, "malformed_reasons": {},
+                                "invalid_utf8": 0, "invalid_utf8_documents": [], "skipped_files": [],
+                                "empty_files": []}
     # The same funnel per domain (the data page draws it): stages in order, summing to the totals.
     per_domain = report["funnel_by_domain"]
     assert sorted(per_domain) == ["alpha", "beta"]
@@ -178,7 +180,7 @@ def test_cli_build_demo_corpora_report_and_bad_input(tmp_path):
     )
     done = run_cli("data", "build", "bad.yaml", "--strict", "--out", "bad_ds", "--quiet", cwd=tmp_path)
     assert done.returncode == 2 and "bad.jsonl:2: malformed JSON" in done.stderr
-    assert len(done.stderr.strip().splitlines()) == 1 and not (tmp_path / "bad_ds" / "manifest.json").exists()
+    assert len(done.stderr.strip().splitlines()) == 1 and not (tmp_path / "bad_ds").exists()
     (tmp_path / "mix_bad.yaml").write_text(yaml.safe_dump({"weights": {"code": 1, "poetry": 1}}))
     done = run_cli("data", "report", "ds", "--mixture", "mix_bad.yaml", cwd=tmp_path)
     assert done.returncode == 2 and "unknown domain 'poetry'" in done.stderr

@@ -7,7 +7,7 @@ fsync, then one ``os.replace``, so a reader (or a later step) sees the old file 
 never half of one — the same rule for a JSON record, a page, a checkpoint folder or a dataset.
 
 This module sits at the bottom of the import order beside ``config`` and ``errors``: it imports no
-other part.
+other part (only ``errors``, for the one-line error about a file that does not parse).
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from glasslab.errors import UserError
 
 # --- file names -----------------------------------------------------------------------------------
 
@@ -154,12 +156,19 @@ def write_json_atomic(path: str | Path, data: Any, *, indent: int | None = 2, so
     return write_text_atomic(path, json_text(data, indent=indent, sort_keys=sort_keys, allow_nan=allow_nan))
 
 
+class UnreadableFile(UserError, ValueError):
+    """A lab file that is not what glasslab wrote (edited by hand, damaged on disk); one line naming it."""
+
+
 def read_json(path: str | Path) -> Any | None:
-    """The JSON in ``path``, or None when the file is absent (atomic writes rule out torn files)."""
+    """The JSON in ``path``, or None when the file is absent (atomic writes rule out torn files, so a
+    file that does not parse was changed by something else: :class:`UnreadableFile`)."""
     try:
         return json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         return None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UnreadableFile(f"{path}: not valid JSON ({exc}); expected the file as glasslab wrote it") from None
 
 
 def append_json_line(path: str | Path, record: Any) -> None:

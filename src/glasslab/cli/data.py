@@ -34,7 +34,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        help="a fixed dataset folder instead of <lab>/data-<hash8> (its parent is then the lab)")
     add_lab_option(build)
     build.add_argument(
-        "--strict", action="store_true", help="fail on a malformed JSONL line instead of skipping it"
+        "--strict", action="store_true",
+        help="fail on a malformed record or invalid UTF-8 instead of skipping (replacing) and counting it",
+    )
+    build.add_argument(
+        "--skip-bad-files", action="store_true",
+        help="leave damaged files (truncated .gz/.zst, unreadable Parquet) out whole instead of failing",
     )
     build.add_argument("--workers", type=int, default=None, help="tokenizer processes (default from config)")
     build.add_argument("--force", action="store_true", help="build again even if this build succeeded before")
@@ -71,6 +76,8 @@ def run_build(args: argparse.Namespace) -> int:
     overrides = list(args.overrides)
     if args.strict:
         overrides.append("strict=true")
+    if args.skip_bad_files:
+        overrides.append("skip_bad_files=true")
     if args.workers is not None:
         overrides.append(f"num_workers={args.workers}")
     step = data_build_step(args.config, overrides, quick=args.quick, folder=args.out)

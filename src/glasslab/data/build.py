@@ -73,6 +73,11 @@ def _say(progress: bool, message: str) -> None:
         print(f"[data build] {message}", file=sys.stderr, flush=True)
 
 
+def _warn(message: str) -> None:
+    """Said even without progress lines: what the build left out or changed is never silent."""
+    print(f"[data build] warning: {message}", file=sys.stderr, flush=True)
+
+
 def read_staged(path: Path) -> Iterator[str]:
     """Texts of a staging file (one JSON string per line)."""
     if not path.is_file():
@@ -101,7 +106,7 @@ def _process_sources(
         funnel.ensure(stage)
     try:
         for source in cfg.sources:
-            for raw in sources.read_source(source, errors, cfg.strict):
+            for raw in sources.read_source(source, errors, cfg.strict, cfg.skip_bad_files):
                 funnel.count("raw", raw, source.domain)
                 text = normalize(raw)
                 if not text:
@@ -221,6 +226,8 @@ def build_dataset(cfg: BuildConfig, out_dir: Path, progress: bool = True) -> Pat
     ``report.json``. Raises :class:`~glasslab.errors.UserError` for bad input (nothing is moved then).
     """
     out_dir = Path(out_dir)
+    made_out_dir = not out_dir.exists()  # removed again if the build fails: no half-made dataset folder
+    out_dir.mkdir(parents=True, exist_ok=True)
     tmp = out_dir / TMP_DIR
     if tmp.exists():
         shutil.rmtree(tmp)
@@ -302,7 +309,11 @@ def build_dataset(cfg: BuildConfig, out_dir: Path, progress: bool = True) -> Pat
         _move_into_place(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        if made_out_dir:
+            shutil.rmtree(out_dir, ignore_errors=True)
         raise
+    for line in sources.describe_errors(record["errors"], str(out_dir / BUILD_RECORD)):
+        _warn(line)
     _say(progress, f"done in {timings['total_s']:.1f} s: {out_dir}")
     return out_dir
 

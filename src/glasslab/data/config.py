@@ -207,7 +207,10 @@ class BuildConfig:
     num_workers: int = field(default=2, metadata=UNVERSIONED)
     """Processes tokenizing into shards (1 = in this process)."""
     strict: bool = field(default=False, metadata=UNVERSIONED)
-    """Fail on the first malformed JSONL line instead of skipping and counting it."""
+    """Fail on the first malformed record (or invalid UTF-8) instead of skipping (replacing) and counting it."""
+    skip_bad_files: bool = field(default=False, metadata=UNVERSIONED)
+    """Leave a damaged input file (truncated .gz/.zst, unreadable Parquet, UTF-16) out whole, and say
+    so, instead of failing the build; such files are checked whole before they are read."""
 
     def __post_init__(self) -> None:
         require(len(self.sources) > 0, "sources", list(self.sources), "at least one source")

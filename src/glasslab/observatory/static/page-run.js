@@ -9,6 +9,14 @@
   const { unitOf } = window.GlasslabFormat;
   const LOSS_KEYS = ["train/loss", "sft/loss"];
 
+  // A step replayed after a resume or rollback logs its samples and events again under a higher
+  // attempt (the API already shows each once): keep only the latest of each, as the reader does.
+  function dropReplayed(list, fresh, same) {
+    const kept = list.filter((old) => old.attempt == null
+      || !fresh.some((x) => x !== old && x.attempt != null && x.attempt > old.attempt && same(x, old)));
+    list.splice(0, list.length, ...kept);
+  }
+
   // "step 120 of 173 (69%) · 398.6k tokens · …": rebuilt from the summary whenever a delta lands.
   function headerParts(s, rec) {
     const parts = [statusCell(s.unreadable ? "unreadable" : s.status)];
@@ -173,10 +181,16 @@
         }
         // A page redrawn from fresh data may be sent rows it already has: keep each id once.
         const newSamples = delta.samples.filter((x) => !samples.some((y) => y.id === x.id));
-        if (newSamples.length) { samples.push(...newSamples); drawSamples(); }
+        if (newSamples.length) {
+          samples.push(...newSamples);
+          dropReplayed(samples, newSamples, (a, b) => a.step === b.step);
+          drawSamples();
+        }
         const newEvents = delta.events.filter((x) => !events.some((y) => y.id === x.id));
         if (newEvents.length) {
           events.push(...newEvents);
+          dropReplayed(events, newEvents, (a, b) => a.step != null && a.step === b.step && a.kind === b.kind
+            && a.kind !== "resume");
           drawEvents();
           for (const [chart] of Object.values(charts)) chart.plot.redraw(false, true);
         }
