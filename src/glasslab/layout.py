@@ -99,9 +99,24 @@ def atomic_path(path: str | Path, *, replace: bool = True) -> Iterator[Path]:
         if path.exists() and not replace:
             raise FileExistsError(f"{path} exists")
         move_into_place(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):  # on read-only media even removing a file never made fails
+            remove(tmp)
+        if exc.filename is not None and Path(exc.filename).name.startswith(TEMP_PREFIX):
+            # Name the file the user knows, not our temp name beside it.
+            raise type(exc)(exc.errno, exc.strerror, str(_named_by_user(path))) from None
+        raise
     except BaseException:
         remove(tmp)
         raise
+
+
+def _named_by_user(path: Path) -> Path:
+    """``path`` without the temp names :func:`temp_path` wrapped it in (``.tmp-step.json-PID-X`` → ``step.json``)."""
+    name = path.name
+    while name.startswith(TEMP_PREFIX) and name.count("-") >= 3:
+        name = name[len(TEMP_PREFIX):].rsplit("-", 2)[0]
+    return path.with_name(name)
 
 
 def move_into_place(source: str | Path, path: str | Path) -> None:

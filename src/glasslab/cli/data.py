@@ -43,7 +43,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     build.add_argument("--workers", type=int, default=None, help="tokenizer processes (default from config)")
     build.add_argument("--force", action="store_true", help="build again even if this build succeeded before")
-    build.add_argument("--quiet", action="store_true", help="no progress lines")
+    build.add_argument("--quiet", action="store_true", help="no progress lines (what is skipped is still said)")
     build.set_defaults(func=run_build)
 
     report = data_sub.add_parser(
@@ -67,9 +67,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run_build(args: argparse.Namespace) -> int:
-    import contextlib
-    import io
-
     from glasslab.cli.data_build import data_build_step
     from glasslab.lab import run_one_step
 
@@ -80,10 +77,10 @@ def run_build(args: argparse.Namespace) -> int:
         overrides.append("skip_bad_files=true")
     if args.workers is not None:
         overrides.append(f"num_workers={args.workers}")
+    if args.quiet:
+        overrides.append("progress=false")
     step = data_build_step(args.config, overrides, quick=args.quick, folder=args.out)
-    quiet = contextlib.redirect_stderr(io.StringIO()) if args.quiet else contextlib.nullcontext()
-    with quiet:
-        done = run_one_step(step, step_lab(args.lab, args.out), force=args.force)
+    done = run_one_step(step, step_lab(args.lab, args.out), force=args.force)
     if done.status == "cached":
         print(f"built before (cached): {done.folder}", file=sys.stderr)
     print(done.folder)

@@ -324,6 +324,7 @@ STEP_NAME = "data"
 
 def build_step(ctx) -> Path:
     """Lab step function: build ``ctx.config`` (a BuildConfig or its plain data) into ``ctx.output_dir``
-    (progress lines go to stderr: the terminal for ``glasslab data build``, ``step.log`` in an experiment)."""
+    (progress lines, unless ``cfg.progress`` is off, go to stderr: the terminal for ``glasslab data build``,
+    ``step.log`` in an experiment)."""
     cfg = ctx.config if isinstance(ctx.config, BuildConfig) else from_dict(BuildConfig, ctx.config)
-    return build_dataset(cfg, Path(ctx.output_dir), progress=True)
+    return build_dataset(cfg, Path(ctx.output_dir), progress=cfg.progress)

@@ -211,6 +211,8 @@ class BuildConfig:
     skip_bad_files: bool = field(default=False, metadata=UNVERSIONED)
     """Leave a damaged input file (truncated .gz/.zst, unreadable Parquet, UTF-16) out whole, and say
     so, instead of failing the build; such files are checked whole before they are read."""
+    progress: bool = field(default=True, metadata=UNVERSIONED)
+    """Progress lines on stderr; what the build skipped or replaced is said either way."""
 
     def __post_init__(self) -> None:
         require(len(self.sources) > 0, "sources", list(self.sources), "at least one source")

@@ -11,9 +11,12 @@ as a step of ``glasslab run``, and a later experiment that plans the same step f
 
 The function runs in this process (the executor's inline backend): its output goes to the terminal,
 its own signal handlers apply, and when it fails, the failure is recorded and the exception it raised
-is raised again here (a ``UserError`` stays one line for the CLI). A succeeded step with the same
-hash is not run again (``status == "cached"``, ``value`` is what ``step.json`` recorded) unless
-``force``; a failed one is run again in the same folder (a trainer resumes from its checkpoints).
+is raised again here (a ``UserError`` stays one line for the CLI). A folder made by this call that a
+``UserError`` left holding nothing but the step's record and lock (bad input refused before any
+output) is removed again: the ``step_failed`` lab event keeps the story, no half-made folder stays.
+A succeeded step with the same hash is not run again (``status == "cached"``, ``value`` is what
+``step.json`` recorded) unless ``force``; a failed one is run again in the same folder (a trainer
+resumes from its checkpoints).
 
 Under ``torchrun`` (``WORLD_SIZE > 1``) every rank calls this: rank 0 holds the step's record, lock
 and events, the other ranks plan the same step (same folder) and only call the function.
@@ -29,9 +32,11 @@ from typing import Any
 from glasslab.errors import UserError
 from glasslab.lab.executor import Executor
 from glasslab.lab.inline_backend import InlineBackend
+from glasslab.lab.lock import GUARD_FILE, LOCK_FILE
 from glasslab.lab.plan import make_plan
 from glasslab.lab.status import read_step_record
 from glasslab.lab.step import Step, StepContext
+from glasslab.layout import STEP_RECORD, remove
 
 
 @dataclass(frozen=True)
@@ -71,9 +76,18 @@ def run_one_step(step: Step, lab_root: str | Path, *, force: bool = False, re_re
         return StepRun(step.name, node.folder, node.hash, "cached", record.get("result"),
                        record.get("attempts", outcome.attempts))
     if outcome.by == "here" and backend.last is not None and backend.last.exception is not None:
+        if isinstance(backend.last.exception, UserError) and outcome.attempts <= 1:
+            _remove_if_only_records(node.folder)
         raise backend.last.exception
     raise UserError(f"{node.folder}: step {step.name} {outcome.status}"
                     + (f": {outcome.error}" if outcome.error else "") + f" (see {node.folder}/step.json)")
+
+
+def _remove_if_only_records(folder: Path) -> None:
+    """Remove ``folder`` when it holds only the step's record and lock files, and nothing else."""
+    records = {STEP_RECORD, LOCK_FILE, GUARD_FILE}
+    if folder.is_dir() and all(path.name in records for path in folder.iterdir()):
+        remove(folder)
 
 
 def _run_on_other_rank(step: Step, lab_root: Path) -> StepRun:
