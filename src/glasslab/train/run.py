@@ -15,6 +15,7 @@ and, once finished, ``result.json``. Only rank 0 writes; the other ranks train a
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import threading
 import time
@@ -31,6 +32,7 @@ from glasslab.layout import METRICS_DB, RESULT_FILE, TRAINER_STATE, write_json_a
 from glasslab.train import checkpoint as ckpt
 from glasslab.train import distributed
 from glasslab.train.build import build_parts, describe
+from glasslab.train.compile_rule import run_compile_choice
 from glasslab.train.loop import Trainer
 from glasslab.train.rng import capture_rng, restore_rng
 from glasslab.train.run_config import RunConfig
@@ -91,6 +93,7 @@ def _train(run_cfg: RunConfig, run_dir: Path, ctx: distributed.DistContext, resu
     if ctx.is_main:
         extra = {**describe(run_cfg), "world_size": ctx.world_size, "device": str(ctx.device),
                  "peak_flops": peak, "peak_flops_source": peak_source, "total_steps": cfg.total_steps,
+                 "compile": dataclasses.asdict(run_compile_choice(cfg, parts.flops_per_token, ctx.device)),
                  **record_extra}
         run = track.init(run_dir, config_data, record_extra=extra, reason=reason)
     try:
