@@ -6,17 +6,18 @@ shared, noisy CPU (absolute numbers are not):
 - CPU, fp32, batch 8 × 256 tokens: tokens/s of a full training step (forward, backward, fused AdamW)
   for our MoE and for ``Qwen3MoeForCausalLM`` with the same dimensions (vocab 8,192, d_model 256, 8
   layers, 4 heads, 16 experts of hidden size 256, top-2, softmax routing, QK-norm — the same function:
-  our model exports to that class exactly). transformers 5.x runs experts with ``grouped_mm`` by
-  default; its ``eager`` experts (a Python loop with one-hot masks, what older releases ran) are
-  measured too;
+  our model exports to that class exactly), its experts run by ``grouped_mm`` (transformers' default);
 - model FLOP/s (``cfg.flops_per_token`` × tokens/s) of our dense and MoE models as a fraction of this
-  machine's fp32 2048×2048 matmul FLOP/s measured in the same run (the same for transformers' eager
-  experts, which bounds any speed-up over them: 5× needs five times their fraction); with
-  ``--compile`` also for our models under ``torch.compile`` (``train.compile=true``);
+  machine's fp32 2048×2048 matmul FLOP/s measured in the same run. The headline is the trainer's
+  default path: eager or compiled as ``train.compile=null`` chooses (``train/compile_rule.py``) for a
+  run of that model on 20 tokens per parameter; eager figures follow as context, and with
+  ``--compile`` the compiled ones too;
 - with CUDA: the same fraction ("MFU") for a ~1B-total MoE and a dense model of similar active size in
   bf16, against a bf16 8192×8192 matmul measured in the same run.
 
-Run: ``python bench/model_bench.py [--steps N] [--compile]``. Ends with ``name: value  (target …)`` lines.
+Run: ``python bench/model_bench.py [--steps N] [--compile] [--gpu-only] [--smoke]``. Ends with
+``name: value  (target …)`` lines. ``--smoke`` (tiny models, one step) only checks that the bench runs;
+``--gpu-only`` is the CUDA section alone (``bench/gpu_check.sh``).
 """
 
 from __future__ import annotations
@@ -156,8 +157,11 @@ def cpu_section(steps: int, compile: bool, smoke: bool) -> list[str]:
     return lines
 
 
-def gpu_section(steps: int, smoke: bool) -> list[str]:
-    peak = matmul_flops_per_s("cuda", torch.bfloat16, 1024 if smoke else 8192, repeats=50)
+def gpu_section(steps: int, smoke: bool, compile: bool) -> list[str]:
+    """bf16 MFU of a ~1B MoE and a dense model of similar active size; with ``compile`` also what
+    compiling the MoE costs (seconds to the first step) and buys (speed-up), the compile rule's inputs."""
+    matmul = 1024 if smoke else 8192
+    peak = matmul_flops_per_s("cuda", torch.bfloat16, matmul, repeats=50)
     moe = SMOKE_MOE if smoke else ModelConfig(
         vocab_size=32768,
         d_model=1024,
@@ -168,13 +172,25 @@ def gpu_section(steps: int, smoke: bool) -> list[str]:
     )
     dense = SMOKE_DENSE if smoke else ModelConfig(vocab_size=32768, d_model=1024, n_layers=12, n_heads=16, d_ff=2816)
     batch, seq = (2, 64) if smoke else (16, 2048)
-    lines = [f"gpu bf16 8192² matmul: {peak / 1e12:.0f} TFLOP/s"]
+    lines = [f"gpu bf16 {matmul}² matmul: {peak / 1e12:.0f} TFLOP/s"]
     out = []
     models = {"moe": (moe, 0.25), "dense": (dense, 0.45)}
     steps_by_name = {
         name: ours_step_fn(cfg, batch, seq, "cuda", torch.bfloat16) for name, (cfg, _) in models.items()
     }
+    if compile:
+        compiled_step = ours_step_fn(moe, batch, seq, "cuda", torch.bfloat16, compile=True)
+        synchronize("cuda")
+        start = time.perf_counter()
+        compiled_step()  # compiles, then runs one step
+        synchronize("cuda")
+        out.append(f"gpu_moe_compile_seconds: {time.perf_counter() - start:.0f}  "
+                   "(context: train/compile_rule.py assumes ~90)")
+        steps_by_name["moe_compiled"] = compiled_step
     rate = train_tokens_per_s(steps_by_name, steps, batch * seq, "cuda")
+    if compile:
+        out.append(f"gpu_moe_compiled_speedup_vs_eager: {rate['moe_compiled'] / rate['moe']:.2f}x  "
+                   "(context: train/compile_rule.py assumes 1.25x)")
     for name, (cfg, target) in models.items():
         lines.append(f"gpu {name} {cfg.size_name()}: {rate[name]:.0f} tok/s")
         out.append(
@@ -200,7 +216,7 @@ def main() -> None:
     if not args.gpu_only:
         headline += cpu_section(args.steps, args.compile, args.smoke)
     if torch.cuda.is_available():
-        headline += gpu_section(args.steps, args.smoke)
+        headline += gpu_section(args.steps, args.smoke, args.compile)
     elif args.gpu_only:
         raise SystemExit("model_bench --gpu-only: torch.cuda.is_available() is False")
     print("\n".join(headline))
