@@ -200,6 +200,20 @@ def gpu_section(steps: int, smoke: bool, compile: bool) -> list[str]:
     return out
 
 
+def profile_moe_step(smoke: bool, rows: int = 25) -> None:
+    """Print torch.profiler's per-op table (self CPU time, forward and backward ops alike) of three
+    eager training steps of the bench's MoE, after one warm-up step."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cfg, batch, seq = (SMOKE_MOE, 2, 32) if smoke else (MOE_CPU, BATCH, SEQ)
+    step = ours_step_fn(cfg, batch, seq, "cpu", torch.float32)
+    step()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(3):
+            step()
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows, max_name_column_width=48))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -209,7 +223,11 @@ def main() -> None:
                         help="also time our models under torch.compile (train.compile=true; compiles first)")
     parser.add_argument("--smoke", action="store_true", help="tiny models, one step: check that the bench runs")
     parser.add_argument("--gpu-only", action="store_true", help="only the CUDA section (bench/gpu_check.sh)")
+    parser.add_argument("--profile", action="store_true", help="only print the per-op profile of an eager MoE step")
     args = parser.parse_args()
+    if args.profile:
+        profile_moe_step(args.smoke)
+        return
     if args.smoke:
         args.steps = 1
     headline = []

@@ -3,7 +3,8 @@
 "Bare" is the least a training step must do: forward, cross-entropy, backward, clip, AdamW step,
 balancer step. "Trainer" is ``Trainer.train_step`` with everything it adds: micro-batch loss scaling,
 per-group gradient and parameter norms, the spike guard, the LR schedule, throughput/MFU/memory,
-mixture weights and logging every metric to a real run store. Both drive the same model and optimiser
+mixture weights, logging every metric to a real run store and a JSONL sink (``train.sinks``), and
+the command line's progress-bar hook. Both drive the same model and optimiser
 on the same in-memory batches in this process, one step of each in turn so machine noise hits both
 alike; the overhead is median trainer step / median bare step - 1.
 
@@ -15,6 +16,7 @@ alike; the overhead is median trainer step / median bare step - 1.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import tempfile
@@ -25,6 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from glasslab import track
+from glasslab.cli.progress import TrainingProgress
 from glasslab.model import ModelConfig, MoEConfig, Transformer
 from glasslab.train.config import TrainConfig
 from glasslab.train.distributed import DistContext
@@ -75,14 +78,16 @@ def main() -> None:
                       checkpoint_interval=10**6, compile=False)  # eager on both sides: the same kernels
     torch.manual_seed(0)
     loader = RandomTokens(model_cfg.vocab_size, args.batch, args.seq_len)
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         trainer_model = Transformer(model_cfg)
         parts = RunParts(model=trainer_model, balancer=trainer_model.balancer, loader=loader,
                          flops_per_token=model_cfg.flops_per_token(args.seq_len))
-        run = track.init(Path(tmp) / "run", {"bench": True})
-        trainer = Trainer(cfg, parts, run, Path(tmp) / "run", DistContext(), {}, peak_flops=1e11)
+        run = track.init(Path(tmp) / "run", {"bench": True}, sinks=("jsonl",))
+        progress = TrainingProgress()  # what `glasslab train` shows, updated every step
+        trainer = Trainer(cfg, parts, run, Path(tmp) / "run", DistContext(), {}, peak_flops=1e11, hooks=[progress])
         # The bare step drives the trainer's own model and optimiser: same weights, same routing.
         bare_model, bare_optimizer = trainer.model, trainer.optimizer
+        stack.enter_context(progress)
         for _ in range(2):  # warm up both
             trainer.train_step()
             bare_step(bare_model, bare_optimizer, loader.next_batch(), cfg.grad_clip)
