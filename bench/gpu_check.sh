@@ -10,8 +10,8 @@
 # and of a dense model of similar active size, plus what compiling the MoE costs and buys);
 # `glasslab demo --quick --device cuda`; one FSDP2 training job on one GPU (torchrun, 1 process).
 set -uo pipefail
+log=$(realpath -m "${1:-$(dirname "$0")/../gpu_check.log}")
 cd "$(dirname "$0")/.."
-log=${1:-gpu_check.log}
 exec > >(tee "$log") 2>&1
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 WANDB_MODE=disabled
@@ -84,11 +84,11 @@ fi
 
 section cuda_tests 40 "$PY" -m pytest -q -s -p no:cacheprovider -m cuda tests/test_model_cuda.py
 
-section model_bench 110 "$PY" bench/model_bench.py --gpu-only --compile --steps 3
+section model_bench 115 "$PY" bench/model_bench.py --gpu-only --compile --steps 3
 
-section demo_quick 90 "$PY" -m glasslab demo --quick --device cuda --no-serve --lab "$work/lab" --jobs 1
+section demo_quick 85 "$PY" -m glasslab demo --quick --device cuda --no-serve --lab "$work/lab" --jobs 1
 
-section fsdp2_one_gpu 35 bash -c fsdp_one_gpu
+section fsdp2_one_gpu 30 bash -c fsdp_one_gpu
 
 echo "== summary"
 printf '%s\n' "${summary[@]}"
