@@ -4,14 +4,19 @@ trainer trains the same numbers as an eager one."""
 from __future__ import annotations
 
 import functools
+import json
 
 import pytest
 import torch
+import yaml
 
+from glasslab.cli import main as cli_main
+from glasslab.layout import RUN_RECORD
 from glasslab.track import RunReader
 from glasslab.train import compile_rule
 from glasslab.train.compile_rule import MIN_FLOPS, choose_compile
 from glasslab.train.config import OptimizerConfig, ScheduleConfig, TrainConfig
+from train_data import build_tiny_dataset, tiny_run_config
 from train_fakes import make_trainer
 
 
@@ -49,3 +54,13 @@ def test_a_compiled_trainer_matches_eager(tmp_path, monkeypatch):
     compiled, trainer = _losses(tmp_path / "compiled", True)
     assert trainer.compile_choice.compile and trainer.net is not trainer.model
     assert compiled == pytest.approx(eager, rel=1e-5)
+
+
+def test_run_json_records_the_choice_and_its_reason(tmp_path):
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(tiny_run_config(build_tiny_dataset(tmp_path), max_steps=2, sample_prompts=[])))
+    assert cli_main(["train", str(config), "--run-dir", str(tmp_path / "auto")]) == 0
+    assert cli_main(["train", str(config), "train.compile=false", "--run-dir", str(tmp_path / "forced")]) == 0
+    auto, forced = (json.loads((tmp_path / name / RUN_RECORD).read_text())["compile"] for name in ("auto", "forced"))
+    assert auto["compile"] is False and auto["reason"].startswith("auto: planned ")
+    assert forced == {"compile": False, "reason": "train.compile=false"}
