@@ -12,14 +12,17 @@ reference topics, so no download is needed):
 - peak RSS of a process tokenizing a corpus 1x and ``--scale``x the demo's text into shards: bounded
   memory means the larger corpus needs about the same RSS.
 
-Run: ``python bench/data_bench.py`` (about a minute on 2 cores).
+Run: ``python bench/data_bench.py`` (about a minute on 2 cores). ``--smoke`` (100 documents or 150 kB per source,
+a 512-token BPE, a 2x memory corpus, 20 loader steps) only checks that the bench still runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -30,7 +33,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 sys.path.insert(0, str(SRC))
 
 from glasslab.data import BuildConfig, DataConfig, MixtureConfig, build_dataset  # noqa: E402
-from glasslab.data.config import DedupConfig, SourceConfig  # noqa: E402
+from glasslab.data.config import DedupConfig, SourceConfig, TokenizerConfig  # noqa: E402
 from glasslab.data.decontaminate import Decontaminator  # noqa: E402
 from glasslab.data.dedup import ExactDedup, NearDedup  # noqa: E402
 from glasslab.data.filters import first_failed_filter  # noqa: E402
@@ -113,24 +116,31 @@ def main() -> None:
         "--scale", type=int, default=4, help="memory test corpus, in multiples of the demo text"
     )
     parser.add_argument("--child", nargs=4, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes: check that the bench runs")
     args = parser.parse_args()
     if args.child:
         shard_child(*args.child[:3], int(args.child[3]))
         return
+    cfg = BuildConfig(num_workers=args.workers)
+    loader_steps = 200
+    if args.smoke:
+        small = tuple(dataclasses.replace(s, max_documents=100, max_bytes=150_000) for s in cfg.sources)
+        cfg = dataclasses.replace(cfg, sources=small, tokenizer=TokenizerConfig(vocab_size=512, sample_bytes=200_000))
+        args.scale, loader_steps = 2, 20
 
     tmp = Path(tempfile.mkdtemp(prefix="data_bench_"))
     print(f"workers={args.workers} cpus={os.cpu_count()} python={sys.version.split()[0]}")
 
     # 1. The demo build, end to end.
     start = time.perf_counter()
-    demo = build_dataset(BuildConfig(num_workers=args.workers), tmp / "demo", progress=False)
+    demo = build_dataset(cfg, tmp / "demo", progress=False)
     demo_s = time.perf_counter() - start
     timings = json.loads((demo / "build.json").read_text())["timings"]
     print("demo build stages (s): " + ", ".join(f"{k}={v:.2f}" for k, v in timings.items()))
 
     # 2. Stage throughput on the demo's raw text.
     texts = []
-    for source in BuildConfig().sources:
+    for source in cfg.sources:
         texts += list(read_source(source, InputErrors()))
     raw_bytes = sum(len(t.encode()) for t in texts)
     corpus_1x = tmp / "corpus_1x.jsonl"
@@ -141,7 +151,6 @@ def main() -> None:
     stages = {"read_jsonl": _mb_per_s(corpus_bytes, time.perf_counter() - start)}
     stages["normalize"] = _mb_per_s(raw_bytes, _timed(normalize, texts))
     normal = [normalize(t) for t in texts]
-    cfg = BuildConfig()
     stages["filters"] = _mb_per_s(raw_bytes, _timed(lambda t: first_failed_filter(t, cfg.filters), normal))
     stages["exact_dedup"] = _mb_per_s(raw_bytes, _timed(ExactDedup().is_new, normal))
     stages["near_dedup"] = _mb_per_s(raw_bytes, _timed(NearDedup(DedupConfig()).is_new, normal))
@@ -182,7 +191,7 @@ def main() -> None:
     )
     loader.next_batch()
     start = time.perf_counter()
-    steps = 200
+    steps = loader_steps
     for _ in range(steps):
         loader.next_batch()
     loader_tps = steps * 32 * 513 / (time.perf_counter() - start)
@@ -209,6 +218,7 @@ def main() -> None:
     print(f"peak_rss_worker_mb_1x: {small['rss_worker_mb']:.0f}")
     print(f"peak_rss_worker_mb_{args.scale}x: {big['rss_worker_mb']:.0f}")
     print(f"peak_rss_growth_ratio: {big['rss_main_mb'] / small['rss_main_mb']:.2f}  (target <= 1.2)")
+    shutil.rmtree(tmp)
 
 
 if __name__ == "__main__":

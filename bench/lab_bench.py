@@ -1,13 +1,19 @@
-"""How much the executor costs per step, and what --jobs buys, on the local backend.
+"""What the executor costs: per step, what --jobs buys, and planning a 1,000-step DAG.
 
-    python bench/lab_bench.py
+    python bench/lab_bench.py [--smoke]
 
-Runs 8 independent steps that each sleep 0.5 s, with --jobs 1 and --jobs 2, in fresh labs, then the
-same DAG again (all cached). Overhead per step = (wall time - sleep time) / steps at --jobs 1.
+1. Runs 8 independent steps that each sleep 0.5 s, with --jobs 1 and --jobs 2, in fresh labs, then the
+   same DAG again (all cached). Overhead per step = (wall time - sleep time) / steps at --jobs 1.
+2. Plans (hashes, orders, checks, reads every step record) two 1,000-step DAGs: a ladder-shaped one
+   (one data step, 990 runs on it, 9 fits over 110 runs each) and a 1,000-deep chain, each in an empty
+   lab and again once every step has a succeeded ``step.json``. The figure is the slowest of the four.
+
+``--smoke`` shrinks both parts (2 steps of 0.05 s, 50-step DAGs) to check that the bench still runs.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 import tempfile
 import time
@@ -16,35 +22,85 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from glasslab.lab import Executor, Step  # noqa: E402
+from glasslab.lab.plan import make_plan  # noqa: E402
+from glasslab.layout import STEP_RECORD, write_json_atomic  # noqa: E402
 
-NUM_STEPS = 8
-SLEEP_S = 0.5
+HEADLINES = ("lab/overhead_per_step_s", "lab/jobs2_speedup", "lab/cached_rerun_s", "lab/plan_1000_steps_s")
 
 
 def nap(ctx) -> None:
     time.sleep(ctx.config["sleep_s"])
 
 
-def dag() -> list[Step]:
-    return [Step(f"nap{i}", "lab_bench:nap", config={"sleep_s": SLEEP_S, "i": i}) for i in range(NUM_STEPS)]
+def naps(num_steps: int, sleep_s: float) -> list[Step]:
+    return [Step(f"nap{i}", "lab_bench:nap", config={"sleep_s": sleep_s, "i": i}) for i in range(num_steps)]
 
 
-def timed_run(lab: Path, jobs: int) -> float:
+def timed_run(lab: Path, steps: list[Step], jobs: int) -> float:
     start = time.perf_counter()
-    report = Executor(lab, jobs=jobs, echo=False).run(dag())
+    report = Executor(lab, jobs=jobs, echo=False).run(steps)
     assert report.ok
     return time.perf_counter() - start
 
 
+def ladder_dag(num_steps: int) -> list[Step]:
+    """One data step, runs that read it, and fits over groups of runs (``num_steps`` in all)."""
+    fits = max(1, num_steps // 110)
+    data = Step("data", "lab_bench:nap", config={"sleep_s": 0.0, "tokens": 10**9})
+    runs = [Step(f"run-{i}", "lab_bench:nap", config={"sleep_s": 0.0, "width": 16 + i % 7, "seed": i},
+                 deps=[data]) for i in range(num_steps - 1 - fits)]
+    per_fit = -(-len(runs) // fits)
+    return [data, *runs] + [Step(f"fit-{f}", "lab_bench:nap", config={"sleep_s": 0.0},
+                                 deps=runs[f * per_fit:(f + 1) * per_fit]) for f in range(fits)]
+
+
+def chain_dag(num_steps: int) -> list[Step]:
+    """Each step depends on the one before: the deepest DAG of that size."""
+    steps = [Step("link-0", "lab_bench:nap", config={"sleep_s": 0.0})]
+    for i in range(1, num_steps):
+        steps.append(Step(f"link-{i}", "lab_bench:nap", config={"sleep_s": 0.0}, deps=[steps[-1]]))
+    return steps
+
+
+def planning_seconds(lab: Path, steps: list[Step], repeats: int = 3) -> tuple[float, float]:
+    """Best seconds to plan ``steps`` in an empty lab, and once every step has succeeded."""
+    def best() -> float:
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            plan = make_plan(steps, lab)
+            times.append(time.perf_counter() - start)
+        return min(times), plan
+
+    empty, plan = best()
+    for node in plan.steps:
+        node.folder.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(node.folder / STEP_RECORD, {"name": node.name, "status": "succeeded"})
+    done, plan = best()
+    assert all(node.action == "cached" for node in plan.steps)
+    return empty, done
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes: check that the bench runs")
+    args = parser.parse_args()
+    num_naps, sleep_s, dag_steps = (2, 0.05, 50) if args.smoke else (8, 0.5, 1000)
     sys.path.insert(0, str(Path(__file__).resolve().parent))  # so step processes import lab_bench
     with tempfile.TemporaryDirectory() as tmp:
-        serial = timed_run(Path(tmp) / "j1", jobs=1)
-        parallel = timed_run(Path(tmp) / "j2", jobs=2)
-        cached = timed_run(Path(tmp) / "j2", jobs=2)
-    print(f"lab/overhead_per_step_s: {(serial - NUM_STEPS * SLEEP_S) / NUM_STEPS:.3f}  (target < 1.0)")
+        steps = naps(num_naps, sleep_s)
+        serial = timed_run(Path(tmp) / "j1", steps, jobs=1)
+        parallel = timed_run(Path(tmp) / "j2", steps, jobs=2)
+        cached = timed_run(Path(tmp) / "j2", steps, jobs=2)
+        ladder_empty, ladder_done = planning_seconds(Path(tmp) / "ladder", ladder_dag(dag_steps))
+        chain_empty, chain_done = planning_seconds(Path(tmp) / "chain", chain_dag(dag_steps))
+    print(f"plan {dag_steps}-step ladder DAG: {ladder_empty:.3f} s empty lab, {ladder_done:.3f} s all succeeded; "
+          f"{dag_steps}-deep chain: {chain_empty:.3f} s, {chain_done:.3f} s")
+    print(f"lab/overhead_per_step_s: {(serial - num_naps * sleep_s) / num_naps:.3f}  (target < 1.0)")
     print(f"lab/jobs2_speedup: {serial / parallel:.2f}  (target > 1.5 on 2 cores)")
-    print(f"lab/cached_rerun_s: {cached:.3f}  (target < 1.0 for {NUM_STEPS} steps)")
+    print(f"lab/cached_rerun_s: {cached:.3f}  (target < 1.0 for {num_naps} steps)")
+    worst = max(ladder_empty, ladder_done, chain_empty, chain_done)
+    print(f"lab/plan_1000_steps_s: {worst:.3f}  (target < 1.0; {dag_steps} steps, slowest of the four plans)")
 
 
 if __name__ == "__main__":

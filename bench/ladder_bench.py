@@ -13,7 +13,9 @@ rung's seed spread. Training the ladder is the executor's job; this bench reads 
 same numbers can be recomputed from a published lab folder:
 
     glasslab run tiny_ladder --lab LAB --jobs 2        # the built-in ladder trained to the rules
-    python bench/ladder_bench.py [--lab LAB --ladder tiny --L-inf 1.0 --sweep 0.5 1.5]
+    python bench/ladder_bench.py [--lab LAB --ladder tiny --L-inf 1.0 --sweep 0.5 1.5] [--smoke]
+
+``--smoke`` (20 coverage ladders instead of 1,000/200) only checks that the bench still runs.
 """
 
 from __future__ import annotations
@@ -142,13 +144,15 @@ def main() -> None:
     parser.add_argument("--ladder", default=None, help="ladder name (default: every rung in the lab)")
     parser.add_argument("--L-inf", dest="L_inf", default="free", help="asymptote to pin, or 'free'")
     parser.add_argument("--sweep", nargs="*", type=float, default=[])
+    parser.add_argument("--smoke", action="store_true", help="few coverage ladders: check that the bench runs")
     args = parser.parse_args()
+    pinned_ladders, free_ladders = (20, 20) if args.smoke else (1000, 200)
 
     rungs = synthetic_ladder(np.random.default_rng(0))
     full_fit = time_full_fit(rungs)
     chinchilla = time_chinchilla()
     vectorised, looped = bootstrap_speedup(rungs)
-    coverage_pinned, coverage_free = coverage(1.8, replicates=1000), coverage(None, replicates=200)
+    coverage_pinned, coverage_free = coverage(1.8, pinned_ladders), coverage(None, free_ladders)
     error = None
     if args.lab is not None:
         L_inf = None if args.L_inf == "free" else float(args.L_inf)
@@ -160,8 +164,8 @@ def main() -> None:
     if chinchilla is not None:
         print(f"ladder_approach3_chinchilla_seconds: {chinchilla:.2f}  (target: seconds, not minutes)")
     print(f"ladder_bootstrap_vectorised_speedup: {looped / vectorised:.0f}  (vs one scipy fit per replicate)")
-    print(f"ladder_interval_coverage_pinned: {coverage_pinned:.3f}  (target 0.85-0.95; 1000 ladders)")
-    print(f"ladder_interval_coverage_free: {coverage_free:.3f}  (target 0.85-0.95; 200 ladders)")
+    print(f"ladder_interval_coverage_pinned: {coverage_pinned:.3f}  (target 0.85-0.95; {pinned_ladders} ladders)")
+    print(f"ladder_interval_coverage_free: {coverage_free:.3f}  (target 0.85-0.95; {free_ladders} ladders)")
     if error is not None:
         print(f"ladder_backtest_rel_error_pct: {error:.2f}  (target <= 1.5)")
     else:

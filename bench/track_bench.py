@@ -4,7 +4,9 @@ A 50 ms step with the store's 1 s flush interval commits every 20 steps; this be
 per step and flushes every 20 steps, so the measured cost per step includes the amortised commit.
 Side by side it measures the naive alternative (one SQLite transaction per step) for comparison.
 
-    python bench/track_bench.py [--steps 4000]
+    python bench/track_bench.py [--steps 4000] [--smoke]
+
+``--smoke`` (200 steps) only checks that the bench still runs.
 """
 
 from __future__ import annotations
@@ -40,7 +42,10 @@ def cost_per_step(run_dir: Path, steps: int, steps_per_flush: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=4000)
+    parser.add_argument("--smoke", action="store_true", help="200 steps: check that the bench runs")
     args = parser.parse_args()
+    if args.smoke:
+        args.steps = 200
     with tempfile.TemporaryDirectory() as tmp:
         batched = cost_per_step(Path(tmp) / "batched", args.steps, STEPS_PER_FLUSH)
         per_step = cost_per_step(Path(tmp) / "per_step", max(args.steps // 10, 100), 1)

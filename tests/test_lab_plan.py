@@ -126,3 +126,12 @@ def test_identical_definitions_count_once(tmp_path):
     plan = make_plan([Step("m1", noop, {}, deps=(shared,)), Step("m2", noop, {}, deps=(twin,))], tmp_path)
     assert sorted(n.name for n in plan.steps) == ["m1", "m2", "tok"]
     assert json.dumps(sorted(n.key for n in plan.steps))  # folders are plain strings
+
+
+def test_a_2000_step_chain_given_by_its_last_step_plans_in_order(tmp_path):
+    """Collecting and ordering walk the DAG with explicit stacks: depth is not bounded by recursion."""
+    steps = [Step("link-0", noop, {})]
+    for i in range(1, 2000):
+        steps.append(Step(f"link-{i}", noop, {"i": i}, deps=(steps[-1],)))
+    plan = make_plan([steps[-1]], tmp_path)
+    assert [node.name for node in plan.steps] == [f"link-{i}" for i in range(2000)]

@@ -1,6 +1,10 @@
 """Router-bias balancing: rules fix a skewed router; bias untouched by gradients and eval; statistics are
 exact under gradient accumulation, activation checkpointing and all-reduce over two ranks."""
 
+import datetime
+import os
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -129,7 +133,12 @@ def test_state_dict_holds_pending_statistics():
 
 
 def _rank_main(rank: int, init_file: str, out_dir: str) -> None:
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
+    if sys.platform == "linux":
+        # Loopback: gloo otherwise connects to whatever the host name resolves to, which can stall.
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    # A rendezvous file unique to this test (no port to collide on) and a timeout instead of 30 minutes.
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2,
+                            timeout=datetime.timedelta(seconds=60))
     model = _moe_model(bias_update_rate=0.05)
     # DDP broadcasts module buffers from rank 0 before each forward: our pending counts must survive it.
     ddp = torch.nn.parallel.DistributedDataParallel(model)
@@ -141,10 +150,19 @@ def _rank_main(rank: int, init_file: str, out_dir: str) -> None:
     dist.destroy_process_group()
 
 
+def _spawn(fn, args: tuple, nprocs: int, timeout_s: float) -> None:
+    """Run ``fn(rank, *args)`` in ``nprocs`` fresh processes; fail (and kill them) after ``timeout_s``."""
+    context = mp.start_processes(fn, args=args, nprocs=nprocs, start_method="spawn", join=False)
+    deadline = time.monotonic() + timeout_s
+    while not context.join(timeout=max(0.0, deadline - time.monotonic())):  # raises if a rank failed
+        if time.monotonic() >= deadline:
+            for process in context.processes:
+                process.kill()
+            pytest.fail(f"{nprocs} ranks did not finish within {timeout_s:.0f} s")
+
+
 def test_statistics_are_all_reduced_over_ranks(tmp_path: Path):
-    mp.start_processes(
-        _rank_main, args=(str(tmp_path / "init"), str(tmp_path)), nprocs=2, start_method="spawn"
-    )
+    _spawn(_rank_main, (str(tmp_path / "init"), str(tmp_path)), nprocs=2, timeout_s=180)
     r0, r1 = (torch.load(tmp_path / f"rank{r}.pt") for r in range(2))
     single = _moe_model(bias_update_rate=0.05)
     single(torch.randint(0, 64, (4, 10), generator=torch.Generator().manual_seed(1)))

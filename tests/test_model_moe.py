@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from glasslab.model import ModelConfig, MoEConfig, Transformer
-from glasslab.model import moe as moe_module
+from glasslab.model import grouped_mm as grouped_mm_module
 from glasslab.model.moe import MoEFeedForward
 
 
@@ -61,9 +61,9 @@ def _naive(layer: MoEFeedForward, x_BTD: torch.Tensor) -> torch.Tensor:
 )
 @pytest.mark.parametrize("grouped_mm", [True, False], ids=["grouped_mm", "per-expert-loop"])
 def test_moe_equals_naive_reference_values_and_gradients(moe_kwargs, grouped_mm, monkeypatch):
-    if grouped_mm and not moe_module.grouped_mm_works("cpu", torch.float32):
-        pytest.skip("torch._grouped_mm does not run forward and backward on this CPU build")
-    monkeypatch.setattr(moe_module, "grouped_mm_works", lambda device, dtype: grouped_mm)
+    if grouped_mm and not grouped_mm_module.kernel_runs("cpu", torch.float32):
+        pytest.skip("torch._grouped_mm does not run on this CPU build")
+    monkeypatch.setattr(grouped_mm_module, "kernel_runs", lambda device, dtype: grouped_mm)
     layer = _layer(**moe_kwargs)
     x = torch.randn(3, 7, 16, requires_grad=True)
     ours = layer(x)
@@ -132,25 +132,53 @@ def test_aux_loss_is_zero_when_off_and_differentiable_when_on():
     assert on.aux_loss().item() == 0.0
 
 
-def test_grouped_mm_probe_is_not_fooled_by_no_grad():
-    moe_module.grouped_mm_works.cache_clear()
+def test_grouped_mm_probe_draws_no_random_numbers():
+    """The probe runs at a process's first MoE forward, after a resume restored the RNG."""
+    grouped_mm_module.kernel_runs.cache_clear()
+    before = torch.get_rng_state()
     with torch.inference_mode():
-        under_inference = moe_module.grouped_mm_works("cpu", torch.float32)
-    moe_module.grouped_mm_works.cache_clear()
-    assert under_inference == moe_module.grouped_mm_works("cpu", torch.float32)
+        under_inference = grouped_mm_module.kernel_runs("cpu", torch.float32)
+    assert torch.equal(torch.get_rng_state(), before)
+    grouped_mm_module.kernel_runs.cache_clear()
+    assert under_inference == grouped_mm_module.kernel_runs("cpu", torch.float32)
+
+
+@pytest.mark.parametrize("grouped_mm", [True, False], ids=["grouped_mm", "per-expert-loop"])
+def test_an_expert_without_tokens_gets_zero_gradient(grouped_mm, monkeypatch):
+    monkeypatch.setattr(grouped_mm_module, "kernel_runs", lambda device, dtype: grouped_mm)
+    layer = _layer()
+    with torch.no_grad():
+        layer.router.bias.copy_(torch.tensor([0.0, 0.0, 0.0, 0.0, -50.0, -50.0]))  # 4 and 5 never chosen
+    x = torch.randn(2, 5, 16, requires_grad=True)
+    ours = layer(x)
+    torch.testing.assert_close(ours, _naive(layer, x), atol=1e-5, rtol=1e-5)
+    ours.square().sum().backward()
+    grad = layer.experts.gate_up_EDF2.grad
+    assert torch.all(grad[4:] == 0) and grad[:4].abs().sum() > 0
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_compiled_moe_matches_eager(dtype):
-    """torch.compile's shape rule for _grouped_mm accepts only bf16: bf16 experts are traced, fp32 ones
-    must run outside the graph."""
-    cfg = ModelConfig(vocab_size=64, d_model=32, n_layers=1, n_heads=2, d_ff=32,
+def test_compiled_moe_is_one_graph_and_matches_eager(dtype):
+    """The experts are custom ops with a fixed output shape, so a dropless MoE compiles without a graph
+    break in any dtype (torch's own _grouped_mm shape rule accepts only bf16) and AOT autograd runs
+    our backward: values, gradients and routing statistics match eager."""
+    cfg = ModelConfig(vocab_size=64, d_model=32, n_layers=2, n_heads=2, d_ff=32,
                       moe=MoEConfig(num_experts=4, top_k=2, d_expert=32))
     torch.manual_seed(0)
-    model = Transformer(cfg).to(dtype)
+    eager_model = Transformer(cfg).to(dtype)
+    compiled_model = Transformer(cfg).to(dtype)
+    compiled_model.load_state_dict(eager_model.state_dict())
     tokens = torch.randint(0, 64, (2, 17))
-    eager = model(tokens)
-    compiled = torch.compile(model, backend="eager")(tokens)  # dynamo traces; no C++ build needed
-    torch.testing.assert_close(compiled, eager, atol=1e-5, rtol=1e-5)
+    eager = eager_model(tokens)
+    # aot_eager: dynamo and AOT autograd trace, no C++ build needed; fullgraph fails on any graph break.
+    compiled = torch.compile(compiled_model, backend="aot_eager", fullgraph=True)(tokens)
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(compiled, eager, atol=tol, rtol=tol)
+    eager.logsumexp(-1).mean().backward()
     compiled.logsumexp(-1).mean().backward()
-    assert model.blocks[0].ffn.experts.gate_up_EDF2.grad.abs().sum() > 0
+    for (name, a), b in zip(eager_model.named_parameters(), compiled_model.parameters(), strict=True):
+        torch.testing.assert_close(b.grad, a.grad, atol=tol, rtol=tol, msg=name)
+    assert compiled_model.blocks[0].ffn.experts.gate_up_EDF2.grad.abs().sum() > 0
+    for a, b in zip(eager_model.blocks, compiled_model.blocks, strict=True):
+        assert torch.equal(a.ffn.pending.counts_E, b.ffn.pending.counts_E)
+        assert int(b.ffn.pending.tokens) == 2 * 17

@@ -9,6 +9,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import yaml
@@ -44,6 +45,18 @@ def _wait_for_checkpoint(run_dir: Path, proc: subprocess.Popen, at_least: int, t
 def _final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
     step, path = ckpt.list_checkpoints(run_dir)[-1]
     return ckpt.load_checkpoint(path)["model"]
+
+
+def _assert_same_rng_states(run_a: Path, run_b: Path) -> None:
+    """Every generator's state in the two runs' final checkpoints is the same (python, numpy, torch,
+    and each CUDA device's where there is one): nothing drew an extra number after a resume."""
+    (_, path_a), (_, path_b) = ckpt.list_checkpoints(run_a)[-1], ckpt.list_checkpoints(run_b)[-1]
+    a, b = (ckpt.load_checkpoint(p)["trainer"]["rng"] for p in (path_a, path_b))
+    assert a.keys() == b.keys() and {"python", "numpy", "torch"} <= a.keys()
+    assert a["python"] == b["python"]
+    assert all(np.array_equal(x, y) for x, y in zip(a["numpy"], b["numpy"], strict=True))
+    assert torch.equal(a["torch"], b["torch"])
+    assert all(torch.equal(x, y) for x, y in zip(a.get("cuda", []), b.get("cuda", []), strict=True))
 
 
 def test_sigkill_then_resume_is_bit_identical_even_past_a_corrupt_checkpoint(tmp_path, dataset):
@@ -86,6 +99,7 @@ def test_sigkill_then_resume_is_bit_identical_even_past_a_corrupt_checkpoint(tmp
     ref_weights, weights = _final_weights(tmp_path / "ref"), _final_weights(run_dir)
     assert ref_weights.keys() == weights.keys()
     assert all(torch.equal(ref_weights[k], weights[k]) for k in ref_weights)
+    _assert_same_rng_states(tmp_path / "ref", run_dir)
 
 
 def test_sigterm_checkpoints_and_exits_cleanly_then_a_fork_continues_it(tmp_path, dataset):

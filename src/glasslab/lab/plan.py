@@ -58,21 +58,19 @@ class Plan:
 
 
 def collect_steps(steps: Sequence[Step]) -> list[Step]:
-    """The given steps plus every Step object reachable through ``deps``, each once."""
+    """The given steps plus every Step object reachable through ``deps``, each once (iteratively: a
+    1,000-step chain must not hit Python's recursion limit)."""
     seen: dict[int, Step] = {}
-
-    def visit(step: Step) -> None:
-        if id(step) in seen:
-            return
-        seen[id(step)] = step
-        for dep in step.deps:
-            if isinstance(dep, Step):
-                visit(dep)
-
     for step in steps:
         if not isinstance(step, Step):
             raise UserError(f"expected Step objects, got {type(step).__name__} {step!r}")
-        visit(step)
+        stack = [step]
+        while stack:
+            current = stack.pop()
+            if id(current) in seen:
+                continue
+            seen[id(current)] = current
+            stack.extend(dep for dep in reversed(current.deps) if isinstance(dep, Step))
     return list(seen.values())
 
 
@@ -103,28 +101,35 @@ def _resolve_deps(steps: list[Step]) -> dict[int, list[Step]]:
 
 
 def _order(steps: list[Step], deps: dict[int, list[Step]]) -> list[Step]:
-    """Topological order (dependencies first, else the given order); a cycle is a UserError naming it."""
+    """Topological order (dependencies first, else the given order); a cycle is a UserError naming it.
+
+    A depth-first search with an explicit stack, so that deep DAGs do not hit the recursion limit."""
     state: dict[int, str] = {}
     order: list[Step] = []
-    path: list[Step] = []
-
-    def visit(step: Step) -> None:
-        mark = state.get(id(step))
-        if mark == "done":
-            return
-        if mark == "active":
-            cycle = path[[id(s) for s in path].index(id(step)):] + [step]
-            raise UserError("dependency cycle: " + " -> ".join(s.name for s in cycle))
-        state[id(step)] = "active"
-        path.append(step)
-        for dep in deps[id(step)]:
-            visit(dep)
-        path.pop()
-        state[id(step)] = "done"
-        order.append(step)
-
-    for step in steps:
-        visit(step)
+    for root in steps:
+        if id(root) in state:
+            continue
+        state[id(root)] = "active"
+        path: list[tuple[Step, int]] = [(root, 0)]  # (step, index of its next dependency to visit)
+        while path:
+            step, next_dep = path[-1]
+            step_deps = deps[id(step)]
+            if next_dep == len(step_deps):
+                path.pop()
+                state[id(step)] = "done"
+                order.append(step)
+                continue
+            path[-1] = (step, next_dep + 1)
+            dep = step_deps[next_dep]
+            mark = state.get(id(dep))
+            if mark == "done":
+                continue
+            if mark == "active":
+                on_path = [s for s, _ in path]
+                cycle = on_path[[id(s) for s in on_path].index(id(dep)):] + [dep]
+                raise UserError("dependency cycle: " + " -> ".join(s.name for s in cycle))
+            state[id(dep)] = "active"
+            path.append((dep, 0))
     return order
 
 
@@ -159,8 +164,12 @@ def make_plan(
     planned_by_id: dict[int, PlannedStep] = {}
     by_folder: dict[str, PlannedStep] = {}
     plan: list[PlannedStep] = []
+    refs: dict[object, FunctionRef] = {}  # checking that a function imports costs; steps share a few
     for step in ordered:
-        ref = function_ref(step)
+        fn_key = step.fn if isinstance(step.fn, str) else id(step.fn)
+        if fn_key not in refs:
+            refs[fn_key] = function_ref(step)
+        ref = refs[fn_key]
         step_deps = {d.name: planned_by_id[id(d)] for d in deps[id(step)]}
         full_hash = step_hash(step.name, step.config, {n: p.hash for n, p in step_deps.items()})
         folder = Path(step.folder) if step.folder is not None else lab_root / folder_name(step.name, full_hash)

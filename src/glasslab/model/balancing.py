@@ -26,7 +26,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from glasslab.model.moe import MARGIN_BINS, MoEFeedForward, unit_to_margin
+from glasslab.model.moe import MoEFeedForward
+from glasslab.model.routing import MARGIN_BINS, unit_to_margin
 
 
 @dataclass

@@ -119,8 +119,9 @@ class TrainConfig:
     """Clip the global gradient norm to this (0 = no clipping)."""
     precision: Literal["auto", "fp32", "bf16"] = "auto"
     """``auto``: fp32 on CPU, bf16 autocast on GPU. Logits and losses are always float32."""
-    compile: bool = False
-    """Run the model through ``torch.compile``."""
+    compile: bool | None = None
+    """Train the model under ``torch.compile``; null (auto): when the run is long enough for it to pay
+    (``train.compile_rule``: planned FLOPs above a measured threshold per device type)."""
     activation_checkpointing: bool = False
     """Recompute each block's activations in backward to save memory."""
     parallelism: Literal["ddp", "fsdp"] = "ddp"

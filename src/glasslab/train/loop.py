@@ -30,6 +30,7 @@ from torch import nn
 from glasslab.track import Run
 from glasslab.train import checkpoint as ckpt
 from glasslab.train import distributed
+from glasslab.train.compile_rule import run_compile_choice
 from glasslab.train.config import TrainConfig
 from glasslab.train.distributed import DistContext, wrap_model
 from glasslab.train.guard import SpikeGuard
@@ -79,7 +80,8 @@ class Trainer:
         self.model = parts.model.to(ctx.device)
         self.sharded = ctx.active and cfg.parallelism == "fsdp"
         self.net = wrap_model(self.model, ctx, cfg.parallelism)
-        if cfg.compile:
+        self.compile_choice = run_compile_choice(cfg, parts.flops_per_token, ctx.device)
+        if self.compile_choice.compile:
             self.net = torch.compile(self.net)
         groups = self.model.param_groups()
         self.params_by_group = unique_groups(groups)

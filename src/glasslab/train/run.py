@@ -19,6 +19,7 @@ rank 0), so a person watching knows where the run picked up.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import signal
 import sys
 import threading
@@ -34,6 +35,7 @@ from glasslab.layout import METRICS_DB, RESULT_FILE, write_json_atomic
 from glasslab.train import checkpoint as ckpt
 from glasslab.train import distributed
 from glasslab.train.build import build_parts, describe, resolve_data
+from glasslab.train.compile_rule import run_compile_choice
 from glasslab.train.fork import ForkPoint, fork_checkpoint
 from glasslab.train.hooks import TrainerHook
 from glasslab.train.loop import Trainer
@@ -96,6 +98,7 @@ def _train(run_cfg: RunConfig, run_dir: Path, ctx: distributed.DistContext, resu
     if ctx.is_main:
         extra = {**describe(run_cfg), "world_size": ctx.world_size, "device": str(ctx.device),
                  "peak_flops": peak, "peak_flops_source": peak_source, "total_steps": cfg.total_steps,
+                 "compile": dataclasses.asdict(run_compile_choice(cfg, parts.flops_per_token, ctx.device)),
                  **record_extra}
         run = track.init(run_dir, config_data, sinks=cfg.sinks, record_extra=extra, reason=reason)
     try:

@@ -1,0 +1,71 @@
+"""Benches that cannot rot: every script in bench/ runs with ``--smoke`` and ends with its headline
+``name: value`` lines. Only that they run and print those names is checked; the numbers of a smoke run
+at tiny sizes mean nothing, so no value is asserted."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from cli_runner import subprocess_env
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+
+HEADLINES = {
+    "data_bench.py": ["demo_build_seconds", "tokenize_to_shards_vs_encode_batch_ratio", "peak_rss_growth_ratio"],
+    "lab_bench.py": ["lab/overhead_per_step_s", "lab/jobs2_speedup", "lab/plan_1000_steps_s"],
+    "ladder_bench.py": ["ladder_full_fit_seconds", "ladder_interval_coverage_pinned", "ladder_backtest_rel_error_pct"],
+    "model_bench.py": ["cpu_moe_model_flops_fraction_of_matmul", "cpu_moe_train_speedup_vs_qwen3moe_grouped_mm_experts",
+                       "cpu_dense_model_flops_fraction_of_matmul"],
+    "observatory_bench.py": ["series_1M_to_2000_http_ms", "live_latency_p95_s", "log_cost_pct_of_50ms_step"],
+    "screenshot.py": ["pages_shot"],
+    "track_bench.py": ["track_log_cost_fraction_of_50ms_step"],
+    "train_bench.py": ["train_overhead_percent"],
+}
+"""Each bench's headline names (the names its issue gives); a new bench must be added here."""
+
+HEADLINE = re.compile(r"^([A-Za-z0-9_/]+): (\S+)", re.MULTILINE)
+
+
+def test_every_bench_is_smoke_tested():
+    assert sorted(p.name for p in BENCH.glob("*.py")) == sorted(HEADLINES)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", sorted(HEADLINES))
+def test_bench_smoke_prints_its_headlines(script, tmp_path):
+    extra = ["--out", str(tmp_path / "shots")] if script == "screenshot.py" else []
+    if script == "screenshot.py" and shutil.which("chromium") is None:
+        pytest.skip("no chromium on PATH")
+    done = subprocess.run([sys.executable, str(BENCH / script), "--smoke", *extra], env=subprocess_env(),
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    printed = dict(HEADLINE.findall(done.stdout))
+    missing = [name for name in HEADLINES[script] if name not in printed]
+    assert not missing, f"{script} --smoke did not print {missing}:\n{done.stdout[-2000:]}"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("timeout") is None, reason="gpu_check.sh time-boxes its sections with timeout(1)")
+def test_gpu_check_script_plumbing_runs_on_cpu(tmp_path):
+    """bench/gpu_check.sh needs CUDA to run in full; on this machine it says so in one line and exits 1,
+    and its FSDP2 section (the one that drives the CLI end to end) runs on the CPU and prints its lines."""
+    script = str(BENCH / "gpu_check.sh")
+    if not torch.cuda.is_available():
+        done = subprocess.run([script, str(tmp_path / "gpu.log")], env=subprocess_env(), capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 1
+        assert "torch.cuda.is_available() is False" in done.stdout + done.stderr
+        assert "gpu_check_environment_rc: 1" in (tmp_path / "gpu.log").read_text()
+    done = subprocess.run([script, str(tmp_path / "fsdp.log")], env=subprocess_env(GPU_CHECK_ONLY="fsdp_on_cpu"),
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:]
+    printed = dict(HEADLINE.findall(done.stdout))
+    assert printed["gpu_fsdp2_one_gpu_steps"] == "20" and printed["gpu_check_fsdp2_one_gpu_rc"] == "0"
+    assert float(printed["gpu_fsdp2_one_gpu_final_train_loss"]) < 6.24
