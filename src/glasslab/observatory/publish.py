@@ -14,12 +14,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from glasslab.lab.card import experiments_in_lab
 from glasslab.layout import (
+    CARDS_DIR,
     FIT_FILE,
     LAB_EVENTS_DB,
     METRICS_DB,
     PREDICTIONS_FILE,
     REPORT_FILE,
+    RESULT_FILE,
     RUN_RECORD,
     STEP_RECORD,
     write_bytes_atomic,
@@ -44,11 +47,13 @@ def page_file(page: str, item_id: str | None) -> str:
 
 
 def site_pages(lab: Lab) -> list[tuple[str, str | None]]:
-    """Every page of the site: overview, compare, and one per run, ladder, report and provenance."""
+    """Every page of the site: overview, compare, and one per run, ladder, report, provenance and
+    experiment card."""
     index = lab.index()
     pages: list[tuple[str, str | None]] = [("overview", None), ("compare", None)]
     pages += [("run", r) for r in index.runs] + [("provenance", r) for r in index.runs]
     pages += [("ladder", f) for f in index.fits] + [("data", r) for r in index.reports]
+    pages += [("experiment", name) for name in experiments_in_lab(lab.root)]
     return pages
 
 
@@ -73,7 +78,10 @@ def page_inputs(lab: Lab, page: str, item_id: str | None) -> list[Path]:
     if page == "compare":
         return runs
     jsons = [f / n for f in (*index.steps.values(), *index.fits.values()) for n in (STEP_RECORD, FIT_FILE)]
-    return [*runs, *jsons, *lab_events]
+    # Cards (overview and card pages): every stored version, run and conclusion, and the registry.
+    cards = sorted((lab.root / CARDS_DIR).glob("*/*")) + [lab.root / PREDICTIONS_FILE]
+    results = [f / RESULT_FILE for f in index.runs.values()]
+    return [*runs, *jsons, *lab_events, *cards, *results]
 
 
 class Publisher:
