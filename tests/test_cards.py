@@ -22,10 +22,10 @@ from glasslab.lab.card import (
     experiment_runs,
     record_run,
 )
-from glasslab.lab.card_render import card_markdown
 from glasslab.lab.card_results import card_results
 from glasslab.lab.status import write_step_record
 from glasslab.layout import RESULT_FILE, card_version_path, write_json_atomic
+from glasslab.observatory.card_render import card_markdown
 
 CARD = ExperimentCard(
     title="Toy", question="Does the toy train land in its band?", design="one training step",

@@ -29,8 +29,8 @@ def run(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
-    from glasslab.lab.card_render import card_console, card_markdown
     from glasslab.lab.card_results import card_results
+    from glasslab.observatory.card_render import card_console, card_markdown
 
     results = card_results(args.lab, args.name)
     if args.markdown:

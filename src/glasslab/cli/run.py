@@ -52,8 +52,8 @@ def print_verdict(lab: str, name: str) -> None:
 
     from rich.console import Console
 
-    from glasslab.lab.card_render import VERDICT_STYLE
     from glasslab.lab.card_results import card_results
+    from glasslab.observatory.card_render import VERDICT_STYLE
 
     results = card_results(lab, name)
     if not results["has_card"]:

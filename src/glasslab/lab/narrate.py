@@ -27,7 +27,10 @@ NARRATED = {"rollback": "rollback", "prediction_out_of_band": "out of band", "sp
             "nonfinite": "non-finite step", "checkpoint_fallback": "checkpoint fallback", "resume": "resume",
             "fork": "fork", "preempted": "preempted", "sink_failed": "sink failed", "note": "note"}
 """Run-store event kinds told as they happen, and how they are named on the line."""
+LOSS, TOKENS_PER_S = "train/loss", "throughput/tokens_per_second"
 INTERVAL_S = 30.0
+FIRST_READ_ROWS = 5_000
+"""Scalar rows read when a store is first seen (a few dozen steps of a trainer's metrics)."""
 """Seconds between plain status lines when the output is not a terminal."""
 
 
@@ -43,6 +46,9 @@ class _Watched:
     """(time, step) at the first and latest reads: the ETA's rate."""
     line: str = ""
     printed_at: float = 0.0
+    scalar_rowid: int | None = None
+    latest: dict[str, tuple[int, float]] = field(default_factory=dict)
+    """The newest logged (step, value) of each shown metric: after a rollback, the replayed steps'."""
 
 
 class Narrator:
@@ -86,11 +92,11 @@ class Narrator:
             watched.total_steps = record.get("total_steps") or record.get("steps")
         reader = watched.reader
         self._tell_incidents(key, watched)
-        last_loss = reader.last("train/loss")
-        if last_loss is None:
+        self._read_scalars(reader, watched)
+        if LOSS not in watched.latest:
             return
-        step, loss = last_loss
-        tokens_per_s = reader.last("throughput/tokens_per_second")
+        step, loss = watched.latest[LOSS]
+        tokens_per_s = watched.latest.get(TOKENS_PER_S)
         watched.seen = [watched.seen[0] if watched.seen else (now, step), (now, step)]
         (t0, s0), (t1, s1) = watched.seen
         total = watched.total_steps
@@ -100,6 +106,19 @@ class Narrator:
         if total and s1 > s0 and t1 > t0:
             parts.append(f"ETA {_duration((total - step) * (t1 - t0) / (s1 - s0))}")
         watched.line = " · ".join(parts)
+
+    @staticmethod
+    def _read_scalars(reader: RunReader, watched: _Watched) -> None:
+        """Newest values of the shown metrics: the last rows of the store once, then only rows written since."""
+        if watched.scalar_rowid is None:
+            # The newest rows first (not reader.last(): after a rollback the old attempt's later steps
+            # stay in the store until the replay overwrites them).
+            watched.scalar_rowid = max(0, reader.cursor()["scalars"] - FIRST_READ_ROWS)
+        while rows := reader.scalar_rows_after(watched.scalar_rowid, limit=10_000):
+            for rowid, key, step, value in rows:
+                if key in (LOSS, TOKENS_PER_S):
+                    watched.latest[key] = (step, value)
+                watched.scalar_rowid = rowid
 
     def _tell_incidents(self, key: str, watched: _Watched) -> None:
         assert watched.reader is not None

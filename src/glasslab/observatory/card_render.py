@@ -3,13 +3,15 @@
 Both draw the dict of :func:`glasslab.lab.card_results.card_results` and print its pre-formatted
 numbers, so the terminal, the Markdown and the observatory's card page show the same digits. With a
 ``site_url`` (where ``glasslab publish`` output is hosted) the Markdown links runs, fits and data
-reports to their pages there, and the card to its own page.
+reports to their pages there, and the card to its own page (the file names are the publisher's).
 """
 
 from __future__ import annotations
 
 import time
 from typing import Any
+
+from glasslab.observatory.publish import page_file
 
 VERDICT_STYLE = {"confirmed": "bold green", "refuted": "bold red", "open": "bold yellow"}
 
@@ -18,8 +20,6 @@ def page_url(site_url: str | None, page: str | None, item_id: str | None) -> str
     """The published page of ``page``/``item_id`` under ``site_url`` (None without either)."""
     if not site_url or not page:
         return None
-    from glasslab.observatory.publish import page_file  # the site's file names are the publisher's
-
     return f"{site_url.rstrip('/')}/{page_file(page, item_id)}"
 
 
