@@ -71,7 +71,10 @@ def experiment_summaries(lab: Lab) -> list[dict[str, Any]]:
     rows = []
     for name in experiments_in_lab(lab.root):
         card = card_results(lab.root, name)
-        rows.append({k: card[k] for k in ("name", "title", "status", "verdict", "verdict_text", "has_card")})
+        row = {k: card[k] for k in ("name", "title", "status", "verdict", "verdict_text", "has_card")}
+        if not card["has_card"]:  # an experiment without a card has nothing to decide
+            row.update(verdict=None, verdict_text="no card declared")
+        rows.append(row)
     return rows
 
 
