@@ -58,7 +58,7 @@ def card_results(lab_root: str | Path, name: str) -> dict[str, Any]:
 
     Keys: ``name``, ``title``, ``question``, ``design``, ``version`` and ``versions`` (each stored card
     version: number, hash, stored_at), ``status`` (pending|running|failed|succeeded), ``expectations``
-    (name, source, metric, step, folder, low, high, point, unit, actual, so_far, inside, and their
+    (name, source, metric, step, folder, page, low, high, point, unit, actual, so_far, inside, and their
     ``*_text``), ``steps`` (name, folder, status, attempts, seconds, page), ``incidents`` (kind, word,
     folder, page, at_step, time, title, severity), ``totals`` (flops, step_seconds, wall_seconds,
     tokens), ``verdict`` (confirmed|refuted|open), ``verdict_text``, ``conclusions``. Raises UserError
@@ -76,6 +76,9 @@ def card_results(lab_root: str | Path, name: str) -> dict[str, Any]:
     folders: dict[str, str] = latest["steps"]
     steps = [_step_row(root, step, folder) for step, folder in folders.items()]
     expectations = [_expectation(root, e, folders) for e in (card or {}).get("expectations", [])]
+    pages = {s["folder"]: s["page"] for s in steps}
+    for e in expectations:
+        e["page"] = pages.get(e["folder"])
     verdict = decide([e["inside"] for e in expectations])
     return {
         "name": name, "title": (card or {}).get("title") or name, "question": (card or {}).get("question", ""),

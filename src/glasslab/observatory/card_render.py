@@ -47,7 +47,7 @@ def card_markdown(results: dict[str, Any], site_url: str | None = None) -> str:
         lines += ["| expectation | metric | source | predicted | band | actual | result |",
                   "|---|---|---|---|---|---|---|"]
         for e in r["expectations"]:
-            step = linked(e["step"], "run", e["folder"]) if e["folder"] else _md(e["step"])
+            step = linked(e["step"], e["page"], e["folder"]) if e["folder"] else _md(e["step"])
             unit = f" {e['unit']}" if e["unit"] else ""
             actual = e["actual_text"] + (f" (so far {e['so_far_text']})" if e["so_far_text"] else "")
             lines.append(f"| {_md(e['name'])} | `{e['metric']}` of {step} | {_md(e['source'])} | "
