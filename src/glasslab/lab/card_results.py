@@ -35,11 +35,14 @@ INCIDENT_WORDS = {"rollback": "rollback", "spike_skipped": "spike skipped", "pre
 
 
 def number_text(value: float | None) -> str:
-    """One way to write a card's numbers everywhere: 4 decimals in [0.001, 1000), else 4 significant digits."""
+    """One way to write a card's numbers everywhere: 4 decimals in [0.001, 100) (losses), one decimal
+    with thousands separators in [100, 1e6) (throughputs), else 4 significant digits."""
     if value is None:
         return "–"
-    if value == 0 or 1e-3 <= abs(value) < 1e3:
+    if value == 0 or 1e-3 <= abs(value) < 100:
         return f"{value:.4f}"
+    if 100 <= abs(value) < 1e6:
+        return f"{value:,.1f}"
     return f"{value:.4g}"
 
 
