@@ -26,6 +26,7 @@ from glasslab.lab.card_results import card_results
 from glasslab.lab.status import write_step_record
 from glasslab.layout import RESULT_FILE, card_version_path, write_json_atomic
 from glasslab.observatory.card_render import card_markdown
+from glasslab.observatory.publish import figure_file
 
 CARD = ExperimentCard(
     title="Toy", question="Does the toy train land in its band?", design="one training step",
@@ -195,3 +196,10 @@ def test_demo_card_markdown_and_page_show_the_same_numbers(demo_lab):
     for incident in card["incidents"]:
         assert incident["title"].replace("|", "\\|") in md
     assert f"experiment demo: {card['verdict_text']}" in demo_lab.stdout.replace("\n", " ")
+    # The fit's figure travels with the published site, and the Markdown shows it from there.
+    (fit,) = [s for s in card["steps"] if s["name"] == "demo-fit"]
+    assert fit["figures"] == ["ladder.png"]
+    figure = figure_file(fit["folder"], "ladder.png")
+    assert (demo_lab.root / "site" / figure).read_bytes() == (demo_lab.root / fit["folder"] / "ladder.png").read_bytes()
+    linked = run_cli("card", "demo", "--markdown", "--site-url", "https://lab.example/", "--lab", str(demo_lab.root))
+    assert f"](https://lab.example/{figure})" in linked.stdout

@@ -62,10 +62,10 @@ def card_results(lab_root: str | Path, name: str) -> dict[str, Any]:
     Keys: ``name``, ``title``, ``question``, ``design``, ``version`` and ``versions`` (each stored card
     version: number, hash, stored_at), ``status`` (pending|running|failed|succeeded), ``expectations``
     (name, source, metric, step, folder, page, low, high, point, unit, actual, so_far, inside, and their
-    ``*_text``), ``steps`` (name, folder, status, attempts, seconds, page), ``incidents`` (kind, word,
-    folder, page, at_step, time, title, severity), ``totals`` (flops, step_seconds, wall_seconds,
-    tokens), ``verdict`` (confirmed|refuted|open), ``verdict_text``, ``conclusions``. Raises UserError
-    when the experiment has not run in this lab.
+    ``*_text``), ``steps`` (name, folder, status, attempts, seconds, page, figures: a fit's PNGs),
+    ``incidents`` (kind, word, folder, page, at_step, time, title, severity), ``totals`` (flops,
+    step_seconds, wall_seconds, tokens), ``verdict`` (confirmed|refuted|open), ``verdict_text``,
+    ``conclusions``. Raises UserError when the experiment has not run in this lab.
     """
     root = Path(lab_root)
     runs = experiment_runs(root, name)
@@ -106,7 +106,8 @@ def _step_row(root: Path, step: str, folder: str) -> dict[str, Any]:
             "attempts": record.get("attempts"), "seconds": (record.get("timings") or {}).get("duration_s"),
             "started": (record.get("timings") or {}).get("started"),
             "finished": (record.get("timings") or {}).get("finished"), "page": page,
-            "flops": _number(result.get("flops")), "tokens": _number(result.get("tokens"))}
+            "flops": _number(result.get("flops")), "tokens": _number(result.get("tokens")),
+            "figures": sorted(p.name for p in path.glob("*.png")) if page == "ladder" else []}
 
 
 def _read_result(folder: Path) -> dict[str, Any]:

@@ -3,7 +3,8 @@
 Both draw the dict of :func:`glasslab.lab.card_results.card_results` and print its pre-formatted
 numbers, so the terminal, the Markdown and the observatory's card page show the same digits. With a
 ``site_url`` (where ``glasslab publish`` output is hosted) the Markdown links runs, fits and data
-reports to their pages there, and the card to its own page (the file names are the publisher's).
+reports to their pages there, the card to its own page, and shows the fits' figures the site carries
+(the file names are the publisher's); without it, figures are paths under the lab.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from glasslab.observatory.publish import page_file
+from glasslab.observatory.publish import figure_file, page_file
 
 VERDICT_STYLE = {"confirmed": "bold green", "refuted": "bold red", "open": "bold yellow"}
 
@@ -59,7 +60,14 @@ def card_markdown(results: dict[str, Any], site_url: str | None = None) -> str:
         seconds = f"{s['seconds']:.1f}" if s["seconds"] is not None else "–"
         lines.append(f"| {_md(s['name'])} | {linked(s['folder'], s['page'], s['folder'])} | {s['status']} | "
                      f"{s['attempts'] or '–'} | {seconds} |")
-    lines += ["", f"Total: {r['totals']['text']}.", "", "## Incidents", ""]
+    lines += ["", f"Total: {r['totals']['text']}."]
+    figures = [(s["folder"], name) for s in r["steps"] for name in s["figures"]]
+    if figures:
+        lines += ["", "## Figures", ""]
+        for folder, name in figures:
+            url = f"{site_url.rstrip('/')}/{figure_file(folder, name)}" if site_url else f"{folder}/{name}"
+            lines.append(f"![{_md(folder)}: {_md(name)}]({url})")
+    lines += ["", "## Incidents", ""]
     if r["incidents"]:
         for i in r["incidents"]:
             where = linked(i["folder"], i["page"], i["folder"])

@@ -46,6 +46,18 @@ def page_file(page: str, item_id: str | None) -> str:
     return f"{page}-{slug}-{digest}.html"
 
 
+def figure_file(item_id: str, name: str) -> str:
+    """Where the site keeps figure ``name`` (a PNG a step wrote, e.g. a fit's ``ladder.png``) of folder
+    ``item_id``, so a card's Markdown can show it as an image from the published site."""
+    return f"figures/{page_file('figure', item_id).removesuffix('.html')}-{name}"
+
+
+def site_figures(lab: Lab) -> dict[str, Path]:
+    """Every figure the site carries: each ladder fit's PNGs, by their file under the site."""
+    return {figure_file(fit_id, png.name): png for fit_id, folder in lab.index().fits.items()
+            for png in sorted(folder.glob("*.png"))}
+
+
 def site_pages(lab: Lab) -> list[tuple[str, str | None]]:
     """Every page of the site: overview, compare, and one per run, ladder, report, provenance and
     experiment card."""
@@ -107,6 +119,12 @@ class Publisher:
             write_text_atomic(self.out / "data" / "site.js", site)
             self.site_links = links
             self.stamps.clear()  # new pages: links on the overview and elsewhere change too
+        for name, source in site_figures(self.lab).items():
+            stamp = (file_stamp(source),)
+            if self.stamps.get(("figure", name)) != stamp:
+                write_bytes_atomic(self.out / name, source.read_bytes())
+                self.stamps[("figure", name)] = stamp
+                written.append(name)
         for page, item_id in pages:
             stamp = tuple(file_stamp(p) for p in page_inputs(self.lab, page, item_id))
             if self.stamps.get((page, item_id)) == stamp:
