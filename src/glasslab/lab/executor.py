@@ -370,7 +370,7 @@ class Executor:
         narrator = Narrator(self.progress, self.narrate_interval_s) if self.narrate else None
         try:
             while not self._stop or self._active:
-                running: dict[str, Path] = {}
+                running: dict[str, tuple[Path, float]] = {}
                 with self._mutex:
                     for active in self._active.values():
                         if active.lost:
@@ -382,7 +382,7 @@ class Executor:
                             active.record["heartbeat"] = time.time()
                             write_step_record(active.node.folder, active.record)
                             if active.handle is not None:
-                                running[active.node.key] = active.node.folder
+                                running[active.node.key] = (active.node.folder, active.attempt_started)
                 if narrator is not None:
                     narrator.update(running)
                 if self._stop == "done":

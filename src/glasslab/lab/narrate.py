@@ -39,6 +39,8 @@ class _Watched:
     """What the narrator remembers of one running step."""
 
     folder: Path
+    started: float
+    """When this attempt started (unix seconds): events before it were told by an earlier attempt."""
     reader: RunReader | None = None
     after_id: int = 0
     total_steps: int | None = None
@@ -61,13 +63,14 @@ class Narrator:
         self._watched: dict[str, _Watched] = {}
         self._live: Any = None
 
-    def update(self, running: dict[str, Path]) -> None:
-        """Read the run stores of ``running`` (step key → folder) and tell what is new."""
+    def update(self, running: dict[str, tuple[Path, float]]) -> None:
+        """Read the run stores of ``running`` (step key → (folder, unix time its attempt started)) and
+        tell what is new."""
         for key in [k for k in self._watched if k not in running]:
             self._forget(key)
         now = time.time()
-        for key, folder in running.items():
-            watched = self._watched.setdefault(key, _Watched(Path(folder)))
+        for key, (folder, started) in running.items():
+            watched = self._watched.setdefault(key, _Watched(Path(folder), started))
             try:
                 self._read(key, watched, now)
             except (sqlite3.Error, UserError):
@@ -122,14 +125,21 @@ class Narrator:
 
     def _tell_incidents(self, key: str, watched: _Watched) -> None:
         assert watched.reader is not None
+        earlier = 0
         for event in watched.reader.events(after_id=watched.after_id):
             watched.after_id = max(watched.after_id, event["id"])
             word = NARRATED.get(event["kind"])
             if word is None:
                 continue
+            if event["time"] < watched.started:  # a resumed run's history: said once, as a count
+                earlier += 1
+                continue
             at = f" at step {event['step']}" if event["step"] is not None else ""
             style = "red" if event["severity"] == "incident" else "yellow"
             self.progress.line("!", key, f"{word}{at}: {event['title']}", style)
+        if earlier:
+            self.progress.line("!", key, f"continues a run with {earlier} earlier incident(s) "
+                               "(its page and glasslab card list them)", "dim")
 
     def _show(self, now: float) -> None:
         lines = {key: w.line for key, w in self._watched.items() if w.line}
