@@ -69,7 +69,7 @@ def test_overview_and_card_page_show_the_cards_numbers(browser, urls, demo_lab):
     cells = page.locator("table.expectations tbody tr").first.locator("td").all_inner_texts()
     hero = card["expectations"][0]
     shown = {"predicted": cells[4], "band": cells[5], "actual": cells[6], "result": cells[7]}
-    assert shown == {"predicted": hero["point_text"], "band": hero["band_text"], "actual": hero["actual_text"],
+    assert shown == {"predicted": hero["point_text"], "band": hero["band_text"], "actual": hero["actual_display"],
                      "result": hero["inside_text"]}
     assert f"| {shown['predicted']} | {shown['band']} | {shown['actual']} | {shown['result']} |" in markdown
     assert hero["actual"] is not None and shown["actual"] not in ("", "missing")

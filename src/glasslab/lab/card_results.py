@@ -62,7 +62,7 @@ def card_results(lab_root: str | Path, name: str) -> dict[str, Any]:
     Keys: ``name``, ``title``, ``question``, ``design``, ``version`` and ``versions`` (each stored card
     version: number, hash, stored_at), ``status`` (pending|running|failed|succeeded), ``expectations``
     (name, source, metric, step, folder, page, low, high, point, unit, actual, so_far, inside, and their
-    ``*_text``), ``steps`` (name, folder, status, attempts, seconds, page, figures: a fit's PNGs),
+    ``*_text``; ``actual_display``), ``steps`` (name, folder, status, attempts, seconds, page, figures: a fit's PNGs),
     ``incidents`` (kind, word, folder, page, at_step, time, title, severity), ``totals`` (flops,
     step_seconds, wall_seconds, tokens), ``verdict`` (confirmed|refuted|open), ``verdict_text``,
     ``conclusions``. Raises UserError when the experiment has not run in this lab.
@@ -162,6 +162,8 @@ def _expectation(root: Path, e: dict[str, Any], folders: dict[str, str]) -> dict
                inside_text={True: "inside", False: "outside", None: "missing"}[inside])
     if row["registered"] is None and e.get("prediction"):
         row["actual_text"] = "missing (not registered yet)"
+    # What every view prints in the "actual" column: a running run's value so far does not count.
+    row["actual_display"] = row["actual_text"] + (f" (so far {row['so_far_text']})" if row["so_far_text"] else "")
     return row
 
 

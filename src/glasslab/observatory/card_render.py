@@ -50,7 +50,7 @@ def card_markdown(results: dict[str, Any], site_url: str | None = None) -> str:
         for e in r["expectations"]:
             step = linked(e["step"], e["page"], e["folder"]) if e["folder"] else _md(e["step"])
             unit = f" {e['unit']}" if e["unit"] else ""
-            actual = e["actual_text"] + (f" (so far {e['so_far_text']})" if e["so_far_text"] else "")
+            actual = e["actual_display"]
             lines.append(f"| {_md(e['name'])} | `{e['metric']}` of {step} | {_md(e['source'])} | "
                          f"{e['point_text'] or '–'} | {e['band_text']}{unit} | {_md(actual)} | {e['inside_text']} |")
     else:
@@ -98,7 +98,7 @@ def card_console(results: dict[str, Any]) -> list[Any]:
         expectations.add_column(column)
     for e in r["expectations"]:
         style = {True: "green", False: "red", None: "yellow"}[e["inside"]]
-        actual = e["actual_text"] + (f" (so far {e['so_far_text']})" if e["so_far_text"] else "")
+        actual = e["actual_display"]
         expectations.add_row(escape(e["name"]), e["metric"], e["folder"] or e["step"], e["point_text"] or "–",
                              e["band_text"] + (f" {e['unit']}" if e["unit"] else ""), escape(actual),
                              f"[{style}]{e['inside_text']}[/]")

@@ -27,7 +27,7 @@
       ["expectation", "metric", "step", "source", "predicted", "band", "actual", "result"],
       c.expectations.map((e) => [e.name, e.metric, e.folder ? pageLink(e.page, e.folder, e.step) : e.step, e.source,
         e.point_text || "–", e.band_text + (e.unit ? ` ${e.unit}` : ""),
-        el("span", { class: "actual" }, e.actual_text + (e.so_far_text ? ` (so far ${e.so_far_text})` : "")),
+        el("span", { class: "actual" }, e.actual_display),
         el("span", { class: `verdict-word ${e.inside === true ? "inside" : e.inside === false ? "outside" : "pending"}` },
           e.inside_text)]), { class: "expectations" })
       : el("p", { class: "muted" }, "The card states no expectations."));
