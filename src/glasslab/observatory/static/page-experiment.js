@@ -10,7 +10,7 @@
   /* The verdict as a coloured word with its line: "confirmed", "refuted", "open". */
   function verdictBadge(verdict, text) {
     if (!verdict) return "";
-    return el("span", { class: "verdict" }, el("span", { class: `verdict-word ${verdict}`, "data-verdict": verdict }, verdict),
+    return el("span", { class: "card-verdict" }, el("span", { class: `verdict-word ${verdict}`, "data-verdict": verdict }, verdict),
       " ", el("span", { class: "muted small" }, text || ""));
   }
   G.verdictBadge = verdictBadge;
