@@ -203,3 +203,38 @@ def test_demo_card_markdown_and_page_show_the_same_numbers(demo_lab):
     assert (demo_lab.root / "site" / figure).read_bytes() == (demo_lab.root / fit["folder"] / "ladder.png").read_bytes()
     linked = run_cli("card", "demo", "--markdown", "--site-url", "https://lab.example/", "--lab", str(demo_lab.root))
     assert f"](https://lab.example/{figure})" in linked.stdout
+
+
+def test_narrator_says_a_resumed_runs_history_once_and_never_wraps(tmp_path):
+    import io
+    import time
+
+    from rich.console import Console
+
+    from glasslab import track
+    from glasslab.lab.display import ProgressPrinter
+    from glasslab.lab.narrate import Narrator
+
+    run_dir = tmp_path / "hero-aaaa1111"
+    run = track.init(run_dir, {}, record_extra={"total_steps": 100})
+    run.log({"train/loss": 3.0}, step=1)
+    run.flush()
+    run.annotate("rollback", "an earlier attempt's rollback", step=1, severity="incident")
+    resumed_at = time.time() + 0.01
+    time.sleep(0.02)
+    out = io.StringIO()
+    narrator = Narrator(ProgressPrinter(Console(file=out, width=80)), interval_s=0.0, live=False)
+    narrator.update({run_dir.name: (run_dir, resumed_at)})
+    long_title = "spike " + "x" * 200
+    run.annotate("spike_skipped", long_title, step=2, severity="warning")
+    run.log({"train/loss": 2.5}, step=2)
+    run.flush()
+    narrator.update({run_dir.name: (run_dir, resumed_at)})
+    narrator.close()
+    run.finish()
+    lines = out.getvalue().splitlines()
+    assert not any("an earlier attempt's rollback" in line for line in lines)
+    assert sum("continues a run with 1 earlier incident(s)" in line for line in lines) == 1
+    (spike,) = [line for line in lines if "spike skipped at step 2" in line]
+    assert spike.endswith("x" * 200)  # one line, however long: logs keep one event per line
+    assert any("step 2/100 · loss 2.5000" in line for line in lines)
