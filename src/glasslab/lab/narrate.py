@@ -73,8 +73,10 @@ class Narrator:
             watched = self._watched.setdefault(key, _Watched(Path(folder), started))
             try:
                 self._read(key, watched, now)
-            except (sqlite3.Error, UserError):
-                self._forget(key)  # a store being created or replaced: read it afresh next time
+            except (sqlite3.Error, UserError):  # a store being created or replaced: open it afresh next time
+                if watched.reader is not None:
+                    watched.reader.close()
+                    watched.reader = None
         self._show(now)
 
     def close(self) -> None:
