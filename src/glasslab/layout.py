@@ -65,6 +65,13 @@ PREDICTIONS_FILE = "predictions.jsonl"
 """The lab's append-only registry of pre-registered predictions, one JSON object per line
 (``lab/registry.py`` says what an entry holds); it lives at the lab root and outlives ``--force``."""
 
+CARDS_DIR = "cards"
+"""Experiment cards at the lab root: ``cards/<experiment>/v<N>.json`` (each stored version of the card,
+never rewritten), ``runs.jsonl`` (every run of the experiment: card version, step folders) and
+``notes.jsonl`` (conclusions); ``lab/card.py`` says what they hold."""
+CARD_RUNS_FILE = "runs.jsonl"
+CARD_NOTES_FILE = "notes.jsonl"
+
 TEMP_PREFIX = ".tmp-"
 """Temp files and folders start with this; a reader skips them and a writer's sweep removes them."""
 
@@ -72,6 +79,18 @@ TEMP_PREFIX = ".tmp-"
 def checkpoint_path(run_dir: str | Path, step: int) -> Path:
     """Where the checkpoint taken after ``step`` optimiser steps lives."""
     return Path(run_dir) / CHECKPOINTS_DIR / f"{CHECKPOINT_PREFIX}{step:07d}"
+
+
+def card_dir(lab_root: str | Path, experiment: str) -> Path:
+    """The folder of experiment ``experiment``'s card versions, runs and notes."""
+    if not experiment or "/" in experiment or experiment.startswith("."):
+        raise UserError(f"experiment name {experiment!r}: expected a plain name (no '/', not starting with '.')")
+    return Path(lab_root) / CARDS_DIR / experiment
+
+
+def card_version_path(lab_root: str | Path, experiment: str, version: int) -> Path:
+    """Where version ``version`` (1, 2, …) of an experiment's card is stored."""
+    return card_dir(lab_root, experiment) / f"v{version}.json"
 
 
 # --- atomic writes -----------------------------------------------------------------------------------

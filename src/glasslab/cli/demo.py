@@ -38,7 +38,8 @@ def run(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
-    from glasslab.experiments.demo import EXPORT_STEP, FULL, LADDER, QUICK, demo_steps
+    from glasslab.cli.run import print_verdict
+    from glasslab.experiments.demo import CARD, EXPORT_STEP, FULL, LADDER, QUICK, demo_steps
     from glasslab.lab import Executor
     from glasslab.ladder.summary import summary_tables
     from glasslab.observatory.app import BackgroundServer
@@ -59,8 +60,8 @@ def run(args: argparse.Namespace) -> int:
     steps = demo_steps(QUICK if args.quick else FULL, device=args.device, threads=max(1, cores // args.jobs),
                        hero_threads=cores, sinks=sinks)
     executor = Executor(lab, backend=args.backend, jobs=args.jobs, address=args.address, retries=args.retries,
-                        re_register=args.re_register)
-    report = executor.run(steps)
+                        re_register=args.re_register, narrate=True)
+    report = executor.run(steps, experiment="demo", card=CARD)
     if not report.ok:
         raise UserError(f"demo: {', '.join(report.keys('failed')) or 'a step'} failed; see step.json in {lab}")
     folders = {planned.name: planned.folder for planned in report.plan.steps}
@@ -69,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
     console.print(f"the hero for transformers (with a model card): {folders[EXPORT_STEP]}")
     site = publish(lab, lab / "site")
     console.print(f"static site: {site}  ({time.monotonic() - started:.0f} s in all)")
+    print_verdict(str(lab), "demo")
     if server is not None:
         console.print(f"serving {server.url}/ until Ctrl-C")
         try:

@@ -30,13 +30,34 @@ def run(args: argparse.Namespace) -> int:
     import signal
 
     from glasslab.lab import Executor, load_experiment
+    from glasslab.lab.experiment import experiment_card, experiment_name
 
     steps = load_experiment(args.experiment)
+    name = experiment_name(args.experiment)
     executor = Executor(args.lab, backend=args.backend, jobs=args.jobs, address=args.address, retries=args.retries,
-                        re_register=args.re_register)
-    report = executor.run(steps, force=args.force, dry_run=args.dry_run)
+                        re_register=args.re_register, narrate=True)
+    report = executor.run(steps, force=args.force, dry_run=args.dry_run, experiment=name,
+                          card=experiment_card(args.experiment))
     if args.dry_run:
         return 0
+    print_verdict(args.lab, name)
     if report.interrupted and report.interrupted in signal.Signals.__members__:
         return 128 + signal.Signals[report.interrupted].value
     return 0 if report.ok else 1
+
+
+def print_verdict(lab: str, name: str) -> None:
+    """The experiment card's verdict line, last on the terminal (``glasslab card NAME`` has the rest)."""
+    import sys
+
+    from rich.console import Console
+
+    from glasslab.lab.card_results import card_results
+    from glasslab.observatory.card_render import VERDICT_STYLE
+
+    results = card_results(lab, name)
+    if not results["has_card"]:
+        return
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+    console.print(f"[{VERDICT_STYLE[results['verdict']]}]experiment {name}: {results['verdict_text']}[/]  "
+                  f"(glasslab card {name} --lab {lab})")

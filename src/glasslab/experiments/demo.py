@@ -27,6 +27,7 @@ from glasslab.data import BuildConfig, MixtureConfig
 from glasslab.data.build import STEP_NAME, build_step
 from glasslab.data.config import TokenizerConfig
 from glasslab.lab import Step, folder_name, step_hash
+from glasslab.lab.card import Expectation, ExperimentCard
 from glasslab.ladder.plan import LadderPlan, LadderSpec, plan_ladder
 from glasslab.ladder.steps import ladder_steps
 from glasslab.model import ModelConfig, MoEConfig
@@ -46,6 +47,24 @@ early on, and the spike guard records it)."""
 L_INF = 1.0
 """Assumed irreducible eval loss (nats/token) of this eval set at this context; recorded, and swept."""
 L_INF_SWEEP = (0.5, 1.5)
+HERO_MIN_TOKENS_PER_S = 100.0
+"""The hero's floor on a CPU: the quick demo's rungs run at about 10,000 tokens/s on a quiet thread, and
+the hero measured about 430 tokens/s with six test suites sharing two cores."""
+CARD = ExperimentCard(
+    title="Does a 4-rung MoE ladder predict its hero's loss?",
+    question="Trained on the built-in corpora, does a hero run with at least 4x the top rung's compute end "
+             "with an eval loss inside the 90% band that the ladder's fit registered before the hero's step 0?",
+    design="Data build and BPE tokenizer; four MoE rungs (width 16-48, one recipe, tokens per active "
+           "parameter fixed, batch and LR from the planner's rule); L(C) = L_inf + A*C^-alpha at a recorded "
+           "asymptote, swept; the hero's prediction registered in the lab's registry; the hero trained and "
+           "watched against its band; the hero exported for transformers.",
+    expectations=(
+        Expectation("hero final eval loss", prediction=f"{LADDER}/hero/eval/macro/loss"),
+        Expectation("hero throughput", step=f"{LADDER}-hero", metric="throughput/tokens_per_second",
+                    low=HERO_MIN_TOKENS_PER_S, unit="tokens/s"),
+    ),
+)
+"""The demo's experiment card (``glasslab card demo``)."""
 EXPORT_STEP = "export"
 """The hero's export: ``<lab>/export-<hash8>/``, the name every export step has (the run page finds them by it)."""
 

@@ -17,12 +17,26 @@ import dataclasses
 
 from glasslab.experiments.demo import FULL, L_INF, L_INF_SWEEP, MIXTURE, data_step, ladder_spec, train_recipe
 from glasslab.lab import Step
+from glasslab.lab.card import Expectation, ExperimentCard
 from glasslab.ladder.plan import LadderSpec, plan_ladder
 from glasslab.ladder.steps import ladder_steps
 
 LADDER = "tiny"
 EVAL_MAX_TOKENS = 16384
 """Eval tokens per domain (the demo's 4,096 are cut for time)."""
+CARD = ExperimentCard(
+    title="Does a tiny MoE ladder built to the rules predict its own top rung?",
+    question="With >= 1,000 steps per rung, 20 tokens per active parameter, planner-rule batch and LR, "
+             "4-6 seeds per rung and the asymptote fixed in advance, does a fit on the three smaller rungs "
+             "predict the top rung's mean eval loss within 5%?",
+    design="The demo's recipe and widths (16-48), trained to the rules in this module's docstring; the fit's "
+           "leave-last-rung-out back-test answers the question. No hero.",
+    expectations=(
+        Expectation("leave-last-rung-out back-test error", step=f"{LADDER}-fit",
+                    metric="backtest.last.rel_error_pct", low=-5.0, high=5.0, unit="%"),
+    ),
+)
+"""The tiny ladder's experiment card (``glasslab card tiny_ladder``)."""
 
 
 def spec() -> LadderSpec:

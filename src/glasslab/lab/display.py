@@ -66,4 +66,5 @@ class ProgressPrinter:
         if self.enabled:
             stamp = time.strftime("%H:%M:%S")
             head = f"[{style or 'default'}]{symbol} {escape(key)}[/]"
-            self.console.print(f"[dim]{stamp}[/] {head} {escape(text)}")
+            # Piped or in a file: one event, one line (rich would wrap it at 80 columns).
+            self.console.print(f"[dim]{stamp}[/] {head} {escape(text)}", soft_wrap=not self.console.is_terminal)

@@ -38,9 +38,12 @@ from rich.console import Console
 from glasslab.config import redact, to_dict
 from glasslab.errors import UserError
 from glasslab.lab.attempt import AttemptResult, WorkerSpec
+from glasslab.lab.card import ExperimentCard, record_run
 from glasslab.lab.display import ProgressPrinter, plan_table, report_table
 from glasslab.lab.local_backend import LocalBackend
 from glasslab.lab.lock import GUARD_FILE, LOCK_FILE, StepLock, new_owner_id
+from glasslab.lab.narrate import INTERVAL_S as NARRATE_INTERVAL_S
+from glasslab.lab.narrate import Narrator
 from glasslab.lab.outcome import RunReport, StepOutcome
 from glasslab.lab.plan import Plan, PlannedStep, make_plan
 from glasslab.lab.retry import RetryPolicy
@@ -80,13 +83,14 @@ class Executor:
     predictions (``--re-register``, see ``StepContext.re_register``).
     ``heartbeat_s``: how often held locks and ``step.json`` heartbeats are refreshed;
     ``stale_after_s``: a lock older than this is taken over (same host: at once if its holder died);
-    ``term_grace_s``: after a SIGTERM, how long running steps get before they are killed.
+    ``term_grace_s``: after a SIGTERM, how long running steps get before they are killed;
+    ``narrate``: at each heartbeat, tell each running training step's progress and incidents (narrate.py).
     """
 
     def __init__(
         self, lab_root: str | Path, backend: str | Any = "local", jobs: int = 1, address: str | None = None, *,
         retries: int | None = None, re_register: bool = False, heartbeat_s: float = 5.0,
-        stale_after_s: float = 60.0, term_grace_s: float = 60.0, echo: bool = True,
+        stale_after_s: float = 60.0, term_grace_s: float = 60.0, echo: bool = True, narrate: bool = False,
     ) -> None:
         name = backend if isinstance(backend, str) else backend.name
         if isinstance(backend, str) and backend not in BACKENDS:
@@ -108,6 +112,8 @@ class Executor:
         self.stale_after_s = stale_after_s
         self.term_grace_s = term_grace_s
         self.progress = ProgressPrinter(enabled=echo)
+        self.narrate = narrate and echo
+        self.narrate_interval_s = NARRATE_INTERVAL_S
         self.tables = Console(highlight=False)  # plans and results go to stdout, progress to stderr
         self.echo = echo
         self._owner = new_owner_id()
@@ -123,13 +129,19 @@ class Executor:
         """Check the DAG and decide what runs (raises UserError before anything runs)."""
         return make_plan(steps, self.lab_root, force, self.stale_after_s)
 
-    def run(self, steps: Sequence[Step], force: Iterable[str] = (), dry_run: bool = False) -> RunReport:
-        """Run what the plan says (nothing when ``dry_run``); returns every step's outcome."""
+    def run(self, steps: Sequence[Step], force: Iterable[str] = (), dry_run: bool = False,
+            experiment: str | None = None, card: ExperimentCard | None = None) -> RunReport:
+        """Run what the plan says (nothing when ``dry_run``); returns every step's outcome.
+
+        ``experiment``: the name this run of steps is recorded under (its ``card``, when given, is
+        stored in the lab first, see ``card.py``), so ``glasslab card NAME`` can find its folders."""
         plan = self.plan(steps, force)
         if dry_run:
             if self.echo:
                 self.tables.print(plan_table(plan))
             return RunReport(plan)
+        if experiment is not None:
+            record_run(self.lab_root, experiment, card, {node.name: node.key for node in plan.steps})
         config_pickles = {node.key: _pickle_config(node) for node in plan.to_run()}
         report = RunReport(plan, {node.key: StepOutcome("cached", by="before") for node in plan.cached()})
         if not plan.to_run():
@@ -354,20 +366,31 @@ class Executor:
     # --- helpers ---------------------------------------------------------------------------------
 
     def _heartbeat_loop(self) -> None:
-        while not self._stop or self._active:
-            with self._mutex:
-                for active in self._active.values():
-                    if active.lost:
-                        continue
-                    if not active.lock.refresh():
-                        active.lost = True
-                        continue
-                    if active.record.get("status") == "running":
-                        active.record["heartbeat"] = time.time()
-                        write_step_record(active.node.folder, active.record)
-            if self._stop == "done":
-                return
-            self._wake.wait(self.heartbeat_s)
+        # The narrator's store readers live and die in this thread (SQLite connections stay in theirs).
+        narrator = Narrator(self.progress, self.narrate_interval_s) if self.narrate else None
+        try:
+            while not self._stop or self._active:
+                running: dict[str, tuple[Path, float]] = {}
+                with self._mutex:
+                    for active in self._active.values():
+                        if active.lost:
+                            continue
+                        if not active.lock.refresh():
+                            active.lost = True
+                            continue
+                        if active.record.get("status") == "running":
+                            active.record["heartbeat"] = time.time()
+                            write_step_record(active.node.folder, active.record)
+                            if active.handle is not None:
+                                running[active.node.key] = (active.node.folder, active.attempt_started)
+                if narrator is not None:
+                    narrator.update(running)
+                if self._stop == "done":
+                    return
+                self._wake.wait(self.heartbeat_s)
+        finally:
+            if narrator is not None:
+                narrator.close()
 
     def _install_signal_handlers(self):
         if threading.current_thread() is not threading.main_thread():

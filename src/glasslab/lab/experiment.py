@@ -1,4 +1,5 @@
-"""Experiments are Python: a file (or a built-in module) defining ``steps() -> list[Step]``.
+"""Experiments are Python: a file (or a built-in module) defining ``steps() -> list[Step]`` (and,
+optionally, ``CARD``: its experiment card, see ``card.py``).
 
 ``glasslab run path/to/file.py`` loads the file as a module (``modules.py`` says how, so step processes
 load it under the same name); ``glasslab run NAME`` imports the built-in ``glasslab.experiments.NAME``.
@@ -9,12 +10,16 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from pathlib import Path
+from types import ModuleType
 
 from glasslab.errors import UserError
+from glasslab.lab.card import ExperimentCard
 from glasslab.lab.modules import load_module_from_file
 from glasslab.lab.step import Step
 
 BUILTIN_PACKAGE = "glasslab.experiments"
+CARD_ATTR = "CARD"
+"""The module-level name of an experiment's :class:`ExperimentCard` (optional)."""
 
 
 def builtin_experiments() -> list[str]:
@@ -23,8 +28,8 @@ def builtin_experiments() -> list[str]:
     return sorted(m.name for m in pkgutil.iter_modules(package.__path__) if not m.name.startswith("_"))
 
 
-def load_experiment(target: str | Path) -> list[Step]:
-    """The steps of an experiment file (``*.py`` path) or a built-in experiment (its module name)."""
+def _experiment_module(target: str | Path) -> tuple[ModuleType, str]:
+    """The module of an experiment file or built-in, and how to name it in an error."""
     target_str = str(target)
     if target_str.endswith(".py") or Path(target_str).is_file():
         module = load_module_from_file(Path(target_str))
@@ -38,6 +43,29 @@ def load_experiment(target: str | Path) -> list[Step]:
             )
         module = importlib.import_module(f"{BUILTIN_PACKAGE}.{target_str}")
         where = module.__name__
+    return module, where
+
+
+def experiment_name(target: str | Path) -> str:
+    """The name an experiment's card and runs are kept under: a built-in's name, a file's stem."""
+    target_str = str(target)
+    if target_str.endswith(".py") or Path(target_str).is_file():
+        return Path(target_str).stem
+    return target_str
+
+
+def experiment_card(target: str | Path) -> ExperimentCard | None:
+    """The experiment's module-level ``CARD`` (see ``card.py``), or None when it declares none."""
+    module, where = _experiment_module(target)
+    card = getattr(module, CARD_ATTR, None)
+    if card is not None and not isinstance(card, ExperimentCard):
+        raise UserError(f"{where}: {CARD_ATTR} is a {type(card).__name__}; expected an ExperimentCard")
+    return card
+
+
+def load_experiment(target: str | Path) -> list[Step]:
+    """The steps of an experiment file (``*.py`` path) or a built-in experiment (its module name)."""
+    module, where = _experiment_module(target)
     make_steps = getattr(module, "steps", None)
     if not callable(make_steps):
         raise UserError(f"{where}: defines no steps() function returning a list of Steps")

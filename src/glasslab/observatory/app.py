@@ -7,6 +7,7 @@ Routes (GET only; nothing here writes):
     /ladder/<id>            fit + prediction band /static/<file>          vendored assets
     /data/<id>              data report
     /provenance/<id>        run.json, step.json
+    /experiment/<name>      an experiment's card
 Ids come from the lab scan, so unknown ids and traversal attempts (``..``, ``%2e%2e``) are 404.
 """
 
@@ -29,7 +30,7 @@ from glasslab.observatory.live import RunWatch, event_stream, parse_cursors
 from glasslab.observatory.page_data import build_page
 from glasslab.observatory.shell import STATIC_FILES, content_security_policy, render_shell, static_file
 
-PAGES = ("overview", "run", "compare", "ladder", "data", "provenance")
+PAGES = ("overview", "run", "compare", "ladder", "data", "provenance", "experiment")
 CONTENT_TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8"}
 NO_STORE = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
 
@@ -84,7 +85,7 @@ def create_app(lab_root: str | Path) -> Starlette:
 
     async def api_stream(request: Request) -> Response:
         watch, page = watch_for(request)
-        lab_ticks = page in ("overview", "ladder", "data", "provenance")
+        lab_ticks = page in ("overview", "ladder", "data", "provenance", "experiment")
         headers = {**NO_STORE, "X-Accel-Buffering": "no"}
         return StreamingResponse(event_stream(watch, lab_ticks), media_type="text/event-stream",
                                  headers=headers)
@@ -114,7 +115,7 @@ def create_app(lab_root: str | Path) -> Starlette:
         Route("/", overview),
         Route("/compare", compare),
         *(Route(f"/{page}/{{item_id:path}}", item_route(page))
-          for page in ("run", "ladder", "data", "provenance")),
+          for page in ("run", "ladder", "data", "provenance", "experiment")),
         Route("/api/page/{page}", api_page),
         Route("/api/stream", api_stream),
         Route("/api/delta", api_delta),

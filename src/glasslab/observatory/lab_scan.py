@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from glasslab.config import redact
-from glasslab.layout import FIT_FILE, LAB_EVENTS_DB, METRICS_DB, REPORT_FILE, RUN_RECORD, STEP_RECORD
+from glasslab.layout import CARDS_DIR, FIT_FILE, LAB_EVENTS_DB, METRICS_DB, REPORT_FILE, RUN_RECORD, STEP_RECORD
 
 SCAN_DEPTH = 2  # <lab>/<step>/ and one level below (a step holding several runs)
 SKIP_DIRS = frozenset({"checkpoints", "tokenizer", "shards", "__pycache__"})
@@ -134,6 +134,8 @@ class Lab:
             for folder_id, folder in folders.items():
                 parts.append((kind, folder_id, tuple(file_stamp(folder / n) for n in names)))
         parts.append(("events", file_stamp(self.events_db()), file_stamp(Path(f"{self.events_db()}-wal"))))
+        # Experiment cards: a new version, run or conclusion changes the overview and the card page.
+        parts += [("card", p.as_posix(), file_stamp(p)) for p in sorted((self.root / CARDS_DIR).glob("*/*"))]
         return tuple(parts)
 
 

@@ -4,7 +4,7 @@ The live server answers ``/api/page/<page>`` with these and the static publisher
 dicts into script files, so both sites show the same thing. Builders take ids from the lab scan and
 return None for an unknown id (the caller answers 404). Configs and records are redacted; every
 string goes to the browser as data and is rendered as text there. The run, ladder, compare and data
-pages have their own modules; the overview and provenance pages are here.
+pages have their own modules; the overview, provenance and experiment (card) pages are here.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ import sqlite3
 from collections import defaultdict
 from typing import Any
 
+from glasslab.lab.card import experiments_in_lab
+from glasslab.lab.card_results import card_results
 from glasslab.layout import FIT_FILE, RUN_RECORD, STEP_RECORD
 from glasslab.observatory.compare_page import compare_page
 from glasslab.observatory.data_page import data_page
@@ -60,8 +62,29 @@ def overview_page(lab: Lab) -> dict[str, Any]:
         "page": "overview", "title": "Overview", "lab_name": lab.root.resolve().name,
         "runs": [run_summary(lab, run_id, about.get(run_id)) for run_id in index.runs],
         "ladders": ladders, "reports": list(index.reports), "steps": steps,
-        "events": lab_events[-MAX_LAB_EVENTS:], "experiments": None, "watch": [],
+        "events": lab_events[-MAX_LAB_EVENTS:], "experiments": experiment_summaries(lab), "watch": [],
     })
+
+
+def experiment_summaries(lab: Lab) -> list[dict[str, Any]]:
+    """One row per experiment that ran in the lab: name, title, status, verdict and its line."""
+    rows = []
+    for name in experiments_in_lab(lab.root):
+        card = card_results(lab.root, name)
+        row = {k: card[k] for k in ("name", "title", "status", "verdict", "verdict_text", "has_card")}
+        if not card["has_card"]:  # an experiment without a card has nothing to decide
+            row.update(verdict=None, verdict_text="no card declared")
+        rows.append(row)
+    return rows
+
+
+def experiment_page(lab: Lab, name: str) -> dict[str, Any] | None:
+    """The card page: the experiment's card filled in from the lab (``lab/card_results.py``)."""
+    if name not in experiments_in_lab(lab.root):
+        return None
+    card = card_results(lab.root, name)
+    return clean({"page": "experiment", "id": name, "title": f"Experiment {card['title']}", "card": card,
+                  "watch": []})
 
 
 def provenance_page(lab: Lab, run_id: str) -> dict[str, Any] | None:
@@ -80,7 +103,8 @@ def build_page(lab: Lab, page: str, item_id: str | None = None, **options: Any) 
         return overview_page(lab)
     if page == "compare":
         return compare_page(lab, options.get("runs"), options.get("keys"), options.get("with_series", True))
-    builders = {"run": run_page, "ladder": ladder_page, "data": data_page, "provenance": provenance_page}
+    builders = {"run": run_page, "ladder": ladder_page, "data": data_page, "provenance": provenance_page,
+                "experiment": experiment_page}
     if page not in builders or item_id is None:
         return None
     data = builders[page](lab, item_id)

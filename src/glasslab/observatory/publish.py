@@ -14,12 +14,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from glasslab.lab.card import experiments_in_lab
 from glasslab.layout import (
+    CARDS_DIR,
     FIT_FILE,
     LAB_EVENTS_DB,
     METRICS_DB,
     PREDICTIONS_FILE,
     REPORT_FILE,
+    RESULT_FILE,
     RUN_RECORD,
     STEP_RECORD,
     write_bytes_atomic,
@@ -43,12 +46,26 @@ def page_file(page: str, item_id: str | None) -> str:
     return f"{page}-{slug}-{digest}.html"
 
 
+def figure_file(item_id: str, name: str) -> str:
+    """Where the site keeps figure ``name`` (a PNG a step wrote, e.g. a fit's ``ladder.png``) of folder
+    ``item_id``, so a card's Markdown can show it as an image from the published site."""
+    return f"figures/{page_file('figure', item_id).removesuffix('.html')}-{name}"
+
+
+def site_figures(lab: Lab) -> dict[str, Path]:
+    """Every figure the site carries: each ladder fit's PNGs, by their file under the site."""
+    return {figure_file(fit_id, png.name): png for fit_id, folder in lab.index().fits.items()
+            for png in sorted(folder.glob("*.png"))}
+
+
 def site_pages(lab: Lab) -> list[tuple[str, str | None]]:
-    """Every page of the site: overview, compare, and one per run, ladder, report and provenance."""
+    """Every page of the site: overview, compare, and one per run, ladder, report, provenance and
+    experiment card."""
     index = lab.index()
     pages: list[tuple[str, str | None]] = [("overview", None), ("compare", None)]
     pages += [("run", r) for r in index.runs] + [("provenance", r) for r in index.runs]
     pages += [("ladder", f) for f in index.fits] + [("data", r) for r in index.reports]
+    pages += [("experiment", name) for name in experiments_in_lab(lab.root)]
     return pages
 
 
@@ -73,7 +90,10 @@ def page_inputs(lab: Lab, page: str, item_id: str | None) -> list[Path]:
     if page == "compare":
         return runs
     jsons = [f / n for f in (*index.steps.values(), *index.fits.values()) for n in (STEP_RECORD, FIT_FILE)]
-    return [*runs, *jsons, *lab_events]
+    # Cards (overview and card pages): every stored version, run and conclusion, and the registry.
+    cards = sorted((lab.root / CARDS_DIR).glob("*/*")) + [lab.root / PREDICTIONS_FILE]
+    results = [f / RESULT_FILE for f in index.runs.values()]
+    return [*runs, *jsons, *lab_events, *cards, *results]
 
 
 class Publisher:
@@ -99,6 +119,12 @@ class Publisher:
             write_text_atomic(self.out / "data" / "site.js", site)
             self.site_links = links
             self.stamps.clear()  # new pages: links on the overview and elsewhere change too
+        for name, source in site_figures(self.lab).items():
+            stamp = (file_stamp(source),)
+            if self.stamps.get(("figure", name)) != stamp:
+                write_bytes_atomic(self.out / name, source.read_bytes())
+                self.stamps[("figure", name)] = stamp
+                written.append(name)
         for page, item_id in pages:
             stamp = tuple(file_stamp(p) for p in page_inputs(self.lab, page, item_id))
             if self.stamps.get((page, item_id)) == stamp:

@@ -44,7 +44,8 @@
     // Experiment cards (issue 19) take the first place on the page once the lab has them.
     if (d.experiments && d.experiments.length) {
       section("Experiments", table(["experiment", "status", "verdict"],
-        d.experiments.map((x) => [x.title || x.name, statusCell(x.status), x.verdict || ""])));
+        d.experiments.map((x) => [link("experiment", x.name, x.title || x.name), statusCell(x.status),
+          G.verdictBadge(x.verdict, x.verdict_text)])));
     }
     if (d.ladders.length) {
       section("Ladders", table(["ladder", "target", "rungs", "prediction", "hero", "verdict", ""],
