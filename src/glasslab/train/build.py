@@ -14,9 +14,10 @@ from torch import nn
 from glasslab.data import Loader, eval_batches, eval_bytes_per_token, load_tokenizer, manifest_hash
 from glasslab.data.tokenizer import EOT
 from glasslab.errors import UserError
+from glasslab.evals.load import load_tasks
 from glasslab.model import Transformer, generate
 from glasslab.train.distributed import DistContext
-from glasslab.train.evals import evaluate
+from glasslab.train.evals import TaskEvals, evaluate
 from glasslab.train.loop import RunParts
 from glasslab.train.rng import seed_everything
 from glasslab.train.run_config import RunConfig
@@ -43,9 +44,11 @@ def build_parts(run_cfg: RunConfig, ctx: DistContext) -> RunParts:
         for domain in domains
     }
     bytes_per_token = {domain: eval_bytes_per_token(dataset, domain) for domain in domains}
+    task_evals = TaskEvals(cfg, load_tasks(cfg.eval_tasks, dataset), tokenizer, tokenizer.token_to_id(EOT), ctx.device)
 
-    def evaluate_model(model_to_eval):
-        return evaluate(model_to_eval, batches_by_domain, bytes_per_token, ctx.device)
+    def evaluate_model(model_to_eval, step: int):
+        return {**evaluate(model_to_eval, batches_by_domain, bytes_per_token, ctx.device),
+                **task_evals(model_to_eval, step)}
 
     sample = None
     if cfg.sample_prompts and cfg.sample_max_new_tokens:
@@ -60,13 +63,17 @@ def build_parts(run_cfg: RunConfig, ctx: DistContext) -> RunParts:
 
 
 def describe(run_cfg: RunConfig) -> dict:
-    """What run.json records about the model and data: size name, parameter counts, FLOPs, manifest hash."""
-    return {
+    """What run.json records about the model and data: size name, parameter counts, FLOPs, manifest hash,
+    and each task's chance level, item count and hash (``tasks``, where the page draws chance lines)."""
+    record = {
         "size_name": run_cfg.model.size_name(),
         "param_counts": run_cfg.model.param_counts(),
         "flops_per_token": run_cfg.model.flops_per_token(run_cfg.train.seq_len),
         "data_manifest_hash": manifest_hash(run_cfg.data.path),
     }
+    if run_cfg.train.eval_tasks:
+        record["tasks"] = {t.name: t.describe() for t in load_tasks(run_cfg.train.eval_tasks, run_cfg.data.path)}
+    return record
 
 
 def checkpoint_activations(blocks: nn.ModuleList) -> None:

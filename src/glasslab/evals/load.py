@@ -1,0 +1,68 @@
+"""From task configs to tasks, and from a model to every task's metrics plus their macro accuracy."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer
+
+from glasslab.errors import UserError
+from glasslab.evals.builtin import make_builtin
+from glasslab.evals.formats import DEFAULT_TEMPLATES, read_items
+from glasslab.evals.scorer import BATCH_TOKENS, TaskResult, score_task
+from glasslab.evals.task import Task, TaskConfig
+
+MACRO_ACC = "eval/task/macro/acc"
+
+
+def load_task(cfg: TaskConfig, dataset_dir: str | Path | None = None) -> Task:
+    """The task ``cfg`` names: a built-in made from ``dataset_dir`` or the items of ``cfg.path``."""
+    if cfg.builtin:
+        if not dataset_dir:
+            raise UserError(f"task.builtin={cfg.builtin!r}: built-in tasks are made from a dataset; "
+                            "expected a dataset folder (a run's data.path, or --data)")
+        made = make_builtin(str(dataset_dir), cfg.builtin, cfg.domain)
+        items, template, delimiter = made.items, "{context}", ""
+        name, source, dropped = cfg.name or f"{made.name}_{made.domain}", made.source, made.contaminated
+    else:
+        read, layout = read_items(cfg.path, cfg.layout)
+        items, template, delimiter = tuple(read), DEFAULT_TEMPLATES[layout], " "
+        name, source, dropped = cfg.name or Path(cfg.path).stem, str(cfg.path), 0
+    if cfg.max_items:
+        items = items[: cfg.max_items]
+    if not items:
+        raise UserError(f"task {name}: no items left (source: {source})")
+    if cfg.num_fewshot >= len(items):
+        raise UserError(f"task.num_fewshot={cfg.num_fewshot}: expected fewer than the task's {len(items)} items")
+    return Task(name=name, items=tuple(items),
+                template=cfg.template if cfg.template is not None else template,
+                target_delimiter=cfg.target_delimiter if cfg.target_delimiter is not None else delimiter,
+                fewshot_delimiter=cfg.fewshot_delimiter, num_fewshot=cfg.num_fewshot, metric=cfg.metric,
+                source=source, dropped=dropped)
+
+
+def load_tasks(cfgs: Sequence[TaskConfig], dataset_dir: str | Path | None = None) -> list[Task]:
+    """Every configured task; names must be distinct (each names its metrics)."""
+    tasks = [load_task(cfg, dataset_dir) for cfg in cfgs]
+    names = [t.name for t in tasks]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise UserError(f"task name {twice[0]!r} is configured twice; expected distinct names (task.name)")
+    return tasks
+
+
+def score_tasks(model: torch.nn.Module, tasks: Sequence[Task], tokenizer: Tokenizer, *, prefix_id: int,
+                device: torch.device | str = "cpu",
+                batch_tokens: int = BATCH_TOKENS) -> tuple[dict[str, float], list[TaskResult]]:
+    """``eval/task/<task>/{acc,acc_norm,bpb}`` for every task and ``eval/task/macro/acc`` (the mean
+    of each task's headline accuracy), with the per-task results."""
+    results = [score_task(model, task, tokenizer, prefix_id=prefix_id, device=device, batch_tokens=batch_tokens)
+               for task in tasks]
+    metrics: dict[str, float] = {}
+    for result in results:
+        metrics.update(result.metrics())
+    if results:
+        metrics[MACRO_ACC] = sum(r.headline for r in results) / len(results)
+    return metrics, results
