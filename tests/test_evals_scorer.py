@@ -12,7 +12,7 @@ from torch import nn
 from glasslab.data import load_tokenizer
 from glasslab.errors import UserError
 from glasslab.evals import TaskConfig, read_items
-from glasslab.evals.load import load_task, score_tasks
+from glasslab.evals.load import TaskScorer, load_task
 from glasslab.evals.scorer import encode_task, loglikelihoods, score_task
 from glasslab.evals.task import Item, Task
 from glasslab.model import ModelConfig, Transformer
@@ -188,7 +188,7 @@ def test_metrics_follow_their_definitions(tokenizer):
     assert result.bpb == pytest.approx(bits / nbytes, rel=1e-9)
     assert result.chance == pytest.approx((1 / 4 + 1 / 2 + 1 / 3 + 1 / 2 + 1 / 3) / 5)
     assert result.headline == acc_norm
-    metrics, _ = score_tasks(model, [task, Task("u", tuple(ITEMS[:2]))], tokenizer, prefix_id=0)
+    metrics, _ = TaskScorer([task, Task("u", tuple(ITEMS[:2]))], tokenizer, prefix_id=0)(model)
     assert set(metrics) == {"eval/task/t/acc", "eval/task/t/acc_norm", "eval/task/t/bpb", "eval/task/u/acc",
                             "eval/task/u/acc_norm", "eval/task/u/bpb", "eval/task/macro/acc"}
     assert metrics["eval/task/macro/acc"] == pytest.approx((acc_norm + metrics["eval/task/u/acc"]) / 2)

@@ -6,7 +6,7 @@ Public API (see each module):
 - :func:`read_items`, :func:`write_items` — task files, with adapters for HellaSwag/ARC/PIQA layouts
   (``formats``);
 - :func:`load_task`, :func:`load_tasks` — a config to a task, built-in or from a file (``load``);
-- :func:`score_task`, :class:`TaskResult`, :func:`score_tasks` — the scorer (``scorer``, ``load``);
+- :func:`score_task`, :class:`TaskResult`, :class:`TaskScorer` — the scorer (``scorer``, ``load``);
 - built-in tasks made from a dataset's held-out split (``builtin``); lm-eval task YAML (``harness``).
 
 This part imports ``data`` and ``model``, never ``train``: the trainer calls it at eval intervals.
@@ -27,7 +27,7 @@ _HOMES = {
     "score_task": "scorer",
     "load_task": "load",
     "load_tasks": "load",
-    "score_tasks": "load",
+    "TaskScorer": "load",
 }
 __all__ = sorted(_HOMES)
 

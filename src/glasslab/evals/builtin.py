@@ -50,6 +50,8 @@ NUM_CHOICES = 4
 CONTEXT_TOKENS = 24
 """Tokens of context before the answer: short enough to fit the quick demo's 32-token sequences."""
 CONTINUATION_TOKENS = 8
+MAX_CONTINUATION_TOKENS = 12
+"""A continuation ends at the first word boundary from CONTINUATION_TOKENS tokens on, and no later than this."""
 NGRAM_TOKENS = 13
 """An answer inside a token n-gram of this length seen in training makes its item contaminated."""
 SEED = 1234
@@ -165,7 +167,7 @@ def _draw_positions(texts: list[str], tokenizer: Tokenizer, rng: np.random.Gener
     document order, drawn from every place a word follows a space with CONTEXT_TOKENS tokens before it.
 
     The answer starts at that space. With ``need_after`` it runs at least that many tokens on, to the
-    next such space (a whole number of words); without, it is the one word.
+    next such space (whole words, at most MAX_CONTINUATION_TOKENS tokens); without, it is the one word.
     """
     found = []
     for d, text in enumerate(texts):
@@ -181,6 +183,8 @@ def _draw_positions(texts: list[str], tokenizer: Tokenizer, rng: np.random.Gener
             after = np.searchsorted(spaces, token_starts[np.minimum(token + need_after, len(token_starts) - 1)])
             ok &= after < len(spaces)
             ends = spaces[np.minimum(after, len(spaces) - 1)]
+            last = token_starts[np.minimum(token + MAX_CONTINUATION_TOKENS, len(token_starts) - 1)]
+            ok &= ends <= last
         else:
             ends = np.array([m.end() for m in words], dtype=np.int64)
         for i in np.flatnonzero(ok):

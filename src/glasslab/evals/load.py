@@ -11,7 +11,7 @@ from tokenizers import Tokenizer
 from glasslab.errors import UserError
 from glasslab.evals.builtin import make_builtin
 from glasslab.evals.formats import DEFAULT_TEMPLATES, read_items
-from glasslab.evals.scorer import BATCH_TOKENS, TaskResult, score_task
+from glasslab.evals.scorer import BATCH_TOKENS, TaskResult, encode_task, loglikelihoods, summarize
 from glasslab.evals.task import Task, TaskConfig
 
 MACRO_ACC = "eval/task/macro/acc"
@@ -53,16 +53,28 @@ def load_tasks(cfgs: Sequence[TaskConfig], dataset_dir: str | Path | None = None
     return tasks
 
 
-def score_tasks(model: torch.nn.Module, tasks: Sequence[Task], tokenizer: Tokenizer, *, prefix_id: int,
-                device: torch.device | str = "cpu",
-                batch_tokens: int = BATCH_TOKENS) -> tuple[dict[str, float], list[TaskResult]]:
-    """``eval/task/<task>/{acc,acc_norm,bpb}`` for every task and ``eval/task/macro/acc`` (the mean
-    of each task's headline accuracy), with the per-task results."""
-    results = [score_task(model, task, tokenizer, prefix_id=prefix_id, device=device, batch_tokens=batch_tokens)
-               for task in tasks]
-    metrics: dict[str, float] = {}
-    for result in results:
-        metrics.update(result.metrics())
-    if results:
-        metrics[MACRO_ACC] = sum(r.headline for r in results) / len(results)
-    return metrics, results
+class TaskScorer:
+    """Scores a fixed list of tasks on any model; the tasks are tokenized once, here.
+
+    Calling it returns ``eval/task/<task>/{acc,acc_norm,bpb}`` for every task and
+    ``eval/task/macro/acc`` (the mean of the tasks' headline accuracies), with the per-task results.
+    """
+
+    def __init__(self, tasks: Sequence[Task], tokenizer: Tokenizer, prefix_id: int,
+                 batch_tokens: int = BATCH_TOKENS) -> None:
+        self.tasks = list(tasks)
+        self.encoded = [encode_task(task, tokenizer, prefix_id) for task in self.tasks]
+        self.batch_tokens = batch_tokens
+
+    def __call__(self, model: torch.nn.Module,
+                 device: torch.device | str = "cpu") -> tuple[dict[str, float], list[TaskResult]]:
+        results = []
+        for task, encoded in zip(self.tasks, self.encoded, strict=True):
+            loglik = loglikelihoods(model, encoded, device=torch.device(device), batch_tokens=self.batch_tokens)
+            results.append(summarize(task, encoded, loglik))
+        metrics: dict[str, float] = {}
+        for result in results:
+            metrics.update(result.metrics())
+        if results:
+            metrics[MACRO_ACC] = sum(r.headline for r in results) / len(results)
+        return metrics, results

@@ -160,20 +160,29 @@ def loglikelihoods(model: torch.nn.Module, encoded: Sequence[EncodedItem], *, de
 
 
 def _batches(encoded: Sequence[EncodedItem], batch_tokens: int) -> list[list[int]]:
-    """Item indices in batches of equal prompt length, each within ``batch_tokens``; a fixed order."""
-    order = sorted(range(len(encoded)), key=lambda i: (len(encoded[i].context), i))
+    """Item indices in batches of equal prompt length, each within ``batch_tokens`` counted with padding.
+
+    Items are sorted by prompt length, then by their longest continuation, so a batch pads its
+    continuations to a length close to all of theirs; the order depends only on the items.
+    """
+    def longest(i: int) -> int:
+        return max(len(c) for c in encoded[i].continuations)
+
+    order = sorted(range(len(encoded)), key=lambda i: (len(encoded[i].context), longest(i), i))
     batches: list[list[int]] = []
-    cost = 0
+    rows = width = 0
     for i in order:
         item = encoded[i]
-        item_cost = len(item.context) + sum(len(c) for c in item.continuations)
+        new_rows, new_width = rows + len(item.continuations), max(width, longest(i))
         same_length = batches and len(encoded[batches[-1][0]].context) == len(item.context)
-        if same_length and cost + item_cost <= batch_tokens:
+        # Cost: the prompts once each, and every continuation row padded to the batch's longest.
+        cost = (len(batches[-1]) + 1) * len(item.context) + new_rows * new_width if same_length else 0
+        if same_length and cost <= batch_tokens:
             batches[-1].append(i)
-            cost += item_cost
+            rows, width = new_rows, new_width
         else:
             batches.append([i])
-            cost = item_cost
+            rows, width = len(item.continuations), longest(i)
     return batches
 
 

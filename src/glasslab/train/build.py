@@ -14,7 +14,7 @@ from torch import nn
 from glasslab.data import Loader, eval_batches, eval_bytes_per_token, load_tokenizer, manifest_hash
 from glasslab.data.tokenizer import EOT
 from glasslab.errors import UserError
-from glasslab.evals.load import load_tasks
+from glasslab.evals.load import TaskScorer, load_tasks
 from glasslab.model import Transformer, generate
 from glasslab.train.distributed import DistContext
 from glasslab.train.evals import TaskEvals, evaluate
@@ -44,7 +44,8 @@ def build_parts(run_cfg: RunConfig, ctx: DistContext) -> RunParts:
         for domain in domains
     }
     bytes_per_token = {domain: eval_bytes_per_token(dataset, domain) for domain in domains}
-    task_evals = TaskEvals(cfg, load_tasks(cfg.eval_tasks, dataset), tokenizer, tokenizer.token_to_id(EOT), ctx.device)
+    scorer = TaskScorer(load_tasks(cfg.eval_tasks, dataset), tokenizer, tokenizer.token_to_id(EOT))
+    task_evals = TaskEvals(cfg, scorer, ctx.device)
 
     def evaluate_model(model_to_eval, step: int):
         return {**evaluate(model_to_eval, batches_by_domain, bytes_per_token, ctx.device),

@@ -18,8 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from glasslab.evals.load import score_tasks
-from glasslab.evals.task import Task
+from glasslab.evals.load import TaskScorer
 from glasslab.train.config import TrainConfig
 
 
@@ -74,11 +73,10 @@ def tasks_due(step: int, cfg: TrainConfig) -> bool:
 class TaskEvals:
     """Scores the run's tasks on a model (``eval/task/...`` metrics) when :func:`tasks_due` says so."""
 
-    def __init__(self, cfg: TrainConfig, tasks: list[Task], tokenizer, prefix_id: int, device: torch.device) -> None:
-        self.cfg, self.tasks, self.tokenizer, self.prefix_id, self.device = cfg, tasks, tokenizer, prefix_id, device
+    def __init__(self, cfg: TrainConfig, scorer: TaskScorer, device: torch.device) -> None:
+        self.cfg, self.scorer, self.device = cfg, scorer, device
 
     def __call__(self, model: nn.Module, step: int) -> dict[str, float]:
-        if not self.tasks or not tasks_due(step, self.cfg):
+        if not self.scorer.tasks or not tasks_due(step, self.cfg):
             return {}
-        metrics, _ = score_tasks(model, self.tasks, self.tokenizer, prefix_id=self.prefix_id, device=self.device)
-        return metrics
+        return self.scorer(model, self.device)[0]
