@@ -1,0 +1,85 @@
+"""``glasslab eval MODEL[@STEP] --tasks ...``: score downstream tasks on a run or a model folder.
+
+    glasslab eval demo-hero-1a2b3c4d --tasks next_word:code continuation:prose   # a run's newest checkpoint
+    glasslab eval lab/my-run@200 --tasks my_task.jsonl --fewshot 5                # a checkpoint of a run
+    glasslab eval exported/ --tasks next_word:code --data lab/data-1a2b3c4d       # any HF model folder
+
+A one-step experiment: the result is ``<lab>/eval-<model>-<hash8>/result.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+from glasslab.cli.options import add_lab_option
+from glasslab.errors import UserError
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "eval", help="score downstream tasks on a run's checkpoint or a model folder",
+        description="Score multiple-choice tasks by log-likelihood (acc, acc_norm, bits per byte of the right "
+        "answer), as lm-eval-harness does. MODEL is a run id under the lab, a run folder (optionally @STEP), "
+        "or a folder transformers loads (an export, or any causal LM on disk as a baseline).",
+    )
+    p.add_argument("model", metavar="MODEL[@STEP]", help="run id, run folder, or model folder")
+    p.add_argument("--tasks", nargs="+", required=True, metavar="TASK",
+                   help="built-in NAME:DOMAIN (next_word, continuation, docstring), a JSONL file of items, "
+                   "or a YAML/JSON task config")
+    p.add_argument("--data", default="", help="dataset folder for built-in tasks (default: the run's)")
+    p.add_argument("--fewshot", type=int, default=None, help="solved examples before each question")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where to run the model")
+    add_lab_option(p)
+    p.set_defaults(func=run)
+
+
+def task_config(spec: str, fewshot: int | None):
+    """A TaskConfig from ``NAME[:DOMAIN]``, a ``.jsonl`` file, or a YAML/JSON task config file."""
+    from glasslab import config as configs
+    from glasslab.evals import TaskConfig
+
+    overrides = {} if fewshot is None else {"num_fewshot": fewshot}
+    suffix = Path(spec).suffix
+    if suffix in (".yaml", ".yml", ".json"):
+        return configs.from_dict(TaskConfig, {**configs.read_file(spec), **overrides}, "task")
+    if suffix == ".jsonl":
+        return TaskConfig(path=spec, **overrides)
+    name, _, domain = spec.partition(":")
+    return TaskConfig(builtin=name, domain=domain, **overrides)
+
+
+def split_model(lab: str, text: str) -> tuple[Path, int]:
+    """(folder, step or -1) from ``MODEL[@STEP]``; MODEL is a folder or a run id under ``lab``."""
+    model, sep, step = text.rpartition("@")
+    if not (sep and step.isdigit()):
+        model, step = text, ""
+    for candidate in (Path(model), Path(lab) / model):
+        if candidate.is_dir():
+            return candidate, int(step) if step else -1
+    raise UserError(f"model {text!r}: no folder at {model} or {Path(lab) / model}")
+
+
+def run(args: argparse.Namespace) -> int:
+    from glasslab.evals.step import EvalStepConfig, eval_step, model_kind
+    from glasslab.lab import Executor, Step
+    from glasslab.layout import RESULT_FILE, read_json
+
+    folder, step = split_model(args.lab, args.model)
+    model_kind(folder)  # a wrong folder fails here, before a step folder exists
+    tasks = tuple(task_config(spec, args.fewshot) for spec in args.tasks)
+    cfg = EvalStepConfig(model=str(folder.resolve()), tasks=tasks, step=step,
+                         data=str(Path(args.data).resolve()) if args.data else "", device=args.device)
+    name = "eval-" + (re.sub(r"[^A-Za-z0-9_.]+", "-", folder.resolve().name).strip("-") or "model")
+    report = Executor(args.lab).run([Step(name, eval_step, cfg)])
+    if not report.ok:
+        return 1
+    (key,) = report.outcomes
+    result = read_json(Path(args.lab) / key / RESULT_FILE)
+    print(f"{'task':<28} {'items':>6} {'chance':>7} {'acc':>7} {'acc_norm':>9} {'bpb':>7}")
+    for task, r in result["tasks"].items():
+        print(f"{task:<28} {r['items']:>6} {r['chance']:>7.3f} {r['acc']:>7.3f} {r['acc_norm']:>9.3f} {r['bpb']:>7.3f}")
+    print(f"macro acc {result['macro_acc']:.3f}  ({result['items_per_second']:.0f} items/s)  "
+          f"{Path(args.lab) / key / RESULT_FILE}")
+    return 0
