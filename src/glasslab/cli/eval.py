@@ -62,13 +62,19 @@ def split_model(lab: str, text: str) -> tuple[Path, int]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from glasslab.evals.load import check_task
     from glasslab.evals.step import EvalStepConfig, eval_step, model_kind
     from glasslab.lab import Executor, Step
-    from glasslab.layout import RESULT_FILE, read_json
+    from glasslab.layout import RESULT_FILE, RUN_RECORD, read_json
 
     folder, step = split_model(args.lab, args.model)
-    model_kind(folder)  # a wrong folder fails here, before a step folder exists
+    kind = model_kind(folder)
     tasks = tuple(task_config(spec, args.fewshot) for spec in args.tasks)
+    # Bad tasks fail here with one line, before a step folder exists.
+    record = read_json(folder / RUN_RECORD) if kind == "run" else None
+    dataset = args.data or ((record or {}).get("config", {}).get("data", {}).get("path") or "")
+    for task in tasks:
+        check_task(task, dataset or None)
     cfg = EvalStepConfig(model=str(folder.resolve()), tasks=tasks, step=step,
                          data=str(Path(args.data).resolve()) if args.data else "", device=args.device)
     name = "eval-" + (re.sub(r"[^A-Za-z0-9_.]+", "-", folder.resolve().name).strip("-") or "model")

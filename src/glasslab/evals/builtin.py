@@ -77,6 +77,12 @@ def builtin_names() -> list[str]:
 
 def make_builtin(dataset_dir: str, builtin: str, domain: str = "") -> BuiltinTask:
     """Build built-in task ``builtin`` from ``domain`` of the dataset (the only domain when empty)."""
+    domain = resolve_domain(dataset_dir, builtin, domain)
+    return _made(str(dataset_dir), builtin, domain, manifest_hash(dataset_dir))
+
+
+def resolve_domain(dataset_dir: str, builtin: str, domain: str = "") -> str:
+    """The domain built-in ``builtin`` is made from; a one-line error for an unknown name or domain."""
     if builtin not in GENERATORS:
         raise UserError(f"task.builtin={builtin!r}: expected one of {', '.join(builtin_names())}")
     manifest = read_manifest(dataset_dir)
@@ -88,7 +94,7 @@ def make_builtin(dataset_dir: str, builtin: str, domain: str = "") -> BuiltinTas
         domain = domains[0]
     if domain not in domains:
         raise UserError(f"task.domain={domain!r}: expected one of the dataset's domains {', '.join(domains)}")
-    return _made(str(dataset_dir), builtin, domain, manifest_hash(dataset_dir))
+    return domain
 
 
 @functools.lru_cache(maxsize=16)

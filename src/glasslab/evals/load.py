@@ -9,7 +9,7 @@ import torch
 from tokenizers import Tokenizer
 
 from glasslab.errors import UserError
-from glasslab.evals.builtin import make_builtin
+from glasslab.evals.builtin import make_builtin, resolve_domain
 from glasslab.evals.formats import DEFAULT_TEMPLATES, read_items
 from glasslab.evals.scorer import BATCH_TOKENS, TaskResult, encode_task, loglikelihoods, summarize
 from glasslab.evals.task import Task, TaskConfig
@@ -17,12 +17,21 @@ from glasslab.evals.task import Task, TaskConfig
 MACRO_ACC = "eval/task/macro/acc"
 
 
-def load_task(cfg: TaskConfig, dataset_dir: str | Path | None = None) -> Task:
-    """The task ``cfg`` names: a built-in made from ``dataset_dir`` or the items of ``cfg.path``."""
+def check_task(cfg: TaskConfig, dataset_dir: str | Path | None = None) -> None:
+    """Fail with one line now if ``cfg`` cannot be loaded (cheap: a built-in is not made, only named)."""
     if cfg.builtin:
         if not dataset_dir:
             raise UserError(f"task.builtin={cfg.builtin!r}: built-in tasks are made from a dataset; "
                             "expected a dataset folder (a run's data.path, or --data)")
+        resolve_domain(str(dataset_dir), cfg.builtin, cfg.domain)
+    else:
+        read_items(cfg.path, cfg.layout)
+
+
+def load_task(cfg: TaskConfig, dataset_dir: str | Path | None = None) -> Task:
+    """The task ``cfg`` names: a built-in made from ``dataset_dir`` or the items of ``cfg.path``."""
+    if cfg.builtin:
+        check_task(cfg, dataset_dir)
         made = make_builtin(str(dataset_dir), cfg.builtin, cfg.domain)
         items, template, delimiter = made.items, "{context}", ""
         name, source, dropped = cfg.name or f"{made.name}_{made.domain}", made.source, made.contaminated
