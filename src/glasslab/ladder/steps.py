@@ -22,6 +22,7 @@ from glasslab.ladder.fit import fit_ladder, read_fit, write_fit
 from glasslab.ladder.plan import LadderPlan, PlannedRung, rung_record_extra
 from glasslab.ladder.preregister import hero_record_extra, watching_band
 from glasslab.ladder.runs import read_rungs
+from glasslab.ladder.task_law import read_task_points
 from glasslab.layout import FIT_FILE
 from glasslab.train import RunConfig, TrainConfig
 from glasslab.train.steps import TrainStepConfig, run_training, train_step
@@ -89,7 +90,8 @@ def fit_step(ctx: StepContext) -> None:
     cfg: FitStepConfig = ctx.config
     rungs = read_rungs(ctx.inputs[name] for name in cfg.rung_steps)
     fit = fit_ladder(rungs, ladder=cfg.ladder, target_flops=cfg.target_flops, L_inf=cfg.L_inf, sweep=cfg.sweep,
-                     num_bootstrap=cfg.num_bootstrap)
+                     num_bootstrap=cfg.num_bootstrap,
+                     tasks=read_task_points(ctx.inputs[name] for name in cfg.rung_steps))
     write_fit(ctx.output_dir / FIT_FILE, fit)
     draw_fit(fit, ctx.output_dir)
 
