@@ -124,7 +124,7 @@ def test_eval_command_scores_a_run_and_its_export_the_same_and_above_chance(tmp_
 
 def test_scorer_on_the_model_in_memory_matches_its_checkpoint(dataset, trained):
     model, config, step = load_run_model(trained)
-    tasks = load_tasks([TaskConfig(builtin="next_word", domain="code", max_items=100)], dataset)
+    tasks = load_tasks([TaskConfig(builtin="next_word", domain="code")], dataset)
     tokenizer = load_tokenizer(dataset)
     metrics, (result,) = TaskScorer(tasks, tokenizer, prefix_id=0)(model)
     assert step == 300 and config["train"]["max_steps"] == 300

@@ -55,10 +55,14 @@ def model_kind(path: str | Path) -> str:
     path = Path(path)
     if (path / RUN_RECORD).is_file() or (path / CHECKPOINTS_DIR).is_dir():
         return "run"
-    if (path / "config.json").is_file():
+    try:
+        from transformers.utils import CONFIG_NAME
+    except ImportError:
+        raise UserError("scoring a model folder needs 'transformers': pip install 'glasslab[hf]'") from None
+    if (path / CONFIG_NAME).is_file():
         return "hf"
     raise UserError(f"{path}: neither a run folder ({RUN_RECORD}, {CHECKPOINTS_DIR}/) nor a model folder "
-                    "(config.json); expected one of them")
+                    f"({CONFIG_NAME}); expected one of them")
 
 
 def load_model(cfg: EvalStepConfig) -> tuple[torch.nn.Module, Tokenizer, int, str, dict[str, Any]]:
@@ -74,10 +78,8 @@ def load_model(cfg: EvalStepConfig) -> tuple[torch.nn.Module, Tokenizer, int, st
         about = {"path": str(path), "kind": kind, "run": path.name, "step": step,
                  "size_name": model.cfg.size_name()}
         return model, tokenizer, tokenizer.token_to_id(EOT), dataset, about
-    try:
-        import transformers
-    except ImportError:
-        raise UserError("scoring a model folder needs 'transformers': pip install 'glasslab[hf]'") from None
+    import transformers
+
     if not (path / "tokenizer.json").is_file():
         raise UserError(f"{path}: no tokenizer.json (expected a fast tokenizer beside the weights)")
     model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, local_files_only=True)
