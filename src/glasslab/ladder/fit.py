@@ -33,7 +33,7 @@ LAW_LINE_POINTS = 64
 
 
 def fit_ladder(rungs: Sequence[Rung], *, ladder: str, target_flops: float, L_inf: float | None,
-               sweep: Sequence[float] = (), hero_run: str | None = None, level: float = 0.9,
+               sweep: Sequence[float] = (), level: float = 0.9,
                num_bootstrap: int = 1000, seed: int = 0,
                tasks: dict[str, TaskSeries] | None = None) -> dict[str, Any]:
     """Fit ``rungs`` and predict ``target_flops`` (FLOPs); returns the ``fit.json`` dict.
@@ -70,7 +70,6 @@ def fit_ladder(rungs: Sequence[Rung], *, ladder: str, target_flops: float, L_inf
                                  num_bootstrap=min(num_bootstrap, 400), seed=seed),
         "approach3": _approach3_record(rungs, target_flops, isoflop, seed),
         "law_line": law_line,
-        "hero_run": hero_run,
         "tasks": fit_task_laws(tasks, target_flops, level=level, num_bootstrap=num_bootstrap, seed=seed)
         if tasks else None,
     }

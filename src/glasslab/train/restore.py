@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from glasslab import config as configs
 from glasslab.errors import UserError
 from glasslab.model import ModelConfig, Transformer
@@ -31,8 +33,8 @@ def load_run_model(run_dir: str | Path, step: int | None = None) -> tuple[Transf
         problem = ckpt.problem_with(path)
         if problem is not None:
             raise UserError(f"{run_dir}@{step}: checkpoint {path} is damaged: {problem}")
-    state = ckpt.load_checkpoint(path)
-    config = state["trainer"]["config"]
+    config = ckpt.checkpoint_config(path)
     model = Transformer(configs.from_dict(ModelConfig, config["model"], "model"))
-    model.load_state_dict(state["model"])
+    # The model's weights only: the optimiser's state and the RNGs are the trainer's business.
+    model.load_state_dict(torch.load(path / f"model{ckpt.PART_SUFFIX}", map_location="cpu", weights_only=True))
     return model.eval(), config, step
