@@ -1,5 +1,6 @@
-"""Agreement with lm-eval-harness: an exported model and a task written as an lm-eval YAML over the same
-JSONL give the same answer on every item (acc and acc_norm), non-ASCII items and few-shot included."""
+"""Agreement with lm-eval-harness: an exported model (the export step's folder) and a task written as an
+lm-eval YAML over the same JSONL give the same answer on every item (acc and acc_norm), non-ASCII items
+and few-shot included."""
 
 from __future__ import annotations
 
@@ -16,8 +17,10 @@ from glasslab.evals import TaskConfig
 from glasslab.evals.harness import write_lm_eval_task
 from glasslab.evals.load import TaskScorer, load_task
 from glasslab.evals.task import Item, Task
-from glasslab.model import export_hf
+from glasslab.lab import Step, run_one_step
+from glasslab.layout import EXPORT_MANIFEST
 from glasslab.train import RunConfig, train
+from glasslab.train.export_step import ExportConfig, export_step
 from glasslab.train.restore import load_run_model
 from train_data import build_tiny_dataset, tiny_run_config
 
@@ -51,7 +54,10 @@ def test_lm_eval_agrees_with_our_scorer_on_every_item(tmp_path):
     cfg["model"]["moe"]["router"] = "sigmoid"
     train(from_dict(RunConfig, cfg), tmp_path / "run")
     model, _, _ = load_run_model(tmp_path / "run")
-    export = export_hf(model, model.cfg, Path(dataset) / "tokenizer", tmp_path / "export")
+    # What `glasslab export` makes: the export step's folder, with its manifest and model card.
+    export = run_one_step(Step("export", export_step, ExportConfig(run=str(tmp_path / "run"), step=40)),
+                          tmp_path / "lab").folder
+    assert (export / EXPORT_MANIFEST).is_file()
     tokenizer = load_tokenizer(dataset)
 
     builtin = load_task(TaskConfig(builtin="next_word", domain="code", max_items=80), dataset)

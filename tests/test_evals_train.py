@@ -9,15 +9,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import run_cli
+from cli_runner import run_cli
 from glasslab.config import from_dict
 from glasslab.data import load_tokenizer
 from glasslab.evals import TaskConfig
 from glasslab.evals.load import TaskScorer, load_tasks
-from glasslab.layout import RESULT_FILE
-from glasslab.model import export_hf
+from glasslab.lab import Step, run_one_step
+from glasslab.layout import EXPORT_MANIFEST, RESULT_FILE
 from glasslab.track import RunReader, read_record
 from glasslab.train import RunConfig, train
+from glasslab.train.export_step import ExportConfig, export_step
+from glasslab.train.hooks import TrainerHook
 from glasslab.train.restore import load_run_model
 from train_data import build_tiny_dataset, tiny_run_config
 
@@ -50,12 +52,13 @@ def test_tasks_are_scored_at_evals_and_a_resumed_run_logs_the_same_numbers(tmp_p
     cfg = from_dict(RunConfig, tiny_run_config(dataset, **common, eval_tasks=TASKS, task_eval_every=2))
     train(cfg, tmp_path / "ref")
 
-    def crash_at_19(step, total, metrics):
-        if step == 19:
-            raise Crash
+    class CrashAt19(TrainerHook):
+        def post_step(self, trainer, metrics):
+            if trainer.step == 19:
+                raise Crash
 
     with pytest.raises(Crash):
-        train(cfg, tmp_path / "resumed", progress=crash_at_19)
+        train(cfg, tmp_path / "resumed", hooks=[CrashAt19()])
     train(cfg, tmp_path / "resumed", resume=True)  # from the checkpoint at step 16
     train(from_dict(RunConfig, tiny_run_config(dataset, **common)), tmp_path / "plain")
 
@@ -103,14 +106,16 @@ def test_eval_command_scores_a_run_and_its_export_the_same_and_above_chance(tmp_
     assert result["tasks"]["next_word_code"]["acc"] > 0.25 + 0.05, result["tasks"]
     assert "macro acc" in done.stdout and "next_word_code" in done.stdout
 
-    model, config, _ = load_run_model(trained)
-    export = tmp_path / "export"
-    export_hf(model, model.cfg, Path(dataset) / "tokenizer", export)
-    done = run_cli("eval", str(export), "--tasks", *tasks, "--data", str(dataset), "--lab", str(lab))
+    # The export step's folder (what `glasslab export` makes): its manifest names the run's dataset.
+    export = run_one_step(Step("export", export_step, ExportConfig(run=str(trained), step=300)), lab).folder
+    assert export.name.startswith("export-") and (export / EXPORT_MANIFEST).is_file()
+    done = run_cli("eval", str(export), "--tasks", *tasks, "--lab", str(lab))
     assert done.returncode == 0, done.stderr[-3000:]
     (hf_path,) = lab.glob(f"eval-export-*/{RESULT_FILE}")
     hf = json.loads(hf_path.read_text())
-    assert hf["model"]["kind"] == "hf" and hf["model"]["architecture"] in ("Qwen3ForCausalLM", "LlamaForCausalLM")
+    assert hf["model"]["kind"] == "export" and (hf["model"]["run"], hf["model"]["step"]) == ("run", 300)
+    assert hf["model"]["architecture"] in ("Qwen3ForCausalLM", "LlamaForCausalLM")
+    assert hf["dataset"] == str(Path(dataset).resolve())
     for name, task in result["tasks"].items():
         assert hf["tasks"][name]["sha256"] == task["sha256"]
         assert (hf["tasks"][name]["acc"], hf["tasks"][name]["acc_norm"]) == (task["acc"], task["acc_norm"])
@@ -120,6 +125,7 @@ def test_eval_command_scores_a_run_and_its_export_the_same_and_above_chance(tmp_
     assert missing.returncode == 2 and "no folder at" in missing.stderr and "Traceback" not in missing.stderr
     bad = run_cli("eval", str(trained), "--tasks", "next_word:web", "--lab", str(lab))
     assert bad.returncode == 2 and "task.domain='web': expected one of" in bad.stderr
+    assert sorted(p.name.split("-")[0] for p in lab.iterdir() if p.is_dir()) == ["eval", "eval", "export"]
 
 
 def test_scorer_on_the_model_in_memory_matches_its_checkpoint(dataset, trained):

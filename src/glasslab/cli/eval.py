@@ -2,7 +2,8 @@
 
     glasslab eval demo-hero-1a2b3c4d --tasks next_word:code continuation:prose   # a run's newest checkpoint
     glasslab eval lab/my-run@200 --tasks my_task.jsonl --fewshot 5                # a checkpoint of a run
-    glasslab eval exported/ --tasks next_word:code --data lab/data-1a2b3c4d       # any HF model folder
+    glasslab eval lab/export-1a2b3c4d --tasks next_word:code                      # an export (glasslab export)
+    glasslab eval ~/models/pythia-70m --tasks items.jsonl                         # any HF model folder
 
 A one-step experiment: the result is ``<lab>/eval-<model>-<hash8>/result.json``.
 """
@@ -22,13 +23,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "eval", help="score downstream tasks on a run's checkpoint or a model folder",
         description="Score multiple-choice tasks by log-likelihood (acc, acc_norm, bits per byte of the right "
         "answer), as lm-eval-harness does. MODEL is a run id under the lab, a run folder (optionally @STEP), "
-        "or a folder transformers loads (an export, or any causal LM on disk as a baseline).",
+        "an export (glasslab export; built-in tasks from its run's dataset), or any folder transformers loads "
+        "(a causal LM on disk as a baseline; built-in tasks then need --data).",
     )
-    p.add_argument("model", metavar="MODEL[@STEP]", help="run id, run folder, or model folder")
+    p.add_argument("model", metavar="MODEL[@STEP]", help="run id, run folder, export folder, or model folder")
     p.add_argument("--tasks", nargs="+", required=True, metavar="TASK",
                    help="built-in NAME:DOMAIN (next_word, continuation, docstring), a JSONL file of items, "
                    "or a YAML/JSON task config")
-    p.add_argument("--data", default="", help="dataset folder for built-in tasks (default: the run's)")
+    p.add_argument("--data", default="", help="dataset folder for built-in tasks (default: the run's or the export's)")
     p.add_argument("--fewshot", type=int, default=None, help="solved examples before each question")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where to run the model")
     add_lab_option(p)
@@ -63,29 +65,31 @@ def split_model(lab: str, text: str) -> tuple[Path, int]:
 
 def run(args: argparse.Namespace) -> int:
     from glasslab.evals.load import check_task
-    from glasslab.evals.step import EvalStepConfig, eval_step, model_kind
-    from glasslab.lab import Executor, Step
+    from glasslab.evals.step import EvalStepConfig, eval_step, export_dataset, model_kind
+    from glasslab.lab import Step, run_one_step
     from glasslab.layout import RESULT_FILE, RUN_RECORD, read_json
 
     folder, step = split_model(args.lab, args.model)
     kind = model_kind(folder)
     tasks = tuple(task_config(spec, args.fewshot) for spec in args.tasks)
-    # Bad tasks fail here with one line, before a step folder exists.
+    # Built-in tasks come from the dataset the model trained on: a run's data.path, an export's manifest.
+    if args.data:
+        dataset = str(Path(args.data).resolve())
+    elif kind == "export":
+        dataset = export_dataset(folder, args.lab)
+    else:
+        dataset = ""
     record = read_json(folder / RUN_RECORD) if kind == "run" else None
-    dataset = args.data or ((record or {}).get("config", {}).get("data", {}).get("path") or "")
+    # Bad tasks fail here with one line, before a step folder exists.
     for task in tasks:
-        check_task(task, dataset or None)
-    cfg = EvalStepConfig(model=str(folder.resolve()), tasks=tasks, step=step,
-                         data=str(Path(args.data).resolve()) if args.data else "", device=args.device)
+        check_task(task, dataset or (record or {}).get("config", {}).get("data", {}).get("path") or None)
+    cfg = EvalStepConfig(model=str(folder.resolve()), tasks=tasks, step=step, data=dataset, device=args.device)
     name = "eval-" + (re.sub(r"[^A-Za-z0-9_.]+", "-", folder.resolve().name).strip("-") or "model")
-    report = Executor(args.lab).run([Step(name, eval_step, cfg)])
-    if not report.ok:
-        return 1
-    (key,) = report.outcomes
-    result = read_json(Path(args.lab) / key / RESULT_FILE)
+    done = run_one_step(Step(name, eval_step, cfg), args.lab)
+    result = read_json(done.folder / RESULT_FILE)
     print(f"{'task':<28} {'items':>6} {'chance':>7} {'acc':>7} {'acc_norm':>9} {'bpb':>7}")
     for task, r in result["tasks"].items():
         print(f"{task:<28} {r['items']:>6} {r['chance']:>7.3f} {r['acc']:>7.3f} {r['acc_norm']:>9.3f} {r['bpb']:>7.3f}")
-    print(f"macro acc {result['macro_acc']:.3f}  ({result['items_per_second']:.0f} items/s)  "
-          f"{Path(args.lab) / key / RESULT_FILE}")
+    print(f"macro acc {result['macro_acc']:.3f}  ({result['items_per_second']:.0f} items/s"
+          + (", cached" if done.status == "cached" else "") + f")  {done.folder / RESULT_FILE}")
     return 0

@@ -4,8 +4,11 @@ The model is one of:
 
 - a run folder (``run.json`` + ``checkpoints/``): our model at a checkpoint, scored in memory with
   the KV-cached scorer; built-in tasks are made from the run's dataset (``data.path``);
-- a folder ``transformers`` loads (``config.json`` + weights + ``tokenizer.json``): an export of
-  ours, or any causal LM on disk as a baseline; built-in tasks then need ``data`` (a dataset folder).
+- an export of ours (``glasslab export``: ``<lab>/export-<hash8>/`` with its manifest
+  ``layout.EXPORT_MANIFEST``): loaded with ``transformers`` as anyone would load it; the manifest
+  names the run, step and dataset, so built-in tasks come from the run's dataset unless ``data`` says;
+- any other folder ``transformers`` loads (``config.json`` + weights + ``tokenizer.json``): a causal
+  LM on disk as a baseline; built-in tasks then need ``data`` (a dataset folder).
 
 The step writes ``result.json`` into its own folder: the model (path, kind, run id and step), each
 task's ``acc``, ``acc_norm``, ``bpb``, chance level, item count and hash, the ``eval/task/...``
@@ -31,7 +34,15 @@ from glasslab.data.tokenizer import EOT
 from glasslab.errors import UserError
 from glasslab.evals.load import MACRO_ACC, TaskScorer, load_tasks
 from glasslab.evals.task import TaskConfig
-from glasslab.layout import CHECKPOINTS_DIR, RESULT_FILE, RUN_RECORD, write_json_atomic
+from glasslab.layout import (
+    CHECKPOINTS_DIR,
+    EXPORT_MANIFEST,
+    MANIFEST_FILE,
+    RESULT_FILE,
+    RUN_RECORD,
+    read_json,
+    write_json_atomic,
+)
 
 
 @dataclass(frozen=True)
@@ -39,7 +50,7 @@ class EvalStepConfig:
     """What to score and on which model."""
 
     model: str
-    """A run folder, or a folder ``transformers.AutoModelForCausalLM`` loads."""
+    """A run folder, an export folder, or a folder ``transformers.AutoModelForCausalLM`` loads."""
     tasks: tuple[TaskConfig, ...]
     """The tasks (built-in, or JSONL files)."""
     step: int = -1
@@ -51,10 +62,13 @@ class EvalStepConfig:
 
 
 def model_kind(path: str | Path) -> str:
-    """``run`` for a run folder, ``hf`` for a model folder; a one-line error for anything else."""
+    """``run`` for a run folder, ``export`` for an export of ours, ``hf`` for another model folder; a
+    one-line error for anything else."""
     path = Path(path)
     if (path / RUN_RECORD).is_file() or (path / CHECKPOINTS_DIR).is_dir():
         return "run"
+    if (path / EXPORT_MANIFEST).is_file():
+        return "export"
     try:
         from transformers.utils import CONFIG_NAME
     except ImportError:
@@ -63,6 +77,20 @@ def model_kind(path: str | Path) -> str:
         return "hf"
     raise UserError(f"{path}: neither a run folder ({RUN_RECORD}, {CHECKPOINTS_DIR}/) nor a model folder "
                     f"({CONFIG_NAME}); expected one of them")
+
+
+def export_dataset(export_dir: str | Path, lab_root: str | Path) -> str:
+    """The dataset folder an export's run trained on, from its manifest: ``dataset_path`` where it still
+    is, else the folder ``dataset`` under ``lab_root`` or beside the export (a lab moved whole); empty
+    when none of them holds a dataset."""
+    manifest = read_json(Path(export_dir) / EXPORT_MANIFEST) or {}
+    named = manifest.get("dataset")
+    candidates = [Path(manifest["dataset_path"])] if manifest.get("dataset_path") else []
+    candidates += [root / named for root in (Path(lab_root), Path(export_dir).resolve().parent)] if named else []
+    for candidate in candidates:
+        if (candidate / MANIFEST_FILE).is_file():
+            return str(candidate.resolve())
+    return ""
 
 
 def load_model(cfg: EvalStepConfig) -> tuple[torch.nn.Module, Tokenizer, int, str, dict[str, Any]]:
@@ -86,6 +114,9 @@ def load_model(cfg: EvalStepConfig) -> tuple[torch.nn.Module, Tokenizer, int, st
     tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
     about = {"path": str(path), "kind": kind, "architecture": type(model).__name__,
              "parameters": sum(p.numel() for p in model.parameters())}
+    if kind == "export":
+        manifest = read_json(path / EXPORT_MANIFEST) or {}
+        about.update(run=manifest.get("run"), step=manifest.get("step"), export=path.name)
     return model.eval(), tokenizer, _prefix_id(path, tokenizer), cfg.data, about
 
 
