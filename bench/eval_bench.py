@@ -6,11 +6,11 @@
    other; items per second of each and their ratio. Our scorer on our own model in memory (what
    the trainer runs) is printed beside it. Every item's answer is compared too.
 2. Cost: for every run of the demo (rungs with their seeds, and the hero), the time of one training
-   step and of one scoring of the tasks, on the demo's data; at the cadence of the tasks in the
-   demo (every 5th evaluation, i.e. every 25% of training, and at the end) the task evals' share of
-   training time, summed over the demo's runs.
-3. Back-test: with ``--lab LAB`` (a lab where ``bench/eval_ladder_experiment.py`` ran), the
-   accuracy prediction's leave-last-rung-out error in points, from the ladder's fit.json.
+   step and of one scoring of the demo's tasks, on the demo's data; at the demo's cadence
+   (``DemoSize.task_eval_every``: every 5th of 20 evaluations in the full demo, i.e. every 25% of
+   training, and at the end) the task evals' share of training time, summed over the demo's runs.
+3. Back-test: with ``--lab LAB`` (a lab where ``glasslab demo`` ran), the accuracy prediction's
+   leave-last-rung-out error in points, from the ladder's fit.json.
 
     python bench/eval_bench.py [--smoke] [--lab LAB] [--threads 1]
 """
@@ -31,10 +31,9 @@ import torch
 
 from glasslab.data import build_dataset, load_tokenizer
 from glasslab.data.tokenizer import EOT
-from glasslab.evals import TaskConfig
 from glasslab.evals.load import TaskScorer, load_tasks
 from glasslab.evals.step import EvalStepConfig, load_model
-from glasslab.experiments.demo import MIXTURE, build_config, plan, train_recipe
+from glasslab.experiments.demo import FULL, MIXTURE, QUICK, TASKS, DemoSize, build_config, plan, train_recipe
 from glasslab.ladder.steps import run_config_for
 from glasslab.layout import FIT_FILE
 from glasslab.model import export_hf
@@ -43,17 +42,14 @@ from glasslab.train.distributed import DistContext
 from glasslab.train.evals import tasks_due
 from glasslab.train.loop import Trainer
 
-TASKS = (TaskConfig(builtin="next_word", domain="code"), TaskConfig(builtin="next_word", domain="prose"))
-"""What the demo should score: the two built-ins its models beat chance on most, >= 500 items each."""
-TASK_EVAL_EVERY = 5
 
-
-def speed(dataset: Path, work: Path, quick: bool) -> dict:
+def speed(dataset: Path, work: Path, size: DemoSize) -> dict:
     """Items per second of lm-eval and of glasslab on the same exported model and task."""
     from glasslab.evals.harness import lm_eval_items
 
-    hero = plan(quick).hero
-    run_cfg = run_config_for(hero, 0, MIXTURE, train_recipe(quick))
+    quick = size is QUICK
+    hero = plan(size).hero
+    run_cfg = run_config_for(hero, 0, MIXTURE, train_recipe(size))
     run_cfg = dataclasses.replace(run_cfg, data=dataclasses.replace(run_cfg.data, path=str(dataset)))
     parts = build_parts(run_cfg, DistContext())
     model = parts.model.eval()
@@ -81,10 +77,10 @@ def speed(dataset: Path, work: Path, quick: bool) -> dict:
             "lm_eval_acc": float(np.mean([t["acc"] for t in theirs]))}
 
 
-def cost(dataset: Path, quick: bool, timed_steps: int) -> dict:
-    """Task evals' share of training time over the demo's runs at the tasks' cadence."""
-    recipe = dataclasses.replace(train_recipe(quick), eval_tasks=TASKS, task_eval_every=TASK_EVAL_EVERY)
-    demo = plan(quick)
+def cost(dataset: Path, size: DemoSize, timed_steps: int) -> dict:
+    """Task evals' share of training time over the demo's runs at the demo's task cadence."""
+    recipe = train_recipe(size)
+    demo = plan(size)
     eval_s = train_s = 0.0
     per_run = {}
     for rung in [*demo.rungs, demo.hero]:
@@ -132,17 +128,17 @@ def backtest(lab: Path) -> float | None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--smoke", action="store_true", help="the quick demo's sizes and a 200-item task")
-    parser.add_argument("--lab", type=Path, default=None, help="a lab with a task ladder (for the back-test)")
+    parser.add_argument("--lab", type=Path, default=None, help="a lab where the demo ran (for the back-test)")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     parser.add_argument("--steps", type=int, default=None, help="training steps timed per run")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    quick = args.smoke
+    size = QUICK if args.smoke else FULL
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        dataset = build_dataset(dataclasses.replace(build_config(quick), num_workers=1), work / "data", progress=False)
-        measured = speed(dataset, work, quick)
-        spent = cost(dataset, quick, args.steps or (5 if quick else 20))
+        dataset = build_dataset(dataclasses.replace(build_config(size), num_workers=1), work / "data", progress=False)
+        measured = speed(dataset, work, size)
+        spent = cost(dataset, size, args.steps or (5 if args.smoke else 20))
     error = backtest(args.lab) if args.lab else None
     print(json.dumps({"speed": measured, "cost": spent}, indent=1), file=sys.stderr)
     print(f"items_same_answer_as_lm_eval: {measured['items_same_answer']}")
@@ -152,7 +148,7 @@ def main() -> None:
           f"{measured['ours_hf_items_per_second'] / measured['lm_eval_items_per_second']:.2f}  (target >= 1)")
     print(f"eval_cost_fraction_of_training: {spent['fraction']:.3f}  (target <= 0.1)")
     print("eval_task_backtest_abs_error_points: "
-          + (f"{error:.2f}" if error is not None else "not measured (pass --lab LAB with a task ladder)"))
+          + (f"{error:.2f}" if error is not None else "not measured (pass --lab LAB, a lab where the demo ran)"))
 
 
 if __name__ == "__main__":
