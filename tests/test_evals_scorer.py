@@ -192,3 +192,17 @@ def test_metrics_follow_their_definitions(tokenizer):
     assert set(metrics) == {"eval/task/t/acc", "eval/task/t/acc_norm", "eval/task/t/bpb", "eval/task/u/acc",
                             "eval/task/u/acc_norm", "eval/task/u/bpb", "eval/task/macro/acc"}
     assert metrics["eval/task/macro/acc"] == pytest.approx((acc_norm + metrics["eval/task/u/acc"]) / 2)
+
+
+def test_the_model_card_lists_each_task_with_its_chance_level():
+    from glasslab.model.card import model_card
+
+    metrics = {"eval/code/loss": 3.2, "eval/task/next_word_code/acc": 0.4183, "eval/task/next_word_code/acc_norm": 0.4,
+               "eval/task/next_word_code/bpb": 1.25, "eval/task/macro/acc": 0.4183}
+    facts = {"run": "demo-hero-1", "step": 10, "architecture": "Glm4MoeForCausalLM", "size_name": "1K",
+             "evals": {"step": 10, "metrics": metrics,
+                       "tasks": {"next_word_code": {"items": 597, "chance": 0.25, "metric": "acc"}}}}
+    card = model_card(facts)
+    assert "| next_word_code | 597 | 25.0% | 41.8% | 40.0% | 1.2500 |" in card
+    assert "macro accuracy 41.8%" in card and "| eval/code/loss | 3.2000 |" in card
+    assert "| eval/task/next_word_code/acc |" not in card  # once, in the task table
