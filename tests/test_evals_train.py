@@ -4,6 +4,7 @@ trained tiny model, its checkpoint and its Hugging Face export: above chance, an
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,8 @@ from glasslab.evals import TaskConfig
 from glasslab.evals.load import TaskScorer, load_tasks
 from glasslab.lab import Step, run_one_step
 from glasslab.layout import EXPORT_MANIFEST, RESULT_FILE
+from glasslab.observatory.lab_scan import Lab
+from glasslab.observatory.run_page import run_page
 from glasslab.track import RunReader, read_record
 from glasslab.train import RunConfig, train
 from glasslab.train.export_step import ExportConfig, export_step
@@ -94,8 +97,9 @@ def trained(tmp_path_factory, dataset):
 @pytest.mark.slow
 def test_eval_command_scores_a_run_and_its_export_the_same_and_above_chance(tmp_path, dataset, trained):
     lab = tmp_path / "lab"
+    shutil.copytree(trained, lab / "run")  # the run in the lab, so its page can list the results
     tasks = ["next_word:code", "continuation:prose"]
-    done = run_cli("eval", str(trained), "--tasks", *tasks, "--lab", str(lab))
+    done = run_cli("eval", "run", "--tasks", *tasks, "--lab", str(lab))
     assert done.returncode == 0, done.stderr[-3000:]
     (result_path,) = lab.glob(f"eval-run-*/{RESULT_FILE}")
     result = json.loads(result_path.read_text())
@@ -107,7 +111,7 @@ def test_eval_command_scores_a_run_and_its_export_the_same_and_above_chance(tmp_
     assert "macro acc" in done.stdout and "next_word_code" in done.stdout
 
     # The export step's folder (what `glasslab export` makes): its manifest names the run's dataset.
-    export = run_one_step(Step("export", export_step, ExportConfig(run=str(trained), step=300)), lab).folder
+    export = run_one_step(Step("export", export_step, ExportConfig(run="run", step=300)), lab).folder
     assert export.name.startswith("export-") and (export / EXPORT_MANIFEST).is_file()
     done = run_cli("eval", str(export), "--tasks", *tasks, "--lab", str(lab))
     assert done.returncode == 0, done.stderr[-3000:]
@@ -125,7 +129,11 @@ def test_eval_command_scores_a_run_and_its_export_the_same_and_above_chance(tmp_
     assert missing.returncode == 2 and "no folder at" in missing.stderr and "Traceback" not in missing.stderr
     bad = run_cli("eval", str(trained), "--tasks", "next_word:web", "--lab", str(lab))
     assert bad.returncode == 2 and "task.domain='web': expected one of" in bad.stderr
-    assert sorted(p.name.split("-")[0] for p in lab.iterdir() if p.is_dir()) == ["eval", "eval", "export"]
+    assert sorted(p.name.split("-")[0] for p in lab.iterdir() if p.is_dir()) == ["eval", "eval", "export", "run"]
+    # The run's page lists both results: of its checkpoint and of its export.
+    listed = run_page(Lab(lab), "run")["links"]["evaluations"]
+    assert [(e["kind"], e["step"]) for e in listed] == [("export", 300), ("run", 300)]
+    assert listed[1]["tasks"]["next_word_code"]["acc"] == result["tasks"]["next_word_code"]["acc"]
 
 
 def test_scorer_on_the_model_in_memory_matches_its_checkpoint(dataset, trained):
