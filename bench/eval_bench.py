@@ -53,7 +53,8 @@ def speed(dataset: Path, work: Path, size: DemoSize) -> dict:
     run_cfg = dataclasses.replace(run_cfg, data=dataclasses.replace(run_cfg.data, path=str(dataset)))
     parts = build_parts(run_cfg, DistContext())
     model = parts.model.eval()
-    export = export_hf(model, model.cfg, dataset / "tokenizer", work / "export")
+    export = work / "export"
+    export_hf(model, model.cfg, dataset / "tokenizer", export)
     (task,) = load_tasks([dataclasses.replace(TASKS[0], max_items=200 if quick else 0)], dataset)
     tokenizer = load_tokenizer(dataset)
 
