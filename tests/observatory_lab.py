@@ -156,6 +156,13 @@ def build_lab(root: Path, hero_steps: int = 20) -> Path:
     write_json(root / "export-ffff6666" / "step.json",
                {"name": "export", "status": "succeeded", "attempts": 1, "config": {"run": "hero-dddd4444", "step": 19}})
     write_json(root / "export-ffff6666" / "export.json", {"run": "hero-dddd4444", "step": 19, "max_logit_diff": 3e-6})
+    # `glasslab eval` of that export (issue 17): the hero's page lists its task results.
+    write_json(root / "eval-export-ffff6666-9999aaaa" / "step.json",
+               {"name": "eval-export-ffff6666", "status": "succeeded", "attempts": 1, "config": {}})
+    write_json(root / "eval-export-ffff6666-9999aaaa" / "result.json",
+               {"kind": "task_eval", "model": {"kind": "export", "run": "hero-dddd4444", "step": 19},
+                "macro_acc": 0.415, "tasks": {"next_word_code": {"items": 600, "chance": 0.25, "acc": 0.415,
+                                                                  "acc_norm": 0.395, "bpb": 1.9394}}})
     for point in (pred["point"] + 0.05, pred["point"]):  # registered, then replaced: both stay in the registry
         registry.register(root, "demo/hero/eval/macro/loss", metric="eval/macro/loss", point=point,
                           low=pred["lo"], high=pred["hi"] + 0.05, target="hero", source="ladder-cccc3333",

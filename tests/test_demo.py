@@ -103,7 +103,41 @@ def test_the_heros_prediction_is_in_the_lab_registry_and_its_run_json(demo_lab):
     assert entry["target"] == "demo-hero" and entry["source"] == only(lab, "demo-fit-*").name
     assert entry["registered_at"] == copy["registered_at"] and entry["metric"] == "eval/macro/loss"
     kinds = [e["kind"] for e in read_lab_events(lab)]
-    assert kinds.count("prediction_registered") == 1 and "prediction_replaced" not in kinds
+    # The loss, each task's accuracy and the tasks' macro accuracy.
+    assert kinds.count("prediction_registered") == 4 and "prediction_replaced" not in kinds
+
+
+def test_every_run_scores_the_tasks_and_the_ladder_predicts_the_heros_accuracy(demo_lab):
+    from glasslab.lab import registry
+    from glasslab.observatory.lab_scan import Lab
+    from glasslab.observatory.ladder_page import ladder_page
+
+    lab, tasks = demo_lab.root, ("next_word_code", "next_word_prose")
+    runs = sorted(lab.glob("demo-d*")) + [only(lab, "demo-hero-*")]
+    assert len(runs) == 5
+    for run in runs:
+        record = json.loads((run / "run.json").read_text())
+        assert set(record["tasks"]) == set(tasks) and all(record["tasks"][t]["items"] >= 500 for t in tasks)
+        with sqlite3.connect(run / "metrics.db") as conn:
+            scored = conn.execute("SELECT COUNT(*) FROM scalars WHERE key = 'eval/task/macro/acc'").fetchone()[0]
+        assert scored >= 2, run.name  # half-way and at the end
+    hero = json.loads((runs[-1] / "result.json").read_text())
+    chance = sum(json.loads((runs[-1] / "run.json").read_text())["tasks"][t]["chance"] for t in tasks) / 2
+    assert chance == pytest.approx(0.25) and hero["eval/task/macro/acc"] > chance
+    fit = json.loads((only(lab, "demo-fit-*") / "fit.json").read_text())
+    macro = fit["tasks"]["macro"]
+    assert set(fit["tasks"]["by_task"]) == set(tasks) and macro["lo"] <= macro["point"] <= macro["hi"]
+    entry = registry.predictions(lab)["demo/hero/task/macro"]
+    assert (entry["point"], entry["target"], entry["metric"]) == (macro["point"], "demo-hero", "eval/task/macro/acc")
+    assert "hero task accuracy" in demo_lab.stdout
+    # The ladder page's registry table: the hero's predicted vs actual macro accuracy.
+    page = ladder_page(Lab(lab), only(lab, "demo-fit-*").name)
+    (row,) = [r for r in page["registry"] if r["name"] == "demo/hero/task/macro"]
+    assert row["verdict"]["state"] == "final"
+    assert row["verdict"]["actual"] == pytest.approx(hero["eval/task/macro/acc"])
+    # The hero's export: its model card's task table, chance beside each accuracy.
+    card = (only(lab, "export-*") / "README.md").read_text()
+    assert "Downstream tasks" in card and "| next_word_code | " in card and "| 25.0% |" in card
 
 
 def test_the_demo_on_a_local_ray_makes_the_same_steps_as_locally(demo_lab, tmp_path):

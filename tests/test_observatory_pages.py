@@ -163,6 +163,9 @@ def test_hero_run_page_draws_its_band_and_links(site, page):
     assert links.locator("a", has_text=DATA).count() == 1 and links.locator("a", has_text="demo").count() == 1
     assert links.locator("a", has_text="export-ffff6666").count() == 1
     assert page.locator("#export-0", has_text="3e-6").count() == 1
+    evaluations = page.locator("section", has_text="Task evaluations (glasslab eval)").locator("tr")
+    assert [" ".join(evaluations.nth(1).inner_text().split())] == [
+        "eval-export-ffff6666-9999aaaa export 19 next_word_code 600 25% 41.5% 39.5% 1.939"]
     reproduce = page.locator("#reproduce").inner_text()
     assert reproduce.startswith("git checkout ")
     assert "glasslab train run-config.json data.path=lab/data-abc12345" in reproduce

@@ -71,7 +71,7 @@ def make_trainer(run_dir: Path, cfg: TrainConfig, moe: bool = False, loader=None
     loader = loader or SyntheticLoader(cfg.seq_len, cfg.global_batch_size)
     heldout = {"synthetic": lambda: [arithmetic_batch(10_000, i, 8, cfg.seq_len) for i in range(2)]}
 
-    def evaluate_model(m):
+    def evaluate_model(m, step):
         return evaluate(m, heldout, {"synthetic": 1.0}, torch.device("cpu"))
 
     parts = RunParts(model=model, balancer=model.balancer, loader=loader,

@@ -22,6 +22,7 @@ from glasslab.ladder.approach3 import fit_approach3, identifiable
 from glasslab.ladder.backtest import roll_forward
 from glasslab.ladder.predict import predict, predict_curve
 from glasslab.ladder.rungs import Rung, check_rungs
+from glasslab.ladder.task_law import TaskSeries, fit_task_laws
 from glasslab.ladder.uncertainty import law_param_se
 from glasslab.layout import write_json_atomic
 
@@ -33,11 +34,13 @@ LAW_LINE_POINTS = 64
 
 def fit_ladder(rungs: Sequence[Rung], *, ladder: str, target_flops: float, L_inf: float | None,
                sweep: Sequence[float] = (), level: float = 0.9,
-               num_bootstrap: int = 1000, seed: int = 0) -> dict[str, Any]:
+               num_bootstrap: int = 1000, seed: int = 0,
+               tasks: dict[str, TaskSeries] | None = None) -> dict[str, Any]:
     """Fit ``rungs`` and predict ``target_flops`` (FLOPs); returns the ``fit.json`` dict.
 
     ``L_inf`` pins the asymptote (nats per token; None fits it) and ``sweep`` lists the assumed
-    asymptotes whose predictions are tabulated and widen the interval.
+    asymptotes whose predictions are tabulated and widen the interval. ``tasks`` (the rungs' task
+    evaluations, :func:`glasslab.ladder.task_law.read_task_points`) adds the task laws under ``tasks``.
     """
     if not (math.isfinite(target_flops) and target_flops > 0):
         raise UserError(f"target compute {target_flops!r} FLOPs: expected a finite positive number")
@@ -67,6 +70,8 @@ def fit_ladder(rungs: Sequence[Rung], *, ladder: str, target_flops: float, L_inf
                                  num_bootstrap=min(num_bootstrap, 400), seed=seed),
         "approach3": _approach3_record(rungs, target_flops, isoflop, seed),
         "law_line": law_line,
+        "tasks": fit_task_laws(tasks, target_flops, level=level, num_bootstrap=num_bootstrap, seed=seed)
+        if tasks else None,
     }
 
 

@@ -1,7 +1,8 @@
 """Pre-registration: the hero's prediction is registered before its step 0, then watched as it trains.
 
 :func:`register_hero_prediction` puts the fit's prediction for the hero into the lab's append-only
-registry (``glasslab.lab.registry``) under ``<ladder>/hero/eval/macro/loss`` before the hero starts;
+registry (``glasslab.lab.registry``) under ``<ladder>/hero/eval/macro/loss`` before the hero starts, and
+:func:`register_task_predictions` its predicted task accuracies beside it;
 it outlives ``glasslab run --force`` (a rerun with the same numbers is a no-op, other numbers are
 refused unless the run was started with ``--re-register``, which records an incident).
 :func:`hero_record_extra` is what the hero's run passes as ``record_extra``: the run store writes it
@@ -27,6 +28,7 @@ from glasslab import track
 from glasslab.errors import UserError
 from glasslab.lab import registry
 from glasslab.ladder.fit import TARGET_METRIC
+from glasslab.ladder.task_law import registry_entries
 from glasslab.layout import code_version
 from glasslab.track.store import append_event
 from glasslab.train.hooks import TrainerHook
@@ -67,6 +69,15 @@ def register_hero_prediction(lab_root: str | Path, fit: dict[str, Any], *, targe
                              point=prediction["point"], low=prediction["lo"], high=prediction["hi"],
                              level=prediction["level"], target=target, source=source, details=details,
                              replace=replace)
+
+
+def register_task_predictions(lab_root: str | Path, fit: dict[str, Any], *, target: str, source: str,
+                              replace: bool = False) -> list[dict[str, Any]]:
+    """Register ``fit``'s task-accuracy predictions for the hero step ``target`` (``<ladder>/hero/task/<task>``
+    and ``.../macro``, see :func:`glasslab.ladder.task_law.registry_entries`); returns the entries in force,
+    none when the fit has no task laws. Refused as :func:`register_hero_prediction` is."""
+    return [registry.register(lab_root, **entry, source=source, replace=replace)
+            for entry in registry_entries(fit, target)]
 
 
 def hero_record_extra(fit: dict[str, Any], planned: dict[str, Any] | None = None,

@@ -22,9 +22,15 @@ from glasslab.lab import Resources, Step, StepContext
 from glasslab.ladder.figures import draw_fit
 from glasslab.ladder.fit import fit_ladder, read_fit, write_fit
 from glasslab.ladder.plan import LadderPlan, PlannedRung, rung_record_extra
-from glasslab.ladder.preregister import BandWatcher, hero_record_extra, register_hero_prediction
+from glasslab.ladder.preregister import (
+    BandWatcher,
+    hero_record_extra,
+    register_hero_prediction,
+    register_task_predictions,
+)
 from glasslab.ladder.rungs import Rung
 from glasslab.ladder.runs import read_rungs
+from glasslab.ladder.task_law import read_task_points
 from glasslab.layout import FIT_FILE
 from glasslab.train import RunConfig, TrainConfig
 from glasslab.train.steps import TrainStepConfig, run_training, train_step
@@ -108,19 +114,21 @@ def fit_step(ctx: StepContext) -> dict[str, Any]:
     cfg: FitStepConfig = ctx.config
     rungs = [*cfg.rungs, *read_rungs(ctx.inputs[name] for name in cfg.rung_steps)]
     fit = fit_ladder(rungs, ladder=cfg.ladder, target_flops=cfg.target_flops, L_inf=cfg.L_inf, sweep=cfg.sweep,
-                     num_bootstrap=cfg.num_bootstrap)
+                     num_bootstrap=cfg.num_bootstrap,
+                     tasks=read_task_points(ctx.inputs[name] for name in cfg.rung_steps))
     write_fit(ctx.output_dir / FIT_FILE, fit)
     draw_fit(fit, ctx.output_dir)
     return fit["prediction"]
 
 
 def hero_step(ctx: StepContext) -> dict[str, Any]:
-    """Register the fit's prediction for the hero, then train the hero with a copy of it in its run.json
-    (written before step 0) and its eval loss watched against the band."""
+    """Register the fit's predictions for the hero (loss, task accuracies), then train the hero with a copy of
+    the loss prediction in its run.json (written before step 0) and its eval loss watched against the band."""
     cfg: HeroStepConfig = ctx.config
     fit_dir = ctx.inputs[cfg.fit_from]
     fit = read_fit(fit_dir / FIT_FILE)
     entry = register_hero_prediction(ctx.lab_root, fit, target=ctx.name, source=fit_dir.name,
                                      replace=ctx.re_register)
+    register_task_predictions(ctx.lab_root, fit, target=ctx.name, source=fit_dir.name, replace=ctx.re_register)
     extra = hero_record_extra(fit, cfg.train.record_extra, entry)
     return run_training(dataclasses.replace(ctx, config=cfg.train), extra, hooks=[BandWatcher(extra["prediction"])])

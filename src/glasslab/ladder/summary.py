@@ -116,11 +116,40 @@ def hero_table(hero_dir: str | Path) -> Any:
     return table
 
 
+def task_table(fit: dict[str, Any], hero_dir: str | Path | None = None) -> Any:
+    """Per task (and the macro): chance, the hero's predicted accuracy with its interval, what it reached
+    (its final evaluation, when ``hero_dir`` has one) and the leave-last-rung-out back-test error."""
+    from rich.table import Table
+
+    tasks = fit.get("tasks") or {}
+    result_path = Path(hero_dir) / RESULT_FILE if hero_dir is not None else None
+    actual = json.loads(result_path.read_text()) if result_path is not None and result_path.is_file() else {}
+    table = Table(title=f"hero task accuracy ({tasks.get('level', 0.9):.0%} intervals; points = percentage points)")
+    for column in ("task", "chance", "predicted", "interval", "actual", "back-test error"):
+        table.add_column(column, justify="left" if column == "task" else "right")
+    rows = [(name, law["chance"], law["acc"], f"eval/task/{name}/{law['metric']}",
+             f"{law['backtest']['error_points']:+.1f} points" if law.get("backtest") else "-")
+            for name, law in sorted((tasks.get("by_task") or {}).items())]
+    if tasks.get("macro"):
+        macro = tasks["macro"]
+        error = tasks.get("backtest_mean_abs_error_points")
+        rows.append(("macro", macro["chance"], macro, macro["metric"],
+                     "-" if error is None else f"{error:.1f} points (mean |error|)"))
+    for name, chance, acc, key, backtest in rows:
+        reached = actual.get(key)
+        table.add_row(name, f"{chance:.3f}", f"{acc['point']:.3f}", f"[{acc['lo']:.3f}, {acc['hi']:.3f}]",
+                      "-" if reached is None else f"{reached:.3f}", backtest)
+    return table
+
+
 def summary_tables(fit_dir: str | Path, hero_dir: str | Path | None = None) -> list[Any]:
-    """Rich tables: the rungs (when few enough to read), the fit, and the hero's outcome when given."""
+    """Rich tables: the rungs (when few enough to read), the fit, the hero's outcome when given, and the
+    hero's task accuracies when the fit has task laws."""
     fit = read_fit(Path(fit_dir) / FIT_FILE)
     tables = [rungs_table(fit)] if len(fit["rungs"]) <= MAX_RUNG_ROWS else []
     tables.append(fit_table(fit))
     if hero_dir is not None:
         tables.append(hero_table(hero_dir))
+    if (fit.get("tasks") or {}).get("by_task"):
+        tables.append(task_table(fit, hero_dir))
     return tables

@@ -10,8 +10,9 @@ the run's files — nothing here reads a file, so the card is a pure function of
   licence) and ``weights`` (domain → mixture weight at the start of training);
 - ``training``: ``steps``, ``tokens``, ``flops`` (training FLOPs = tokens × FLOPs per token), ``seq_len``,
   ``global_batch_tokens``, ``device``, ``world_size``;
-- ``evals``: ``step`` (when they were taken) and ``metrics`` (``eval/<domain>/loss`` in nats per token,
-  ``eval/<domain>/bpb`` in bits per byte, task accuracies);
+- ``evals``: ``step`` (when they were taken), ``metrics`` (``eval/<domain>/loss`` in nats per token,
+  ``eval/<domain>/bpb`` in bits per byte, ``eval/task/<task>/acc|acc_norm|bpb``) and ``tasks`` (task →
+  ``items``, ``chance``, ``metric``, ``sha256``: what the run's ``run.json`` says of its downstream tasks);
 - ``page_url``: the run's page in the observatory; ``max_logit_diff``, ``logit_check``,
   ``glasslab_version`` from the manifest.
 """
@@ -136,9 +137,30 @@ def _evals(evals: dict[str, Any]) -> str:
     metrics = evals.get("metrics") or {}
     if not metrics:
         return "No evaluation was recorded up to this step."
-    intro = (f"On the dataset's decontaminated held-out split, at step {evals.get('step')}: loss in nats per "
-             "token, bpb in bits per byte of text.")
-    return intro + "\n\n" + _table(("metric", "value"), [(k, f"{float(v):.4f}") for k, v in sorted(metrics.items())])
+    tasks = evals.get("tasks") or {}
+    task_rows = [(name, about.get("items"), _percent(about.get("chance")),
+                  _percent(metrics.get(f"eval/task/{name}/acc")), _percent(metrics.get(f"eval/task/{name}/acc_norm")),
+                  _number(metrics.get(f"eval/task/{name}/bpb")))
+                 for name, about in sorted(tasks.items()) if f"eval/task/{name}/acc" in metrics]
+    held_out = {k: v for k, v in metrics.items() if not (task_rows and k.startswith("eval/task/"))}
+    parts = [f"On the dataset's decontaminated held-out split, at step {evals.get('step')}: loss in nats per "
+             "token, bpb in bits per byte of text.",
+             _table(("metric", "value"), [(k, f"{float(v):.4f}") for k, v in sorted(held_out.items())])]
+    if task_rows:
+        macro = metrics.get("eval/task/macro/acc")
+        parts += ["Downstream tasks (multiple choice, scored by log-likelihood as lm-eval-harness does; built-in "
+                  "tasks are made from held-out documents and decontaminated against the training shards)"
+                  + (f", macro accuracy {_percent(macro)}" if macro is not None else "") + ":",
+                  _table(("task", "items", "chance", "acc", "acc_norm", "bpb of the answer"), task_rows)]
+    return "\n\n".join(parts)
+
+
+def _percent(value: Any) -> str | None:
+    return None if value is None else f"{100 * float(value):.1f}%"
+
+
+def _number(value: Any) -> str | None:
+    return None if value is None else f"{float(value):.4f}"
 
 
 def _check(difference: float | None, check: dict[str, Any] | None) -> str:

@@ -11,6 +11,9 @@ shape gives no link (the page hides it) rather than an error. What each field ma
   (``run``, ``step``, also under ``source``); ``command`` when recorded.
 - an export folder holds its manifest (``layout.EXPORT_MANIFEST``) with e.g. the max logit difference
   measured at export.
+- a ``glasslab eval`` step folder (``eval-…``) holds its ``result.json`` (``kind: task_eval``) whose
+  ``model`` names the run scored (``run``, ``step``; ``kind`` run, export or hf) and whose ``tasks`` give
+  each task's items, chance, acc, acc_norm and bpb.
 """
 
 from __future__ import annotations
@@ -19,10 +22,11 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from glasslab.layout import EXPORT_MANIFEST, FIT_FILE, REPORT_FILE, RUN_RECORD, STEP_RECORD
+from glasslab.layout import EXPORT_MANIFEST, FIT_FILE, REPORT_FILE, RESULT_FILE, RUN_RECORD, STEP_RECORD
 from glasslab.observatory.lab_scan import Lab, read_redacted
 
 EXPORT_PREFIX = "export-"
+EVAL_PREFIX = "eval-"
 CONFIG_FILE = "run-config.json"  # what the reproduce box asks the reader to save the config as (not a lab file)
 
 
@@ -85,6 +89,23 @@ class Relations:
             found.append({"id": step_id, "step": _int(source.get("step")), "status": record.get("status"),
                           "manifest": manifest})
         return found
+
+    def evaluations(self, run_id: str) -> list[dict[str, Any]]:
+        """``glasslab eval`` results of this run's checkpoints or exports: ``{id, kind, step, macro_acc, tasks}``."""
+        found = []
+        for step_id, folder in self.index.steps.items():
+            if not folder.name.startswith(EVAL_PREFIX):
+                continue
+            result = self.lab.json(folder / RESULT_FILE) or {}
+            model = result.get("model") if isinstance(result.get("model"), dict) else {}
+            if result.get("kind") != "task_eval" or self.run_id(model.get("run")) != run_id:
+                continue
+            tasks = result.get("tasks") if isinstance(result.get("tasks"), dict) else {}
+            found.append({"id": step_id, "kind": model.get("kind"), "step": _int(model.get("step")),
+                          "macro_acc": result.get("macro_acc"),
+                          "tasks": {name: {k: t.get(k) for k in ("items", "chance", "acc", "acc_norm", "bpb")}
+                                    for name, t in tasks.items() if isinstance(t, dict)}})
+        return sorted(found, key=lambda e: (e["step"] is None, e["step"] or 0, e["id"]))
 
     def dataset(self, run_id: str) -> str | None:
         """The data report this run trained on: ``run.json`` ``dataset``, else a dependency of its

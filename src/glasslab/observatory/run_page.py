@@ -120,10 +120,11 @@ def _lab_events_about(lab: Lab, run_id: str) -> list[dict[str, Any]]:
 
 
 def run_links(relations: Relations, run_id: str) -> dict[str, Any]:
-    """The run's dataset, ladder, parent, children and exports (absent ones are None or empty)."""
+    """The run's dataset, ladder, parent, children, exports and ``glasslab eval`` results (absent ones are
+    None or empty)."""
     return {"dataset": relations.dataset(run_id), "ladder": relations.ladder(run_id),
             "parent": relations.parent(run_id), "children": relations.children(run_id),
-            "exports": relations.exports(run_id)}
+            "exports": relations.exports(run_id), "evaluations": relations.evaluations(run_id)}
 
 
 def run_page(lab: Lab, run_id: str, max_points: int = DEFAULT_POINTS) -> dict[str, Any] | None:

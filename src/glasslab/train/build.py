@@ -24,9 +24,10 @@ from glasslab.data import (
 )
 from glasslab.data.tokenizer import EOT
 from glasslab.errors import UserError
+from glasslab.evals.load import TaskScorer, load_tasks
 from glasslab.model import Transformer, generate
 from glasslab.train.distributed import DistContext
-from glasslab.train.evals import evaluate
+from glasslab.train.evals import TaskEvals, evaluate
 from glasslab.train.loop import RunParts
 from glasslab.train.rng import seed_everything
 from glasslab.train.run_config import RunConfig
@@ -81,9 +82,12 @@ def build_parts(run_cfg: RunConfig, ctx: DistContext) -> RunParts:
         for domain in domains
     }
     bytes_per_token = {domain: eval_bytes_per_token(dataset, domain) for domain in domains}
+    scorer = TaskScorer(load_tasks(cfg.eval_tasks, dataset), tokenizer, tokenizer.token_to_id(EOT))
+    task_evals = TaskEvals(cfg, scorer, ctx.device)
 
-    def evaluate_model(model_to_eval):
-        return evaluate(model_to_eval, batches_by_domain, bytes_per_token, ctx.device)
+    def evaluate_model(model_to_eval, step: int):
+        return {**evaluate(model_to_eval, batches_by_domain, bytes_per_token, ctx.device),
+                **task_evals(model_to_eval, step)}
 
     sample = None
     if cfg.sample_prompts and cfg.sample_max_new_tokens:
@@ -100,12 +104,13 @@ def build_parts(run_cfg: RunConfig, ctx: DistContext) -> RunParts:
 def describe(run_cfg: RunConfig) -> dict:
     """What run.json records about the model and data: size name, parameter counts, FLOPs per token, the
     dataset (``dataset``: ``folder`` — the data step's folder name under the lab —, ``path``,
-    ``manifest_hash``) and the mixture planned for this run's token budget (``mixture``: what
-    ``data.plan_mixture`` returns — weights, tokens and epochs per domain and phase, totals)."""
+    ``manifest_hash``), the mixture planned for this run's token budget (``mixture``: what
+    ``data.plan_mixture`` returns — weights, tokens and epochs per domain and phase, totals), and each
+    task's chance level, item count and hash (``tasks``, where the page draws chance lines)."""
     cfg, data = run_cfg.train, run_cfg.data
     digest = manifest_hash(data.path)
     domains = read_manifest(data.path)["domains"]
-    return {
+    record = {
         "size_name": run_cfg.model.size_name(),
         "param_counts": run_cfg.model.param_counts(),
         "flops_per_token": run_cfg.model.flops_per_token(cfg.seq_len),
@@ -115,6 +120,9 @@ def describe(run_cfg: RunConfig) -> dict:
         "mixture": plan_mixture(data.mixture, {d: e["train"]["tokens"] for d, e in domains.items()},
                                 cfg.total_steps * cfg.global_batch_tokens, cfg.global_batch_tokens),
     }
+    if run_cfg.train.eval_tasks:
+        record["tasks"] = {t.name: t.describe() for t in load_tasks(run_cfg.train.eval_tasks, run_cfg.data.path)}
+    return record
 
 
 def checkpoint_activations(blocks: nn.ModuleList) -> None:

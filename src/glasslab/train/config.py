@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from glasslab.config import UNVERSIONED, require
+from glasslab.evals.task import TaskConfig
 
 
 @dataclass(frozen=True)
@@ -136,6 +137,10 @@ class TrainConfig:
     """Held-out tokens evaluated per domain."""
     eval_batch_size: int = field(default=8, metadata=UNVERSIONED)
     """Sequences per eval forward."""
+    eval_tasks: tuple[TaskConfig, ...] = field(default=(), metadata=UNVERSIONED)
+    """Downstream tasks scored at evaluations (built-in ones are made from ``data.path``)."""
+    task_eval_every: int = field(default=1, metadata=UNVERSIONED)
+    """Score the tasks at every this-many-th evaluation (and always at the last one)."""
     sample_interval: int = field(default=0, metadata=UNVERSIONED)
     """Generate samples every this many steps (0 = only at the end)."""
     sample_prompts: tuple[str, ...] = field(default=("The ", "def "), metadata=UNVERSIONED)
@@ -171,6 +176,7 @@ class TrainConfig:
             require(getattr(self, name) >= 0, f"train.{name}", getattr(self, name), ">= 0")
         require(self.eval_max_tokens >= self.seq_len, "train.eval_max_tokens", self.eval_max_tokens,
                 f">= train.seq_len={self.seq_len}")
+        require(self.task_eval_every >= 1, "train.task_eval_every", self.task_eval_every, ">= 1")
         require(self.eval_batch_size >= 1, "train.eval_batch_size", self.eval_batch_size, ">= 1")
         require(self.checkpoint_interval >= 1, "train.checkpoint_interval", self.checkpoint_interval, ">= 1")
         require(self.keep_last >= 1, "train.keep_last", self.keep_last, ">= 1")

@@ -1,8 +1,12 @@
-"""Held-out evaluation: per-domain loss (nats/token) and bits per byte, and their macro means.
+"""Held-out evaluation: per-domain loss (nats/token) and bits per byte, their macro means, and tasks.
 
 Bits per byte makes domains with different tokenisation comparable: a domain's loss in nats per
 token divided by ln 2 gives bits per token, and dividing by the domain's bytes per token gives bits
 per byte. ``eval/macro/loss`` (the plain mean over domains) is what the scaling ladder predicts.
+
+Downstream tasks (``train.eval_tasks``, scored by :mod:`glasslab.evals`) join the same evaluation
+every ``train.task_eval_every``-th time and at the end of the run. Whether they are due depends only
+on the step, so a resumed run scores them at the same steps with the same numbers.
 """
 
 from __future__ import annotations
@@ -13,6 +17,9 @@ from collections.abc import Callable, Iterable, Mapping
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from glasslab.evals.load import TaskScorer
+from glasslab.train.config import TrainConfig
 
 
 @torch.no_grad()
@@ -56,3 +63,20 @@ def evaluate(
     metrics["eval/macro/loss"] = sum(metrics[f"eval/{d}/loss"] for d in domains) / len(domains)
     metrics["eval/macro/bpb"] = sum(metrics[f"eval/{d}/bpb"] for d in domains) / len(domains)
     return metrics
+
+
+def tasks_due(step: int, cfg: TrainConfig) -> bool:
+    """Whether the evaluation at ``step`` scores the tasks: every ``task_eval_every``-th eval, and the last."""
+    return step >= cfg.total_steps or (cfg.eval_interval > 0 and step % (cfg.eval_interval * cfg.task_eval_every) == 0)
+
+
+class TaskEvals:
+    """Scores the run's tasks on a model (``eval/task/...`` metrics) when :func:`tasks_due` says so."""
+
+    def __init__(self, cfg: TrainConfig, scorer: TaskScorer, device: torch.device) -> None:
+        self.cfg, self.scorer, self.device = cfg, scorer, device
+
+    def __call__(self, model: nn.Module, step: int) -> dict[str, float]:
+        if not self.scorer.tasks or not tasks_due(step, self.cfg):
+            return {}
+        return self.scorer(model, self.device)[0]

@@ -92,7 +92,7 @@ def export_step(ctx: Any) -> dict[str, Any]:
         model, run_cfg.model, dataset / TOKENIZER_DIR, Path(ctx.output_dir),
         check_tokens=check_tokens(dataset, run_cfg.train.seq_len, cfg.check_sequences),
         record={"run": run_dir.name, "step": cfg.step, "checkpoint_sha256": file_sha256(checkpoint / MANIFEST_FILE),
-                "code": code_version()},
+                "dataset": dataset.name, "dataset_path": str(dataset.resolve()), "code": code_version()},
         card=lambda manifest: model_card({**facts, **manifest}),
         step_folder=True,
     )
@@ -187,7 +187,9 @@ def export_facts(run_dir: Path, cfg: ExportConfig, run_cfg: RunConfig, record: d
             "world_size": record.get("world_size", 1),
             "final_step": result.get("step"),
         },
-        "evals": {"step": eval_step, "metrics": evals},
+        "evals": {"step": eval_step, "metrics": evals,
+                  "tasks": {name: {k: task.get(k) for k in ("items", "chance", "metric", "sha256")}
+                            for name, task in (record.get("tasks") or {}).items()}},
     }
 
 

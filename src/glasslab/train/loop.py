@@ -53,7 +53,7 @@ class RunParts:
     ``model`` has ``forward(tokens_BT) -> logits_BTV``, ``aux_loss()`` and ``param_groups()``;
     ``balancer`` (or None for dense models) has ``step() -> stats`` with ``.scalars``/``.vectors``
     and ``state_dict()``; ``loader`` has ``next_batch()``, ``skip(n)``, ``weights_at(step)``, ``epochs()`` and
-    ``state_dict()``; ``evaluate(model)`` returns ``eval/...`` metrics; ``sample(model, step)``
+    ``state_dict()``; ``evaluate(model, step)`` returns ``eval/...`` metrics; ``sample(model, step)``
     returns (prompt, text) pairs.
     """
 
@@ -61,7 +61,7 @@ class RunParts:
     balancer: Any
     loader: Any
     flops_per_token: float
-    evaluate: Callable[[nn.Module], dict[str, float]] | None = None
+    evaluate: Callable[[nn.Module, int], dict[str, float]] | None = None
     sample: Callable[[nn.Module, int], list[tuple[str, str]]] | None = None
 
 
@@ -303,7 +303,7 @@ class Trainer:
         if self.parts.evaluate is None:
             return
         with self._autocast():
-            metrics = self.parts.evaluate(self.model)
+            metrics = self.parts.evaluate(self.model, self.step)
         self.last_metrics.update(metrics)
         if self.run is not None:
             self.run.log(metrics, self.step)

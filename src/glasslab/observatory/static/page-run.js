@@ -86,6 +86,16 @@
       { rowAttrs: (i) => ({ id: `export-${i}` }), units: [null, "count"] }));
   }
 
+  // `glasslab eval` results of this run's checkpoints and exports: one row per task.
+  function evaluationsSection(evaluations) {
+    if (!evaluations || !evaluations.length) return;
+    const rows = evaluations.flatMap((e) => Object.entries(e.tasks || {}).map(([name, t]) =>
+      [e.id, e.kind === "run" ? "checkpoint" : e.kind || "", e.step ?? "", name, t.items, t.chance, t.acc, t.acc_norm, t.bpb]));
+    section("Task evaluations (glasslab eval)", table(
+      ["evaluation", "of", "step", "task", "items", "chance", "acc", "acc_norm", "bpb"], rows,
+      { units: [null, null, "count", null, "count", "percent", "percent", "percent", null] }));
+  }
+
   // A sample is text, or (SFT) a conversation: a list of {role, content} as JSON in the prompt.
   function sampleCell(text) {
     if (typeof text === "string" && text.startsWith("[")) {
@@ -143,6 +153,7 @@
     const moe = d.layers.length ? drawLayers(d, sync, events) : null;
     reproduceBox(d.reproduce);
     exportsSection((d.links || {}).exports, d.lab_name || "lab");
+    evaluationsSection((d.links || {}).evaluations);
     const samplesBox = section("Samples", el("div", {})).lastChild;
     const samples = d.samples.slice();
     const drawSamples = () => {
