@@ -61,13 +61,15 @@ the hero measured about 430 tokens/s with six test suites sharing two cores."""
 CARD = ExperimentCard(
     title="Does a 4-rung MoE ladder predict its hero's loss?",
     question="Trained on the built-in corpora, does a hero run with at least 4x the top rung's compute end "
-             "with an eval loss inside the 90% band that the ladder's fit registered before the hero's step 0?",
+             "with an eval loss and a downstream task accuracy inside the 90% bands that the ladder's fit "
+             "registered before the hero's step 0?",
     design="Data build and BPE tokenizer; four MoE rungs (width 16-48, one recipe, tokens per active "
            "parameter fixed, batch and LR from the planner's rule); L(C) = L_inf + A*C^-alpha at a recorded "
            "asymptote, swept; the hero's prediction registered in the lab's registry; the hero trained and "
            "watched against its band; the hero exported for transformers.",
     expectations=(
         Expectation("hero final eval loss", prediction=f"{LADDER}/hero/eval/macro/loss"),
+        Expectation("hero macro task accuracy", prediction=f"{LADDER}/hero/task/macro"),
         Expectation("hero throughput", step=f"{LADDER}-hero", metric="throughput/tokens_per_second",
                     low=HERO_MIN_TOKENS_PER_S, unit="tokens/s"),
     ),
