@@ -47,10 +47,17 @@ BUILD_RECORD = "build.json"
 CHECKPOINTS_DIR = "checkpoints"
 """A run's checkpoint folders, ``checkpoints/step-XXXXXXX/``."""
 CHECKPOINT_PREFIX = "step-"
+MODEL_STATE = "model.pt"
+"""The checkpoint part holding the model's parameters and buffers (what SFT starts from)."""
 TRAINER_STATE = "trainer.pt"
 """The checkpoint part holding counters, loader, balancer, guard and RNG state."""
 CHECKPOINT_CONFIG = "config.json"
 """The run's full (unredacted) config beside a checkpoint's manifest, readable without unpickling."""
+
+CONVERSATIONS_TRAIN = "train.jsonl"
+"""A conversations folder's training conversations for SFT, one ``{"messages": [...]}`` per line."""
+CONVERSATIONS_HELDOUT = "heldout.jsonl"
+"""A conversations folder's held-out conversations (the held-out SFT loss is measured on them)."""
 
 PREDICTIONS_FILE = "predictions.jsonl"
 """The lab's append-only registry of pre-registered predictions, one JSON object per line

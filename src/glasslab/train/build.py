@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 
+import torch
 import torch.utils.checkpoint
 from torch import nn
 
@@ -24,7 +25,14 @@ from glasslab.train.samples import take_samples
 
 
 def build_parts(run_cfg: RunConfig, ctx: DistContext) -> RunParts:
-    """Loader first (a bad mixture fails before any compute), then the model seeded by ``train.seed``."""
+    """Loader first (a bad mixture fails before any compute), then the model seeded by ``train.seed``.
+
+    A config with an ``sft`` section is built by :func:`glasslab.train.sft.build_sft_parts` instead.
+    """
+    if run_cfg.sft is not None:
+        from glasslab.train.sft import build_sft_parts
+
+        return build_sft_parts(run_cfg, ctx.device, ctx.rank, ctx.world_size)
     cfg = run_cfg.train
     loader = Loader(run_cfg.data, cfg.seq_len, cfg.global_batch_size, rank=ctx.rank, world_size=ctx.world_size)
     dataset = run_cfg.data.path
@@ -36,17 +44,6 @@ def build_parts(run_cfg: RunConfig, ctx: DistContext) -> RunParts:
     model = Transformer(run_cfg.model)
     if cfg.activation_checkpointing:
         checkpoint_activations(model.blocks)
-    domains = list(loader.domains)
-    batches_by_domain = {
-        domain: functools.partial(eval_batches, dataset, domain, cfg.seq_len, cfg.eval_batch_size,
-                                  cfg.eval_max_tokens)
-        for domain in domains
-    }
-    bytes_per_token = {domain: eval_bytes_per_token(dataset, domain) for domain in domains}
-
-    def evaluate_model(model_to_eval):
-        return evaluate(model_to_eval, batches_by_domain, bytes_per_token, ctx.device)
-
     sample = None
     if cfg.sample_prompts and cfg.sample_max_new_tokens:
 
@@ -56,17 +53,41 @@ def build_parts(run_cfg: RunConfig, ctx: DistContext) -> RunParts:
 
     return RunParts(model=model, balancer=model.balancer, loader=loader,
                     flops_per_token=run_cfg.model.flops_per_token(cfg.seq_len),
-                    evaluate=evaluate_model, sample=sample)
+                    evaluate=domain_evaluator(run_cfg, ctx.device, loader.domains), sample=sample)
+
+
+def domain_evaluator(run_cfg: RunConfig, device: torch.device, domains: list[str] | None = None):
+    """``evaluate(model)`` over the held-out split of ``domains`` (default: the mixture's weighted ones)."""
+    cfg, dataset = run_cfg.train, run_cfg.data.path
+    if domains is None:
+        domains = sorted({d for _, w in run_cfg.data.mixture.weight_sets() for d, v in w.items() if v > 0})
+    batches_by_domain = {
+        domain: functools.partial(eval_batches, dataset, domain, cfg.seq_len, cfg.eval_batch_size,
+                                  cfg.eval_max_tokens)
+        for domain in domains
+    }
+    bytes_per_token = {domain: eval_bytes_per_token(dataset, domain) for domain in domains}
+
+    def evaluate_model(model_to_eval):
+        return evaluate(model_to_eval, batches_by_domain, bytes_per_token, device)
+
+    return evaluate_model
 
 
 def describe(run_cfg: RunConfig) -> dict:
-    """What run.json records about the model and data: size name, parameter counts, FLOPs, manifest hash."""
-    return {
+    """What run.json records about the model and data: size name, parameter counts, FLOPs, manifest hash
+    (and for SFT the role and parent checkpoint)."""
+    record = {
         "size_name": run_cfg.model.size_name(),
         "param_counts": run_cfg.model.param_counts(),
         "flops_per_token": run_cfg.model.flops_per_token(run_cfg.train.seq_len),
         "data_manifest_hash": manifest_hash(run_cfg.data.path),
     }
+    if run_cfg.sft is not None:
+        from glasslab.train.sft import base_record
+
+        record.update(base_record(run_cfg))
+    return record
 
 
 def checkpoint_activations(blocks: nn.ModuleList) -> None:
