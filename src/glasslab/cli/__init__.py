@@ -14,7 +14,7 @@ from glasslab import __version__
 from glasslab.errors import UserError
 
 # Subcommand modules, in the order `glasslab --help` lists them.
-COMMANDS = ("demo", "data", "train", "run", "ladder", "serve", "publish", "note")
+COMMANDS = ("demo", "data", "train", "run", "ladder", "chat", "serve", "publish", "note")
 
 
 def build_parser() -> argparse.ArgumentParser:

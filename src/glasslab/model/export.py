@@ -16,6 +16,7 @@ not in the user's hands), saved by ``transformers`` itself into a temp folder, t
 
 from __future__ import annotations
 
+import json
 import shutil
 import warnings
 from pathlib import Path
@@ -26,6 +27,9 @@ from glasslab.errors import UserError
 from glasslab.layout import atomic_path
 from glasslab.model.config import ModelConfig
 from glasslab.model.transformer import Transformer
+
+CHAT_END_OF_TURN = "<|im_end|>"
+"""ChatML's end of a turn: with a chat template, ``generate`` stops there as well as at end of text."""
 
 
 class ExportError(UserError):
@@ -168,8 +172,9 @@ def _swiglu(prefix: str, mlp, d_model: int = 0) -> dict[str, torch.Tensor]:
 def export_hf(model: Transformer, cfg: ModelConfig, tokenizer_dir: Path | None, out_dir: Path) -> Path:
     """Write ``out_dir`` loadable by ``AutoModelForCausalLM.from_pretrained(out_dir)`` offline.
 
-    Copies every file of ``tokenizer_dir`` (when given) next to the weights. Raises ExportError (one
-    line) before writing anything when no ``transformers`` class represents ``cfg`` exactly.
+    Copies every file of ``tokenizer_dir`` (when given) next to the weights, chat template included,
+    and makes ``generate`` stop where the tokenizer says a text or a chat turn ends. Raises ExportError
+    (one line) before writing anything when no ``transformers`` class represents ``cfg`` exactly.
     """
     architecture = hf_architecture(cfg)
     try:
@@ -188,6 +193,9 @@ def export_hf(model: Transformer, cfg: ModelConfig, tokenizer_dir: Path | None, 
     if cfg.tie_embeddings:
         weights["lm_head.weight"] = weights["model.embed_tokens.weight"]
     hf_model.load_state_dict(weights, strict=True)
+    if tokenizer_dir is not None:
+        for key, value in _generation_ids(Path(tokenizer_dir)).items():
+            setattr(hf_model.generation_config, key, value)
     with atomic_path(out_dir) as tmp:
         hf_model.save_pretrained(tmp)
         if tokenizer_dir is not None:
@@ -195,3 +203,19 @@ def export_hf(model: Transformer, cfg: ModelConfig, tokenizer_dir: Path | None, 
                 if item.is_file():
                     shutil.copy2(item, tmp / item.name)
     return out_dir
+
+
+def _generation_ids(tokenizer_dir: Path) -> dict[str, int | list[int]]:
+    """``eos_token_id`` (end of text, and of a chat turn when there is a chat template) and ``pad_token_id``
+    for the exported ``generation_config.json``, from the tokenizer's ``tokenizer_config.json``."""
+    path = tokenizer_dir / "tokenizer_config.json"
+    config = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    ids = {token["content"]: int(i) for i, token in config.get("added_tokens_decoder", {}).items()}
+    ends = [CHAT_END_OF_TURN] if config.get("chat_template") else []
+    stops = [ids[t] for t in (*ends, config.get("eos_token")) if t in ids]
+    out: dict[str, int | list[int]] = {}
+    if stops:
+        out["eos_token_id"] = stops if len(stops) > 1 else stops[0]
+    if config.get("pad_token") in ids:
+        out["pad_token_id"] = ids[config["pad_token"]]
+    return out
