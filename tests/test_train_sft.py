@@ -127,6 +127,7 @@ def _sft_train_config(**train):
     return from_dict(type(base), values)
 
 
+@pytest.mark.slow
 def test_sft_step_fine_tunes_the_base_and_records_role_parent_and_base_replies(lab):
     cfg = SFTStepConfig(train=_sft_train_config(), sft=SFTConfig(), base_from="base",
                         conversations_from="conversations")
