@@ -34,7 +34,7 @@ from glasslab.layout import MODEL_STATE
 from glasslab.model import Transformer, generate
 from glasslab.track import read_record
 from glasslab.train import checkpoint as ckpt
-from glasslab.train.config import SFTConfig, TrainConfig
+from glasslab.train.config import OptimizerConfig, ScheduleConfig, SFTConfig, TrainConfig
 from glasslab.train.loop import RunParts
 from glasslab.train.objectives import AssistantOnly
 from glasslab.train.rng import seed_everything
@@ -189,8 +189,6 @@ def sft_baseline(run_cfg: RunConfig, device: str = "cpu") -> dict[str, Any]:
 
 def default_sft_train() -> TrainConfig:
     """A short SFT schedule: a lower LR than pretraining, brief warmup, linear decay to zero."""
-    from glasslab.train.config import OptimizerConfig, ScheduleConfig
-
     return TrainConfig(seq_len=256, global_batch_tokens=256 * 16, max_steps=200,
                        optimizer=OptimizerConfig(lr=1e-3, weight_decay=0.0),
                        schedule=ScheduleConfig(kind="linear", warmup_fraction=0.05, min_lr_ratio=0.0),
