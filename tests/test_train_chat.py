@@ -11,10 +11,9 @@ import torch
 
 from glasslab.cli import main as cli_main
 from glasslab.config import from_dict
-from glasslab.model import export_hf
 from glasslab.model.generate import generate, next_token_probs
 from glasslab.train import RunConfig, train
-from glasslab.train.chat import ChatSession, Sampling, load_chat_model
+from glasslab.train.chat import ChatSession, Sampling, load_chat_model, load_export_chat_model
 from train_data import build_tiny_dataset, tiny_run_config
 
 transformers = pytest.importorskip("transformers")
@@ -32,21 +31,20 @@ def run_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def exported(run_dir, tmp_path_factory):
+def export_dir(run_dir) -> Path:
+    """``glasslab export`` of the run, in the run's lab (the run's parent folder)."""
+    assert cli_main(["export", run_dir.name, "--lab", str(run_dir.parent)]) == 0
+    (folder,) = run_dir.parent.glob("export-*")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def exported(run_dir, export_dir):
     chat = load_chat_model(str(run_dir))
-    tokenizer_dir = Path(from_dict(RunConfig, _config(run_dir)).data.path) / "tokenizer"
-    out = export_hf(chat.model, chat.model.cfg, tokenizer_dir, tmp_path_factory.mktemp("hf") / "model")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        hf = transformers.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
-    return chat, hf, transformers.AutoTokenizer.from_pretrained(out)
-
-
-def _config(run_dir: Path) -> dict:
-    from glasslab.train.checkpoint import latest_valid
-    from glasslab.train.run import checkpoint_config
-
-    return checkpoint_config(latest_valid(run_dir)[1])
+        hf = transformers.AutoModelForCausalLM.from_pretrained(export_dir, dtype=torch.float32).eval()
+    return chat, hf, transformers.AutoTokenizer.from_pretrained(export_dir)
 
 
 def test_greedy_replies_equal_transformers_generate_on_the_export(exported, monkeypatch):
@@ -113,3 +111,17 @@ def test_cli_prompt_and_interactive_session(run_dir, capsys, monkeypatch):
     assert out == "assistant> " + one and "base model" in err and "conversation reset" in err
     assert cli_main(["chat", f"{run_dir}@7", "--prompt", "x"]) == 2
     assert "no checkpoint at step 7" in capsys.readouterr().err
+
+
+def test_chat_with_an_export_replies_as_the_checkpoint_does(run_dir, export_dir, capsys):
+    greedy = Sampling(temperature=0.0, max_new_tokens=12)
+    ours = "".join(ChatSession(load_chat_model(str(run_dir)), greedy).reply("Hello?"))
+    chat = load_export_chat_model(export_dir)
+    assert (chat.name, chat.step, chat.context) == (export_dir.name, 30, 64)
+    assert "".join(ChatSession(chat, greedy).reply("Hello?")) == ours
+    sampled = Sampling(temperature=0.9, top_k=40, top_p=0.8, max_new_tokens=12, seed=3)
+    assert ("".join(ChatSession(chat, sampled).reply("Hello?"))
+            == "".join(ChatSession(load_chat_model(str(run_dir)), sampled).reply("Hello?")))
+    assert cli_main(["chat", export_dir.name, "--lab", str(run_dir.parent), "--prompt", "Hello?",
+                     "--temperature", "0", "--max-new-tokens", "12"]) == 0
+    assert capsys.readouterr().out == ours + "\n"

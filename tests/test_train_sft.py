@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 import yaml
 
-from conftest import run_cli, subprocess_env
+from cli_runner import run_cli, subprocess_env
 from glasslab.config import from_dict, to_dict
 from glasslab.data.chat import ChatEncoder
 from glasslab.data.conversations import ConversationsConfig, build_conversations

@@ -1,25 +1,30 @@
-"""``glasslab chat RUN[@STEP]``: talk to a run's checkpoint in the terminal, or get one reply with --prompt.
+"""``glasslab chat RUN[@STEP] | EXPORT``: talk to a run's checkpoint or an export in the terminal, or get one
+reply with --prompt.
 
-    glasslab chat demo-sft-1a2b3c4d                      # interactive: /reset, /quit (or Ctrl-D)
-    glasslab chat lab/demo-sft-1a2b3c4d@200 --prompt "What does `json.dumps` do?" --temperature 0
+    glasslab chat sft-1a2b3c4d                           # interactive: /reset, /quit (or Ctrl-D)
+    glasslab chat lab/sft-1a2b3c4d@200 --prompt "What does `json.dumps` do?" --temperature 0
+    glasslab chat export-9f8e7d6c                        # the exported transformers folder
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from glasslab.cli.options import add_lab_option
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "chat", help="chat with a run's checkpoint (SFT runs reply best)",
+        "chat", help="chat with a run's checkpoint or an export (SFT runs reply best)",
         description="Chat with the model of RUN (a run id under the lab or a run folder) at its newest intact "
-        "checkpoint, or at STEP. Replies stream as they are sampled; type /reset to start over and /quit "
-        "(or Ctrl-D) to leave. --prompt prints one reply and exits.",
+        "checkpoint, or at STEP; or with an export folder (glasslab export), run by transformers. Replies "
+        "stream as they are sampled; type /reset to start over and /quit (or Ctrl-D) to leave. --prompt "
+        "prints one reply and exits.",
     )
-    p.add_argument("run", metavar="RUN[@STEP]", help="run id or run folder, optionally @STEP")
+    p.add_argument("run", metavar="RUN[@STEP]|EXPORT",
+                   help="run id or run folder, optionally @STEP; or an export's id or folder")
     p.add_argument("--prompt", help="reply to this one message and exit")
     p.add_argument("--system", default="", help="a system message that opens the conversation")
     p.add_argument("--temperature", type=float, default=0.7, help="0 = greedy (default 0.7)")
@@ -34,20 +39,25 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from glasslab.cli.note import resolve_run_dir
-    from glasslab.train.chat import ChatSession, Sampling, load_chat_model
+    from glasslab.layout import EXPORT_MANIFEST
+    from glasslab.train.chat import ChatSession, Sampling, load_chat_model, load_export_chat_model
 
-    ref, sep, step = args.run.rpartition("@")
-    if not (sep and step.isdigit()):
-        ref, step = args.run, ""
-    run_dir = resolve_run_dir(args.lab, ref)
     sampling = Sampling(args.temperature, args.top_k, args.top_p, args.max_new_tokens, args.seed)
-    chat = load_chat_model(f"{run_dir}@{step}" if step else str(run_dir), args.device)
+    export = next((p for p in (Path(args.lab) / args.run, Path(args.run)) if (p / EXPORT_MANIFEST).is_file()), None)
+    if export is not None:
+        chat = load_export_chat_model(export, args.device)
+    else:
+        ref, sep, step = args.run.rpartition("@")
+        if not (sep and step.isdigit()):
+            ref, step = args.run, ""
+        run_dir = resolve_run_dir(args.lab, ref)
+        chat = load_chat_model(f"{run_dir}@{step}" if step else str(run_dir), args.device)
     session = ChatSession(chat, sampling, args.system)
     if args.prompt is not None:
         _print_reply(session, args.prompt)
         return 0
     role = "" if chat.role == "sft" else f" (role {chat.role or 'none'}: a base model, not fine-tuned to chat)"
-    print(f"chatting with {chat.run_dir.name}@{chat.step}{role}; /reset starts over, /quit leaves", file=sys.stderr)
+    print(f"chatting with {chat.name}@{chat.step}{role}; /reset starts over, /quit leaves", file=sys.stderr)
     while True:
         try:
             text = input("you> ")

@@ -1,14 +1,19 @@
-"""Chatting with a run's checkpoint: load the model and its tokenizer, keep the history, stream replies.
+"""Chatting with a run's checkpoint or an export: load the model and its tokenizer, keep the history,
+stream replies.
 
-``glasslab chat`` is a thin terminal around :class:`ChatSession`. A reply is the continuation of the
-whole conversation so far in the chat format, sampled until ``<|im_end|>`` (or ``<|endoftext|>``);
-text streams out as soon as it decodes to whole characters. When the conversation grows past the
-context the model was trained with, the oldest exchanges are dropped (the system message stays).
+``glasslab chat`` is a thin terminal around :class:`ChatSession`. A checkpoint runs as our own
+:class:`~glasslab.model.Transformer`; an export folder (``glasslab export``) runs as what it is, a
+``transformers`` model, through the same sampler (:func:`~glasslab.model.generate.next_token_probs`).
+
+A reply is the continuation of the whole conversation so far in the chat format, sampled until
+``<|im_end|>`` (or ``<|endoftext|>``); text streams out as soon as it decodes to whole characters.
+When the conversation grows past the context the model was trained with, the oldest exchanges are
+dropped (the system message stays).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,10 +23,11 @@ from glasslab import config as configs
 from glasslab.data.chat import ChatEncoder
 from glasslab.data.tokenizer import EOT, load_tokenizer
 from glasslab.errors import UserError
-from glasslab.layout import MODEL_STATE
+from glasslab.layout import EXPORT_MANIFEST, MODEL_STATE, read_json
 from glasslab.model import Transformer
-from glasslab.model.generate import stream
+from glasslab.model.generate import next_token_probs, stream
 from glasslab.track import read_record
+from glasslab.train import checkpoint as ckpt
 from glasslab.train.run_config import RunConfig
 from glasslab.train.sft import resolve_base
 
@@ -43,32 +49,81 @@ class Sampling:
         configs.require(self.max_new_tokens >= 1, "--max-new-tokens", self.max_new_tokens, ">= 1")
 
 
+TokenStream = Callable[[list[int], int, float, float, int, set[int], int], Iterator[int]]
+"""``(prompt_ids, max_new_tokens, temperature, top_p, seed, stop_ids, top_k)`` -> new token ids as drawn."""
+
+
 @dataclass
 class ChatModel:
-    """A checkpoint's model (eval mode) with its chat encoder, the context it was trained on, and its run."""
+    """A model to chat with: how it draws tokens, its chat encoder, the context it was trained on, and what it
+    is (``name``: run id or export folder name, ``step``, ``role`` of its run)."""
 
-    model: Transformer
+    tokens: TokenStream
     encoder: ChatEncoder
     context: int
-    run_dir: Path
+    name: str
     step: int
     role: str | None
+    model: Transformer | None = None
+    """Our model when chatting with a checkpoint (None for an export)."""
 
 
 def load_chat_model(ref: str, device: str = "cpu") -> ChatModel:
     """The model at ``RUN_DIR@STEP`` (or the newest intact checkpoint of ``RUN_DIR``)."""
-    from glasslab.train.run import checkpoint_config
-
     run_dir, step, path = resolve_base(ref)
-    run_cfg = configs.from_dict(RunConfig, checkpoint_config(path))
+    run_cfg = configs.from_dict(RunConfig, ckpt.checkpoint_config(path))
     model = Transformer(run_cfg.model)
     model.load_state_dict(torch.load(path / MODEL_STATE, map_location="cpu", weights_only=True))
-    try:
-        encoder = ChatEncoder(load_tokenizer(run_cfg.data.path))
-    except ValueError as exc:  # a tokenizer without the chat tokens
-        raise UserError(f"{run_dir}: {exc}") from None
+    model = model.to(device).eval()
     record = read_record(run_dir) or {}
-    return ChatModel(model.to(device).eval(), encoder, run_cfg.train.seq_len, run_dir, step, record.get("role"))
+
+    def tokens(prompt, max_new, temperature, top_p, seed, stop, top_k):
+        return stream(model, prompt, max_new, temperature, top_p, seed=seed, eos_id=stop, top_k=top_k)
+
+    return ChatModel(tokens, _encoder(run_cfg.data.path, run_dir), run_cfg.train.seq_len, run_dir.name, step,
+                     record.get("role"), model)
+
+
+def load_export_chat_model(folder: Path, device: str = "cpu") -> ChatModel:
+    """The ``transformers`` model of the export in ``folder`` (loaded offline); its run's role when the run is
+    beside it in the lab."""
+    import transformers
+
+    folder = Path(folder)
+    manifest = read_json(folder / EXPORT_MANIFEST) or {}
+    hf = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, local_files_only=True)
+    hf = hf.to(device).eval()
+    record = read_record(folder.parent / str(manifest.get("run", ""))) if manifest.get("run") else None
+
+    @torch.no_grad()
+    def tokens(prompt, max_new, temperature, top_p, seed, stop, top_k):
+        generator = torch.Generator(device=device).manual_seed(seed)
+        ids_BT, past = torch.tensor([prompt], device=device), None
+        for _ in range(max_new):
+            out = hf(ids_BT, cache=past, use_cache=True)
+            logits_V, past = out.logits[0, -1], out.cache
+            if temperature <= 0:
+                next_id = int(logits_V.argmax())
+            else:
+                next_id = int(torch.multinomial(next_token_probs(logits_V, temperature, top_k, top_p), 1,
+                                                generator=generator))
+            yield next_id
+            if next_id in stop:
+                return
+            ids_BT = torch.tensor([[next_id]], device=device)
+
+    context = int(getattr(hf.config, "max_position_embeddings", 0) or 0)
+    if record and record.get("config", {}).get("train", {}).get("seq_len"):
+        context = int(record["config"]["train"]["seq_len"])
+    return ChatModel(tokens, _encoder(folder, folder), context, folder.name, int(manifest.get("step", 0)),
+                     (record or {}).get("role"))
+
+
+def _encoder(tokenizer_folder: str | Path, owner: Path) -> ChatEncoder:
+    try:
+        return ChatEncoder(load_tokenizer(tokenizer_folder))
+    except ValueError as exc:  # a tokenizer without the chat tokens
+        raise UserError(f"{owner}: {exc}") from None
 
 
 class ChatSession:
@@ -99,8 +154,8 @@ class ChatSession:
         s = self.sampling
         ids: list[int] = []
         shown = ""
-        tokens = stream(self.chat.model, self.prompt_ids(text), s.max_new_tokens, s.temperature, s.top_p,
-                        seed=s.seed + self._turn, eos_id=self._stop, top_k=s.top_k)
+        tokens = self.chat.tokens(self.prompt_ids(text), s.max_new_tokens, s.temperature, s.top_p,
+                                  s.seed + self._turn, self._stop, s.top_k)
         for token in tokens:
             if token in self._stop:
                 break

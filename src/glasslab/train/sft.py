@@ -72,10 +72,8 @@ def resolve_base(ref: str) -> tuple[Path, int, Path]:
 
 def load_base_weights(model: nn.Module, run_cfg: RunConfig) -> None:
     """Copy the base checkpoint's parameters and buffers (router biases too) into ``model``."""
-    from glasslab.train.run import checkpoint_config  # train.run imports this module's caller
-
     _, _, path = resolve_base(run_cfg.sft.base)
-    changed = configs.diff(checkpoint_config(path)["model"], configs.to_dict(run_cfg.model))
+    changed = configs.diff(ckpt.checkpoint_config(path)["model"], configs.to_dict(run_cfg.model))
     if changed:
         fields = ", ".join(f"model.{key}" for key in changed)
         raise UserError(f"sft.base={run_cfg.sft.base!r}: SFT keeps the base's model, but {fields} differ")
@@ -217,12 +215,10 @@ class SFTStepConfig:
 
 def sft_run_config(cfg: SFTStepConfig, inputs: dict[str, Path]) -> RunConfig:
     """The SFT run's config: the base's model and dataset, this step's schedule and conversations."""
-    from glasslab.train.run import checkpoint_config
-
     base = str(inputs[cfg.base_from]) if cfg.base_from else cfg.sft.base
     conversations = str(inputs[cfg.conversations_from]) if cfg.conversations_from else cfg.sft.conversations
     run_dir, step, path = resolve_base(base)
-    base_config = checkpoint_config(path)
+    base_config = ckpt.checkpoint_config(path)
     sft = dataclasses.replace(cfg.sft, base=f"{run_dir}@{step}", conversations=conversations)
     return configs.from_dict(RunConfig, {"model": base_config["model"], "data": base_config["data"],
                                          "train": configs.to_dict(cfg.train), "sft": configs.to_dict(sft)})
