@@ -4,6 +4,7 @@ a real fine-tune of a real base run through the lab step, and an exact resume af
 from __future__ import annotations
 
 import contextlib
+import json
 import random
 import signal
 import subprocess
@@ -30,7 +31,14 @@ from glasslab.train import RunConfig, train
 from glasslab.train import checkpoint as ckpt
 from glasslab.train.config import SFTConfig
 from glasslab.train.objectives import AssistantOnly
-from glasslab.train.sft import CHAT_PROMPTS, SFTStepConfig, default_sft_train, sft_run_config, sft_step
+from glasslab.train.sft import (
+    CHAT_PROMPTS,
+    SFTStepConfig,
+    default_sft_train,
+    sft_run_config,
+    sft_step,
+    turn_text,
+)
 from train_data import build_tiny_dataset, tiny_run_config
 
 CHATS = [
@@ -138,7 +146,7 @@ def test_sft_step_fine_tunes_the_base_and_records_role_parent_and_base_replies(l
     record = read_record(out)
     assert record["role"] == "sft" and record["parent"] == {"run": "base", "run_dir": str(lab["base"]), "step": 30}
     base_loss = record["base"]["metrics"]["eval/sft/loss"]
-    assert [s["prompt"] for s in record["base"]["samples"]] == list(CHAT_PROMPTS)
+    assert [turn_text(s["prompt"]) for s in record["base"]["samples"]] == list(CHAT_PROMPTS)
     assert result["eval/sft/loss"] < 0.95 * base_loss  # held-out assistant tokens, before vs after
     with RunReader(out) as reader:
         steps, sft_loss = reader.scalars("sft/loss")
@@ -148,7 +156,9 @@ def test_sft_step_fine_tunes_the_base_and_records_role_parent_and_base_replies(l
     assert steps[-1] == 24 and len(steps) >= 22 and sft_loss == train_loss  # (the spike guard may skip a step)
     assert counted == sorted(counted) and counted[0] > 0
     assert np.mean(sft_loss[-5:]) < np.mean(sft_loss[:5])
-    assert [s["prompt"] for s in samples if s["step"] == 24] == list(CHAT_PROMPTS)
+    assert [json.loads(s["prompt"]) for s in samples if s["step"] == 24] == [[{"role": "user", "content": p}]
+                                                                             for p in CHAT_PROMPTS]
+    assert json.loads(samples[-1]["text"])[0]["role"] == "assistant"
     assert record["config"]["sft"]["packing"] == "packed"
 
 

@@ -15,6 +15,7 @@ SFT loss and its replies to the same prompts (``base``), so a page can show both
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,9 +31,9 @@ from glasslab.data.conversations import read_conversation_split
 from glasslab.data.packing import ConversationLoader, heldout_batches
 from glasslab.data.tokenizer import PAD, load_tokenizer
 from glasslab.errors import UserError
-from glasslab.layout import MODEL_STATE
+from glasslab.layout import MODEL_STATE, RESULT_FILE, read_json
 from glasslab.model import Transformer, generate
-from glasslab.track import read_record
+from glasslab.track import RunReader, read_record
 from glasslab.train import checkpoint as ckpt
 from glasslab.train.config import OptimizerConfig, ScheduleConfig, SFTConfig, TrainConfig
 from glasslab.train.loop import RunParts
@@ -166,10 +167,44 @@ def _chat_sampler(cfg: TrainConfig, encoder: ChatEncoder):
     prompts = _ChatPrompts(encoder)
 
     def sample(model: nn.Module, step: int) -> list[tuple[str, str]]:
-        return take_samples(model, prompts, cfg.sample_prompts, cfg.sample_max_new_tokens, seed=cfg.seed + step,
-                            generate=generate, eos_id=encoder.im_end_id)
+        replies = take_samples(model, prompts, cfg.sample_prompts, cfg.sample_max_new_tokens, seed=cfg.seed + step,
+                               generate=generate, eos_id=encoder.im_end_id)
+        return [(chat_turns("user", prompt), chat_turns("assistant", reply)) for prompt, reply in replies]
 
     return sample
+
+
+def chat_turns(role: str, content: str) -> str:
+    """A sample's prompt or text as a conversation, ``[{"role", "content"}]`` in JSON: the form the run page
+    draws as chat turns (:func:`turn_text` reads it back)."""
+    return json.dumps([{"role": role, "content": content}], ensure_ascii=False)
+
+
+def turn_text(sample_text: str) -> str:
+    """The content of a sample written by :func:`chat_turns` (the text itself for a plain sample)."""
+    try:
+        turns = json.loads(sample_text)
+    except ValueError:
+        return sample_text
+    return turns[-1]["content"] if isinstance(turns, list) and turns else sample_text
+
+
+def sft_outcome(run_dir: str | Path) -> dict[str, Any]:
+    """A finished SFT run in numbers: held-out SFT loss of the base and after (nats per assistant token) and
+    its relative change, and the last sample's first prompt with the base's and the run's replies."""
+    record = read_record(run_dir) or {}
+    result = read_json(Path(run_dir) / RESULT_FILE) or {}
+    base = record.get("base", {})
+    before = base.get("metrics", {}).get("eval/sft/loss")
+    after = result.get("eval/sft/loss")
+    with RunReader(run_dir) as reader:
+        samples = reader.samples()
+    last = [s for s in samples if samples and s["step"] == samples[-1]["step"]]
+    prompt = turn_text(last[0]["prompt"]) if last else ""
+    base_reply = next((turn_text(s["text"]) for s in base.get("samples", []) if turn_text(s["prompt"]) == prompt), "")
+    return {"before": before, "after": after,
+            "relative": (after - before) / before if before and after is not None else None,
+            "prompt": prompt, "base_reply": base_reply, "reply": turn_text(last[0]["text"]) if last else ""}
 
 
 def sft_baseline(run_cfg: RunConfig, device: str = "cpu") -> dict[str, Any]:
