@@ -186,7 +186,10 @@ def test_sigkilled_sft_run_resumes_bit_identical(lab, tmp_path):
         for key in ("sft/loss", "sft/assistant_tokens", "eval/sft/loss", "mixture/epochs/sft"):
             assert b.scalars(key) == a.scalars(key), key  # bit for bit
         assert b.scalars("sft/loss")[0][-1] == 16 and any(e["kind"] == "resume" for e in b.events())
-    assert read_record(run_dir)["role"] == "sft"
+    record = read_record(run_dir)
+    assert record["role"] == "sft" and record["parent"]["step"] == 30  # `glasslab train` with an sft: section
+    assert record["base"] == read_record(tmp_path / "ref")["base"]  # measured once, before step 0, exactly
+    assert record["base"]["metrics"]["eval/sft/loss"] > 0 and len(record["base"]["samples"]) == len(CHAT_PROMPTS)
 
 
 def _run_config(lab, **train) -> RunConfig:

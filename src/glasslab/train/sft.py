@@ -7,9 +7,10 @@ counts the assistant's tokens only, its evals add the held-out SFT loss ``eval/s
 base dataset's domain losses (to watch forgetting), and its samples are chat replies to fixed
 prompts. Everything else — resume, rollback, spike guard, checkpoints, run store — is the trainer's.
 
-The step (``sft_step``) takes the base run and a conversations folder from its dependencies, records
-in ``run.json`` the role ``sft``, the parent link and, before step 0, the base model's held-out
-SFT loss and its replies to the same prompts (``base``), so a page can show both side by side.
+The step (``sft_step``) takes the base run and a conversations folder from its dependencies; a run
+config with an ``sft`` section also trains with plain ``glasslab train``. Either way ``run.json`` holds
+the role ``sft``, the parent link and, measured before step 0, the base model's held-out SFT loss and
+its replies to the same prompts (``base``, by :func:`sft_baseline`), so a page can show both side by side.
 """
 
 from __future__ import annotations
@@ -267,8 +268,5 @@ def sft_step(ctx: Any) -> dict[str, Any]:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     run_cfg = sft_run_config(cfg, ctx.inputs)
-    record_extra = dict(cfg.record_extra)
-    if read_record(ctx.output_dir) is None:  # run.json is written once, before step 0
-        record_extra["base"] = sft_baseline(run_cfg, cfg.device)
     step_ctx = dataclasses.replace(ctx, config=TrainStepConfig(run=run_cfg, device=cfg.device, threads=cfg.threads))
-    return run_training(step_ctx, record_extra)
+    return run_training(step_ctx, dict(cfg.record_extra))
