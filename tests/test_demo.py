@@ -84,7 +84,7 @@ def test_every_demo_folder_is_a_succeeded_step_with_lab_events(demo_lab):
     from glasslab.track import read_lab_events
 
     folders = step_hashes(demo_lab.root)
-    assert len(folders) == 7  # data, 4 rungs, fit, hero
+    assert len(folders) == 11  # data, 4 rungs, fit, hero, export, conversations, sft, export
     assert all(read_step_record(demo_lab.root / f)["status"] == "succeeded" for f in folders)
     succeeded = {e["subject"] for e in read_lab_events(demo_lab.root) if e["kind"] == "step_succeeded"}
     assert succeeded == set(folders)
@@ -162,3 +162,20 @@ def test_a_data_build_from_the_command_line_is_the_demos_data_step(tmp_path):
     assert plan.returncode == 0, plan.stderr[-3000:]
     (row,) = [line for line in plan.stdout.splitlines() if line.startswith("│ data ")]
     assert "cached" in row and ", 1 cached" in plan.stdout  # the data step, and only it
+
+
+def test_demo_ends_with_sft_of_the_hero_and_a_chat_export(demo_lab):
+    lab = demo_lab.root
+    hero, sft = only(lab, "demo-hero-*"), only(lab, "demo-sft-*")
+    record = json.loads((sft / "run.json").read_text())
+    assert record["role"] == "sft" and record["parent"]["run"] == hero.name
+    before = record["base"]["metrics"]["eval/sft/loss"]
+    after = json.loads((sft / "result.json").read_text())["eval/sft/loss"]
+    assert after < before  # held-out assistant tokens: the fine-tuned hero beats its base
+    assert "held-out SFT loss" in demo_lab.stdout and "chat export-" in demo_lab.stdout
+    exports = {json.loads((p / "export.json").read_text())["run"]: p for p in lab.glob("export-*")}
+    assert set(exports) == {hero.name, sft.name}
+    assert "chat_template" in json.loads((exports[sft.name] / "tokenizer_config.json").read_text())
+    reply = run_cli("chat", exports[sft.name].name, "--lab", str(lab), "--prompt", "What does `len` do?",
+                    "--temperature", "0", "--max-new-tokens", "16", timeout=300)
+    assert reply.returncode == 0, reply.stderr[-2000:]

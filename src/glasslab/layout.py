@@ -49,10 +49,17 @@ BUILD_RECORD = "build.json"
 CHECKPOINTS_DIR = "checkpoints"
 """A run's checkpoint folders, ``checkpoints/step-XXXXXXX/``."""
 CHECKPOINT_PREFIX = "step-"
+MODEL_STATE = "model.pt"
+"""The checkpoint part holding the model's parameters and buffers (what SFT starts from)."""
 TRAINER_STATE = "trainer.pt"
 """The checkpoint part holding counters, loader, balancer, guard and RNG state."""
 CHECKPOINT_CONFIG = "config.json"
 """The run's full (unredacted) config beside a checkpoint's manifest, readable without unpickling."""
+
+CONVERSATIONS_TRAIN = "train.jsonl"
+"""A conversations folder's training conversations for SFT, one ``{"messages": [...]}`` per line."""
+CONVERSATIONS_HELDOUT = "heldout.jsonl"
+"""A conversations folder's held-out conversations (the held-out SFT loss is measured on them)."""
 
 EXPORT_MANIFEST = "export.json"
 """A Hugging Face export's manifest (run, step, glasslab version, ``max_logit_diff`` and the logit

@@ -22,7 +22,8 @@ from glasslab import __version__
 from glasslab.errors import UserError
 
 # Subcommand modules, in the order `glasslab --help` lists them.
-COMMANDS = ("demo", "data", "train", "run", "ladder", "export", "eval", "serve", "publish", "note", "card")
+COMMANDS = ("demo", "data", "train", "run", "ladder", "export", "eval", "chat", "serve", "publish", "note",
+            "card")
 
 
 class Parser(argparse.ArgumentParser):

@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from glasslab.cli.run import print_verdict
-    from glasslab.experiments.demo import CARD, EXPORT_STEP, FULL, LADDER, QUICK, demo_steps
+    from glasslab.experiments.demo import CARD, EXPORT_STEP, FULL, LADDER, QUICK, SFT_STEP, demo_steps
     from glasslab.lab import Executor
     from glasslab.ladder.summary import summary_tables
     from glasslab.observatory.app import BackgroundServer
@@ -65,9 +65,14 @@ def run(args: argparse.Namespace) -> int:
     if not report.ok:
         raise UserError(f"demo: {', '.join(report.keys('failed')) or 'a step'} failed; see step.json in {lab}")
     folders = {planned.name: planned.folder for planned in report.plan.steps}
+    exports = {planned.step.deps[0].name: planned.folder  # the export of each run, by the run's step name
+               for planned in report.plan.steps if planned.name == EXPORT_STEP}
     for table in summary_tables(folders[f"{LADDER}-fit"], folders[f"{LADDER}-hero"]):
         console.print(table)
-    console.print(f"the hero for transformers (with a model card): {folders[EXPORT_STEP]}")
+    console.print(sft_table(folders[SFT_STEP]))
+    console.print(f"the hero for transformers (with a model card): {exports[f'{LADDER}-hero']}")
+    console.print(f"its chat model (SFT), with the chat template: {exports[SFT_STEP]}  "
+                  f"(glasslab chat {exports[SFT_STEP].name} --lab {lab})")
     site = publish(lab, lab / "site")
     console.print(f"static site: {site}  ({time.monotonic() - started:.0f} s in all)")
     print_verdict(str(lab), "demo")
@@ -78,3 +83,23 @@ def run(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             server.stop()
     return 0
+
+
+def sft_table(sft_folder: Path):
+    """The demo table's last rows: held-out SFT loss of the hero before and after SFT, and one reply of each."""
+    from rich.table import Table
+
+    from glasslab.train.sft import sft_outcome
+
+    out = sft_outcome(sft_folder)
+    table = Table(title=f"SFT of the hero ({sft_folder.name}): held-out loss on assistant tokens, nats/token")
+    for column in ("", "hero (base)", "after SFT", "change"):
+        table.add_column(column)
+    change = f"{out['relative']:+.1%}" if out["relative"] is not None else ""
+    table.add_row("held-out SFT loss", _num(out["before"]), _num(out["after"]), change)
+    table.add_row(f"reply to {out['prompt']!r}", out["base_reply"], out["reply"], "")
+    return table
+
+
+def _num(value) -> str:
+    return f"{value:.3f}" if isinstance(value, (int, float)) else "—"

@@ -2,10 +2,15 @@
 
 Byte-level means every UTF-8 byte sequence has an encoding, so ``decode(encode(text)) == text`` for
 any text (no normaliser, no prefix space, no unknown token). ``<|endoftext|>`` separates documents
-in the shards; a few more specials are reserved for later use (padding, fill-in-the-middle, chat) so
-adding them later does not renumber the vocabulary. When a document itself contains the text
-``<|endoftext|>``, shards encode it as ordinary text (``encode_special_tokens``) so it can never fake
-a document boundary.
+in the shards; a few more specials are reserved (padding, fill-in-the-middle, chat) so using them
+later does not renumber the vocabulary. When a document itself contains the text ``<|endoftext|>``,
+shards encode it as ordinary text (``encode_special_tokens``) so it can never fake a document boundary.
+
+The chat format is ChatML on the reserved ``<|im_start|>``/``<|im_end|>``: every message is
+``<|im_start|>{role}\\n{content}<|im_end|>\\n``, and a reply is prompted by ``<|im_start|>assistant\\n``.
+It is saved as ``chat_template`` in ``tokenizer_config.json`` (the Jinja template ``transformers``
+renders in ``apply_chat_template``); :mod:`glasslab.data.chat` encodes the same format directly, and a
+test holds the two to the same token ids and assistant masks.
 """
 
 from __future__ import annotations
@@ -30,6 +35,21 @@ SPECIAL_TOKENS = (
     "<|im_end|>",
 )
 """Specials take ids 0.. in this order; ``<|endoftext|>`` is id 0."""
+IM_START, IM_END = "<|im_start|>", "<|im_end|>"
+CHAT_ROLES = ("system", "user", "assistant")
+CHAT_TEMPLATE = (
+    "{%- for message in messages -%}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' -}}"
+    "{%- if message['role'] == 'assistant' -%}"
+    "{%- generation -%}{{- message['content'] + '<|im_end|>' -}}{%- endgeneration -%}"
+    "{%- else -%}{{- message['content'] + '<|im_end|>' -}}{%- endif -%}"
+    "{{- '\\n' -}}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}"
+)
+"""ChatML as ``transformers`` renders it. ``{% generation %}`` marks what an assistant writes (its
+content and ``<|im_end|>``), so ``apply_chat_template(..., return_assistant_tokens_mask=True)`` gives
+the same loss mask as our encoder."""
 TOKENIZER_DIR = "tokenizer"
 
 
@@ -74,6 +94,7 @@ def save_tokenizer(tokenizer: Tokenizer, out_dir: Path, model_max_length: int = 
         "add_prefix_space": False,
         "clean_up_tokenization_spaces": False,
         "added_tokens_decoder": added,
+        "chat_template": CHAT_TEMPLATE,
     }
     (out_dir / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
     special_map = {

@@ -13,7 +13,10 @@
 4. ``demo-hero``: a run with ≥ 4× the top rung's compute, its predictions (loss and task accuracies)
    registered before step 0;
 5. ``export``: the hero's last checkpoint as a Hugging Face ``transformers`` folder with a model card
-   (its logits checked against ours), linked from the hero's page.
+   (its logits checked against ours), linked from the hero's page;
+6. ``demo-conversations`` → ``demo-sft`` → ``export``: the built-in instruction set (decontaminated
+   against the data's eval split), supervised fine-tuning of the hero into a chat model, and its export
+   with the chat template (``glasslab chat export-<hash8>``).
 
 At this scale the ladder is illustrative: rungs of tens of thousands of parameters trained for a few
 hundred steps are noisy, and the demo reports its prediction error as it comes out. Everything the
@@ -29,6 +32,7 @@ from dataclasses import dataclass
 from glasslab.data import BuildConfig, MixtureConfig
 from glasslab.data.build import STEP_NAME, build_step
 from glasslab.data.config import TokenizerConfig
+from glasslab.data.conversations import ConversationsConfig, conversations_step
 from glasslab.evals import TaskConfig
 from glasslab.lab import Step, folder_name, step_hash
 from glasslab.lab.card import Expectation, ExperimentCard
@@ -36,7 +40,9 @@ from glasslab.ladder.plan import LadderPlan, LadderSpec, plan_ladder
 from glasslab.ladder.steps import ladder_steps
 from glasslab.model import ModelConfig, MoEConfig
 from glasslab.train import GuardConfig, ScheduleConfig, TrainConfig
+from glasslab.train.config import SFTConfig
 from glasslab.train.export_step import ExportConfig, export_step
+from glasslab.train.sft import SFTStepConfig, default_sft_train, sft_step
 
 LADDER = "demo"
 VOCAB_SIZE = 1024
@@ -66,7 +72,8 @@ CARD = ExperimentCard(
     design="Data build and BPE tokenizer; four MoE rungs (width 16-48, one recipe, tokens per active "
            "parameter fixed, batch and LR from the planner's rule); L(C) = L_inf + A*C^-alpha at a recorded "
            "asymptote, swept; the hero's prediction registered in the lab's registry; the hero trained and "
-           "watched against its band; the hero exported for transformers.",
+           "watched against its band; the hero exported for transformers, then fine-tuned (SFT) on the "
+           "built-in instruction set into a chat model, exported with its chat template.",
     expectations=(
         Expectation("hero final eval loss", prediction=f"{LADDER}/hero/eval/macro/loss"),
         Expectation("hero macro task accuracy", prediction=f"{LADDER}/hero/task/macro"),
@@ -77,6 +84,8 @@ CARD = ExperimentCard(
 """The demo's experiment card (``glasslab card demo``)."""
 EXPORT_STEP = "export"
 """The hero's export: ``<lab>/export-<hash8>/``, the name every export step has (the run page finds them by it)."""
+CONVERSATIONS_STEP = f"{LADDER}-conversations"
+SFT_STEP = f"{LADDER}-sft"
 
 
 @dataclass(frozen=True)
@@ -101,13 +110,21 @@ class DemoSize:
     """Bootstrap replicates of the fit's intervals."""
     task_eval_every: int
     """Score :data:`TASKS` at every this-many-th evaluation (a run evaluates 20 times) and at the end."""
+    sft_steps: int
+    """Optimiser steps of the SFT of the hero (rows of ``sft_seq_len`` tokens, 16 per step)."""
+    sft_seq_len: int
+    """SFT row length, tokens (conversations are packed into rows)."""
+    sft_max_modules: int
+    """Standard-library modules read for the built-in instruction set (0 = all)."""
 
 
 FULL = DemoSize(max_source_bytes=0, seq_len=64, tokens_per_param=10.0, min_steps=200, seeds_per_rung=(2, 2, 1),
-                eval_max_tokens=4096, checkpoint_interval=200, num_bootstrap=1000, task_eval_every=5)
+                eval_max_tokens=4096, checkpoint_interval=200, num_bootstrap=1000, task_eval_every=5, sft_steps=150,
+                sft_seq_len=128, sft_max_modules=0)
 """``glasslab demo``: two seeds on the small rungs, about 10 minutes on a laptop CPU."""
 QUICK = DemoSize(max_source_bytes=400_000, seq_len=32, tokens_per_param=1.0, min_steps=30, seeds_per_rung=(1,),
-                 eval_max_tokens=1024, checkpoint_interval=100, num_bootstrap=300, task_eval_every=10)
+                 eval_max_tokens=1024, checkpoint_interval=100, num_bootstrap=300, task_eval_every=10, sft_steps=40,
+                 sft_seq_len=128, sft_max_modules=120)
 """``glasslab demo --quick``: the whole DAG in about a minute (the test suite's demo lab)."""
 
 
@@ -160,7 +177,20 @@ def demo_steps(size: DemoSize = FULL, device: str = "cpu", threads: int = 1, her
     hero = ladder[-1]
     export = Step(EXPORT_STEP, export_step, ExportConfig(run=folder_of(hero), step=ladder_plan.hero.steps),
                   deps=(hero,))
-    return [data, *ladder, export]
+    return [data, *ladder, export, *sft_steps(size, data, hero, device, hero_threads)]
+
+
+def sft_steps(size: DemoSize, data: Step, hero: Step, device: str = "cpu", threads: int = 0) -> list[Step]:
+    """The hero's post-training: the instruction set, SFT of the hero's last checkpoint, and its export."""
+    conversations = Step(CONVERSATIONS_STEP, conversations_step,
+                         ConversationsConfig(builtin_max_modules=size.sft_max_modules), deps=(data,))
+    train = dataclasses.replace(default_sft_train(), seq_len=size.sft_seq_len, max_steps=size.sft_steps,
+                                global_batch_tokens=size.sft_seq_len * 16, checkpoint_interval=size.sft_steps)
+    sft = Step(SFT_STEP, sft_step, SFTStepConfig(train=train, sft=SFTConfig(eval_max_conversations=256),
+                                                 base_from=hero.name, conversations_from=CONVERSATIONS_STEP,
+                                                 device=device, threads=threads), deps=(hero, conversations))
+    export = Step(EXPORT_STEP, export_step, ExportConfig(run=folder_of(sft), step=size.sft_steps), deps=(sft,))
+    return [conversations, sft, export]
 
 
 def folder_of(step: Step) -> str:

@@ -48,6 +48,8 @@ from glasslab.layout import (
 from glasslab.model.config import ModelConfig
 from glasslab.model.transformer import Transformer
 
+CHAT_END_OF_TURN = "<|im_end|>"
+"""ChatML's end of a turn: with a chat template, ``generate`` stops there as well as at end of text."""
 EXPORT_FORMAT = "glasslab-export/1"
 LOGIT_TOLERANCE = 1e-3
 """An export whose logits differ from ours by more than this × max(1, largest |logit|) is a mapping
@@ -222,15 +224,19 @@ def write_hf_files(model: Transformer, cfg: ModelConfig, tokenizer_dir: Path | N
     return architecture
 
 
-def _special_token_ids(tokenizer_dir: Path) -> dict[str, int]:
-    """bos/eos/pad ids from the tokenizer folder's config, so ``generate`` stops at end of text."""
+def _special_token_ids(tokenizer_dir: Path) -> dict[str, int | list[int]]:
+    """bos/eos/pad ids from the tokenizer folder's config, so ``generate`` stops at end of text — and at
+    the end of a chat turn (``<|im_end|>`` first in ``eos_token_id``) when the tokenizer has a chat template."""
     config = read_json(tokenizer_dir / "tokenizer_config.json") or {}
     by_token = {entry["content"]: int(i) for i, entry in config.get("added_tokens_decoder", {}).items()}
-    ids = {}
+    ids: dict[str, int | list[int]] = {}
     for role in ("bos", "eos", "pad"):
         token = config.get(f"{role}_token")
         if isinstance(token, str) and token in by_token:
             ids[f"{role}_token_id"] = by_token[token]
+    if config.get("chat_template") and CHAT_END_OF_TURN in by_token:
+        stops = [by_token[CHAT_END_OF_TURN]] + ([ids["eos_token_id"]] if "eos_token_id" in ids else [])
+        ids["eos_token_id"] = stops if len(stops) > 1 else stops[0]
     return ids
 
 

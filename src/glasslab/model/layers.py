@@ -94,7 +94,10 @@ class Attention(nn.Module):
         x_BTD: torch.Tensor,
         rotations_T1H: torch.Tensor,
         cache: LayerKVCache | None = None,
+        mask_B1TT: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        """``mask_B1TT`` (bool, True = may attend) replaces the causal mask, e.g. a block-diagonal causal
+        mask that keeps packed documents apart; it is not combined with a cache."""
         B, T, _ = x_BTD.shape
         H, K, hd = self.n_heads, self.n_kv_heads, self.head_dim
         qkv_BTND = self.qkv_proj(x_BTD).view(B, T, H + 2 * K, hd)
@@ -113,7 +116,7 @@ class Attention(nn.Module):
         if cache is not None:
             past = cache.length
             k_BKTD, v_BKTD = cache.append(k_BKTD, v_BKTD)
-        mask = None
+        mask = mask_B1TT
         if past > 0 and T > 1:
             # A chunk after a cached prefix: each query sees the whole prefix and its causal part.
             q_pos = torch.arange(past, past + T, device=x_BTD.device)
@@ -123,7 +126,7 @@ class Attention(nn.Module):
             k_BKTD,
             v_BKTD,
             attn_mask=mask,
-            is_causal=past == 0 and T > 1,
+            is_causal=mask is None and past == 0 and T > 1,
             enable_gqa=K != H,
         )
         return self.o_proj(out_BHTD.transpose(1, 2).reshape(B, T, H * hd))

@@ -32,8 +32,9 @@ class Block(nn.Module):
         x_BTD: torch.Tensor,
         rotations_T1H: torch.Tensor,
         cache: LayerKVCache | None = None,
+        mask_B1TT: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        x_BTD = x_BTD + self.attn(self.attn_norm(x_BTD), rotations_T1H, cache)
+        x_BTD = x_BTD + self.attn(self.attn_norm(x_BTD), rotations_T1H, cache, mask_B1TT)
         return x_BTD + self.ffn(self.ffn_norm(x_BTD))
 
 
@@ -71,15 +72,27 @@ class Transformer(nn.Module):
     def output_weight_VD(self) -> torch.Tensor:
         return self.embed.weight if self.lm_head is None else self.lm_head.weight
 
-    def forward(self, tokens_BT: torch.Tensor, caches: list[LayerKVCache] | None = None) -> torch.Tensor:
-        """Logits (B, T, vocab) in fp32. With ``caches`` (generation), positions continue after them."""
+    def forward(self, tokens_BT: torch.Tensor, caches: list[LayerKVCache] | None = None,
+                doc_ids_BT: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits (B, T, vocab) in fp32. With ``caches`` (generation), positions continue after them.
+
+        ``doc_ids_BT`` (packed sequences): a token attends only to earlier tokens with the same id, so
+        documents packed into one row do not see each other. Positions are not reset per document: RoPE
+        scores depend only on the distance between tokens, so a document computes the same wherever it sits.
+        Without it, attention is plain causal (the pretraining path, unchanged).
+        """
         B, T = tokens_BT.shape
         x_BTD = self.embed(tokens_BT)
         start = caches[0].length if caches else 0
         positions_T = torch.arange(start, start + T, device=tokens_BT.device)
         rotations_T1H = rope_rotations(positions_T, self.cfg.attn_head_dim, self.cfg.rope_theta)
+        mask_B1TT = None
+        if doc_ids_BT is not None:
+            if caches:
+                raise ValueError("doc_ids_BT and caches do not combine: decode one document at a time")
+            mask_B1TT = document_causal_mask(doc_ids_BT)
         for i, block in enumerate(self.blocks):
-            x_BTD = block(x_BTD, rotations_T1H, caches[i] if caches else None)
+            x_BTD = block(x_BTD, rotations_T1H, caches[i] if caches else None, mask_B1TT)
         logits_BTV = F.linear(self.final_norm(x_BTD), self.output_weight_VD).float()
         self._logit_z_loss = None
         if self.training and self.cfg.logit_z_loss_coef > 0:
@@ -111,6 +124,17 @@ class Transformer(nn.Module):
         for name, p in self.named_parameters():
             groups[_group_of(name)].append((name, p))
         return groups
+
+
+def document_causal_mask(doc_ids_BT: torch.Tensor) -> torch.Tensor:
+    """Bool (B, 1, T, T): query t may attend key s when s <= t and both belong to the same document.
+
+    SDPA with this boolean mask costs about what ``is_causal`` does on CPU (docs/LOG.md, 2026-11-30);
+    ``flex_attention`` has no CPU backward.
+    """
+    T = doc_ids_BT.shape[1]
+    causal_TT = torch.ones(T, T, dtype=torch.bool, device=doc_ids_BT.device).tril()
+    return (doc_ids_BT[:, None, :, None] == doc_ids_BT[:, None, None, :]) & causal_TT
 
 
 def _group_of(name: str) -> str:

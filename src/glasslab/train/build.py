@@ -10,6 +10,7 @@ import dataclasses
 import functools
 from pathlib import Path
 
+import torch
 import torch.utils.checkpoint
 from torch import nn
 
@@ -67,28 +68,20 @@ def _loader_and_tokenizer(run_cfg: RunConfig, ctx: DistContext):
 
 
 def build_parts(run_cfg: RunConfig, ctx: DistContext) -> RunParts:
-    """Loader first (a bad mixture fails before any compute), then the model seeded by ``train.seed``."""
+    """Loader first (a bad mixture fails before any compute), then the model seeded by ``train.seed``.
+
+    A config with an ``sft`` section is built by :func:`glasslab.train.sft.build_sft_parts` instead.
+    """
+    if run_cfg.sft is not None:
+        from glasslab.train.sft import build_sft_parts
+
+        return build_sft_parts(run_cfg, ctx.device, ctx.rank, ctx.world_size)
     cfg = run_cfg.train
     loader, tokenizer = _loader_and_tokenizer(run_cfg, ctx)
-    dataset = run_cfg.data.path
     seed_everything(cfg.seed)
     model = Transformer(run_cfg.model)
     if cfg.activation_checkpointing:
         checkpoint_activations(model.blocks)
-    domains = list(loader.domains)
-    batches_by_domain = {
-        domain: functools.partial(eval_batches, dataset, domain, cfg.seq_len, cfg.eval_batch_size,
-                                  cfg.eval_max_tokens)
-        for domain in domains
-    }
-    bytes_per_token = {domain: eval_bytes_per_token(dataset, domain) for domain in domains}
-    scorer = TaskScorer(load_tasks(cfg.eval_tasks, dataset), tokenizer, tokenizer.token_to_id(EOT))
-    task_evals = TaskEvals(cfg, scorer, ctx.device)
-
-    def evaluate_model(model_to_eval, step: int):
-        return {**evaluate(model_to_eval, batches_by_domain, bytes_per_token, ctx.device),
-                **task_evals(model_to_eval, step)}
-
     sample = None
     if cfg.sample_prompts and cfg.sample_max_new_tokens:
 
@@ -98,15 +91,38 @@ def build_parts(run_cfg: RunConfig, ctx: DistContext) -> RunParts:
 
     return RunParts(model=model, balancer=model.balancer, loader=loader,
                     flops_per_token=run_cfg.model.flops_per_token(cfg.seq_len),
-                    evaluate=evaluate_model, sample=sample)
+                    evaluate=domain_evaluator(run_cfg, ctx.device, tokenizer, loader.domains), sample=sample)
+
+
+def domain_evaluator(run_cfg: RunConfig, device: torch.device, tokenizer, domains: list[str] | None = None):
+    """``evaluate(model, step)``: losses over the held-out split of ``domains`` (default: the mixture's
+    weighted ones), and the run's ``train.eval_tasks`` scored with ``tokenizer`` when they are due."""
+    cfg, dataset = run_cfg.train, run_cfg.data.path
+    if domains is None:
+        domains = sorted({d for _, w in run_cfg.data.mixture.weight_sets() for d, v in w.items() if v > 0})
+    batches_by_domain = {
+        domain: functools.partial(eval_batches, dataset, domain, cfg.seq_len, cfg.eval_batch_size,
+                                  cfg.eval_max_tokens)
+        for domain in domains
+    }
+    bytes_per_token = {domain: eval_bytes_per_token(dataset, domain) for domain in domains}
+    scorer = TaskScorer(load_tasks(cfg.eval_tasks, dataset), tokenizer, tokenizer.token_to_id(EOT))
+    task_evals = TaskEvals(cfg, scorer, device)
+
+    def evaluate_model(model_to_eval, step: int):
+        return {**evaluate(model_to_eval, batches_by_domain, bytes_per_token, device),
+                **task_evals(model_to_eval, step)}
+
+    return evaluate_model
 
 
 def describe(run_cfg: RunConfig) -> dict:
     """What run.json records about the model and data: size name, parameter counts, FLOPs per token, the
     dataset (``dataset``: ``folder`` — the data step's folder name under the lab —, ``path``,
     ``manifest_hash``), the mixture planned for this run's token budget (``mixture``: what
-    ``data.plan_mixture`` returns — weights, tokens and epochs per domain and phase, totals), and each
-    task's chance level, item count and hash (``tasks``, where the page draws chance lines)."""
+    ``data.plan_mixture`` returns — weights, tokens and epochs per domain and phase, totals), each
+    task's chance level, item count and hash (``tasks``, where the page draws chance lines); for SFT
+    also the role, the parent checkpoint and the base model's record (``train.sft.base_record``)."""
     cfg, data = run_cfg.train, run_cfg.data
     digest = manifest_hash(data.path)
     domains = read_manifest(data.path)["domains"]
@@ -122,6 +138,10 @@ def describe(run_cfg: RunConfig) -> dict:
     }
     if run_cfg.train.eval_tasks:
         record["tasks"] = {t.name: t.describe() for t in load_tasks(run_cfg.train.eval_tasks, run_cfg.data.path)}
+    if run_cfg.sft is not None:
+        from glasslab.train.sft import base_record
+
+        record.update(base_record(run_cfg))
     return record
 
 

@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from glasslab.track import Run
@@ -36,6 +35,7 @@ from glasslab.train.distributed import DistContext, wrap_model
 from glasslab.train.guard import SpikeGuard
 from glasslab.train.hooks import TrainerHook
 from glasslab.train.norms import grads_by_group, group_norms, named_norms, unique_groups
+from glasslab.train.objectives import NextToken
 from glasslab.train.optim import build_optimizer
 from glasslab.train.rng import capture_rng, restore_rng
 from glasslab.train.schedule import lr_multiplier
@@ -54,7 +54,8 @@ class RunParts:
     ``balancer`` (or None for dense models) has ``step() -> stats`` with ``.scalars``/``.vectors``
     and ``state_dict()``; ``loader`` has ``next_batch()``, ``skip(n)``, ``weights_at(step)``, ``epochs()`` and
     ``state_dict()``; ``evaluate(model, step)`` returns ``eval/...`` metrics; ``sample(model, step)``
-    returns (prompt, text) pairs.
+    returns (prompt, text) pairs; ``objective`` (:mod:`glasslab.train.objectives`) turns the loader's
+    batches into losses (None: pretraining's next-token loss).
     """
 
     model: nn.Module
@@ -63,6 +64,7 @@ class RunParts:
     flops_per_token: float
     evaluate: Callable[[nn.Module, int], dict[str, float]] | None = None
     sample: Callable[[nn.Module, int], list[tuple[str, str]]] | None = None
+    objective: Any = None
 
 
 class Trainer:
@@ -89,6 +91,7 @@ class Trainer:
         self.all_params = [p for params in self.params_by_group.values() for p in params]
         self.optimizer = build_optimizer(cfg.optimizer, groups, fused=ctx.device.type == "cuda")
         self.guard = SpikeGuard(cfg.guard)
+        self.objective = parts.objective or NextToken(cfg.global_batch_tokens)
         self.micro_batch, self.num_micro = cfg.micro_batches(ctx.world_size)
         self.meter = ThroughputMeter(parts.flops_per_token, peak_flops, ctx.world_size)
         self.step = 0
@@ -187,11 +190,12 @@ class Trainer:
     def train_step(self) -> dict[str, float]:
         """One optimiser step (applied, skipped, or ending in a rollback); returns what it logged."""
         batch = self.parts.loader.next_batch().to(self.ctx.device, non_blocking=True)
-        loss_sum = self.forward_backward(batch)
+        loss_tokens = self.objective.loss_tokens(batch)
+        loss_sum = self.forward_backward(batch, loss_tokens)
         grad_norms = group_norms(grads_by_group(self.params_by_group))
         packed = torch.stack([loss_sum, torch.tensor(float(self.preempt_requested), device=loss_sum.device)])
         values = torch.cat([self.ctx.all_reduce_sum(packed), grad_norms]).tolist()
-        loss = values[0] / self.cfg.global_batch_tokens
+        loss = values[0] / loss_tokens
         self.preempt_requested = values[1] > 0
         grad_norm_values = values[2:]
         verdict = self.guard.judge(loss, grad_norm_values[-1])
@@ -202,6 +206,7 @@ class Trainer:
         if verdict.apply:
             metrics.update(self.apply_update(step_index, grad_norms[-1]))
             metrics["train/loss"] = loss
+            metrics.update(self.objective.metrics(loss, batch))
             metrics.update(named_norms("grad/norm", self.group_names, grad_norm_values))
         else:
             self.optimizer.zero_grad()
@@ -219,18 +224,17 @@ class Trainer:
             self.run.log(metrics, self.step)
         return metrics
 
-    def forward_backward(self, batch: torch.Tensor) -> torch.Tensor:
-        """Accumulate gradients of (sum of token losses / global tokens) over micro-batches; return the local sum."""
+    def forward_backward(self, batch: Any, loss_tokens: int) -> torch.Tensor:
+        """Accumulate gradients of (sum of token losses / ``loss_tokens`` counted over the global batch)
+        over micro-batches; return the local sum."""
         # DDP averages gradients over ranks, so each rank scales by world/global to get sum/global overall.
-        scale = self.ctx.world_size / self.cfg.global_batch_tokens
-        loss_sum = torch.zeros((), device=batch.device)
+        scale = self.ctx.world_size / loss_tokens
+        loss_sum = torch.zeros((), device=self.ctx.device)
         for i, micro in enumerate(batch.split(self.micro_batch)):
             last = i == self.num_micro - 1
             no_sync = self.net.no_sync() if hasattr(self.net, "no_sync") and not last else contextlib.nullcontext()
             with no_sync:
-                with self._autocast():
-                    logits_BTV = self.net(micro[:, :-1])
-                nats = F.cross_entropy(logits_BTV.float().flatten(0, 1), micro[:, 1:].flatten(), reduction="sum")
+                nats = self.objective.nats(self.net, micro, self._autocast)
                 aux = self.model.aux_loss()
                 (nats * scale + aux / self.num_micro).backward()
             loss_sum += nats.detach()

@@ -2,7 +2,7 @@
 
 It lives in ``train/`` because ``config.py`` may import no other part, and the trainer is the first
 part that knows both the model and the data. Overrides address it as ``model.d_model=64``,
-``data.mixture.weights.web=0.7``, ``train.optimizer.lr=3e-3``.
+``data.mixture.weights.web=0.7``, ``train.optimizer.lr=3e-3``, ``sft.packing=padded``.
 """
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 
 from glasslab.data import DataConfig
 from glasslab.model import ModelConfig
-from glasslab.train.config import TrainConfig
+from glasslab.train.config import SFTConfig, TrainConfig
 
 
 @dataclass(frozen=True)
 class RunConfig:
-    """A training run: which model, on which data mixture, trained how."""
+    """A training run: which model, on which data mixture, trained how (and, for SFT, from what)."""
 
     model: ModelConfig = field(default_factory=ModelConfig)
     """Architecture and size (see glasslab.model)."""
@@ -24,3 +24,5 @@ class RunConfig:
     """Dataset (a data build to run, or a built folder) and mixture (see glasslab.data)."""
     train: TrainConfig = field(default_factory=TrainConfig)
     """Batch, budget, optimiser, schedule, guard and intervals."""
+    sft: SFTConfig | None = None
+    """Supervised fine-tuning from a base checkpoint on conversations (None: pretraining)."""

@@ -90,9 +90,14 @@ def run_training(ctx: Any, record_extra: dict[str, Any] | None = None,
                             "differs); rebuilt or replaced since?")
         run_cfg = dataclasses.replace(run_cfg, data=dataclasses.replace(run_cfg.data, path=cfg.data_path))
     resume = read_record(ctx.output_dir) is not None
+    record_extra = dict(cfg.record_extra if record_extra is None else record_extra)
+    if run_cfg.sft is not None and not resume:  # the base model's numbers and replies, beside the run's own
+        from glasslab.train.sft import sft_baseline
+
+        record_extra["base"] = sft_baseline(run_cfg, cfg.device)
     all_hooks = [_make_hook(ref) for ref in cfg.hooks] + list(hooks)
     result = train(run_cfg, ctx.output_dir, resume=resume, fork=None if resume else cfg.fork,
-                   record_extra=cfg.record_extra if record_extra is None else record_extra, device=cfg.device,
+                   record_extra=record_extra, device=cfg.device,
                    hooks=all_hooks)
     if result["status"] != "finished":
         raise TrainingPreempted(result)

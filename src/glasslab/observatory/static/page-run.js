@@ -42,7 +42,7 @@
     if (L.ladder) add("ladder", link("ladder", L.ladder, d.record.ladder || L.ladder));
     if (L.parent) {
       const name = L.parent.run ? link("run", L.parent.run, L.parent.run) : el("span", {}, L.parent.name || "?");
-      add("forked from", name, L.parent.step != null ? ` at step ${fmt(L.parent.step, "count")}` : "");
+      add(d.record.role === "sft" ? "fine-tuned from" : "forked from", name, L.parent.step != null ? ` at step ${fmt(L.parent.step, "count")}` : "");
     }
     if (L.children && L.children.length) {
       add("forks", ...L.children.flatMap((c, i) => [i ? ", " : "", link("run", c.run, c.run),
@@ -156,10 +156,17 @@
     evaluationsSection((d.links || {}).evaluations);
     const samplesBox = section("Samples", el("div", {})).lastChild;
     const samples = d.samples.slice();
+    // An SFT run's record holds the base model's replies to the same prompts: shown beside each reply.
+    const baseReplies = new Map(((rec.base || {}).samples || []).map((x) => [x.prompt, x.text]));
+    const parentStep = (rec.parent || {}).step;
     const drawSamples = () => {
       samplesBox.textContent = "";
-      samplesBox.append(samples.length ? table(["step", "prompt", "text"],
-        samples.slice().reverse().map((x) => [x.step, sampleCell(x.prompt), sampleCell(x.text)]))
+      const head = ["step", "prompt", "text"];
+      if (baseReplies.size) head.push(`base model's reply${parentStep != null ? ` (step ${parentStep})` : ""}`);
+      samplesBox.append(samples.length ? table(head,
+        samples.slice().reverse().map((x) => [x.step, sampleCell(x.prompt), sampleCell(x.text),
+          ...(baseReplies.size ? [sampleCell(baseReplies.get(x.prompt) ?? "")] : [])]),
+        { class: "samples" })
         : el("p", { class: "muted" }, "No samples yet."));
     };
     drawSamples();

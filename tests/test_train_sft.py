@@ -1,0 +1,197 @@
+"""SFT as the trainer's second objective: assistant-only loss, packing that equals conversations alone,
+a real fine-tune of a real base run through the lab step, and an exact resume after SIGKILL."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+import yaml
+
+from cli_runner import run_cli, subprocess_env
+from glasslab.config import from_dict, to_dict
+from glasslab.data.chat import ChatEncoder
+from glasslab.data.conversations import ConversationsConfig, build_conversations
+from glasslab.data.packing import collate, pack_rows
+from glasslab.data.tokenizer import PAD, load_tokenizer
+from glasslab.lab.step import StepContext
+from glasslab.model import ModelConfig, Transformer
+from glasslab.track import RunReader, read_record
+from glasslab.train import RunConfig, train
+from glasslab.train import checkpoint as ckpt
+from glasslab.train.config import SFTConfig
+from glasslab.train.objectives import AssistantOnly
+from glasslab.train.sft import (
+    CHAT_PROMPTS,
+    SFTStepConfig,
+    default_sft_train,
+    sft_run_config,
+    sft_step,
+    turn_text,
+)
+from train_data import build_tiny_dataset, tiny_run_config
+
+CHATS = [
+    [{"role": "user", "content": "What does `f` do?"}, {"role": "assistant", "content": "It returns the answer."}],
+    [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Explain `assert`."},
+     {"role": "assistant", "content": "Assert checks a condition."}, {"role": "user", "content": "More?"},
+     {"role": "assistant", "content": "It raises AssertionError when the condition is false."}],
+    [{"role": "user", "content": "Write `g`."}, {"role": "assistant", "content": "```python\ndef g():\n    pass\n```"}],
+]
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory) -> dict[str, Path]:
+    """A tiny dataset, a 30-step base run on it, and a decontaminated built-in conversations folder."""
+    root = tmp_path_factory.mktemp("sft")
+    dataset = build_tiny_dataset(root)
+    train(from_dict(RunConfig, tiny_run_config(dataset, max_steps=30, checkpoint_interval=30)), root / "base")
+    conversations = build_conversations(ConversationsConfig(builtin_max_modules=40, decontaminate=str(dataset)),
+                                        root / "conversations", progress=False)
+    return {"root": root, "dataset": dataset, "base": root / "base", "conversations": conversations}
+
+
+@pytest.fixture(scope="module")
+def encoder(lab) -> ChatEncoder:
+    return ChatEncoder(load_tokenizer(lab["dataset"]))
+
+
+def _model() -> Transformer:
+    torch.manual_seed(0)
+    return Transformer(ModelConfig(vocab_size=512, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=64))
+
+
+def _grads(model: Transformer) -> list[torch.Tensor]:
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    return grads
+
+
+def test_packed_loss_and_gradient_equal_each_conversation_alone(encoder):
+    convs = encoder.encode_many(CHATS * 3)
+    model = _model()
+    alone_nats = 0.0
+    for conv in convs:
+        ids = torch.from_numpy(conv.ids.astype(np.int64))
+        nats = F.cross_entropy(model(ids[None, :-1])[0], ids[1:], reduction="none")
+        alone_nats = alone_nats + nats[torch.from_numpy(conv.assistant_mask[1:])].sum()
+    alone_nats.backward()
+    alone_grads = _grads(model)
+    rows = pack_rows([len(c.ids) for c in convs], 128)
+    assert len(rows) < len(convs)  # several conversations share a row
+    for packed in (True, False):
+        batch = collate(convs, rows if packed else [[i] for i in range(len(convs))], 127, encoder_pad(encoder), packed)
+        assert batch.loss_tokens == sum(c.num_assistant_tokens for c in convs)
+        nats = AssistantOnly().nats(model, batch, contextlib.nullcontext)
+        nats.backward()
+        torch.testing.assert_close(nats.detach(), alone_nats.detach(), rtol=1e-5, atol=1e-4)
+        for g, a in zip(_grads(model), alone_grads, strict=True):
+            torch.testing.assert_close(g, a, rtol=1e-4, atol=1e-6)
+
+
+def encoder_pad(encoder: ChatEncoder) -> int:
+    return encoder.tokenizer.token_to_id(PAD)
+
+
+def test_a_user_turn_token_changes_nothing_in_the_gradient(encoder):
+    # A conversation ending in a user turn, packed before another: that turn is nobody's context and no target.
+    trailing = CHATS[0] + [{"role": "user", "content": "Thanks, and what about `h`?"}]
+    first, second = encoder.encode_many([trailing, CHATS[1]])
+    user_positions = np.flatnonzero(~first.assistant_mask)[-4:-2]  # inside the trailing user message
+    model = _model()
+
+    def gradient(first_ids: np.ndarray, second_ids: np.ndarray) -> list[torch.Tensor]:
+        convs = [type(first)(first_ids, first.assistant_mask), type(second)(second_ids, second.assistant_mask)]
+        batch = collate(convs, [[0, 1]], 255, encoder_pad(encoder), True)
+        AssistantOnly().nats(model, batch, contextlib.nullcontext).backward()
+        return _grads(model)
+
+    reference = gradient(first.ids, second.ids)
+    changed_user = first.ids.copy()
+    changed_user[user_positions] = (changed_user[user_positions] + 17) % 400 + 20
+    for g, r in zip(gradient(changed_user, second.ids), reference, strict=True):
+        assert torch.equal(g, r)
+    changed_reply = second.ids.copy()
+    reply_position = int(np.flatnonzero(second.assistant_mask)[2])
+    changed_reply[reply_position] = (changed_reply[reply_position] + 17) % 400 + 20
+    assert any(not torch.equal(g, r) for g, r in zip(gradient(first.ids, changed_reply), reference, strict=True))
+
+
+def _sft_train_config(**train):
+    base = default_sft_train()
+    values = {**to_dict(base), "seq_len": 128, "global_batch_tokens": 128 * 8, "max_steps": 24, "eval_max_tokens": 512,
+              "checkpoint_interval": 12, "sample_max_new_tokens": 16,
+              "optimizer": {"lr": 3e-3, "weight_decay": 0.0}, **train}
+    return from_dict(type(base), values)
+
+
+@pytest.mark.slow
+def test_sft_step_fine_tunes_the_base_and_records_role_parent_and_base_replies(lab):
+    cfg = SFTStepConfig(train=_sft_train_config(), sft=SFTConfig(), base_from="base",
+                        conversations_from="conversations")
+    out = lab["root"] / "sft-step"
+    out.mkdir()
+    ctx = StepContext("sft", out, cfg, {"base": lab["base"], "conversations": lab["conversations"]}, lab["root"])
+    result = sft_step(ctx)
+    record = read_record(out)
+    assert record["role"] == "sft" and record["parent"] == {"run": "base", "run_dir": str(lab["base"]), "step": 30}
+    base_loss = record["base"]["metrics"]["eval/sft/loss"]
+    assert [turn_text(s["prompt"]) for s in record["base"]["samples"]] == list(CHAT_PROMPTS)
+    assert result["eval/sft/loss"] < 0.95 * base_loss  # held-out assistant tokens, before vs after
+    with RunReader(out) as reader:
+        steps, sft_loss = reader.scalars("sft/loss")
+        _, counted = reader.scalars("sft/assistant_tokens")
+        _, train_loss = reader.scalars("train/loss")
+        samples = reader.samples()
+    assert steps[-1] == 24 and len(steps) >= 22 and sft_loss == train_loss  # (the spike guard may skip a step)
+    assert counted == sorted(counted) and counted[0] > 0
+    assert np.mean(sft_loss[-5:]) < np.mean(sft_loss[:5])
+    assert [json.loads(s["prompt"]) for s in samples if s["step"] == 24] == [[{"role": "user", "content": p}]
+                                                                             for p in CHAT_PROMPTS]
+    assert json.loads(samples[-1]["text"])[0]["role"] == "assistant"
+    assert record["config"]["sft"]["packing"] == "packed"
+
+
+@pytest.mark.slow
+def test_sigkilled_sft_run_resumes_bit_identical(lab, tmp_path):
+    config = tmp_path / "sft.yaml"
+    config.write_text(yaml.safe_dump(to_dict(_run_config(lab, max_steps=16, checkpoint_interval=4))))
+    ref = run_cli("train", str(config), "--run-dir", str(tmp_path / "ref"))
+    assert ref.returncode == 0, ref.stderr[-3000:]
+
+    run_dir = tmp_path / "killed"
+    proc = subprocess.Popen([sys.executable, "-m", "glasslab", "train", str(config), "--run-dir", str(run_dir)],
+                            env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    at_least, deadline = random.choice([4, 8, 12]), time.monotonic() + 300
+    while not any(step >= at_least for step, _ in ckpt.list_checkpoints(run_dir)):
+        assert proc.poll() is None, proc.stderr.read()[-2000:]
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    time.sleep(random.uniform(0.0, 0.2))  # anywhere: mid-step, mid-checkpoint
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    resumed = run_cli("train", str(config), "--run-dir", str(run_dir), "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    with RunReader(tmp_path / "ref") as a, RunReader(run_dir) as b:
+        for key in ("sft/loss", "sft/assistant_tokens", "eval/sft/loss", "mixture/epochs/sft"):
+            assert b.scalars(key) == a.scalars(key), key  # bit for bit
+        assert b.scalars("sft/loss")[0][-1] == 16 and any(e["kind"] == "resume" for e in b.events())
+    record = read_record(run_dir)
+    assert record["role"] == "sft" and record["parent"]["step"] == 30  # `glasslab train` with an sft: section
+    assert record["base"] == read_record(tmp_path / "ref")["base"]  # measured once, before step 0, exactly
+    assert record["base"]["metrics"]["eval/sft/loss"] > 0 and len(record["base"]["samples"]) == len(CHAT_PROMPTS)
+
+
+def _run_config(lab, **train) -> RunConfig:
+    cfg = SFTStepConfig(train=_sft_train_config(**train), base_from="base", conversations_from="conversations")
+    return sft_run_config(cfg, {"base": lab["base"], "conversations": lab["conversations"]})
