@@ -1,0 +1,67 @@
+"""Built-in corpora from glasslab's own dependencies: deterministic, versioned in the manifest, and a
+missing one fails in one line."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import sys
+
+import pytest
+
+from glasslab.config import ConfigError, from_dict
+from glasslab.data import BuildConfig, SourceConfig, build_dataset, builtin
+from glasslab.data.config import EvalSplitConfig, TokenizerConfig
+from glasslab.data.sources import InputErrors, read_source
+from glasslab.errors import UserError
+
+
+def _read(source: SourceConfig) -> list[str]:
+    return list(read_source(source, InputErrors()))
+
+
+def test_package_corpora_are_deterministic_disjoint_and_versioned():
+    code = _read(SourceConfig(domain="code", kind="builtin", path="numpy_code", max_documents=4))
+    assert code == _read(SourceConfig(domain="code", kind="builtin", path="numpy_code", max_documents=4))
+    assert len(code) == 4 and all("import" in t or "def " in t for t in code)
+    prose = _read(SourceConfig(domain="prose", kind="builtin", path="numpy_prose", max_bytes=100_000))
+    assert all(len(t) >= builtin.MIN_PROSE_CHARS for t in prose)
+    # Code and prose come from disjoint halves of the module list: no prose text inside a code document.
+    every_code = "".join(builtin.documents("numpy_code"))
+    assert not any(t.split("\n\n")[0] in every_code for t in prose if len(t.split("\n\n")[0]) > 80)
+    modules = [relative for relative, _ in builtin.package_modules("numpy_code")]
+    assert modules == sorted(modules) and not any("/tests/" in m for m in modules)
+    entry = builtin.describe("numpy_prose")
+    assert entry["package"] == "numpy" and entry["version"] == importlib.metadata.version("numpy")
+    assert "BSD" in entry["licence"] and entry["version"] in entry["provenance"]
+    # Every dependency listed is installed with glasslab, so every corpus name resolves here.
+    for name in builtin.corpus_names():
+        assert builtin.describe(name)["licence"] not in ("", "unknown"), name
+
+
+def test_corpus_names_are_validated_and_a_missing_corpus_fails_in_one_line(monkeypatch):
+    assert from_dict(SourceConfig, {"kind": "builtin", "path": "torch_code"}).path == "torch_code"
+    with pytest.raises(ConfigError, match="source.path='pandas_code'"):
+        from_dict(SourceConfig, {"kind": "builtin", "path": "pandas_code"})
+    monkeypatch.setitem(builtin.PACKAGES, "ghost", "glasslab-ghost-package")
+    with pytest.raises(UserError, match="ghost_code: package glasslab-ghost-package is not installed"):
+        _read(SourceConfig(domain="x", kind="builtin", path="ghost_code"))
+    # Some distributions ship pydoc_data separately: a missing module is a one-line error, not a traceback.
+    monkeypatch.setitem(sys.modules, "pydoc_data.topics", None)
+    with pytest.raises(UserError, match="pydoc_topics: this Python has no pydoc_data"):
+        _read(SourceConfig(domain="x", kind="builtin", path="pydoc_topics"))
+
+
+def test_manifest_records_each_source_with_package_version_and_licence(tmp_path):
+    cfg = BuildConfig(
+        sources=(SourceConfig(domain="prose", kind="builtin", path="rich_prose", max_bytes=120_000),
+                 SourceConfig(domain="ref", kind="builtin", path="pydoc_topics", max_documents=40)),
+        eval=EvalSplitConfig(fraction=0.1, min_bytes=5_000),
+        tokenizer=TokenizerConfig(vocab_size=400), num_workers=1,
+    )
+    manifest = json.loads((build_dataset(cfg, tmp_path / "ds", progress=False) / "manifest.json").read_text())
+    by_path = {s["path"]: s for s in manifest["sources"]}
+    assert by_path["rich_prose"]["package"] == "rich"
+    assert by_path["rich_prose"]["version"] == importlib.metadata.version("rich")
+    assert by_path["rich_prose"]["licence"] == "MIT"
+    assert by_path["pydoc_topics"]["package"] == "python" and by_path["pydoc_topics"]["licence"] == "PSF-2.0"
