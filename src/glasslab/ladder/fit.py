@@ -32,20 +32,23 @@ LAW_LINE_POINTS = 64
 
 
 def fit_ladder(rungs: Sequence[Rung], *, ladder: str, target_flops: float, L_inf: float | None,
-               sweep: Sequence[float] = (), hero_run: str | None = None, level: float = 0.9,
-               num_bootstrap: int = 1000, seed: int = 0) -> dict[str, Any]:
+               sweep: Sequence[float] = (), L_inf_prior: tuple[float, float] | None = None,
+               hero_run: str | None = None, level: float = 0.9, num_bootstrap: int = 1000,
+               seed: int = 0) -> dict[str, Any]:
     """Fit ``rungs`` and predict ``target_flops`` (FLOPs); returns the ``fit.json`` dict.
 
-    ``L_inf`` pins the asymptote (nats per token; None fits it) and ``sweep`` lists the assumed
-    asymptotes whose predictions are tabulated and widen the interval.
+    ``L_inf`` pins the asymptote (nats per token; None fits it), ``sweep`` lists the assumed
+    asymptotes whose predictions are tabulated, and ``L_inf_prior`` (low, high) is the range a pinned
+    asymptote is spread over for the intervals (default: the sweep's span, else ± 0.3 nats; see
+    :func:`glasslab.ladder.predict.asymptote_prior`). The prior used is recorded under ``L_inf``.
     """
     if not (math.isfinite(target_flops) and target_flops > 0):
         raise UserError(f"target compute {target_flops!r} FLOPs: expected a finite positive number")
     check_rungs(rungs, 1, distinct_compute=False)
     isoflop = _varies_tokens_per_param(rungs)
     law_rungs = compute_frontier(rungs) if isoflop else list(rungs)
-    options = {"L_inf": L_inf, "sweep": tuple(sweep), "level": level, "num_bootstrap": num_bootstrap,
-               "seed": seed}
+    options = {"L_inf": L_inf, "sweep": tuple(sweep), "L_inf_prior": L_inf_prior, "level": level,
+               "num_bootstrap": num_bootstrap, "seed": seed}
     prediction = predict(law_rungs, target_flops, seeds_at_target=1, **options)
     law = prediction.law
     param_se = law_param_se(law_rungs, law, prediction.noise, num_bootstrap=num_bootstrap,
@@ -56,14 +59,15 @@ def fit_ladder(rungs: Sequence[Rung], *, ladder: str, target_flops: float, L_inf
     return {
         "ladder": ladder,
         "target": TARGET_METRIC,
-        "L_inf": {"mode": law.L_inf_mode, "value": law.L_inf, "sweep": [float(x) for x in sweep]},
+        "L_inf": {"mode": law.L_inf_mode, "value": law.L_inf, "sweep": [float(x) for x in sweep],
+                  "prior": prediction.prior.to_dict() if prediction.prior else None},
         "rungs": [_rung_record(r) for r in rungs],
         "law": {"form": law.form, "params": law.params, "param_se": param_se,
                 "noise": prediction.noise.to_dict(), "fitted_on": [r.name for r in law_rungs]},
         "sweep_table": [vars(row) for row in prediction.sweep],
         "prediction": prediction.to_dict(),
         "curve": predict_curve(law_rungs, target_flops, seeds_at_target=1, **options),
-        "backtest": roll_forward(law_rungs, L_inf=L_inf, sweep=sweep, level=level,
+        "backtest": roll_forward(law_rungs, L_inf=L_inf, sweep=sweep, L_inf_prior=L_inf_prior, level=level,
                                  num_bootstrap=min(num_bootstrap, 400), seed=seed),
         "approach3": _approach3_record(rungs, target_flops, isoflop, seed),
         "law_line": law_line,
