@@ -16,6 +16,7 @@ from glasslab.ladder.approach3 import identifiable
 from glasslab.ladder.plan import (
     LadderSpec,
     batch_and_learning_rate,
+    budget_label,
     plan_ladder,
     run_overrides,
     rung_record_extra,
@@ -73,7 +74,7 @@ def test_isoflop_mode_plans_several_sizes_per_budget():
     plan = plan_ladder(LadderSpec(budgets=(1e14, 1e15), isoflop_sizes=5))
     assert plan.mode == "isoflop" and "approach 3" in plan.note
     for budget in (1e14, 1e15):
-        sizes = [r for r in plan.rungs if r.name.startswith(f"C{budget:.0e}")]
+        sizes = [r for r in plan.rungs if r.name.startswith(budget_label(budget) + "-")]
         assert len(sizes) >= 3
         assert len({r.model.d_model for r in sizes}) == len(sizes)
         for rung in sizes:

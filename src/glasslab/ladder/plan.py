@@ -193,6 +193,12 @@ def _width_for_budget(spec: LadderSpec, budget: float) -> int:
     return above if miss(above) < miss(width) else width
 
 
+def budget_label(budget: float) -> str:
+    """``C1.8e12``: a compute budget as a rung-name prefix (two significant figures; no '+', which step
+    and folder names cannot hold)."""
+    return "C" + f"{budget:.2g}".replace("e+", "e")
+
+
 def plan_ladder(spec: LadderSpec) -> LadderPlan:
     """The rungs and the hero of ``spec``, smallest first."""
     hero = plan_run(spec, spec.hero_width, name=f"hero-d{spec.hero_width}", role="hero")
@@ -206,7 +212,7 @@ def plan_ladder(spec: LadderSpec) -> LadderPlan:
         for i, budget in enumerate(budgets):
             width = _width_for_budget(spec, budget)
             tokens = budget / model_at_width(spec, width).flops_per_token(spec.seq_len)
-            rungs.append(plan_run(spec, width, name=f"C{budget:.0e}-d{width}", tokens=tokens,
+            rungs.append(plan_run(spec, width, name=f"{budget_label(budget)}-d{width}", tokens=tokens,
                                   seeds=_seeds(spec, i)))
         return LadderPlan(spec, "budgets", tuple(rungs), hero, _FIXED_RATIO_NOTE)
     rungs = []
@@ -219,7 +225,7 @@ def plan_ladder(spec: LadderSpec) -> LadderPlan:
         widths = sorted({max(head, head * round(center * s / head)) for s in scales})
         for width in widths:
             tokens = budget / model_at_width(spec, width).flops_per_token(spec.seq_len)
-            rung = plan_run(spec, width, name=f"C{budget:.0e}-d{width}", tokens=tokens, seeds=_seeds(spec, i))
+            rung = plan_run(spec, width, name=f"{budget_label(budget)}-d{width}", tokens=tokens, seeds=_seeds(spec, i))
             if MIN_TOKENS_PER_PARAM <= rung.tokens_per_param <= MAX_TOKENS_PER_PARAM:
                 rungs.append(rung)
     note = ("isoFLOP: several sizes per budget, so approach 3 (L(N,D)) can be fitted and gives the "

@@ -39,6 +39,8 @@ class FitStepConfig:
     sweep: tuple[float, ...]
     rung_steps: tuple[str, ...]
     num_bootstrap: int = 1000
+    target_size: tuple[float, float] | None = None
+    """(active parameters, training tokens) of the target run, for approach 3's prediction of it."""
 
 
 EVALS_PER_RUN = 20
@@ -74,9 +76,9 @@ def ladder_steps(plan: LadderPlan, data_step: Step, mixture: MixtureConfig, trai
                                      rung_record_extra(rung, seed, ladder), DATA_STEP, device, threads)
             rung_steps.append(Step(f"{ladder}-{rung.name}-s{seed}", train_step, config, deps=(data_step,),
                                    resources=resources))
-    fit = Step(f"{ladder}-fit", fit_step, FitStepConfig(ladder, plan.hero.flops, L_inf, tuple(sweep),
-                                                        tuple(s.name for s in rung_steps), num_bootstrap),
-               deps=tuple(rung_steps))
+    fit_config = FitStepConfig(ladder, plan.hero.flops, L_inf, tuple(sweep), tuple(s.name for s in rung_steps),
+                               num_bootstrap, (float(plan.hero.params_active), float(plan.hero.tokens)))
+    fit = Step(f"{ladder}-fit", fit_step, fit_config, deps=tuple(rung_steps))
     hero_config = TrainStepConfig(run_config_for(plan.hero, 0, mixture, train),
                                   rung_record_extra(plan.hero, 0, ladder), DATA_STEP, device, hero_threads)
     hero_resources = dataclasses.replace(resources, cpus=max(1, hero_threads))
@@ -89,7 +91,7 @@ def fit_step(ctx: StepContext) -> None:
     cfg: FitStepConfig = ctx.config
     rungs = read_rungs(ctx.inputs[name] for name in cfg.rung_steps)
     fit = fit_ladder(rungs, ladder=cfg.ladder, target_flops=cfg.target_flops, L_inf=cfg.L_inf, sweep=cfg.sweep,
-                     num_bootstrap=cfg.num_bootstrap)
+                     target_size=cfg.target_size, num_bootstrap=cfg.num_bootstrap)
     write_fit(ctx.output_dir / FIT_FILE, fit)
     draw_fit(fit, ctx.output_dir)
 
