@@ -39,7 +39,7 @@ from scipy.optimize import least_squares
 from glasslab import track
 from glasslab.ladder.approach3 import Approach3Law, fit_approach3
 from glasslab.ladder.compute_law import ComputeLaw
-from glasslab.ladder.fit import approach3_prediction, fit_ladder, read_fit
+from glasslab.ladder.fit import fit_ladder, read_fit
 from glasslab.ladder.predict import CURVE_FRACTIONS, predict
 from glasslab.ladder.rungs import Rung
 from glasslab.ladder.runs import find_ladder_runs, read_rungs
@@ -295,11 +295,11 @@ def isoflop_report(lab: Path, jobs: int) -> dict[str, float]:
         tokens = float(record["steps"]) * float(record["batch_size"]) * float(record["seq_len"])
         law = Approach3Law(*(p[k] for k in ("E", "A", "B", "alpha", "beta")),
                            bootstrap=tuple(map(tuple, a3["bootstrap"])), residual_sigma=a3["residual_sigma"])
-        pred = approach3_prediction(law, float(record["params_active"]), tokens)
+        point, low, high = law.predict_run(float(record["params_active"]), tokens)
         measured = read_rungs([long_hero])[0].loss_mean
-        headlines["hero_error_pct"] = 100 * (pred["point"] - measured) / measured
+        headlines["hero_error_pct"] = 100 * (point - measured) / measured
         print(f"long hero ({record['size_name']}, {tokens / float(record['params_active']):.0f} tokens/param): "
-              f"approach 3 predicts {pred['point']:.4f} [{pred['lo']:.4f}, {pred['hi']:.4f}], measured {measured:.4f}: "
+              f"approach 3 predicts {point:.4f} [{low:.4f}, {high:.4f}], measured {measured:.4f}: "
               f"error {headlines['hero_error_pct']:+.2f}%")
         long_fit = next(iter(sorted(lab.glob("long-fit-*"))), None)
         if long_fit is not None:

@@ -69,6 +69,18 @@ class Approach3Law:
         """The bootstrap refits as laws (empty when the fit skipped the bootstrap)."""
         return [Approach3Law(*values) for values in self.bootstrap]
 
+    def predict_run(self, params: float, tokens: float, *, level: float = 0.9,
+                    seed: int = 0) -> tuple[float, float, float]:
+        """Loss (nats/token) of one run of ``params`` parameters on ``tokens`` tokens: the point and a
+        ``level`` interval from the bootstrap refits plus the residual scatter of one run."""
+        point = float(self(params, tokens))
+        if not self.bootstrap:
+            return point, math.nan, math.nan
+        replicate_B = np.array([law(params, tokens) for law in self.replicates()], dtype=float)
+        rng = np.random.default_rng(seed)
+        replicate_B *= np.exp(self.residual_sigma * rng.standard_normal(len(replicate_B)))
+        return (point, *interval(replicate_B, level))
+
     def compute_optimal(self, flops: float, flops_per_param_token: float = 6.0) -> tuple[float, float]:
         """The (N, D) minimising loss at ``flops`` FLOPs when C = k·N·D (k = 6 for dense training).
 

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from glasslab.errors import UserError
-from glasslab.ladder.approach3 import Approach3Law, fit_approach3, identifiable, interval
+from glasslab.ladder.approach3 import fit_approach3, identifiable, interval
 from glasslab.ladder.backtest import roll_forward
 from glasslab.ladder.predict import predict, predict_curve
 from glasslab.ladder.rungs import Rung, check_rungs
@@ -113,20 +113,10 @@ def _approach3_record(rungs: Sequence[Rung], target_flops: float, target_size: t
                                   "tokens_per_param_interval": list(interval(optimal_ratio_B, level)),
                                   "loss": float(law(n_opt, d_opt)), "flops_per_param_token": flops_per_param_token}}
     if target_size is not None:
-        record["target"] = approach3_prediction(law, *target_size, level=level, seed=seed)
+        point, low, high = law.predict_run(*target_size, level=level, seed=seed)
+        record["target"] = {"params_active": target_size[0], "tokens": target_size[1], "point": point, "lo": low,
+                            "hi": high}
     return record
-
-
-def approach3_prediction(law: Approach3Law, params: float, tokens: float, *, level: float = 0.9,
-                         seed: int = 0) -> dict[str, float]:
-    """Approach 3's loss for one run of ``params`` active parameters on ``tokens`` tokens, with a
-    ``level`` interval from the bootstrap refits and the law's residual scatter (one run's noise)."""
-    rng = np.random.default_rng(seed)
-    replicate_B = np.array([b(params, tokens) for b in law.replicates()], dtype=float)
-    replicate_B = replicate_B * np.exp(law.residual_sigma * rng.standard_normal(len(replicate_B)))
-    low, high = interval(replicate_B, level) if len(replicate_B) else (math.nan, math.nan)
-    return {"params_active": float(params), "tokens": float(tokens), "point": float(law(params, tokens)),
-            "lo": low, "hi": high}
 
 
 def _rung_record(rung: Rung) -> dict[str, Any]:
