@@ -328,6 +328,12 @@ def main() -> None:
     if (args.long or args.isoflop or args.ladder) and args.lab is None:
         parser.error("--long, --isoflop and --ladder need --lab")
 
+    long = long_report(args.lab, args.jobs) if args.long else None  # training first: it takes the hour
+    iso = isoflop_report(args.lab, args.jobs) if args.isoflop else None
+    error = None
+    if args.ladder is not None:
+        error = trained_ladder_report(args.lab, args.ladder, None if args.L_inf == "free" else float(args.L_inf),
+                                      args.sweep)
     replicates = 40 if args.smoke else 1000
     rungs = synthetic_ladder(np.random.default_rng(0))
     full_fit = time_full_fit(rungs)
@@ -336,12 +342,6 @@ def main() -> None:
     coverage_exact = coverage("exact", replicates)
     coverage_free = coverage("free", replicates // 5)
     coverage_misspecified = coverage("misspecified", replicates)
-    error = None
-    if args.ladder is not None:
-        error = trained_ladder_report(args.lab, args.ladder, None if args.L_inf == "free" else float(args.L_inf),
-                                      args.sweep)
-    long = long_report(args.lab, args.jobs) if args.long else None
-    iso = isoflop_report(args.lab, args.jobs) if args.isoflop else None
 
     print(f"bootstrap refit: {vectorised * 1e6:.0f} us/replicate vectorised, {looped * 1e6:.0f} us/replicate "
           "with one scipy least_squares per replicate")

@@ -12,8 +12,12 @@ records with each corpus's licence. Corpora (``SourceConfig.path`` of a ``builti
   (:data:`PACKAGES`: ``numpy_code``, ``torch_prose``, …): the package's Python source files as its
   installation lists them (its RECORD), and the docstrings and comment blocks of those files.
 
-Tests, files describing how this particular interpreter was built (``_sysconfigdata*``, ``config-*/``)
-and anything installed into the standard library's site-packages are left out. Code and prose of one
+Tests, files describing how this particular interpreter was built (``_sysconfigdata*``, ``config-*/``),
+anything installed into the standard library's site-packages, and machine-generated modules (a
+generator's note in the first lines: the codec tables of ``encodings/``, ``pydoc_data/topics.py``,
+serialized patterns) are left out. Generated tables are not language, and the loader reads a document
+as consecutive sequences: a 13 KB codec table filled every code row of three consecutive batches of a
+tiny rung, out of the spike guard's band each time, and rolled it back. Code and prose of one
 package come from disjoint halves of its module list, so a held-out docstring cannot leak into the
 training code domain (and the other way round) and decontamination has nothing to remove there.
 
@@ -28,6 +32,7 @@ import ast
 import importlib.metadata
 import os
 import platform
+import re
 import sysconfig
 import zlib
 from collections.abc import Iterator
@@ -71,6 +76,10 @@ KIND_WORDS = {
     "prose": "docstrings and comments",
     "topics": "pydoc_data.topics (language reference topics)",
 }
+GENERATED_NOTE = re.compile(r"auto-?generated|automatically generated|generated (from|by) \S+\.(py|txt)\b|"
+                            r"with gencodec\.py|do not edit", re.IGNORECASE)
+"""How generators mark their output near the top of a module."""
+GENERATED_HEAD_CHARS = 600
 MIN_PROSE_CHARS = 200
 """Prose documents shorter than this (a module with one short docstring) are skipped."""
 
@@ -141,6 +150,11 @@ def _stdlib_files() -> list[tuple[str, Path]]:
     return files
 
 
+def _generated(source: str) -> bool:
+    """Whether a module says near its top that a program wrote it."""
+    return GENERATED_NOTE.search(source[:GENERATED_HEAD_CHARS]) is not None
+
+
 def _half(relative: str, which: int) -> bool:
     """Whether a file belongs to half ``which`` (0 = code, 1 = prose) by a stable hash of its path."""
     return zlib.crc32(relative.encode()) % 2 == which
@@ -149,7 +163,9 @@ def _half(relative: str, which: int) -> bool:
 def _code_documents(files: list[tuple[str, Path]]) -> Iterator[str]:
     for relative, path in files:
         if _half(relative, 0):
-            yield path.read_text(encoding="utf-8", errors="replace")
+            source = path.read_text(encoding="utf-8", errors="replace")
+            if not _generated(source):
+                yield source
 
 
 def _docstrings(source: str) -> list[str]:
@@ -187,6 +203,8 @@ def _prose_documents(files: list[tuple[str, Path]]) -> Iterator[str]:
         if not _half(relative, 1):
             continue
         source = path.read_text(encoding="utf-8", errors="replace")
+        if _generated(source):
+            continue
         text = "\n\n".join(_docstrings(source) + _comment_blocks(source))
         if len(text) >= MIN_PROSE_CHARS:
             yield text
