@@ -38,6 +38,9 @@ START_GRID = {
 }
 NUM_OPTIMISED_STARTS = 64
 """L-BFGS runs from this many of the grid's starts with the lowest objective (all 4,500 cost minutes)."""
+BOUNDS = ((-10.0, 100.0), (-10.0, 100.0), (-10.0, 10.0), (0.0, 10.0), (0.0, 10.0))
+"""Box for (a, b, e, alpha, beta), far outside any fitted ladder's values: on points that barely
+constrain a term (a handful of tiny isoFLOP runs) L-BFGS otherwise walks log A past what exp can hold."""
 
 
 @dataclass(frozen=True)
@@ -142,7 +145,8 @@ def _optimise(starts: Sequence[np.ndarray], log_n: np.ndarray, log_d: np.ndarray
     with single_blas_thread():
         for start in starts:
             result = minimize(huber_objective, start, args=(log_n, log_d, log_loss), jac=True,
-                              method="L-BFGS-B", options={"maxiter": 5000, "ftol": 1e-15, "gtol": 1e-12})
+                              method="L-BFGS-B", bounds=BOUNDS,
+                              options={"maxiter": 5000, "ftol": 1e-15, "gtol": 1e-12})
             if result.fun < best_value:
                 best_theta, best_value = result.x, float(result.fun)
     return best_theta, best_value
