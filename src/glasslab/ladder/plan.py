@@ -278,14 +278,20 @@ def plan_table(plan: LadderPlan):  # -> rich.table.Table (rich is imported here 
 
     table = Table(title=f"ladder {plan.spec.name} ({plan.mode}, seq_len {plan.spec.seq_len})",
                   caption=plan.note)
-    for column in ("rung", "d_model", "layers", "heads", "experts", "size", "active", "tokens", "tok/param",
-                   "batch", "lr", "steps", "FLOPs", "seeds"):
+    for column in ("rung", "d_model", "layers", "heads", "experts", "size", "active", "emb", "head", "tokens",
+                   "tok/param", "batch", "lr", "steps", "FLOPs", "seeds"):
         table.add_column(column, justify="left" if column in ("rung", "size") else "right")
     for rung in (*plan.rungs, plan.hero):
         m = rung.model
         experts = f"{m.moe.top_k}/{m.moe.num_experts}" if m.moe else "dense"
+        # Rungs whose parameters are mostly embeddings follow a different law: show how much they are.
+        embedding_share = m.param_counts()["embedding"] / rung.params_active
+        head_share = 6 * m.vocab_size * m.d_model / m.flops_per_token(rung.seq_len)
         table.add_row(rung.name, str(m.d_model), str(m.n_layers), str(m.n_heads), experts, rung.size_name,
-                      f"{rung.params_active:.3g}", f"{rung.tokens:.3g}", f"{rung.tokens_per_param:.1f}",
-                      str(rung.batch_size), f"{rung.learning_rate:.2e}", str(rung.steps), f"{rung.flops:.3g}",
-                      str(len(rung.seeds)), style="bold" if rung.role == "hero" else None)
+                      f"{rung.params_active:.3g}", f"{embedding_share:.0%}", f"{head_share:.0%}", f"{rung.tokens:.3g}",
+                      f"{rung.tokens_per_param:.1f}", str(rung.batch_size), f"{rung.learning_rate:.2e}",
+                      str(rung.steps), f"{rung.flops:.3g}", str(len(rung.seeds)),
+                      style="bold" if rung.role == "hero" else None)
+    table.caption = (f"{plan.note} emb: embedding share of active parameters; head: LM head share of FLOPs "
+                     "per token.")
     return table
