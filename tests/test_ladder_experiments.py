@@ -18,7 +18,7 @@ def test_long_ladder_reaches_30x_with_rungs_over_10x_where_non_embedding_compute
         assert head_share < 0.5, (rung.name, head_share)  # non-embedding compute dominates every run
         assert rung.steps >= 1000 and abs(rung.tokens_per_param / 20 - 1) < 0.05
         assert m.n_layers == max(2, round(m.d_model / 12))
-    assert all(len(r.seeds) >= 6 for r in plan.rungs)
+    assert all(len(r.seeds) >= 4 for r in plan.rungs)
 
 
 def test_isoflop_ladder_has_four_sizes_per_budget_and_shares_the_long_ladders_data(tmp_path):

@@ -1,7 +1,7 @@
 """``glasslab run long_ladder``: a ladder whose hero has ~50× the top rung's compute, within the hour.
 
 The tiny ladder predicts its top rung at 4.8× extrapolation; this one reaches an order of magnitude
-further on the same 2-core CPU: four rungs spanning ~19× in compute (widths 16–40, 6–8 seeds each)
+further on the same 2-core CPU: four rungs spanning ~19× in compute (widths 16–40, 4–6 seeds each)
 and a hero at width 80 with ~54× the top rung's compute, trained to one recipe (the demo's, with the
 rules that make tiny ladders predict: 20 tokens per active parameter, ≥ 1,000 optimiser steps per
 rung, batch and learning rate from the planner's rule, the asymptote fixed before training). Why
@@ -66,7 +66,7 @@ def spec() -> LadderSpec:
                                      balancing="sign"))
     return LadderSpec(name=LADDER, base_model=base, widths=(16, 24, 32, 40), hero_width=80, head_dim=8,
                       width_per_layer=12, seq_len=64, tokens_per_param=20.0, min_steps=1000,
-                      lr_multiplier=0.35, seeds_per_rung=(8, 8, 6, 6))
+                      lr_multiplier=0.35, seeds_per_rung=(6, 6, 4, 4))
 
 
 def recipe() -> TrainConfig:
