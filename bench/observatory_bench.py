@@ -155,7 +155,10 @@ def main() -> None:
     parser.add_argument("--points", type=int, default=1_000_000)
     parser.add_argument("--pages", type=int, default=20)
     parser.add_argument("--seconds", type=float, default=6.0)
+    parser.add_argument("--smoke", action="store_true", help="a quick check: 100k points, 3 pages, 2 s")
     args = parser.parse_args()
+    if args.smoke:
+        args.points, args.pages, args.seconds = 100_000, 3, 2.0
     tmp = Path(tempfile.mkdtemp(prefix="observatory-bench-"))
     lab = tmp / "lab"
     log_s = build_long_run(lab / "long-run", args.points)

@@ -1,33 +1,16 @@
-"""Shared test helpers: run the CLI in a subprocess against this checkout's code."""
+"""Fixtures shared by the test modules; helpers for running the CLI live in ``cli_runner.py``."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-SRC = Path(__file__).resolve().parents[1] / "src"
+from cli_runner import run_cli
+
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-
-
-def subprocess_env(**extra: str) -> dict[str, str]:
-    """Environment for child processes that import this checkout's glasslab, single-threaded."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(SRC) + os.pathsep + env.get("PYTHONPATH", "")
-    env.setdefault("OMP_NUM_THREADS", "1")
-    env.update(extra)
-    return env
-
-
-def run_cli(*args: str, cwd: Path | None = None, timeout: float = 300, **env: str) -> subprocess.CompletedProcess:
-    """Run ``python -m glasslab ARGS`` and return the completed process (text output)."""
-    return subprocess.run(
-        [sys.executable, "-m", "glasslab", *args], cwd=cwd, env=subprocess_env(**env),
-        capture_output=True, text=True, timeout=timeout,
-    )
 
 
 @pytest.fixture
@@ -36,3 +19,24 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"reference data not found at {SHARED_DATA}")
     return SHARED_DATA
+
+
+@dataclass(frozen=True)
+class DemoLab:
+    """A finished ``glasslab demo --quick --no-serve`` lab: its root, what the command printed, how long it took."""
+
+    root: Path
+    stdout: str
+    stderr: str
+    seconds: float
+
+
+@pytest.fixture(scope="session")
+def demo_lab(tmp_path_factory) -> DemoLab:
+    """The one demo lab of a test session (built once, about a minute on 2 cores): every test that needs
+    a finished demo reads this lab and must not change what is in it (rerunning cached steps is fine)."""
+    root = tmp_path_factory.mktemp("demo") / "lab"
+    started = time.monotonic()
+    result = run_cli("demo", "--quick", "--no-serve", "--lab", str(root), timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return DemoLab(root, result.stdout, result.stderr, time.monotonic() - started)

@@ -9,8 +9,6 @@ from glasslab.data import BuildConfig, SourceConfig, build_dataset
 from glasslab.data.builtin import documents
 from glasslab.data.config import DedupConfig, EvalSplitConfig, TokenizerConfig
 
-SRC = str(Path(__file__).resolve().parents[1] / "src")
-
 
 def topic_texts() -> list[str]:
     return list(documents("pydoc_topics"))

@@ -12,6 +12,7 @@ import socket
 from pathlib import Path
 
 from glasslab import track
+from glasslab.lab import registry
 from glasslab.track.run_record import build_record, write_record
 
 XSS = '<script>window.__xss = 1</script><img src=x onerror="window.__xss = 1">'
@@ -60,10 +61,14 @@ def log_step(run, step: int, scale: float = 1.0) -> None:
         "params/norm/attn": 10 + step * 0.01, "params/norm/mlp": 12 + step * 0.01,
         "moe/layer_0/router_bias_norm": 0.01 * step, "throughput/tokens_per_second": 5e4,
         "throughput/mfu": 0.31, "mixture/weight/web": 0.7, "mixture/weight/code": 0.3,
+        # tiny values on a log axis (a default formatter labels them 0) and a large byte count
+        "grad/norm/router": 1e-3 / (1 + step) ** 2, "memory/peak_bytes": 1.2e9 + 1e6 * step,
+        "mixture/epochs/web": 0.3 * (step + 1), "mixture/epochs/code": 0.1 * (step + 1),
     }
     if step % 5 == 4:
         metrics.update({"eval/macro/loss": loss_at(step, scale) + 0.1, "eval/web/loss": loss_at(step, scale),
-                        "eval/code/loss": loss_at(step, scale) + 0.2})
+                        "eval/code/loss": loss_at(step, scale) + 0.2,
+                        "eval/task/copy/acc": min(0.9, 0.25 + 0.02 * step), "eval/task/macro/acc": 0.25 + 0.01 * step})
     run.log(metrics, step)
     run.log_vector("moe/layer_0/expert_load", [0.25 + 0.01 * ((step + e) % 3) for e in range(4)], step)
     run.log_vector("moe/layer_0/router_bias", [0.001 * step * (e - 1.5) for e in range(4)], step)
@@ -95,12 +100,18 @@ def build_lab(root: Path, hero_steps: int = 20) -> Path:
                    {"stage": "exact_dedup", "documents": 850, "bytes": 90000},
                    {"stage": "tokens", "documents": 850, "bytes": 90000, "tokens": 30000}],
         "filters": {"short": 100},
+        "funnel_by_domain": {
+            domain: [{"stage": "raw", "documents": raw, "bytes": 100 * raw},
+                     {"stage": "filter:short", "documents": kept + dup, "bytes": 100 * (kept + dup)},
+                     {"stage": "exact_dedup", "documents": kept, "bytes": 100 * kept},
+                     {"stage": "tokens", "documents": kept, "bytes": 100 * kept, "tokens": tokens}]
+            for domain, raw, dup, kept, tokens in (("web", 700, 50, 600, 20700), ("code", 300, 0, 250, 10300))},
         "domains": {"web": {"documents": 600, "tokens": 20000, "bytes": 60000, "bytes_per_token": 3.0,
                             "eval_documents": 20, "eval_tokens": 700,
                             "length_histogram": {"edges": [0, 100, 200], "counts": [400, 200]},
                             "samples": ["a web page", XSS]},
                     "code": {"documents": 250, "tokens": 10000, "bytes": 30000, "bytes_per_token": 3.0,
-                             "eval_documents": 10, "eval_tokens": 300,
+                             "eval_documents": 10, "eval_tokens": 10300,
                              "length_histogram": {"edges": [0, 100], "counts": [250]},
                              "samples": ["def f(): pass"]}},
         "mixture": {"token_budget": 163840, "phases": [{"start_step": 0, "weights": {"web": 0.7, "code": 0.3},
@@ -115,9 +126,13 @@ def build_lab(root: Path, hero_steps: int = 20) -> Path:
                    {"name": name.rsplit("-", 1)[0], "status": "succeeded", "attempts": 1})
         tokens = steps * TOKENS_PER_STEP
         loss = loss_at(steps - 1, scale) + 0.1
-        rungs.append({"run_ids": [name], "size_name": "3.2M-A0.9M", "params_active": 9e5, "tokens": tokens,
-                      "flops": tokens * FLOPS_PER_TOKEN, "losses": [loss], "loss_mean": loss,
-                      "loss_std": 0.0})
+        # The small rung has a second seed whose run lives elsewhere (its loss, no folder here).
+        losses = [loss, loss + 0.04] if steps == 30 else [loss]
+        mean = sum(losses) / len(losses)
+        std = math.sqrt(sum((x - mean) ** 2 for x in losses) / max(1, len(losses) - 1))
+        rungs.append({"name": name.rsplit("-", 1)[0], "run_ids": [name], "size_name": "3.2M-A0.9M",
+                      "params_active": 9e5, "tokens": tokens, "flops": tokens * FLOPS_PER_TOKEN, "losses": losses,
+                      "loss_mean": mean, "loss_std": std})
     final_flops = 40 * TOKENS_PER_STEP * FLOPS_PER_TOKEN
     pred = prediction(final_flops)
     write_json(root / "ladder-cccc3333" / "fit.json", {
@@ -128,8 +143,23 @@ def build_lab(root: Path, hero_steps: int = 20) -> Path:
         "backtest": {"held_out": "rung-m", "error": 0.02}, "hero_run": "hero-dddd4444",
     })
     log_run(root / "hero-dddd4444", hero_steps, 1.0,
-            {"role": "hero", "ladder": "demo",
-             "prediction": {**pred, "registered_at": "2026-11-30T00:00:00Z", "code": {"commit": "abc"}}})
+            {"role": "hero", "ladder": "demo", "steps": hero_steps - 1, "dataset": "data-abc12345",
+             "tasks": {"copy": {"chance": 0.25}},
+             "prediction": {**pred, "target": "eval/macro/loss", "registered_at": "2026-11-30T00:00:00Z",
+                            "code": {"commit": "abc"}}})
+    write_json(root / "hero-dddd4444" / "step.json", {"name": "hero", "status": "succeeded", "attempts": 1,
+                                                      "function": "glasslab.ladder.steps:hero_step",
+                                                      "dependencies": {"data": "data-abc12345"}})
+    # A fork of the middle rung, and an export of the hero (the formats of issue 15).
+    log_run(root / "fork-eeee5555", 10, 1.1,
+            {"parent": {"run": "rung-m-bbbb2222", "run_dir": "/elsewhere/rung-m-bbbb2222", "step": 20}})
+    write_json(root / "export-ffff6666" / "step.json",
+               {"name": "export", "status": "succeeded", "attempts": 1, "config": {"run": "hero-dddd4444", "step": 19}})
+    write_json(root / "export-ffff6666" / "export.json", {"run": "hero-dddd4444", "step": 19, "max_logit_diff": 3e-6})
+    for point in (pred["point"] + 0.05, pred["point"]):  # registered, then replaced: both stay in the registry
+        registry.register(root, "demo/hero/eval/macro/loss", metric="eval/macro/loss", point=point,
+                          low=pred["lo"], high=pred["hi"] + 0.05, target="hero", source="ladder-cccc3333",
+                          details={"curve": pred["curve"]}, replace=True)
     track.log_lab_event(root, "step_succeeded", "data-abc12345", "data built", XSS)
     track.log_lab_event(root, "step_retried", "rung-s-aaaa1111", "retried after a lost worker",
                         severity="warning")

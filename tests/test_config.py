@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import pickle
 import subprocess
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 import pytest
-from tests.conftest import subprocess_env
 
+from cli_runner import subprocess_env
 from glasslab.config import (
     UNVERSIONED,
     ConfigError,
@@ -78,10 +80,11 @@ def test_round_trip_and_yaml_json(tmp_path):
 def test_hash_is_stable_across_processes_and_ignores_unversioned():
     cfg = from_dict(Root, {"model": {"moe": {"top_k": 1}}})
     code = (
-        "from tests.test_config import Root, from_dict, config_hash;"
+        "from test_config import Root, from_dict, config_hash;"
         "print(config_hash(from_dict(Root, {'model': {'moe': {'top_k': 1}}})))"
     )
-    env = subprocess_env(PYTHONHASHSEED="123", PYTHONPATH=subprocess_env()["PYTHONPATH"] + ":.")
+    tests = str(Path(__file__).resolve().parent)  # test modules import as plain modules, as under pytest
+    env = subprocess_env(PYTHONHASHSEED="123", PYTHONPATH=subprocess_env()["PYTHONPATH"] + os.pathsep + tests)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert out.stdout.strip() == config_hash(cfg)
     assert config_hash(replace(cfg, ["train.num_workers=7"])) == config_hash(cfg)
@@ -129,6 +132,23 @@ def test_bad_files(tmp_path):
     (tmp_path / "list.yaml").write_text("- 1\n")
     with pytest.raises(ConfigError, match="expected a mapping at the top level"):
         load(Root, tmp_path / "list.yaml")
+
+
+def test_nested_check_errors_name_the_full_path_from_the_root():
+    from glasslab.data.config import BuildConfig
+    from glasslab.train import RunConfig
+
+    cases = [
+        (RunConfig, ["data.mixture.weights.code=-1"], "data.mixture.weights.code=-1.0: expected a weight >= 0"),
+        (RunConfig, ["data.mixture.phases=[{start_step: 3, weights: {code: -2}}]"],
+         "data.mixture.phases[0].weights.code=-2.0"),
+        (RunConfig, ["train.guard.window=0"], "train.guard.window=0: expected"),
+        (BuildConfig, ["sources=[{path: x, max_bytes: -1}]"], "sources[0].max_bytes=-1: expected"),
+    ]
+    for cls, overrides, message in cases:
+        with pytest.raises(ConfigError) as info:
+            from_dict(cls, apply_overrides({}, overrides))
+        assert str(info.value).startswith(message)
 
 
 @dataclass(frozen=True)

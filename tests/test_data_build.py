@@ -7,13 +7,13 @@ import os
 import platform
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
 
-from data_helpers import SRC, build_small, small_build_config, topic_texts
+from cli_runner import run_cli, subprocess_env
+from data_helpers import build_small, small_build_config, topic_texts
 from glasslab.data import build_dataset, load_tokenizer, manifest_hash
 from glasslab.data.normalize import normalize
 from glasslab.data.shards import open_shard
@@ -25,18 +25,6 @@ from glasslab.layout import file_sha256
 def built(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("build")
     return tmp, build_small(tmp, num_workers=2)
-
-
-def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=SRC)
-    return subprocess.run(
-        [sys.executable, "-m", "glasslab", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
 
 
 def test_shards_hold_the_documents_and_the_manifest_checks_out(built):
@@ -88,7 +76,19 @@ def test_report_has_the_agreed_layout(built):
         assert 2.0 < d["bytes_per_token"] < 6.0
         assert sum(d["length_histogram"]["counts"]) == d["documents"] and len(d["samples"]) == 3
         assert d["eval_documents"] >= 2
-    assert report["errors"] == {"malformed_lines": [], "malformed_count": 0, "invalid_utf8": 0}
+    assert report["errors"] == {"malformed_lines": [], "malformed_count": 0, "malformed_reasons": {},
+                                "invalid_utf8": 0, "invalid_utf8_documents": [], "skipped_files": [],
+                                "empty_files": []}
+    # The same funnel per domain (the data page draws it): stages in order, summing to the totals.
+    per_domain = report["funnel_by_domain"]
+    assert sorted(per_domain) == ["alpha", "beta"]
+    for i, total in enumerate(report["funnel"]):
+        rows = [per_domain[d][i] for d in per_domain]
+        assert {r["stage"] for r in rows} == {total["stage"]}
+        for field in ("documents", "bytes", "tokens") if total["stage"] == "tokens" else ("documents", "bytes"):
+            assert sum(r[field] for r in rows) == total[field], (total["stage"], field)
+    assert per_domain["alpha"][-1]["tokens"] == report["domains"]["alpha"]["tokens"] + report["domains"]["alpha"][
+        "eval_tokens"]
 
 
 def test_rebuild_serial_in_another_process_gives_the_same_manifest_and_failed_build_keeps_the_old(
@@ -98,7 +98,7 @@ def test_rebuild_serial_in_another_process_gives_the_same_manifest_and_failed_bu
 
     tmp, ds = built
     (tmp_path / "same.yaml").write_text(yaml.safe_dump(to_dict(small_build_config(tmp))))
-    done = _cli("data", "build", "same.yaml", "--workers", "1", "--out", "again", "--quiet", cwd=tmp_path)
+    done = run_cli("data", "build", "same.yaml", "--workers", "1", "--out", "again", "--quiet", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     again = tmp_path / "again"
     assert manifest_hash(again) == manifest_hash(ds)  # 1 vs 2 workers, another process and hash seed
@@ -137,7 +137,7 @@ def test_cli_build_demo_corpora_report_and_bad_input(tmp_path):
         "tokenizer": {"vocab_size": 400},
     }
     (tmp_path / "demo.yaml").write_text(yaml.safe_dump(config))
-    done = _cli("data", "build", "demo.yaml", "eval.min_documents=1", "--out", "ds", "--quiet", cwd=tmp_path)
+    done = run_cli("data", "build", "demo.yaml", "eval.min_documents=1", "--out", "ds", "--quiet", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     manifest = json.loads((tmp_path / "ds" / "manifest.json").read_text())
     assert sorted(manifest["domains"]) == ["code", "prose", "reference"]
@@ -154,7 +154,7 @@ def test_cli_build_demo_corpora_report_and_bad_input(tmp_path):
             }
         )
     )
-    done = _cli(
+    done = run_cli(
         "data",
         "report",
         "ds",
@@ -178,11 +178,11 @@ def test_cli_build_demo_corpora_report_and_bad_input(tmp_path):
             {"sources": [{"domain": "x", "kind": "jsonl", "path": "bad.jsonl"}], "filters": {"min_words": 1}}
         )
     )
-    done = _cli("data", "build", "bad.yaml", "--strict", "--out", "bad_ds", "--quiet", cwd=tmp_path)
+    done = run_cli("data", "build", "bad.yaml", "--strict", "--out", "bad_ds", "--quiet", cwd=tmp_path)
     assert done.returncode == 2 and "bad.jsonl:2: malformed JSON" in done.stderr
-    assert len(done.stderr.strip().splitlines()) == 1 and not (tmp_path / "bad_ds" / "manifest.json").exists()
+    assert len(done.stderr.strip().splitlines()) == 1 and not (tmp_path / "bad_ds").exists()
     (tmp_path / "mix_bad.yaml").write_text(yaml.safe_dump({"weights": {"code": 1, "poetry": 1}}))
-    done = _cli("data", "report", "ds", "--mixture", "mix_bad.yaml", cwd=tmp_path)
+    done = run_cli("data", "report", "ds", "--mixture", "mix_bad.yaml", cwd=tmp_path)
     assert done.returncode == 2 and "unknown domain 'poetry'" in done.stderr
 
 
@@ -201,9 +201,8 @@ def test_sigkilled_rebuild_leaves_the_old_dataset_trusted_and_a_rerun_works(buil
         }
     )
     (tmp_path / "rebuild.yaml").write_text(config)
-    env = dict(os.environ, PYTHONPATH=SRC)
     command = [sys.executable, "-m", "glasslab", "data", "build", "rebuild.yaml", "--out", str(target)]
-    process = subprocess.Popen(command, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(command, cwd=tmp_path, env=subprocess_env(), stderr=subprocess.PIPE, text=True)
     for line in process.stderr:
         if "splitting eval" in line:  # mid-build: staged text written, nothing moved yet
             os.kill(process.pid, signal.SIGKILL)
@@ -212,7 +211,7 @@ def test_sigkilled_rebuild_leaves_the_old_dataset_trusted_and_a_rerun_works(buil
     assert (target / ".build-tmp").exists() and manifest_hash(target) == before
     loader = Loader(DataConfig(path=str(target), mixture=MixtureConfig(weights={"alpha": 1})), 16, 2)
     assert loader.next_batch().shape == (2, 17)
-    done = _cli("data", "build", "rebuild.yaml", "--out", str(target), "--quiet", cwd=tmp_path)
+    done = run_cli("data", "build", "rebuild.yaml", "--out", str(target), "--quiet", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     manifest = json.loads((target / "manifest.json").read_text())
     assert manifest["vocab_size"] == 700 and sorted(manifest["domains"]) == ["alpha"]

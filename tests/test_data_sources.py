@@ -127,3 +127,93 @@ def test_hf_source_never_downloads():
     if importlib.util.find_spec("datasets") is None:
         with pytest.raises(UserError, match="kind 'hf' needs the 'datasets' package"):
             _read(source)
+
+
+def _jsonl_bytes(texts: list[str]) -> bytes:
+    return "".join(json.dumps({"text": t}) + "\n" for t in texts).encode()
+
+
+def test_a_utf8_byte_order_mark_is_not_part_of_the_first_record(tmp_path):
+    texts = topic_texts()[:3]
+    (tmp_path / "bom.jsonl").write_bytes(b"\xef\xbb\xbf" + _jsonl_bytes(texts))
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.txt").write_bytes(b"\xef\xbb\xbf" + texts[0].encode())
+    got, errors = _read(SourceConfig(domain="x", kind="jsonl", path=str(tmp_path / "bom.jsonl")))
+    assert got == texts and errors.malformed_count == 0
+    got, _ = _read(SourceConfig(domain="x", kind="text", path=str(tmp_path / "docs")))
+    assert got == texts[:1]
+
+
+@pytest.mark.parametrize("kind", ["gz", "zst"])
+def test_a_truncated_or_corrupt_compressed_file_fails_or_is_skipped_whole(tmp_path, kind):
+    texts = topic_texts()[:40]
+    body = _jsonl_bytes(texts)
+    packed = gzip.compress(body) if kind == "gz" else zstandard.ZstdCompressor().compress(body)
+    folder = tmp_path / "src"
+    folder.mkdir()
+    (folder / f"a.jsonl.{kind}").write_bytes(packed + packed)  # two members/frames: read as zcat does
+    got, _ = _read(SourceConfig(domain="x", kind="jsonl", path=str(folder)))
+    assert got == texts * 2
+    (folder / f"b.jsonl.{kind}").write_bytes(packed[: int(len(packed) * 0.7)])
+    name = "gzip" if kind == "gz" else "zstd"
+    with pytest.raises(UserError, match=rf"b\.jsonl\.{kind}: truncated {name} stream after \d+ records"):
+        _read(SourceConfig(domain="x", kind="jsonl", path=str(folder)))
+    errors = InputErrors()
+    got = list(read_source(SourceConfig(domain="x", kind="jsonl", path=str(folder)), errors, skip_bad_files=True))
+    assert got == texts * 2  # nothing of the damaged file got in
+    assert errors.skipped_files == [{"file": str(folder / f"b.jsonl.{kind}"), "reason": f"truncated {name} stream"}]
+    corrupt = bytearray(packed)
+    corrupt[len(corrupt) // 2: len(corrupt) // 2 + 64] = bytes(64)
+    (folder / f"b.jsonl.{kind}").write_bytes(bytes(corrupt))
+    with pytest.raises(UserError, match=rf"b\.jsonl\.{kind}: corrupt {name} stream"):
+        _read(SourceConfig(domain="x", kind="jsonl", path=str(folder)))
+
+
+def test_records_without_a_string_text_field_follow_the_malformed_line_rule(tmp_path):
+    path = tmp_path / "mixed.jsonl"
+    path.write_text('{"text": "one"}\n{"id": 2}\n{"text": 3}\n[1, 2]\n{"text": "five"}\n')
+    got, errors = _read(SourceConfig(domain="x", kind="jsonl", path=str(path)))
+    assert got == ["one", "five"] and errors.malformed_count == 3
+    assert errors.malformed_lines == [f"{path}:2", f"{path}:3", f"{path}:4"]
+    assert errors.malformed_reasons == {"no text field 'text'": 1, "text field 'text' is not a string": 1,
+                                        "not a JSON object": 1}
+    with pytest.raises(UserError, match=r"mixed\.jsonl:2: no text field 'text' \(keys: id\); drop --strict"):
+        _read(SourceConfig(domain="x", kind="jsonl", path=str(path)), strict=True)
+
+
+def test_parquet_nulls_are_counted_and_a_wrong_column_type_is_a_bad_file(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"text": ["a", None, "c"]}), tmp_path / "n.parquet")
+    got, errors = _read(SourceConfig(domain="x", kind="parquet", path=str(tmp_path / "n.parquet")))
+    assert got == ["a", "c"] and errors.malformed_lines == [f"{tmp_path / 'n.parquet'}:row 1"]
+    pq.write_table(pa.table({"text": [1, 2]}), tmp_path / "i.parquet")
+    with pytest.raises(UserError, match=r"i\.parquet: text column 'text' holds int64; expected strings"):
+        _read(SourceConfig(domain="x", kind="parquet", path=str(tmp_path / "i.parquet")))
+    (tmp_path / "t.parquet").write_bytes((tmp_path / "n.parquet").read_bytes()[:-20])
+    with pytest.raises(UserError, match=r"t\.parquet: not a readable Parquet file"):
+        _read(SourceConfig(domain="x", kind="parquet", path=str(tmp_path / "t.parquet")))
+
+
+def test_text_folder_binary_utf16_empty_and_invalid_utf8_files(tmp_path):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.txt").write_text("plain text")
+    (docs / "b.txt").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR")
+    (docs / "c.txt").write_bytes("wide text".encode("utf-16"))
+    (docs / "d.txt").write_bytes(b"")
+    (docs / "e.txt").write_bytes(b"caf\xe9")
+    source = SourceConfig(domain="x", kind="text", path=str(docs))
+    with pytest.raises(UserError, match=r"c\.txt: encoded as UTF-16; expected UTF-8"):
+        _read(source)
+    errors = InputErrors()
+    got = list(read_source(source, errors, skip_bad_files=True))
+    assert got == ["plain text", "", "caf\ufffd"]
+    assert errors.malformed_lines == [str(docs / "b.txt")] and errors.skipped_files[0]["file"] == str(docs / "c.txt")
+    assert errors.empty_files == [str(docs / "d.txt")] and errors.invalid_utf8_documents == [str(docs / "e.txt")]
+    with pytest.raises(UserError, match=r"b\.txt: binary file"):
+        list(read_source(source, InputErrors(), strict=True, skip_bad_files=True))
+    (docs / "b.txt").unlink()
+    with pytest.raises(UserError, match=r"e\.txt: invalid UTF-8 at byte 3; drop --strict"):
+        list(read_source(source, InputErrors(), strict=True, skip_bad_files=True))

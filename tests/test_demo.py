@@ -9,16 +9,10 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.conftest import run_cli
 
+from cli_runner import run_cli
 
-@pytest.fixture(scope="module")
-def demo_lab(tmp_path_factory) -> tuple[Path, str, float]:
-    lab = tmp_path_factory.mktemp("demo") / "lab"
-    started = time.monotonic()
-    result = run_cli("demo", "--quick", "--no-serve", "--lab", str(lab), timeout=900)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return lab, result.stdout, time.monotonic() - started
+pytestmark = pytest.mark.slow  # the session's demo lab takes about a minute and a half to build
 
 
 def only(lab: Path, pattern: str) -> Path:
@@ -27,7 +21,7 @@ def only(lab: Path, pattern: str) -> Path:
 
 
 def test_demo_builds_data_and_report(demo_lab):
-    lab, _, _ = demo_lab
+    lab = demo_lab.root
     report = json.loads((only(lab, "data-*") / "report.json").read_text())
     assert set(report["domains"]) == {"code", "prose", "reference"}
     assert all(d["tokens"] > 0 and d["eval_tokens"] > 0 for d in report["domains"].values())
@@ -35,7 +29,7 @@ def test_demo_builds_data_and_report(demo_lab):
 
 
 def test_demo_fits_the_ladder_and_preregisters_the_hero(demo_lab):
-    lab, stdout, _ = demo_lab
+    lab, stdout = demo_lab.root, demo_lab.stdout
     fit = json.loads((only(lab, "demo-fit-*") / "fit.json").read_text())
     assert len(fit["rungs"]) == 4 and fit["target"] == "eval/macro/loss"
     assert fit["prediction"]["lo"] <= fit["prediction"]["point"] <= fit["prediction"]["hi"]
@@ -52,7 +46,7 @@ def test_demo_fits_the_ladder_and_preregisters_the_hero(demo_lab):
 
 
 def test_demo_hero_has_metrics_samples_and_result(demo_lab):
-    lab, _, _ = demo_lab
+    lab = demo_lab.root
     hero = only(lab, "demo-hero-*")
     result = json.loads((hero / "result.json").read_text())
     assert 0 < result["eval/macro/loss"] < 10
@@ -65,15 +59,72 @@ def test_demo_hero_has_metrics_samples_and_result(demo_lab):
 
 
 def test_demo_publishes_the_static_site(demo_lab):
-    lab, _, _ = demo_lab
+    lab = demo_lab.root
     assert (lab / "site" / "index.html").is_file()
     assert any((lab / "site").rglob("*.js"))
 
 
 def test_second_run_reuses_every_step(demo_lab):
-    lab, _, _ = demo_lab
+    lab = demo_lab.root
     started = time.monotonic()
     result = run_cli("demo", "--quick", "--no-serve", "--lab", str(lab), timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     assert time.monotonic() - started < 60
     assert "predicted" in result.stdout
+
+
+def step_hashes(lab: Path) -> dict[str, str]:
+    from glasslab.lab import read_step_record
+
+    return {p.name: read_step_record(p)["hash"] for p in sorted(lab.iterdir()) if (p / "step.json").is_file()}
+
+
+def test_every_demo_folder_is_a_succeeded_step_with_lab_events(demo_lab):
+    from glasslab.lab import read_step_record
+    from glasslab.track import read_lab_events
+
+    folders = step_hashes(demo_lab.root)
+    assert len(folders) == 7  # data, 4 rungs, fit, hero
+    assert all(read_step_record(demo_lab.root / f)["status"] == "succeeded" for f in folders)
+    succeeded = {e["subject"] for e in read_lab_events(demo_lab.root) if e["kind"] == "step_succeeded"}
+    assert succeeded == set(folders)
+
+
+def test_the_heros_prediction_is_in_the_lab_registry_and_its_run_json(demo_lab):
+    from glasslab.lab import registry
+    from glasslab.track import read_lab_events
+
+    lab = demo_lab.root
+    entry = registry.predictions(lab)["demo/hero/eval/macro/loss"]
+    record = json.loads((only(lab, "demo-hero-*") / "run.json").read_text())
+    copy = record["prediction"]
+    assert (entry["point"], entry["low"], entry["high"]) == (copy["point"], copy["lo"], copy["hi"])
+    assert copy["registry"] == {"name": "demo/hero/eval/macro/loss", "seq": 1}
+    assert entry["target"] == "demo-hero" and entry["source"] == only(lab, "demo-fit-*").name
+    assert entry["registered_at"] == copy["registered_at"] and entry["metric"] == "eval/macro/loss"
+    kinds = [e["kind"] for e in read_lab_events(lab)]
+    assert kinds.count("prediction_registered") == 1 and "prediction_replaced" not in kinds
+
+
+def test_the_demo_on_a_local_ray_makes_the_same_steps_as_locally(demo_lab, tmp_path):
+    pytest.importorskip("ray")
+    lab = tmp_path / "lab"
+    result = run_cli("demo", "--quick", "--no-serve", "--backend", "ray", "--lab", str(lab), timeout=1500)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert step_hashes(lab) == step_hashes(demo_lab.root)
+    for rung in sorted(demo_lab.root.glob("demo-d*")):
+        local = json.loads((rung / "result.json").read_text())["eval/macro/loss"]
+        on_ray = json.loads((lab / rung.name / "result.json").read_text())["eval/macro/loss"]
+        assert on_ray == pytest.approx(local, rel=1e-6)
+
+
+def test_a_data_build_from_the_command_line_is_the_demos_data_step(tmp_path):
+    lab = tmp_path / "lab"
+    built = run_cli("data", "build", "demo", "--lab", str(lab), "--quiet", timeout=600)
+    assert built.returncode == 0, built.stderr[-3000:]
+    (folder,) = lab.glob("data-*")
+    assert built.stdout.strip() == str(folder)
+    plan = run_cli("run", "demo", "--dry-run", "--lab", str(lab))
+    assert plan.returncode == 0, plan.stderr[-3000:]
+    (row,) = [line for line in plan.stdout.splitlines() if line.startswith("│ data ")]
+    assert "cached" in row and ", 1 cached" in plan.stdout  # the data step, and only it

@@ -3,18 +3,14 @@ built-in experiments and bad input on the command line."""
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
+from cli_runner import run_cli, start_cli
 from glasslab import track
 from glasslab.lab import read_step_record
 from glasslab.lab.lock import process_alive
-
-SRC = Path(__file__).resolve().parents[1] / "src"
 
 EXPERIMENT = '''
 import os, signal, time
@@ -64,18 +60,6 @@ def write_experiment(tmp_path: Path, slow: bool, sleep: float = 0.0) -> Path:
     return path
 
 
-def glasslab(*args: str, **kwargs) -> subprocess.Popen:
-    env = dict(os.environ, PYTHONPATH=str(SRC))
-    return subprocess.Popen([sys.executable, "-m", "glasslab", *args], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, **kwargs)
-
-
-def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(SRC))
-    return subprocess.run([sys.executable, "-m", "glasslab", *args], env=env, capture_output=True, text=True,
-                          timeout=timeout)
-
-
 def calls(tmp_path: Path) -> list[str]:
     path = tmp_path / "calls.txt"
     return sorted(path.read_text().splitlines()) if path.exists() else []
@@ -102,7 +86,7 @@ def started_b_and_c_done(lab: Path) -> bool:
 def test_sigkill_of_executor_mid_step_then_rerun_completes(tmp_path):
     lab = tmp_path / "lab"
     exp = write_experiment(tmp_path, slow=True)
-    executor = glasslab("run", str(exp), "--lab", str(lab), "--jobs", "2")
+    executor = start_cli("run", str(exp), "--lab", str(lab), "--jobs", "2")
     wait_for(lambda: started_b_and_c_done(lab), what="step b to checkpoint and c to finish")
     executor.kill()
     executor.communicate()
@@ -127,7 +111,7 @@ def test_sigkill_of_executor_mid_step_then_rerun_completes(tmp_path):
 def test_sigterm_is_passed_on_to_running_steps(tmp_path):
     lab = tmp_path / "lab"
     exp = write_experiment(tmp_path, slow=True)
-    executor = glasslab("run", str(exp), "--lab", str(lab), "--jobs", "2")
+    executor = start_cli("run", str(exp), "--lab", str(lab), "--jobs", "2")
     wait_for(lambda: started_b_and_c_done(lab), what="step b to checkpoint and c to finish")
     executor.send_signal(signal.SIGTERM)
     _, stderr = executor.communicate(timeout=30)
@@ -146,8 +130,8 @@ def test_sigterm_is_passed_on_to_running_steps(tmp_path):
 def test_two_executors_started_together_run_each_step_once(tmp_path):
     lab = tmp_path / "lab"
     exp = write_experiment(tmp_path, slow=False, sleep=0.4)
-    first = glasslab("run", str(exp), "--lab", str(lab), "--jobs", "2")
-    second = glasslab("run", str(exp), "--lab", str(lab), "--jobs", "2")
+    first = start_cli("run", str(exp), "--lab", str(lab), "--jobs", "2")
+    second = start_cli("run", str(exp), "--lab", str(lab), "--jobs", "2")
     for proc in (first, second):
         _, stderr = proc.communicate(timeout=60)
         assert proc.returncode == 0, stderr
@@ -166,9 +150,7 @@ def test_builtin_experiment_dry_run_then_run(tmp_path):
     assert done.returncode == 0, done.stderr
     assert (folder(lab, "shout") / "shout.txt").read_text() == "HELLO, LAB\n"
     env_lab = tmp_path / "env-lab"
-    env = dict(os.environ, PYTHONPATH=str(SRC), GLASSLAB_ROOT=str(env_lab))
-    again = subprocess.run([sys.executable, "-m", "glasslab", "run", "hello", "--dry-run"],
-                           capture_output=True, text=True, env=env)
+    again = run_cli("run", "hello", "--dry-run", GLASSLAB_ROOT=str(env_lab))
     assert again.returncode == 0 and "2 to run" in again.stdout
 
 

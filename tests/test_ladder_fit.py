@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from cli_runner import run_cli
 from glasslab import track
 from glasslab.errors import UserError
 from glasslab.ladder.approach3 import Approach3Law
@@ -19,8 +17,6 @@ from glasslab.ladder.fit import fit_ladder, read_fit, rungs_from_fit, write_fit
 from glasslab.ladder.predict import CURVE_FRACTIONS
 from glasslab.ladder.rungs import Rung
 from glasslab.ladder.runs import find_ladder_runs, read_rungs
-
-SRC = Path(__file__).resolve().parents[1] / "src"
 
 
 def true_loss(flops):
@@ -37,7 +33,8 @@ def write_rung_runs(lab: Path, rng, noise=0.004, widths=(64, 96, 128, 192, 256))
             run_dir = lab / f"rung-d{width}-s{seed}"
             extra = {"role": "rung", "ladder": "tiny", "rung": f"d{width}", "seed": seed,
                      "size_name": f"{width}K-A{width}K", "params_active": 1000.0 * width,
-                     "flops": flops, "steps": steps, "batch_size": 10 * width, "seq_len": 2}
+                     "flops": flops, "steps": steps, "batch_size": 10 * width, "seq_len": 2,
+                     "tokens": steps * 10 * width * 2}
             run = track.init(run_dir, {"model": {"d_model": width}}, record_extra=extra)
             offset = noise * rng.standard_normal()  # a seed's offset persists along its run
             for step in range(100, steps + 1, 100):
@@ -57,8 +54,7 @@ def test_rungs_read_from_run_folders_fit_and_round_trip(tmp_path):
     assert [len(r.losses) for r in rungs] == [3, 3, 2, 2, 2]
     assert sorted(rungs[0].partial) == [f for f in CURVE_FRACTIONS[:-1] if f >= 0.1]  # first eval at 10%
 
-    fit = fit_ladder(rungs, ladder="tiny", target_flops=1e18, L_inf=1.8, sweep=(1.7, 1.9), hero_run="hero-x",
-                     num_bootstrap=300)
+    fit = fit_ladder(rungs, ladder="tiny", target_flops=1e18, L_inf=1.8, sweep=(1.7, 1.9), num_bootstrap=300)
     assert fit["prediction"]["lo"] < true_loss(1e18) < fit["prediction"]["hi"]
     assert fit["prediction"]["point"] == pytest.approx(true_loss(1e18), rel=0.01)
     assert [c["fraction"] for c in fit["curve"]] == [f for f in CURVE_FRACTIONS if f >= 0.1]
@@ -114,16 +110,10 @@ def test_read_rungs_rejects_a_run_the_planner_did_not_make(tmp_path):
         read_rungs([tmp_path / "stray"])
 
 
-def run_cli(*args):
-    env = dict(os.environ, PYTHONPATH=str(SRC))
-    return subprocess.run([sys.executable, "-m", "glasslab", "ladder", *args], capture_output=True, text=True,
-                          env=env, timeout=120)
-
-
 def test_cli_fit_writes_fit_json_and_figures(tmp_path):
     write_rung_runs(tmp_path / "lab", np.random.default_rng(2))
     out = tmp_path / "out"
-    done = run_cli("fit", "--lab", str(tmp_path / "lab"), "--ladder", "tiny", "--L-inf", "1.8",
+    done = run_cli("ladder", "fit", "--lab", str(tmp_path / "lab"), "--ladder", "tiny", "--L-inf", "1.8",
                    "--sweep", "1.7", "1.9", "--target-flops", "1e18", "--bootstrap", "200", "--out", str(out))
     assert done.returncode == 0, done.stderr
     assert "prediction at 1e+18 FLOPs" in done.stdout and "back-test" in done.stdout
@@ -163,7 +153,7 @@ def test_cli_fit_predicts_the_spec_hero(tmp_path):
 
 def test_unfinished_rung_run_is_refused(tmp_path):
     extra = {"role": "rung", "ladder": "tiny", "rung": "d64", "seed": 0, "params_active": 1e5, "flops": 1e15,
-             "steps": 1000, "batch_size": 4, "seq_len": 64}
+             "steps": 1000, "batch_size": 4, "seq_len": 64, "tokens": 1000 * 4 * 64}
     run = track.init(tmp_path / "r", {"x": 1}, record_extra=extra)
     run.log({"eval/macro/loss": 3.5}, step=500)
     run.finish()
@@ -174,7 +164,7 @@ def test_unfinished_rung_run_is_refused(tmp_path):
 def test_seeds_of_two_recipes_are_not_pooled_into_one_rung(tmp_path):
     """Two recipes trained under one ladder name in one lab: pooling them would fit a blend of both."""
     extra = {"role": "rung", "ladder": "tiny", "rung": "d64", "params_active": 1e5, "flops": 1e15, "steps": 100,
-             "batch_size": 4, "seq_len": 64}
+             "batch_size": 4, "seq_len": 64, "tokens": 100 * 4 * 64}
     for seed, weights in ((0, {"code": 0.5}), (1, {"code": 0.5}), (2, {"code": 0.75})):
         cfg = {"data": {"seed": seed, "mixture": {"weights": weights}}, "train": {"seed": seed}}
         run = track.init(tmp_path / f"s{seed}", cfg, record_extra={**extra, "seed": seed})
@@ -185,3 +175,54 @@ def test_seeds_of_two_recipes_are_not_pooled_into_one_rung(tmp_path):
     with pytest.raises(UserError, match=r"rung d64: s0 and s2 differ in more than the seed "
                                         r"\(data.mixture.weights.code\)"):
         read_rungs([tmp_path / "s0", tmp_path / "s1", tmp_path / "s2"])
+
+
+def test_cli_fits_a_published_points_file_with_approach_3(tmp_path, shared_data):
+    """Chinchilla's 245 runs (flops, params, loss; tokens from C = 6ND) refit from the command line."""
+    lab = tmp_path / "lab"
+    done = run_cli("ladder", "fit", str(shared_data / "chinchilla_points.csv"), "--L-inf", "1.8",
+                   "--target-flops", "5.76e23", "--bootstrap", "100", "--lab", str(lab))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "no tokens column; tokens taken as flops / (6 · params)" in done.stderr
+    out = done.stdout
+    assert "L(C) = L_inf + A * C^(-alpha)" in out and "prediction at 5.76e+23 FLOPs" in out and "interval [" in out
+    (folder,) = lab.glob("chinchilla_points-fit-*")
+    fit = json.loads((folder / "fit.json").read_text())
+    assert len(fit["rungs"]) == 245 and fit["prediction"]["flops"] == 5.76e23
+    assert fit["prediction"]["lo"] < fit["prediction"]["point"] < fit["prediction"]["hi"]
+    a3 = fit["approach3"]
+    assert a3["fitted"] and "approach 3" in out and "compute-optimal" in out
+    # Epoch AI's refit of these points: E = 1.82, alpha = 0.35 (they drop the 5 worst points; we keep them).
+    assert a3["params"]["E"] == pytest.approx(1.82, abs=0.15) and a3["params"]["alpha"] == pytest.approx(0.35, abs=0.05)
+    assert (folder / "step.json").is_file() and (folder / "ladder.png").is_file()
+
+
+def test_cli_fits_points_given_as_json_records_like_run_folders(tmp_path, capsys):
+    from glasslab.cli import main
+
+    write_rung_runs(tmp_path / "lab", np.random.default_rng(5))
+    rungs = read_rungs(find_ladder_runs(tmp_path / "lab", "tiny"))
+    records = [{"flops": r.flops, "loss": loss, "seed": seed, "note": "x"}
+               for r in rungs for seed, loss in enumerate(r.losses)]
+    (tmp_path / "points.json").write_text(json.dumps(records))
+    argv = ["ladder", "fit", str(tmp_path / "points.json"), "--L-inf", "1.8", "--target-flops", "1e18",
+            "--bootstrap", "100", "--lab", str(tmp_path / "lab")]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert "columns left out: note" in captured.err and "prediction at 1e+18 FLOPs" in captured.out
+    (folder,) = (tmp_path / "lab").glob("points-fit-*")
+    from_points = json.loads((folder / "fit.json").read_text())
+    assert [len(r["losses"]) for r in from_points["rungs"]] == [3, 3, 2, 2, 2]  # seeds of a rung pooled
+    assert from_points["prediction"]["point"] == pytest.approx(true_loss(1e18), rel=0.01)
+    assert main(argv) == 0 and "cached: " in capsys.readouterr().out  # the same points again: the same step
+
+    bad = [("flops,loss\n1e15,3.1\n2e15,-1\n", "points.csv: line 3: loss='-1': expected a finite positive number"),
+           ("flops,seed\n1e15,0\n", "points.csv: no loss column"),
+           ("flops,loss,params\n1e15,3.1,1e6\n2e15,3.0,\n", "points.csv: line 3: params is empty"),
+           ("flops,loss,seed\n1e15,3.1,0\n1e15,3.0,0\n", "seed repeated")]
+    for text, expected in bad:
+        (tmp_path / "points.csv").write_text(text)
+        assert main(["ladder", "fit", str(tmp_path / "points.csv"), "--L-inf", "1.8",
+                     "--lab", str(tmp_path / "lab")]) == 2
+        err = capsys.readouterr().err
+        assert expected in err and err.count("\n") == 1, err

@@ -3,27 +3,23 @@
 from __future__ import annotations
 
 import math
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
+from cli_runner import run_cli
 from glasslab import track
 from glasslab.config import ConfigError, load
 from glasslab.ladder.approach3 import identifiable
 from glasslab.ladder.plan import (
+    DEEPSEEK_LLM_RULE,
     LadderSpec,
+    ScalingRule,
     batch_and_learning_rate,
     budget_label,
     plan_ladder,
-    run_overrides,
     rung_record_extra,
 )
 from glasslab.ladder.runs import read_rungs
-
-SRC = Path(__file__).resolve().parents[1] / "src"
 
 
 def test_width_ladder_keeps_the_recipe_across_rungs_and_hero():
@@ -103,16 +99,10 @@ def test_record_extra_survives_the_run_store(tmp_path):
     assert read.losses == pytest.approx((3.0, 3.01, 3.02))
 
 
-def run_cli(*args):
-    env = dict(os.environ, PYTHONPATH=str(SRC))
-    return subprocess.run([sys.executable, "-m", "glasslab", "ladder", "plan", *args], capture_output=True,
-                          text=True, env=env, timeout=60)
-
-
 def test_cli_plan_prints_the_table(tmp_path, capsys):
     spec = tmp_path / "spec.yaml"
     spec.write_text("name: demo\nwidths: [64, 128]\nhero_width: 256\n")
-    done = run_cli(str(spec), "-o", "tokens_per_param=10")
+    done = run_cli("ladder", "plan", str(spec), "tokens_per_param=10")
     assert done.returncode == 0, done.stderr
     assert "ladder demo (widths" in done.stdout
     assert "d64" in done.stdout and "d128" in done.stdout and "hero-d256" in done.stdout
@@ -121,19 +111,34 @@ def test_cli_plan_prints_the_table(tmp_path, capsys):
 
     assert main(["ladder", "plan", "--budgets", "1e14", "1e15", "--isoflop", "3"]) == 0
     assert "isoflop" in capsys.readouterr().out
-    assert main(["ladder", "plan", "-o", "widths=[65]"]) == 2
+    assert main(["ladder", "plan", "widths=[65]"]) == 2
     assert "ladder.widths=(65,)" in capsys.readouterr().err
 
 
-def test_run_overrides_carry_the_rung_into_a_run_config():
-    from glasslab.config import from_dict
-    from glasslab.model import ModelConfig
+def test_run_config_for_carries_the_rung_into_a_run_config():
+    from glasslab.data import MixtureConfig
+    from glasslab.ladder.steps import run_config_for
+    from glasslab.train import TrainConfig
 
     rung = plan_ladder(LadderSpec()).rungs[1]
-    overrides = run_overrides(rung, seed=2)
-    assert from_dict(ModelConfig, overrides["model"]) == rung.model
-    train = overrides["train"]
-    assert train["global_batch_tokens"] == rung.batch_size * rung.seq_len
-    assert train["max_steps"] == rung.steps and train["seed"] == 2
-    assert train["optimizer"]["lr"] == rung.learning_rate
-    assert rung.steps // train["eval_interval"] >= 20  # an eval at least every 5% of training
+    run_cfg = run_config_for(rung, 2, MixtureConfig(weights={"code": 1.0}), TrainConfig())
+    assert run_cfg.model == rung.model
+    train = run_cfg.train
+    assert train.global_batch_tokens == rung.batch_size * rung.seq_len
+    assert train.max_steps == rung.steps and train.seed == 2
+    assert train.optimizer.lr == rung.learning_rate
+    assert rung.steps // train.eval_interval >= 20  # an eval at least every 5% of training
+
+
+def test_the_scaling_rule_is_named_hashed_data_a_spec_may_swap():
+    assert LadderSpec().scaling_rule == DEEPSEEK_LLM_RULE and DEEPSEEK_LLM_RULE.name == "deepseek-llm"
+    halved = ScalingRule(name="half-lr", lr_coefficient=DEEPSEEK_LLM_RULE.lr_coefficient / 2)
+    assert halved.hash() != DEEPSEEK_LLM_RULE.hash() and len(halved.hash()) == 8
+    default = plan_ladder(LadderSpec())
+    swapped = plan_ladder(load(LadderSpec, None, ["scaling_rule.name=half-lr",
+                                                  f"scaling_rule.lr_coefficient={halved.lr_coefficient!r}"]))
+    assert swapped.spec.scaling_rule == halved
+    for a, b in zip((*default.rungs, default.hero), (*swapped.rungs, swapped.hero), strict=True):
+        assert b.learning_rate == pytest.approx(a.learning_rate / 2) and b.batch_size == a.batch_size
+    with pytest.raises(ConfigError, match=r"^scaling_rule\.lr_coefficient=0"):
+        load(LadderSpec, None, ["scaling_rule.lr_coefficient=0"])

@@ -1,5 +1,6 @@
 """The Hugging Face export loads offline in `transformers` and reproduces our logits (fp32, ≤ 1e-4)."""
 
+import json
 import warnings
 
 import pytest
@@ -59,12 +60,16 @@ def test_export_loads_offline_and_logits_match(name, tmp_path, monkeypatch):
     if cfg.moe is not None and cfg.moe.balancing != "none":
         for block in model.blocks[cfg.moe.first_k_dense :]:
             block.ffn.router.bias.copy_(torch.randn(cfg.moe.num_experts) * 0.1)  # as if balanced for a while
-    out = export_hf(model, cfg, _tokenizer_dir(tmp_path / "tok"), tmp_path / "hf")
+    out = tmp_path / "hf"
+    tokens = torch.randint(0, 96, (2, 24))
+    manifest = export_hf(model, cfg, _tokenizer_dir(tmp_path / "tok"), out, check_tokens=tokens[:1])
+    assert manifest["architecture"] == name.split("-")[0]
+    assert 0 <= manifest["max_logit_diff"] <= 1e-4
+    assert set(manifest["files"]) >= {"config.json", "model.safetensors", "tokenizer.json"}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         hf = transformers.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
     assert type(hf).__name__ == name.split("-")[0]
-    tokens = torch.randint(0, 96, (2, 24))
     with torch.no_grad():
         ours, theirs = model.eval()(tokens), hf(tokens).logits
     assert ours.abs().max() > 1.0  # logits large enough that a wrong mapping would show
@@ -87,3 +92,39 @@ def test_configs_no_class_represents_are_refused_in_one_line(moe, why, tmp_path)
         export_hf(Transformer(cfg), cfg, None, tmp_path / "hf")
     assert why in str(err.value) and "\n" not in str(err.value)
     assert not (tmp_path / "hf").exists()
+
+
+def _tiny():
+    cfg = ModelConfig(vocab_size=96, d_model=16, n_layers=1, n_heads=2, d_ff=16)
+    return Transformer(cfg), cfg
+
+
+def test_export_refuses_a_folder_of_unrelated_files_and_leaves_it_as_it_was(tmp_path):
+    model, cfg = _tiny()
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("my notes")
+    with pytest.raises(UserError) as err:
+        export_hf(model, cfg, None, out)
+    assert "not empty and not an earlier export" in str(err.value) and "notes.txt" in str(err.value)
+    assert [p.name for p in out.iterdir()] == ["notes.txt"] and (out / "notes.txt").read_text() == "my notes"
+    assert [p.name for p in tmp_path.iterdir()] == ["mine"]  # no staging folder left beside it
+
+
+def test_exporting_again_over_an_earlier_export_replaces_only_its_files(tmp_path):
+    from glasslab.layout import EXPORT_MANIFEST
+    from glasslab.model.export import copy_export
+
+    model, cfg = _tiny()
+    out = tmp_path / "hf"
+    first = export_hf(model, cfg, None, out, record={"run": "a"})
+    (out / "user-notes.md").write_text("kept")
+    (out / "extra.bin").write_bytes(b"x")
+    torch.nn.init.normal_(model.embed.weight)
+    second = export_hf(model, cfg, None, out, record={"run": "b"})
+    assert second["files"]["model.safetensors"]["sha256"] != first["files"]["model.safetensors"]["sha256"]
+    assert (out / "user-notes.md").read_text() == "kept" and (out / "extra.bin").exists()
+    assert json.loads((out / EXPORT_MANIFEST).read_text())["run"] == "b"
+    copied = copy_export(out, tmp_path / "copy")
+    assert copied == second and sorted(p.name for p in (tmp_path / "copy").iterdir()) == sorted(
+        [*second["files"], EXPORT_MANIFEST])

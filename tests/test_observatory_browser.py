@@ -78,6 +78,27 @@ def test_run_page_draws_points_markers_and_live_steps(lab, page):
         assert latency < 1.0, f"live step took {latency:.2f} s"
 
 
+def test_live_header_advances_with_the_run(lab, page):
+    with serve_lab(lab) as server:
+        page.goto(f"{server.url}/run/rung-s-aaaa1111")
+        page.wait_for_selector("#live.live-on", timeout=5000)
+        header = page.locator("#run-header")
+        assert header.inner_text().startswith("finished · 3.2M-A0.9M · rung · step 29 ·")
+        run = track.init(lab / "rung-s-aaaa1111", {}, reason="resume")
+        try:
+            for step in (30, 31):
+                log_step(run, step)
+            run.flush()
+            page.wait_for_function("() => document.querySelector('#run-header').textContent.includes('step 31')",
+                                   timeout=3000, polling=50)
+            text = header.inner_text()
+            assert text.startswith("running · ") and "131.1k tokens" in text  # 32 steps × 4,096 tokens
+        finally:
+            run.finish()
+        page.wait_for_function("() => document.querySelector('#run-header').textContent.startsWith('finished')",
+                               timeout=3000, polling=50)
+
+
 def test_page_reconnects_after_server_restart(lab, page):
     server = serve_lab(lab)
     port = server.port
@@ -128,8 +149,8 @@ def test_static_export_renders_from_file(lab, page, tmp_path):
     page.locator("a", has_text="hero-dddd4444").first.click()
     page.wait_for_selector("body[data-ready='1']")
     assert page.url.endswith(page_file("run", "hero-dddd4444"))
-    steps = page.evaluate("() => window.GLASSLAB_CHARTS['Loss'].data[0]")
-    assert steps[:3] == [0, 1, 2]
+    loss = [p for p in chart_points(page, "Loss", 2) if p[1] is not None]  # train/loss among the band's x
+    assert [x for x, _ in loss[:3]] == [0, 1, 2]
     assert page.locator(".event-marker").count() >= 1
     assert page.locator("pre", has_text=XSS).count() == 1 and page.evaluate("() => window.__xss") is None
     page.goto((tmp_path / "site" / page_file("ladder", "ladder-cccc3333")).as_uri())

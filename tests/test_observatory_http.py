@@ -123,7 +123,7 @@ def test_pages_stay_whole_while_a_run_writes(server, lab):
 
 
 def test_run_status_follows_the_writer_lease():
-    from glasslab.observatory.page_data import run_status
+    from glasslab.observatory.runs import run_status
 
     assert run_status({"pid": 1, "heartbeat": time.time()}, "finished", None) == "running"  # resumed
     assert run_status({"pid": 1, "heartbeat": time.time() - 3600}, None, "running") == "stalled"  # killed

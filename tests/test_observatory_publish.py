@@ -52,7 +52,8 @@ def test_watch_reexports_only_changed_pages(tmp_path):
     run.finish()
     again = set(publisher.export())
     assert page_file("run", "rung-s-aaaa1111") in again
-    assert page_file("run", "hero-dddd4444") not in again and page_file("data", "data-abc12345") not in again
+    assert page_file("run", "hero-dddd4444") not in again and page_file("provenance", "hero-dddd4444") not in again
+    assert page_file("data", "data-abc12345") in again  # the rung trained on it: its per-domain evals show there
     data_name = page_file("run", "rung-s-aaaa1111").replace(".html", ".js")
     data_js = (tmp_path / "site" / "data" / data_name).read_text()
     assert data_js.startswith("window.GLASSLAB_DATA = ") and '"steps":[0,1,2' in data_js and ",30]" in data_js
@@ -99,7 +100,7 @@ def test_serve_cli_answers_and_stops(tmp_path):
             except httpx.TransportError:
                 time.sleep(0.1)
         runs = {r["id"] for r in response.json()["runs"]}
-        assert runs == {"hero-dddd4444", "rung-m-bbbb2222", "rung-s-aaaa1111"}
+        assert runs == {"hero-dddd4444", "rung-m-bbbb2222", "rung-s-aaaa1111", "fork-eeee5555"}
     finally:
         server.send_signal(signal.SIGINT)
         out, _ = server.communicate(timeout=10)

@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.conftest import run_cli, subprocess_env
 
+from cli_runner import run_cli, subprocess_env
 from glasslab import track
 from glasslab.errors import UserError
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import random
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -14,7 +13,7 @@ import pytest
 import torch
 import yaml
 
-from conftest import run_cli, subprocess_env
+from cli_runner import run_cli, start_cli
 from glasslab.cli import main as cli_main
 from glasslab.track import RunReader, read_record
 from glasslab.train import checkpoint as ckpt
@@ -29,11 +28,6 @@ def dataset(tmp_path_factory) -> Path:
 def _write(path: Path, data: dict) -> Path:
     path.write_text(yaml.safe_dump(data))
     return path
-
-
-def _popen(*args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "glasslab", *args], env=subprocess_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def _wait_for_checkpoint(run_dir: Path, proc: subprocess.Popen, at_least: int, timeout: float = 120) -> None:
@@ -58,7 +52,7 @@ def test_sigkill_then_resume_is_bit_identical_even_past_a_corrupt_checkpoint(tmp
     assert ref.returncode == 0, ref.stderr[-3000:]
 
     run_dir = tmp_path / "killed"
-    proc = _popen("train", str(config), "--run-dir", str(run_dir))
+    proc = start_cli("train", str(config), "--run-dir", str(run_dir))
     _wait_for_checkpoint(run_dir, proc, at_least=random.choice([8, 12, 16, 24, 32]))
     time.sleep(random.uniform(0.0, 0.3))  # land anywhere: mid-step, mid-log, mid-checkpoint
     proc.send_signal(signal.SIGKILL)
@@ -70,6 +64,9 @@ def test_sigkill_then_resume_is_bit_identical_even_past_a_corrupt_checkpoint(tmp
 
     resumed = run_cli("train", str(config), "--run-dir", str(run_dir), "--resume")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
+    # The terminal tells the story: the damaged checkpoint, and where the run picked up.
+    assert f"checkpoint step {latest_step} is damaged (model.pt has" in resumed.stderr
+    assert "; resuming from step " in resumed.stderr
     with RunReader(tmp_path / "ref") as a, RunReader(run_dir) as b:
         ref_steps, ref_loss = a.scalars("train/loss")
         steps, loss = b.scalars("train/loss")
@@ -94,7 +91,7 @@ def test_sigkill_then_resume_is_bit_identical_even_past_a_corrupt_checkpoint(tmp
 def test_sigterm_checkpoints_and_exits_cleanly_then_a_fork_continues_it(tmp_path, dataset):
     config = _write(tmp_path / "run.yaml", tiny_run_config(dataset, max_steps=400, checkpoint_interval=4))
     parent = tmp_path / "lab" / "parent"
-    proc = _popen("train", str(config), "--run-dir", str(parent))
+    proc = start_cli("train", str(config), "--run-dir", str(parent))
     _wait_for_checkpoint(parent, proc, at_least=4)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=120) == 0, proc.stderr.read()[-3000:]
@@ -170,3 +167,105 @@ def test_lab_step_trains_then_resumes_on_a_retry(tmp_path, dataset):
     assert first["eval/macro/loss"] == pytest.approx(again["eval/macro/loss"])
     with RunReader(ctx.output_dir) as reader:
         assert [a["reason"] for a in reader.attempts()] == ["start", "resume"]
+
+
+def test_train_is_a_step_with_a_record_events_and_a_cached_rerun(tmp_path, dataset, capsys):
+    from glasslab.lab import Step, make_plan, read_step_record
+    from glasslab.track import read_lab_events
+    from glasslab.train.steps import train_step
+
+    config = _write(tmp_path / "tiny run.yaml", tiny_run_config(dataset, max_steps=3, checkpoint_interval=2))
+    lab = tmp_path / "lab"
+    assert cli_main(["train", str(config), "--lab", str(lab)]) == 0
+    (folder,) = lab.glob("tiny_run-*")
+    record = read_step_record(folder)
+    assert record["status"] == "succeeded" and record["name"] == "tiny_run" and record["attempts"] == 1
+    assert folder.name == f"tiny_run-{record['hash'][:8]}" and record["function"].endswith("steps:train_step")
+    assert record["result"]["step"] == 3 and record["config"]["fork"] is None
+    events = [(e["kind"], e["subject"]) for e in read_lab_events(lab)]
+    assert events == [("step_started", folder.name), ("step_succeeded", folder.name)]
+    out = capsys.readouterr().out
+    assert f"{folder}: finished at step 3, eval/macro/loss" in out
+
+    # The same command again finds it; so does a resume of the folder without its config (from step.json).
+    assert cli_main(["train", str(config), "--lab", str(lab)]) == 0
+    assert cli_main(["train", "--run-dir", str(folder), "--resume"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("finished before (cached) at step 3") == 2 and read_step_record(folder)["attempts"] == 1
+    # A pinned folder (--run-dir) is the step's folder: its record holds the same hash, its parent is the lab.
+    pinned = tmp_path / "elsewhere" / "mine"
+    assert cli_main(["train", str(config), "--run-dir", str(pinned)]) == 0
+    assert read_step_record(pinned)["hash"] == record["hash"] and read_step_record(pinned)["folder"] == "mine"
+    assert [e["subject"] for e in read_lab_events(pinned.parent)] == ["mine", "mine"]
+    plan = make_plan([Step("tiny_run", train_step, _step_config(config))], lab)
+    assert plan.steps[0].folder == folder and plan.steps[0].action == "cached"
+
+
+def _step_config(config: Path):
+    from glasslab import config as configs
+    from glasslab.cli.progress import HOOK
+    from glasslab.data import manifest_hash
+    from glasslab.train import RunConfig
+    from glasslab.train.steps import TrainStepConfig
+
+    run = configs.load(RunConfig, config)  # the step names its dataset by manifest hash, not by path
+    return TrainStepConfig(configs.replace(run, ["data.path="]), hooks=(HOOK,), data_path=run.data.path,
+                           data_manifest=manifest_hash(run.data.path))
+
+
+def test_a_mixture_naming_an_unknown_domain_fails_before_any_folder_or_progress_bar(tmp_path, dataset, capsys):
+    data = tiny_run_config(dataset, max_steps=2)
+    data["data"]["mixture"] = {"weights": {"code": 0.5, "poetry": 0.5}}
+    config = _write(tmp_path / "run.yaml", data)
+    assert cli_main(["train", str(config), "--lab", str(tmp_path / "lab")]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""  # no progress bar drawn, not even an empty one
+    assert captured.err.count("\n") == 1 and "poetry" in captured.err and captured.err.startswith("glasslab train:")
+    assert not (tmp_path / "lab").exists()
+
+
+CRASHING_EXPERIMENT = """
+import os, signal
+
+from glasslab.config import from_dict
+from glasslab.lab import Step
+from glasslab.train import RunConfig
+from glasslab.train.hooks import TrainerHook
+from glasslab.train.steps import TrainStepConfig, run_training
+
+
+class KillAfterCheckpoint(TrainerHook):
+    def post_checkpoint(self, trainer, path):
+        if trainer.step >= 4:
+            os.kill(os.getpid(), signal.SIGKILL)  # a crash (or a preempted machine) right after step 4's checkpoint
+
+
+def crash_once(ctx):
+    return run_training(ctx, hooks=[KillAfterCheckpoint()] if ctx.attempt == 1 else [])
+
+
+def steps():
+    return [Step("crashy", crash_once, TrainStepConfig(from_dict(RunConfig, CONFIG)))]
+"""
+
+
+def test_retries_resume_a_crashed_training_step_from_its_checkpoint(tmp_path, dataset):
+    from glasslab.lab import read_step_record
+    from glasslab.track import read_lab_events
+
+    config = tiny_run_config(dataset, max_steps=6, checkpoint_interval=2)
+    experiment = tmp_path / "crashy.py"
+    experiment.write_text(CRASHING_EXPERIMENT.replace("CONFIG", repr(config)))
+    lab = tmp_path / "lab"
+    done = run_cli("run", str(experiment), "--lab", str(lab), "--retries", "1")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (folder,) = lab.glob("crashy-*")
+    record = read_step_record(folder)
+    assert record["status"] == "succeeded" and record["attempts"] == 2 and record["retry"]["count"] == 1
+    assert "killed by SIGKILL" in record["history"][0]["error"]
+    retried = [e for e in read_lab_events(lab) if e["kind"] == "step_retried"]
+    assert len(retried) == 1 and retried[0]["subject"] == folder.name and retried[0]["severity"] == "warning"
+    assert "resuming from step 4" in (folder / "step.log").read_text()
+    with RunReader(folder) as reader:
+        assert [a["reason"] for a in reader.attempts()] == ["start", "resume"]
+        assert reader.scalars("train/loss")[0][-1] == 6

@@ -1,17 +1,25 @@
-"""torchrun on CPU (gloo): 2 processes give the 1-process loss curve, with identical router biases."""
+"""torchrun on CPU (gloo): 2 processes give the 1-process loss curve, with identical router biases; an
+FSDP2 job killed with SIGKILL (every process of it) resumes to the bit-identical end of an uninterrupted one."""
 
 from __future__ import annotations
 
 import json
+import os
+import random
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
-from conftest import run_cli, subprocess_env
-from glasslab.track import RunReader
+from cli_runner import run_cli, subprocess_env
+from glasslab.lab import read_step_record
+from glasslab.track import RunReader, read_lab_events
+from glasslab.train import checkpoint as ckpt
 from train_data import build_tiny_dataset, tiny_run_config
 
 STEPS = 6
@@ -39,10 +47,14 @@ def _config(dataset: Path) -> dict:
                            sample_prompts=[])
 
 
-def _torchrun(run_dir: Path, config: Path, *overrides: str) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-               "-m", "glasslab", "train", str(config), *overrides, "--run-dir", str(run_dir)]
-    return subprocess.run(command, env=subprocess_env(), capture_output=True, text=True, timeout=300)
+def _torchrun_command(run_dir: Path, config: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+            "-m", "glasslab", "train", str(config), *args, "--run-dir", str(run_dir)]
+
+
+def _torchrun(run_dir: Path, config: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(_torchrun_command(run_dir, config, *args), env=subprocess_env(), capture_output=True,
+                          text=True, timeout=300)
 
 
 @pytest.mark.parametrize("parallelism", ["ddp", "fsdp"])
@@ -62,3 +74,96 @@ def test_two_cpu_ranks_match_one_process(tmp_path, dataset, single_process_curve
     assert len(fingerprints) == 2 and fingerprints[0] == fingerprints[1]  # weights and router biases agree
     record = json.loads((tmp_path / "run" / "run.json").read_text())
     assert record["world_size"] == 2
+    # Rank 0 alone keeps the step's record and events; the other rank only trained.
+    step_record = read_step_record(tmp_path / "run")
+    assert step_record["status"] == "succeeded" and step_record["attempts"] == 1
+    assert [e["kind"] for e in read_lab_events(tmp_path)] == ["step_started", "step_succeeded"]
+
+
+def _process_tree(pid: int) -> list[int]:
+    """``pid`` and every process below it (torchrun's workers run in their own process groups)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(stat.parent.name))
+    tree = [pid]
+    for parent in tree:
+        tree.extend(children.get(parent, []))
+    return tree
+
+
+def _same(a, b) -> bool:
+    """Nested checkpoint states equal bit for bit (tensors, arrays, RNG tuples)."""
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if hasattr(a, "shape"):  # numpy arrays (NumPy's RNG state)
+        return bool((a == b).all())
+    return a == b
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="finds torchrun's workers through /proc")
+def test_fsdp_job_killed_with_sigkill_resumes_bit_identical(tmp_path, dataset):
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(tiny_run_config(
+        dataset, moe=True, max_steps=8, checkpoint_interval=2, micro_batch_size=4, sample_interval=4)))
+    fsdp = "train.parallelism=fsdp"
+    ref = _torchrun(tmp_path / "ref", config, fsdp)
+    assert ref.returncode == 0, ref.stderr[-4000:]
+
+    run_dir = tmp_path / "killed"
+    job = subprocess.Popen(_torchrun_command(run_dir, config, fsdp), env=subprocess_env(),
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 240
+    while not any(step >= 2 for step, _ in ckpt.list_checkpoints(run_dir)):
+        assert job.poll() is None and time.monotonic() < deadline, "the job ended before its step-2 checkpoint"
+        time.sleep(0.01)
+    time.sleep(random.uniform(0.0, 1.0))  # anywhere in steps 3-4: mid-step, mid-log, mid-checkpoint
+    tree = _process_tree(job.pid)
+    for pid in tree:  # the whole job at once, as a lost machine would
+        os.kill(pid, signal.SIGKILL)
+    job.wait()
+    assert len(tree) >= 3  # the launcher and both ranks
+    assert not (run_dir / "result.json").exists()
+
+    resumed = _torchrun(run_dir, config, fsdp, "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-4000:]
+    with RunReader(tmp_path / "ref") as a, RunReader(run_dir) as b:
+        assert b.scalars("train/loss") == a.scalars("train/loss")  # bit for bit
+        assert b.scalars("train/loss")[0] == list(range(1, 9))
+        assert b.vectors("moe/layer_1/router_bias") == a.vectors("moe/layer_1/router_bias")
+        assert b.scalars("eval/macro/loss") == a.scalars("eval/macro/loss")
+        assert [(x["step"], x["text"]) for x in b.samples()] == [(x["step"], x["text"]) for x in a.samples()]
+        assert any(e["kind"] == "resume" for e in b.events())
+    final_ref = ckpt.load_checkpoint(ckpt.list_checkpoints(tmp_path / "ref")[-1][1])
+    final = ckpt.load_checkpoint(ckpt.list_checkpoints(run_dir)[-1][1])
+    assert final["trainer"]["step"] == 8
+    for part in ("model", "optimizer"):
+        assert _same(final_ref[part], final[part]), part
+    for part in ("loader", "balancer", "guard"):
+        assert _same(final_ref["trainer"][part], final["trainer"][part]), part
+    generators = ["python", "numpy"] + ([] if _moe_forward_moves_torch_rng(dataset) else ["torch"])
+    for name in generators:
+        assert _same(final_ref["trainer"]["rng"][name], final["trainer"]["rng"][name]), name
+
+
+def _moe_forward_moves_torch_rng(dataset: Path) -> bool:
+    """Whether a process's first MoE forward draws from torch's global generator (issue 13: the grouped-mm
+    probe in model/moe.py did, after a resume had restored it). Until that is fixed the resumed ranks'
+    torch generator cannot match, so the test compares it only once a forward leaves it alone."""
+    model = json.dumps(tiny_run_config(dataset, moe=True)["model"])
+    code = ("import json, torch; from glasslab.config import from_dict; from glasslab.model.config import ModelConfig;"
+            " from glasslab.model.transformer import Transformer;"
+            f" m = Transformer(from_dict(ModelConfig, json.loads({model!r}))); before = torch.get_rng_state();"
+            " m(torch.zeros(1, 8, dtype=torch.long)); print(int(not torch.equal(before, torch.get_rng_state())))")
+    done = subprocess.run([sys.executable, "-c", code], env=subprocess_env(), capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.strip() == "1"

@@ -14,7 +14,12 @@ WORD_SHAPE_FILTERS = ["mean_word_length", "symbol_ratio", "alpha_ratio", "top_ng
 
 def build_tiny_dataset(root: Path) -> Path:
     """Build ~300 KB of standard-library code and prose into ``root/data`` (about a second)."""
-    cfg = from_dict(BuildConfig, {
+    return build_dataset(tiny_build_config(), root / "data", progress=False)
+
+
+def tiny_build_config() -> BuildConfig:
+    """The build of :func:`build_tiny_dataset` (two built-in domains, a 512-token BPE)."""
+    return from_dict(BuildConfig, {
         "sources": [
             {"domain": "code", "kind": "builtin", "path": "stdlib_code", "max_bytes": 150_000,
              "skip_filters": WORD_SHAPE_FILTERS},
@@ -23,7 +28,6 @@ def build_tiny_dataset(root: Path) -> Path:
         "tokenizer": {"vocab_size": VOCAB, "sample_bytes": 200_000},
         "num_workers": 1, "samples_per_domain": 0,
     })
-    return build_dataset(cfg, root / "data", progress=False)
 
 
 def tiny_run_config(dataset: Path, moe: bool = False, **train: object) -> dict:

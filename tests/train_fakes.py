@@ -62,7 +62,8 @@ class SyntheticLoader:
         self.position = state["position"]
 
 
-def make_trainer(run_dir: Path, cfg: TrainConfig, moe: bool = False, loader=None, log: bool = True) -> Trainer:
+def make_trainer(run_dir: Path, cfg: TrainConfig, moe: bool = False, loader=None, log: bool = True,
+                 hooks=()) -> Trainer:
     """A Trainer on the real tiny Transformer and the synthetic stream, logging into ``run_dir``."""
     torch.manual_seed(cfg.seed)
     model_cfg = tiny_model_config(moe)
@@ -76,4 +77,4 @@ def make_trainer(run_dir: Path, cfg: TrainConfig, moe: bool = False, loader=None
     parts = RunParts(model=model, balancer=model.balancer, loader=loader,
                      flops_per_token=model_cfg.flops_per_token(cfg.seq_len), evaluate=evaluate_model)
     run = track_init(run_dir, {"train": {}}) if log else None
-    return Trainer(cfg, parts, run, run_dir, DistContext(), {"train": {}}, peak_flops=1e11)
+    return Trainer(cfg, parts, run, run_dir, DistContext(), {"train": {}}, peak_flops=1e11, hooks=hooks)

@@ -43,13 +43,22 @@ REDACTED = "***redacted***"
 
 
 class ConfigError(UserError, ValueError):
-    """A user's config is wrong; the message is one line naming key, value and expectation."""
+    """A user's config is wrong; the message is one line naming key, value and expectation.
+
+    ``key`` is the dotted key the message starts with, when there is one: :func:`from_dict` rewrites
+    it into the full path from the root config (``mixture.weights.code`` checked inside the ``data``
+    section of a run config is reported as ``data.mixture.weights.code``).
+    """
+
+    def __init__(self, message: str, key: str | None = None) -> None:
+        super().__init__(message)
+        self.key = key
 
 
 def require(condition: bool, key: str, value: Any, expected: str) -> None:
     """Raise a :class:`ConfigError` ``"<key>=<value>: expected <expected>"`` unless ``condition``."""
     if not condition:
-        raise ConfigError(f"{key}={value!r}: expected {expected}")
+        raise ConfigError(f"{key}={value!r}: expected {expected}", key=key)
 
 
 # --- building dataclasses from plain data -------------------------------------------------------
@@ -71,14 +80,31 @@ def from_dict(cls: type[T], data: Mapping[str, Any] | None, prefix: str = "") ->
     kwargs = {name: _coerce(data[name], hints[name], _join(prefix, name)) for name in fields if name in data}
     try:
         return cls(**kwargs)
-    except ConfigError:
-        raise
+    except ConfigError as exc:
+        raise _at_path(exc, prefix, fields) from None
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{prefix or cls.__name__}: {exc}") from None
 
 
 def _join(prefix: str, key: str) -> str:
     return f"{prefix}.{key}" if prefix else key
+
+
+def _at_path(exc: ConfigError, prefix: str, fields: Iterable[str]) -> ConfigError:
+    """``exc`` raised by the checks of a config built at ``prefix``, its key made the full dotted path.
+
+    A class's checks name keys from wherever the class usually sits (``mixture.weights.code``,
+    ``source.path``); the part from the first component that is one of the class's own fields on is
+    what the class knows, so the full path is ``prefix`` plus that part.
+    """
+    if not prefix or exc.key is None:
+        return exc
+    parts = exc.key.split(".")
+    for i, part in enumerate(parts):
+        if part.split("[")[0] in fields:
+            full = ".".join([prefix, *parts[i:]])
+            return ConfigError(str(exc).replace(exc.key, full, 1), key=full)
+    return exc
 
 
 def _unknown_key_message(path: str, key: str, fields: Iterable[str]) -> str:

@@ -7,7 +7,7 @@ fsync, then one ``os.replace``, so a reader (or a later step) sees the old file 
 never half of one — the same rule for a JSON record, a page, a checkpoint folder or a dataset.
 
 This module sits at the bottom of the import order beside ``config`` and ``errors``: it imports no
-other part.
+other part (only ``errors``, for the one-line error about a file that does not parse).
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from glasslab.errors import UserError
 
 # --- file names -----------------------------------------------------------------------------------
 
@@ -51,6 +53,13 @@ TRAINER_STATE = "trainer.pt"
 """The checkpoint part holding counters, loader, balancer, guard and RNG state."""
 CHECKPOINT_CONFIG = "config.json"
 """The run's full (unredacted) config beside a checkpoint's manifest, readable without unpickling."""
+
+EXPORT_MANIFEST = "export.json"
+"""A Hugging Face export's manifest (run, step, glasslab version, ``max_logit_diff`` and the logit
+check, every file with its size and sha256); written last, so a folder holding it is a finished export
+(``model/export.py``)."""
+MODEL_CARD = "README.md"
+"""A Hugging Face export's model card (the name the Hub shows)."""
 
 PREDICTIONS_FILE = "predictions.jsonl"
 """The lab's append-only registry of pre-registered predictions, one JSON object per line
@@ -90,9 +99,24 @@ def atomic_path(path: str | Path, *, replace: bool = True) -> Iterator[Path]:
         if path.exists() and not replace:
             raise FileExistsError(f"{path} exists")
         move_into_place(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):  # on read-only media even removing a file never made fails
+            remove(tmp)
+        if exc.filename is not None and Path(exc.filename).name.startswith(TEMP_PREFIX):
+            # Name the file the user knows, not our temp name beside it.
+            raise type(exc)(exc.errno, exc.strerror, str(_named_by_user(path))) from None
+        raise
     except BaseException:
         remove(tmp)
         raise
+
+
+def _named_by_user(path: Path) -> Path:
+    """``path`` without the temp names :func:`temp_path` wrapped it in (``.tmp-step.json-PID-X`` → ``step.json``)."""
+    name = path.name
+    while name.startswith(TEMP_PREFIX) and name.count("-") >= 3:
+        name = name[len(TEMP_PREFIX):].rsplit("-", 2)[0]
+    return path.with_name(name)
 
 
 def move_into_place(source: str | Path, path: str | Path) -> None:
@@ -147,12 +171,19 @@ def write_json_atomic(path: str | Path, data: Any, *, indent: int | None = 2, so
     return write_text_atomic(path, json_text(data, indent=indent, sort_keys=sort_keys, allow_nan=allow_nan))
 
 
+class UnreadableFile(UserError, ValueError):
+    """A lab file that is not what glasslab wrote (edited by hand, damaged on disk); one line naming it."""
+
+
 def read_json(path: str | Path) -> Any | None:
-    """The JSON in ``path``, or None when the file is absent (atomic writes rule out torn files)."""
+    """The JSON in ``path``, or None when the file is absent (atomic writes rule out torn files, so a
+    file that does not parse was changed by something else: :class:`UnreadableFile`)."""
     try:
         return json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         return None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UnreadableFile(f"{path}: not valid JSON ({exc}); expected the file as glasslab wrote it") from None
 
 
 def append_json_line(path: str | Path, record: Any) -> None:

@@ -1,11 +1,12 @@
-"""``glasslab data build CONFIG`` and ``glasslab data report DATASET_DIR``: build and describe datasets."""
+"""``glasslab data build CONFIG`` (a one-step experiment) and ``glasslab data report DATASET_DIR``."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
-from glasslab.cli.options import add_lab_option
+from glasslab.cli.options import add_lab_option, step_lab
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -20,19 +21,29 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     build = data_sub.add_parser(
         "build",
         help="sources → processing → tokenizer → shards (+ report.json)",
-        description="Build a dataset from a YAML/JSON BuildConfig. CONFIG may be 'demo' for the built-in "
-        "three-domain demo (Python's own standard library and reference topics). Overrides are "
-        "dotted KEY=VALUE pairs, e.g. tokenizer.vocab_size=2048 eval.fraction=0.1.",
+        description="Build a dataset from a YAML/JSON BuildConfig, as a one-step experiment: the folder "
+        "<lab>/data-<hash8> gets step.json and the lab's event log says when it was built; the same build "
+        "again is cached. CONFIG may be 'demo' for the demo's own data step (three built-in domains: "
+        "Python's standard library code, docstring prose and reference topics), so a later `glasslab run "
+        "demo` finds it built. Overrides are dotted KEY=VALUE pairs, e.g. tokenizer.vocab_size=2048.",
     )
     build.add_argument("config", metavar="CONFIG", help="BuildConfig file, or 'demo'")
     build.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides")
-    build.add_argument("--out", default=None, help="dataset folder (default: <lab>/data-<config hash>)")
+    build.add_argument("--quick", action="store_true", help="with 'demo': the data of `glasslab demo --quick`")
+    build.add_argument("--out", default=None,
+                       help="a fixed dataset folder instead of <lab>/data-<hash8> (its parent is then the lab)")
     add_lab_option(build)
     build.add_argument(
-        "--strict", action="store_true", help="fail on a malformed JSONL line instead of skipping it"
+        "--strict", action="store_true",
+        help="fail on a malformed record or invalid UTF-8 instead of skipping (replacing) and counting it",
+    )
+    build.add_argument(
+        "--skip-bad-files", action="store_true",
+        help="leave damaged files (truncated .gz/.zst, unreadable Parquet) out whole instead of failing",
     )
     build.add_argument("--workers", type=int, default=None, help="tokenizer processes (default from config)")
-    build.add_argument("--quiet", action="store_true", help="no progress lines")
+    build.add_argument("--force", action="store_true", help="build again even if this build succeeded before")
+    build.add_argument("--quiet", action="store_true", help="no progress lines (what is skipped is still said)")
     build.set_defaults(func=run_build)
 
     report = data_sub.add_parser(
@@ -56,19 +67,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run_build(args: argparse.Namespace) -> int:
-    from glasslab import config
-    from glasslab.data import BuildConfig, build_dataset
+    from glasslab.cli.data_build import data_build_step
+    from glasslab.lab import run_one_step
 
     overrides = list(args.overrides)
     if args.strict:
         overrides.append("strict=true")
+    if args.skip_bad_files:
+        overrides.append("skip_bad_files=true")
     if args.workers is not None:
         overrides.append(f"num_workers={args.workers}")
-    path = None if args.config == "demo" and not Path("demo").exists() else args.config
-    cfg = config.load(BuildConfig, path, overrides)
-    out = Path(args.out) if args.out else Path(args.lab) / f"data-{config.config_hash(cfg)[:8]}"
-    build_dataset(cfg, out, progress=not args.quiet)
-    print(out)
+    if args.quiet:
+        overrides.append("progress=false")
+    step = data_build_step(args.config, overrides, quick=args.quick, folder=args.out)
+    done = run_one_step(step, step_lab(args.lab, args.out), force=args.force)
+    if done.status == "cached":
+        print(f"built before (cached): {done.folder}", file=sys.stderr)
+    print(done.folder)
     return 0
 
 

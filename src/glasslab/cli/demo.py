@@ -7,7 +7,7 @@ import os
 import time
 from pathlib import Path
 
-from glasslab.cli.options import add_lab_option
+from glasslab.cli.options import add_executor_options, add_lab_option
 from glasslab.errors import UserError
 
 
@@ -25,21 +25,27 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_lab_option(p)
     p.add_argument("--host", default="127.0.0.1", help="address the page binds to (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8765, help="port of the page (default 8765)")
+    p.add_argument("--sinks", default="", metavar="NAME[,NAME]",
+                   help="also copy every run's metrics to these sinks: jsonl, tensorboard, wandb (train.sinks)")
     p.add_argument("--jobs", type=int, default=max(1, min(2, os.cpu_count() or 1)),
                    help="steps run in parallel (default: 2, or 1 on a 1-core machine)")
+    add_executor_options(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    import sys
+
     from rich.console import Console
 
-    from glasslab.experiments.demo import LADDER, demo_steps
+    from glasslab.experiments.demo import EXPORT_STEP, FULL, LADDER, QUICK, demo_steps
     from glasslab.lab import Executor
     from glasslab.ladder.summary import summary_tables
     from glasslab.observatory.app import BackgroundServer
     from glasslab.observatory.publish import publish
+    from glasslab.track import check_sinks
 
-    console = Console()
+    console = Console(width=None if sys.stdout.isatty() else 160)
     lab = Path(args.lab)
     lab.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
@@ -48,13 +54,19 @@ def run(args: argparse.Namespace) -> int:
         server = BackgroundServer(lab, host=args.host, port=args.port)
         console.print(f"live observatory: [bold]{server.url}/[/bold]")
     cores = os.cpu_count() or 1
-    steps = demo_steps(quick=args.quick, device=args.device, threads=max(1, cores // args.jobs), hero_threads=cores)
-    report = Executor(lab, backend="local", jobs=args.jobs).run(steps)
+    sinks = tuple(name.strip() for name in args.sinks.split(",") if name.strip())
+    check_sinks(sinks)
+    steps = demo_steps(QUICK if args.quick else FULL, device=args.device, threads=max(1, cores // args.jobs),
+                       hero_threads=cores, sinks=sinks)
+    executor = Executor(lab, backend=args.backend, jobs=args.jobs, address=args.address, retries=args.retries,
+                        re_register=args.re_register)
+    report = executor.run(steps)
     if not report.ok:
         raise UserError(f"demo: {', '.join(report.keys('failed')) or 'a step'} failed; see step.json in {lab}")
     folders = {planned.name: planned.folder for planned in report.plan.steps}
     for table in summary_tables(folders[f"{LADDER}-fit"], folders[f"{LADDER}-hero"]):
         console.print(table)
+    console.print(f"the hero for transformers (with a model card): {folders[EXPORT_STEP]}")
     site = publish(lab, lab / "site")
     console.print(f"static site: {site}  ({time.monotonic() - started:.0f} s in all)")
     if server is not None:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
+
+from glasslab.errors import UserError
 
 DEFAULT_LAB = "lab"
 
@@ -12,3 +15,33 @@ def add_lab_option(parser: argparse.ArgumentParser | argparse._ArgumentGroup, wh
     """``--lab DIR``: the lab root, from ``$GLASSLAB_ROOT`` or ``./lab`` when not given."""
     parser.add_argument("--lab", default=os.environ.get("GLASSLAB_ROOT", DEFAULT_LAB),
                         help=f"{what} (default: $GLASSLAB_ROOT or ./{DEFAULT_LAB})")
+
+
+def split_config_items(items: list[str], what: str = "config") -> tuple[Path | None, list[str]]:
+    """(file or None, overrides) from ``[FILE] [KEY=VALUE ...]``: the file is a first item without '='."""
+    if items and "=" not in items[0]:
+        return Path(items[0]), items[1:]
+    stray = [i for i in items if "=" not in i]
+    if stray:
+        raise UserError(f"{stray[0]!r}: expected KEY=VALUE after the {what} file")
+    return None, items
+
+
+def add_executor_options(parser: argparse.ArgumentParser) -> None:
+    """Where and how an experiment's steps run: ``--backend``, ``--address``, ``--jobs`` is the
+    caller's (defaults differ), ``--retries``, ``--re-register``."""
+    parser.add_argument("--backend", choices=("local", "ray"), default="local",
+                        help="local: steps as subprocesses here (default); ray: steps as Ray tasks")
+    parser.add_argument("--address", default=None, help="Ray cluster address (default: start a local Ray)")
+    parser.add_argument("--retries", type=int, default=None, metavar="N",
+                        help="retry a failed step up to N times (a crashed or preempted training step "
+                        "resumes from its checkpoint); default: each step's own retry policy")
+    parser.add_argument("--re-register", action="store_true",
+                        help="let steps replace a prediction already in the lab's registry with other "
+                        "numbers (recorded as an incident); without it they refuse")
+
+
+def step_lab(lab: str | Path, pinned: str | Path | None) -> Path:
+    """The lab root of a command's step: a pinned folder's parent (``--run-dir``, ``--out``), else ``--lab``,
+    so the step's lab events land beside its folder, not in the current folder's ``./lab``."""
+    return Path(pinned).resolve().parent if pinned else Path(lab)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from glasslab.cli.options import add_lab_option
+from glasslab.cli.options import add_executor_options, add_lab_option
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -18,9 +18,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_lab_option(p)
     p.add_argument("--dry-run", action="store_true",
                    help="print the plan (what runs, what is cached) and stop")
-    p.add_argument("--backend", choices=("local", "ray"), default="local",
-                   help="local: steps as subprocesses here (default); ray: steps as Ray tasks")
-    p.add_argument("--address", default=None, help="Ray cluster address (default: start a local Ray)")
+    add_executor_options(p)
     p.add_argument("--jobs", type=int, default=1,
                    help="how many steps may run at once, on either backend (default 1)")
     p.add_argument("--force", nargs="+", action="extend", default=[], metavar="NAME",
@@ -34,7 +32,8 @@ def run(args: argparse.Namespace) -> int:
     from glasslab.lab import Executor, load_experiment
 
     steps = load_experiment(args.experiment)
-    executor = Executor(args.lab, backend=args.backend, jobs=args.jobs, address=args.address)
+    executor = Executor(args.lab, backend=args.backend, jobs=args.jobs, address=args.address, retries=args.retries,
+                        re_register=args.re_register)
     report = executor.run(steps, force=args.force, dry_run=args.dry_run)
     if args.dry_run:
         return 0

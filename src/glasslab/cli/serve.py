@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from glasslab.cli.options import add_lab_option
+from glasslab.errors import UserError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -21,12 +22,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from glasslab.observatory.app import serve
+    from glasslab.observatory.app import bind, serve
 
-    if not Path(args.lab).is_dir():
-        print(f"note: {args.lab} does not exist yet; the pages fill in as the lab is written", flush=True)
+    lab = Path(args.lab)
+    if lab.exists() and not lab.is_dir():
+        raise UserError(f"--lab {lab}: is a file; expected a lab folder")
+    sock = bind(args.host, args.port)  # a busy port fails here, before a URL is printed
+    if not lab.exists():
+        print(f"note: {lab} does not exist yet; the pages fill in as the lab is written", flush=True)
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"note: serving on {args.host}: anyone who can reach it can read this lab", flush=True)
-    print(f"observatory for {args.lab} at http://{args.host}:{args.port}/", flush=True)
-    serve(args.lab, host=args.host, port=args.port)
+    print(f"observatory for {lab} at http://{args.host}:{sock.getsockname()[1]}/", flush=True)
+    serve(lab, host=args.host, port=args.port, sock=sock)
     return 0

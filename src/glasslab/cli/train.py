@@ -1,7 +1,7 @@
-"""``glasslab train CONFIG [KEY=VALUE ...]``: train a model into a run folder (resume, fork, torchrun).
+"""``glasslab train CONFIG [KEY=VALUE ...]``: train a model as a one-step experiment (resume, fork, torchrun).
 
-    glasslab train run.yaml train.max_steps=200 --lab lab          # lab/run-<hash8>/
-    glasslab train run.yaml --run-dir lab/my-run --resume           # after a crash or preemption
+    glasslab train run.yaml train.max_steps=200 --lab lab          # lab/run-<hash8>/ (a step folder)
+    glasslab train run.yaml --run-dir lab/my-run --resume           # a fixed folder, after a crash
     glasslab train --fork my-run@200 data.mixture.weights.code=0.5  # a new run from my-run's step 200
     torchrun --nproc_per_node=2 -m glasslab train run.yaml --run-dir lab/ddp
 """
@@ -9,12 +9,12 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
+import dataclasses
 import os
-from collections.abc import Callable, Iterator
+import re
 from pathlib import Path
 
-from glasslab.cli.options import add_lab_option
+from glasslab.cli.options import add_lab_option, split_config_items, step_lab
 from glasslab.errors import UserError
 
 
@@ -22,88 +22,148 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "train", help="train a model from a run config",
         description="Train a dense or MoE model from a run config ({model, data, train}) plus dotted "
-        "overrides. The run folder gets run.json, metrics.db, checkpoints/ and result.json. Under torchrun "
-        "every rank runs this command.",
+        "overrides, as a one-step experiment: the run folder <lab>/<name>-<hash8> gets step.json, run.json, "
+        "metrics.db, checkpoints/ and result.json, and the lab's event log says when it started and ended. "
+        "The same command again finds the finished run (cached) or resumes an interrupted one. Under "
+        "torchrun every rank runs this command; rank 0 keeps the step's record.",
     )
     p.add_argument("items", nargs="*", metavar="CONFIG|KEY=VALUE",
                    help="a run config file (YAML or JSON), then overrides such as train.optimizer.lr=3e-3")
     where = p.add_mutually_exclusive_group()
-    where.add_argument("--run-dir", help="the run folder (default: <lab>/<config name>-<config hash>)")
-    add_lab_option(where, "lab root for the default run folder")
+    where.add_argument("--run-dir", help="a fixed run folder instead of <lab>/<name>-<hash8> (its parent is then the "
+                       "lab); one that already holds a run needs --resume")
+    add_lab_option(where, "lab root (step folders, event log)")
     mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--resume", action="store_true", help="continue the run from its latest intact checkpoint")
+    mode.add_argument("--resume", action="store_true",
+                      help="continue the run from its latest intact checkpoint (CONFIG may be left out with --run-dir)")
     mode.add_argument("--fork", metavar="RUN@STEP",
                       help="start a new run from RUN's checkpoint at STEP with the given changes")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where to train (default cpu)")
+    p.add_argument("--example", choices=("dense", "moe"), default=None,
+                   help="print a complete, commented run config to start from (it trains as written on the "
+                   "built-in data), e.g. glasslab train --example moe > run.yaml")
     p.set_defaults(func=run)
-
-
-def split_items(items: list[str]) -> tuple[Path | None, list[str]]:
-    """(config file or None, overrides): the config is the first item that is not KEY=VALUE."""
-    if items and "=" not in items[0]:
-        return Path(items[0]), items[1:]
-    stray = [i for i in items if "=" not in i]
-    if stray:
-        raise UserError(f"{stray[0]!r}: expected KEY=VALUE after the config file")
-    return None, items
 
 
 def run(args: argparse.Namespace) -> int:
     from glasslab import config as configs
+    from glasslab.cli.data_build import data_build_step
     from glasslab.cli.note import resolve_run_dir
-    from glasslab.layout import TRAINER_STATE
-    from glasslab.train import RunConfig, train
-    from glasslab.train.checkpoint import checkpoint_path, latest_valid
-    from glasslab.train.run import checkpoint_config
+    from glasslab.cli.progress import HOOK
+    from glasslab.data import manifest_hash
+    from glasslab.lab import Step, make_plan, run_one_step
+    from glasslab.track import check_sinks
+    from glasslab.train import RunConfig
+    from glasslab.train.build import check_inputs
+    from glasslab.train.checkpoint import checkpoint_config
+    from glasslab.train.fork import ForkPoint
+    from glasslab.train.run import check_fresh, check_resumable
+    from glasslab.train.steps import TrainingPreempted, TrainStepConfig, train_step
 
-    config_path, overrides = split_items(args.items)
-    lab = Path(args.lab)
+    if args.example:
+        from glasslab.train.example import example_yaml
+
+        if args.items:
+            raise UserError("--example prints a config and takes no CONFIG or KEY=VALUE")
+        print(example_yaml(args.example), end="")
+        return 0
+    config_path, overrides = split_config_items(args.items, "run config")
     run_dir = Path(args.run_dir) if args.run_dir else None
-    fork = None
+    lab = step_lab(args.lab, run_dir)
+    fork, record_extra = None, {}
     if args.fork:
         parent_ref, sep, step = args.fork.rpartition("@")
         if not sep or not step.isdigit():
             raise UserError(f"--fork {args.fork!r}: expected RUN@STEP, e.g. my-run@200")
-        parent_dir = resolve_run_dir(str(lab), parent_ref)
-        fork = f"{parent_dir}@{step}"
-        parent_ckpt = checkpoint_path(parent_dir, int(step))
-        if config_path is None and not (parent_ckpt / TRAINER_STATE).is_file():
-            raise UserError(f"--fork {args.fork!r}: no checkpoint at step {step} in {parent_dir}")
-        base = configs.read_file(config_path) if config_path else checkpoint_config(parent_ckpt)
-        name = f"{parent_dir.name}-fork{step}"
+        fork = ForkPoint.at(resolve_run_dir(str(lab), parent_ref), int(step))
+        if config_path is None and not fork.checkpoint.is_dir():
+            raise UserError(f"--fork {args.fork!r}: no checkpoint at step {step} in {fork.run_dir}")
+        base = configs.read_file(config_path) if config_path else checkpoint_config(fork.checkpoint)
+        name = f"{fork.run}-fork{fork.step}"
     elif config_path is not None:
-        base, name = configs.read_file(config_path), config_path.stem
+        base, name = configs.read_file(config_path), step_name(config_path.stem)
     elif args.resume and run_dir is not None:
-        found = latest_valid(run_dir)
-        if found is None:
-            raise UserError(f"{run_dir}: no intact checkpoint to take the config from; pass CONFIG too")
-        base, name = checkpoint_config(found[1]), run_dir.name
+        recorded = _recorded_step_config(run_dir)
+        base, fork, record_extra = configs.to_dict(recorded.run), recorded.fork, dict(recorded.record_extra)
+        base["data"]["path"] = recorded.data_path or base["data"]["path"]
+        name = _recorded_name(run_dir)
     else:
         raise UserError("expected a run config file (glasslab train CONFIG [KEY=VALUE ...])")
     run_cfg = configs.from_dict(RunConfig, configs.apply_overrides(base, overrides))
-    if run_dir is None:
-        run_dir = lab / f"{name}-{configs.config_hash(run_cfg)[:8]}"
-    with training_progress(run_dir.name, enabled=int(os.environ.get("RANK", "0")) == 0) as progress:
-        result = train(run_cfg, run_dir, resume=args.resume, fork=fork, device=args.device, progress=progress)
-    if int(os.environ.get("RANK", "0")) == 0:
+    check_sinks(run_cfg.train.sinks)  # a missing sink package: one line before any data is built
+    # The dataset is named by what it is: a data build (a dependency step, built first when needed) or a
+    # folder's manifest hash; the path as written stays out of the step's hash.
+    data_deps, data_fields, dataset = (), {}, run_cfg.data.path
+    if run_cfg.data.build:
+        data = data_build_step(run_cfg.data.build, relative_to=config_path.parent if config_path else None)
+        data_deps, data_fields, dataset = (data,), {"data_from": data.name}, str(_built_dataset(data, lab))
+    elif dataset:
+        data_fields = {"data_path": dataset, "data_manifest": manifest_hash(dataset)}
+    located = dataclasses.replace(run_cfg, data=dataclasses.replace(run_cfg.data, build="", path=dataset))
+    check_inputs(located)  # a bad dataset, mixture or vocabulary: one line before any folder or bar
+    unplaced = dataclasses.replace(run_cfg, data=dataclasses.replace(run_cfg.data, build="", path=""))
+    config = TrainStepConfig(run=unplaced, record_extra=record_extra, fork=fork, device=args.device, hooks=(HOOK,),
+                             **data_fields)
+    step = Step(name, train_step, config, deps=data_deps, folder=run_dir)
+    folder = make_plan([step], lab).steps[-1].folder
+    if args.resume:
+        check_resumable(folder, located)
+    elif run_dir is not None:
+        check_fresh(folder)
+    main_rank = int(os.environ.get("RANK", "0")) == 0
+    try:
+        done = run_one_step(step, lab)
+    except TrainingPreempted as stopped:
+        if main_rank:
+            print(f"{folder}: preempted at step {stopped.result['step']}; checkpoint written, the same command "
+                  "resumes it" + ("" if run_dir is None else " with --resume"))
+        return 0
+    if main_rank:
+        result = done.value or {}
         loss = result.get("eval/macro/loss")
-        print(f"{run_dir}: {result['status']} at step {result['step']}"
+        status = result.get("status", "finished") + (" before (cached)" if done.status == "cached" else "")
+        print(f"{done.folder}: {status} at step {result.get('step')}"
               + (f", eval/macro/loss {loss:.4f}" if loss is not None else ""))
     return 0
 
 
-@contextlib.contextmanager
-def training_progress(name: str, enabled: bool) -> Iterator[Callable[[int, int, dict[str, float]], None]]:
-    """A rich progress bar (steps, loss, time left) fed by the trainer's per-step callback."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+def _built_dataset(data_step, lab: Path) -> Path:
+    """The folder of the data build ``data_step``, running it first unless it succeeded before. Under
+    torchrun every rank would build it at once, so there it must exist already."""
+    from glasslab.lab import make_plan, run_one_step
 
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TextColumn("loss {task.fields[loss]}"), TimeRemainingColumn())
-    with Progress(*columns, disable=not enabled) as bar:
-        task = bar.add_task(name, total=None, loss="-")
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        node = make_plan([data_step], lab).steps[-1]
+        if node.action != "cached":
+            raise UserError(f"data.build: {node.folder} is not built yet; under torchrun build it first "
+                            "(glasslab data build, or the same glasslab train without torchrun)")
+        return node.folder
+    return run_one_step(data_step, lab).folder
 
-        def update(step: int, total: int, metrics: dict[str, float]) -> None:
-            loss = metrics.get("train/loss")
-            bar.update(task, completed=step, total=total, loss="-" if loss is None else f"{loss:.4f}")
 
-        yield update
+def step_name(text: str) -> str:
+    """A step name from a file stem: characters a folder name may not hold become '_'."""
+    name = re.sub(r"-+", "-", re.sub(r"[^A-Za-z0-9_.-]", "_", text)).strip("-")
+    return name if name and name[0].isalnum() else f"run{('_' + name) if name else ''}"
+
+
+def _recorded_step_config(run_dir: Path):
+    """The training step config that made ``run_dir``, from its ``step.json`` (a TrainStepConfig)."""
+    from glasslab import config as configs
+    from glasslab.lab import read_step_record
+    from glasslab.train.steps import TrainStepConfig
+
+    record = read_step_record(run_dir)
+    if record is None or not str(record.get("function", "")).endswith(":train_step"):
+        raise UserError(f"{run_dir}: no step.json of a `glasslab train` run to take the config from; pass CONFIG too")
+    step_config = configs.from_dict(TrainStepConfig, record["config"])
+    if step_config.data_from:
+        raise UserError(f"{run_dir}: its data comes from step {step_config.data_from!r}; rerun the command that "
+                        "made it (`glasslab train CONFIG` with its data.build, or `glasslab run` for an experiment)")
+    return step_config
+
+
+def _recorded_name(run_dir: Path) -> str:
+    from glasslab.lab import read_step_record
+
+    return (read_step_record(run_dir) or {}).get("name") or step_name(run_dir.name)

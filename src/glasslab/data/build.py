@@ -43,15 +43,18 @@ TMP_DIR = ".build-tmp"
 
 
 class Funnel:
-    """Documents and UTF-8 bytes left after each stage, in stage order."""
+    """Documents and UTF-8 bytes left after each stage, in stage order, in all and per domain."""
 
     def __init__(self) -> None:
         self.stages: dict[str, list[int]] = {}
+        self.domains: dict[str, dict[str, list[int]]] = {}
 
-    def count(self, stage: str, text: str) -> None:
-        entry = self.stages.setdefault(stage, [0, 0])
-        entry[0] += 1
-        entry[1] += len(text.encode("utf-8"))
+    def count(self, stage: str, text: str, domain: str) -> None:
+        size = len(text.encode("utf-8"))
+        in_domain = self.domains.setdefault(domain, {})
+        for entry in (self.stages.setdefault(stage, [0, 0]), in_domain.setdefault(stage, [0, 0])):
+            entry[0] += 1
+            entry[1] += size
 
     def ensure(self, stage: str) -> None:
         self.stages.setdefault(stage, [0, 0])
@@ -59,10 +62,20 @@ class Funnel:
     def to_list(self) -> list[dict]:
         return [{"stage": s, "documents": d, "bytes": b} for s, (d, b) in self.stages.items()]
 
+    def by_domain(self) -> dict[str, list[dict]]:
+        """The funnel of each domain, every stage listed (zeros where a domain lost everything)."""
+        return {domain: [{"stage": s, "documents": counts.get(s, [0, 0])[0], "bytes": counts.get(s, [0, 0])[1]}
+                         for s in self.stages] for domain, counts in sorted(self.domains.items())}
+
 
 def _say(progress: bool, message: str) -> None:
     if progress:
         print(f"[data build] {message}", file=sys.stderr, flush=True)
+
+
+def _warn(message: str) -> None:
+    """Said even without progress lines: what the build left out or changed is never silent."""
+    print(f"[data build] warning: {message}", file=sys.stderr, flush=True)
 
 
 def read_staged(path: Path) -> Iterator[str]:
@@ -93,24 +106,24 @@ def _process_sources(
         funnel.ensure(stage)
     try:
         for source in cfg.sources:
-            for raw in sources.read_source(source, errors, cfg.strict):
-                funnel.count("raw", raw)
+            for raw in sources.read_source(source, errors, cfg.strict, cfg.skip_bad_files):
+                funnel.count("raw", raw, source.domain)
                 text = normalize(raw)
                 if not text:
                     continue
-                funnel.count("normalized", text)
+                funnel.count("normalized", text, source.domain)
                 failed = first_failed_filter(text, cfg.filters, source.skip_filters)
                 for name in FILTER_NAMES[: FILTER_NAMES.index(failed) if failed else len(FILTER_NAMES)]:
-                    funnel.count(f"filter:{name}", text)
+                    funnel.count(f"filter:{name}", text, source.domain)
                 if failed:
                     filter_drops[failed] += 1
                     continue
                 if exact is not None and not exact.is_new(text):
                     continue
-                funnel.count("exact_dedup", text)
+                funnel.count("exact_dedup", text, source.domain)
                 if near is not None and not near.is_new(text):
                     continue
-                funnel.count("near_dedup", text)
+                funnel.count("near_dedup", text, source.domain)
                 if source.domain not in handles:
                     handles[source.domain] = open(stage_dir / f"{source.domain}.jsonl", "w", encoding="utf-8")
                 handles[source.domain].write(json.dumps(text) + "\n")
@@ -137,14 +150,14 @@ def _split_and_decontaminate(
                 if is_eval:
                     decontaminator.add_eval(text)
                     out.write(json.dumps(text) + "\n")
-                    funnel.count("decontaminate", text)
+                    funnel.count("decontaminate", text, domain)
     funnel.ensure("decontaminate")
     for domain, mask in masks.items():
         with open(stage_dir / f"{domain}.train.jsonl", "w", encoding="utf-8") as out:
             for text, is_eval in zip(read_staged(stage_dir / f"{domain}.jsonl"), mask, strict=True):
                 if not is_eval and decontaminator.is_clean(text):
                     out.write(json.dumps(text) + "\n")
-                    funnel.count("decontaminate", text)
+                    funnel.count("decontaminate", text, domain)
         (stage_dir / f"{domain}.jsonl").unlink()
 
 
@@ -201,6 +214,11 @@ def _move_into_place(tmp: Path, out_dir: Path) -> None:
     remove(tmp)
 
 
+def _sum_splits(splits: dict[str, dict]) -> dict[str, int]:
+    """Documents, bytes and tokens of a domain's splits together (the funnel's last stage)."""
+    return {key: sum(entry[key] for entry in splits.values()) for key in ("documents", "bytes", "tokens")}
+
+
 def build_dataset(cfg: BuildConfig, out_dir: Path, progress: bool = True) -> Path:
     """Build the dataset ``cfg`` describes into ``out_dir`` and return ``out_dir``.
 
@@ -208,6 +226,8 @@ def build_dataset(cfg: BuildConfig, out_dir: Path, progress: bool = True) -> Pat
     ``report.json``. Raises :class:`~glasslab.errors.UserError` for bad input (nothing is moved then).
     """
     out_dir = Path(out_dir)
+    made_out_dir = not out_dir.exists()  # removed again if the build fails: no half-made dataset folder
+    out_dir.mkdir(parents=True, exist_ok=True)
     tmp = out_dir / TMP_DIR
     if tmp.exists():
         shutil.rmtree(tmp)
@@ -269,14 +289,15 @@ def build_dataset(cfg: BuildConfig, out_dir: Path, progress: bool = True) -> Pat
         _write_json(tmp / MANIFEST_FILE, manifest)
         tokens = {"documents": 0, "bytes": 0, "tokens": 0}
         for splits in entries.values():
-            for entry in splits.values():
-                for key in tokens:
-                    tokens[key] += entry[key]
+            for key, value in _sum_splits(splits).items():
+                tokens[key] += value
         timings["total_s"] = time.perf_counter() - started
         record = {
             "python_version": platform.python_version(),
             "sources": described,
             "funnel": funnel.to_list() + [{"stage": "tokens", **tokens}],
+            "funnel_by_domain": {domain: stages + [{"stage": "tokens", **_sum_splits(entries.get(domain, {}))}]
+                                 for domain, stages in funnel.by_domain().items()},
             "filters": filter_drops,
             "errors": errors.to_dict(),
             "timings": timings,
@@ -290,12 +311,22 @@ def build_dataset(cfg: BuildConfig, out_dir: Path, progress: bool = True) -> Pat
         _move_into_place(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        if made_out_dir:
+            shutil.rmtree(out_dir, ignore_errors=True)
         raise
+    for line in sources.describe_errors(record["errors"], str(out_dir / BUILD_RECORD)):
+        _warn(line)
     _say(progress, f"done in {timings['total_s']:.1f} s: {out_dir}")
     return out_dir
 
 
+STEP_NAME = "data"
+"""What experiments and ``glasslab data build`` call a data build step, so each finds the other's folder."""
+
+
 def build_step(ctx) -> Path:
-    """Lab step function: build ``ctx.config`` (a BuildConfig or its plain data) into ``ctx.output_dir``."""
+    """Lab step function: build ``ctx.config`` (a BuildConfig or its plain data) into ``ctx.output_dir``
+    (progress lines, unless ``cfg.progress`` is off, go to stderr: the terminal for ``glasslab data build``,
+    ``step.log`` in an experiment)."""
     cfg = ctx.config if isinstance(ctx.config, BuildConfig) else from_dict(BuildConfig, ctx.config)
-    return build_dataset(cfg, Path(ctx.output_dir), progress=False)
+    return build_dataset(cfg, Path(ctx.output_dir), progress=cfg.progress)

@@ -8,10 +8,12 @@ mixture of its domains). Both are frozen dataclasses on :mod:`glasslab.config`.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Literal
+from pathlib import Path
+from typing import Any, Literal
 
-from glasslab.config import UNVERSIONED, require
+from glasslab.config import UNVERSIONED, apply_overrides, from_dict, read_file, require
 from glasslab.data.builtin import corpus_names
 
 DOMAIN_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
@@ -204,7 +206,12 @@ class BuildConfig:
     num_workers: int = field(default=2, metadata=UNVERSIONED)
     """Processes tokenizing into shards (1 = in this process)."""
     strict: bool = field(default=False, metadata=UNVERSIONED)
-    """Fail on the first malformed JSONL line instead of skipping and counting it."""
+    """Fail on the first malformed record (or invalid UTF-8) instead of skipping (replacing) and counting it."""
+    skip_bad_files: bool = field(default=False, metadata=UNVERSIONED)
+    """Leave a damaged input file (truncated .gz/.zst, unreadable Parquet, UTF-16) out whole, and say
+    so, instead of failing the build; such files are checked whole before they are read."""
+    progress: bool = field(default=True, metadata=UNVERSIONED)
+    """Progress lines on stderr; what the build skipped or replaced is said either way."""
 
     def __post_init__(self) -> None:
         require(len(self.sources) > 0, "sources", list(self.sources), "at least one source")
@@ -268,16 +275,54 @@ class MixtureConfig:
 
 @dataclass(frozen=True)
 class DataConfig:
-    """The ``data`` section of a training run: a built dataset folder and how to mix its domains."""
+    """The ``data`` section of a training run: which dataset (a build to run, or a built folder) and how
+    to mix its domains."""
 
+    build: str = ""
+    """A data build to train on, run first as a dependency step unless already built: ``demo`` (the
+    built-in three domains) or a build config file (relative to the run config's folder)."""
     path: str = ""
-    """Dataset folder written by ``glasslab data build`` (holds manifest.json)."""
+    """Or: a dataset folder already built by ``glasslab data build`` (holds manifest.json)."""
     mixture: MixtureConfig = field(default_factory=MixtureConfig)
     """Domain weights, phases and epoch caps."""
     seed: int = 0
     """Seeds document order per epoch and the domain drawn for each sequence."""
 
+    def __post_init__(self) -> None:
+        require(not (self.build and self.path), "data.build", self.build,
+                f"either data.build or data.path, not both (data.path={self.path!r})")
+
 
 def _check_weights(weights: dict[str, float], key: str) -> None:
     for domain, weight in weights.items():
         require(weight >= 0, f"{key}.{domain}", weight, "a weight >= 0")
+
+
+FILE_KINDS = ("jsonl", "parquet", "text")
+"""Source kinds whose ``path`` names files (the others name a dataset or a built-in corpus)."""
+
+
+def load_build_config(path: str | Path | None, overrides: Iterable[str] = ()) -> BuildConfig:
+    """A BuildConfig from a YAML/JSON file plus dotted overrides (None: the defaults).
+
+    A relative source ``path`` in the file (a file, folder or glob of the ``jsonl``, ``parquet`` and
+    ``text`` kinds) is taken relative to the config file's folder, not to the current folder, so a
+    config and its data can move together and be built from anywhere.
+    """
+    data: dict[str, Any] = {}
+    if path is not None:
+        data = read_file(path)
+        folder = Path(path).resolve().parent
+        sources = data.get("sources")
+        if isinstance(sources, list):
+            data["sources"] = [_resolve_source(source, folder) for source in sources]
+    return from_dict(BuildConfig, apply_overrides(data, overrides))
+
+
+def _resolve_source(source: Any, folder: Path) -> Any:
+    if not isinstance(source, dict) or source.get("kind", "builtin") not in FILE_KINDS:
+        return source
+    where = source.get("path")
+    if not isinstance(where, str) or not where or Path(where).expanduser().is_absolute():
+        return source
+    return {**source, "path": str(folder / where)}

@@ -15,6 +15,7 @@ import numpy as np
 from glasslab.data.config import MixtureConfig
 from glasslab.data.mixture import plan_mixture
 from glasslab.data.shards import manifest_hash, open_shard, read_manifest
+from glasslab.data.sources import InputErrors
 from glasslab.data.tokenizer import load_tokenizer
 from glasslab.layout import BUILD_RECORD
 
@@ -77,9 +78,10 @@ def make_report(
         "vocab_size": manifest["vocab_size"],
         "sources": build.get("sources", []),
         "funnel": build.get("funnel", []),
+        "funnel_by_domain": build.get("funnel_by_domain", {}),
         "filters": build.get("filters", {}),
         "domains": domains,
-        "errors": build.get("errors", {"malformed_lines": [], "invalid_utf8": 0}),
+        "errors": build.get("errors", InputErrors().to_dict()),
         "timings": build.get("timings", {}),
     }
     if mixture is not None:

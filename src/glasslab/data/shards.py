@@ -14,7 +14,6 @@ is therefore a few chunks per worker, whatever the corpus size.
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 import os
 from collections import deque
@@ -26,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from glasslab.errors import UserError
-from glasslab.layout import MANIFEST_FILE, file_sha256
+from glasslab.layout import MANIFEST_FILE, file_sha256, read_json
 
 CHUNK_CHARS = 1 << 20
 """Text per task handed to a worker (characters)."""
@@ -183,12 +182,12 @@ def index_path(bin_path: Path) -> Path:
 
 def read_manifest(dataset_dir: str | Path) -> dict:
     """The dataset's manifest; a one-line error when the folder is not a finished dataset."""
-    path = Path(dataset_dir) / MANIFEST_FILE
-    if not path.is_file():
+    manifest = read_json(Path(dataset_dir) / MANIFEST_FILE)
+    if manifest is None:
         raise UserError(
             f"{dataset_dir}: not a built dataset (no {MANIFEST_FILE}); run `glasslab data build` first"
         )
-    return json.loads(path.read_text())
+    return manifest
 
 
 def manifest_hash(dataset_dir: str | Path) -> str:
@@ -201,9 +200,24 @@ class Shard:
     """One domain's split: memmapped token ids and document end offsets."""
 
     def __init__(self, dataset_dir: Path, entry: dict, dtype: np.dtype) -> None:
-        bin_path = dataset_dir / entry["file"]
+        bin_path, index_file = dataset_dir / entry["file"], dataset_dir / entry["index"]
+        # Sizes, not hashes, are checked on every open: a truncated or missing shard is one line, at the
+        # cost of a stat (the manifest's sha256 covers silent corruption, e.g. `glasslab data report`).
+        expected = entry["tokens"] * dtype.itemsize
+        size = bin_path.stat().st_size if bin_path.is_file() else None
+        if size != expected:
+            found = "missing" if size is None else f"{size} bytes"
+            raise UserError(f"{bin_path}: {found}, the manifest says {expected} ({entry['tokens']} tokens); "
+                            "the dataset is damaged: build it again")
         self.tokens = np.memmap(bin_path, dtype=dtype, mode="r") if entry["tokens"] else np.zeros(0, dtype)
-        self.ends = np.load(dataset_dir / entry["index"])
+        try:
+            self.ends = np.load(index_file)
+        except (OSError, ValueError, EOFError):
+            self.ends = None
+        if self.ends is None or len(self.ends) != entry["documents"] or (
+                len(self.ends) and int(self.ends[-1]) != entry["tokens"]):
+            raise UserError(f"{index_file}: missing, unreadable or not the index of {entry['documents']} "
+                            "documents the manifest lists; the dataset is damaged: build it again")
         self.bytes = entry["bytes"]
 
     @property

@@ -8,24 +8,30 @@
    active parameter fixed, batch and learning rate from the planner's rule, two seeds on the small rungs;
 3. ``demo-fit``: ``L(C) = L∞ + A·C^(−α)`` at a recorded asymptote swept over a range, the hero's
    predicted curve with a 90% band, and the leave-last-rung-out back-test;
-4. ``demo-hero``: a run with ≥ 4× the top rung's compute, its prediction pre-registered before step 0.
+4. ``demo-hero``: a run with ≥ 4× the top rung's compute, its prediction registered before step 0;
+5. ``export``: the hero's last checkpoint as a Hugging Face ``transformers`` folder with a model card
+   (its logits checked against ours), linked from the hero's page.
 
 At this scale the ladder is illustrative: rungs of tens of thousands of parameters trained for a few
-hundred steps are noisy, and the demo reports its prediction error as it comes out. ``--quick``
-shrinks everything so the whole DAG takes about a minute (the test suite runs it).
+hundred steps are noisy, and the demo reports its prediction error as it comes out. Everything the
+demo's size decides is one :class:`DemoSize`: :data:`FULL` (``glasslab demo``) or :data:`QUICK`
+(``--quick``: the whole DAG in about a minute; the test suite runs it).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 
 from glasslab.data import BuildConfig, MixtureConfig
+from glasslab.data.build import STEP_NAME, build_step
 from glasslab.data.config import TokenizerConfig
-from glasslab.lab import Step
+from glasslab.lab import Step, folder_name, step_hash
 from glasslab.ladder.plan import LadderPlan, LadderSpec, plan_ladder
-from glasslab.ladder.steps import DATA_STEP, ladder_steps
+from glasslab.ladder.steps import ladder_steps
 from glasslab.model import ModelConfig, MoEConfig
 from glasslab.train import GuardConfig, ScheduleConfig, TrainConfig
+from glasslab.train.export_step import ExportConfig, export_step
 
 LADDER = "demo"
 VOCAB_SIZE = 1024
@@ -46,46 +52,100 @@ half the learning rate (docs/LOG.md)."""
 L_INF = 1.0
 """Assumed irreducible eval loss (nats/token) of this eval set at this context; recorded, and swept."""
 L_INF_SWEEP = (0.5, 1.5)
+EXPORT_STEP = "export"
+"""The hero's export: ``<lab>/export-<hash8>/``, the name every export step has (the run page finds them by it)."""
 
 
-def build_config(quick: bool) -> BuildConfig:
-    """The demo's data build: the default built-in corpora, smaller for ``--quick``."""
+@dataclass(frozen=True)
+class DemoSize:
+    """Everything that makes the demo bigger or smaller; the recipe itself does not change with it."""
+
+    max_source_bytes: int
+    """Cap on each built-in source's bytes (0: the corpora's own caps)."""
+    seq_len: int
+    """Training context of every rung and the hero, tokens."""
+    tokens_per_param: float
+    """Training tokens per active parameter, the same at every rung."""
+    min_steps: int
+    """Fewest optimiser steps of a rung (the batch shrinks to keep them)."""
+    seeds_per_rung: tuple[int, ...]
+    """Seeds of the i-th smallest rung (the last value repeats)."""
+    eval_max_tokens: int
+    """Held-out tokens evaluated per domain at each eval."""
+    checkpoint_interval: int
+    """Optimiser steps between checkpoints."""
+    num_bootstrap: int
+    """Bootstrap replicates of the fit's intervals."""
+
+
+FULL = DemoSize(max_source_bytes=0, seq_len=64, tokens_per_param=10.0, min_steps=200, seeds_per_rung=(2, 2, 1),
+                eval_max_tokens=4096, checkpoint_interval=200, num_bootstrap=1000)
+"""``glasslab demo``: two seeds on the small rungs, about 10 minutes on a laptop CPU."""
+QUICK = DemoSize(max_source_bytes=400_000, seq_len=32, tokens_per_param=1.0, min_steps=30, seeds_per_rung=(1,),
+                 eval_max_tokens=1024, checkpoint_interval=100, num_bootstrap=300)
+"""``glasslab demo --quick``: the whole DAG in about a minute (the test suite's demo lab)."""
+
+
+def build_config(size: DemoSize) -> BuildConfig:
+    """The demo's data build: the default built-in corpora, each capped at ``size.max_source_bytes``."""
     cfg = BuildConfig(tokenizer=TokenizerConfig(vocab_size=VOCAB_SIZE))
-    if not quick:
+    cap = size.max_source_bytes
+    if not cap:
         return cfg
-    sources = tuple(dataclasses.replace(s, max_bytes=min(s.max_bytes or 400_000, 400_000)) for s in cfg.sources)
+    sources = tuple(dataclasses.replace(s, max_bytes=min(s.max_bytes or cap, cap)) for s in cfg.sources)
     return dataclasses.replace(cfg, sources=sources)
 
 
-def ladder_spec(quick: bool) -> LadderSpec:
+def data_step(size: DemoSize) -> Step:
+    """The demo's data build as a step (``glasslab data build demo`` builds this very step)."""
+    return Step(STEP_NAME, build_step, build_config(size))
+
+
+def ladder_spec(size: DemoSize) -> LadderSpec:
     """One MoE recipe at widths 16–48 (head width 8) and a hero at width 72 (≥ 4× the top rung's compute)."""
     base = ModelConfig(vocab_size=VOCAB_SIZE, n_heads=2, n_kv_heads=2,
                        moe=MoEConfig(num_experts=8, top_k=2, num_shared_experts=1, router="sigmoid",
                                      balancing="sign"))
     return LadderSpec(name=LADDER, base_model=base, widths=(16, 24, 32, 48), hero_width=72, head_dim=8,
-                      width_per_layer=16, seq_len=32 if quick else 64, tokens_per_param=1.0 if quick else 10.0,
-                      min_steps=30 if quick else 200, lr_multiplier=LR_MULTIPLIER,
-                      seeds_per_rung=(1,) if quick else (2, 2, 1))
+                      width_per_layer=16, seq_len=size.seq_len, tokens_per_param=size.tokens_per_param,
+                      min_steps=size.min_steps, lr_multiplier=LR_MULTIPLIER, seeds_per_rung=size.seeds_per_rung)
 
 
-def train_recipe(quick: bool) -> TrainConfig:
-    """What every rung and the hero share: schedule, guard, intervals (batch, steps and LR come from the plan)."""
-    return TrainConfig(schedule=ScheduleConfig(kind="wsd", warmup_fraction=WARMUP_FRACTION, decay_fraction=0.2,
-                                               min_lr_ratio=0.0),
-                       guard=GuardConfig(sigma=8.0), eval_max_tokens=1024 if quick else 4096, eval_batch_size=32,
-                       sample_max_new_tokens=24, checkpoint_interval=100 if quick else 200)
+def train_recipe(size: DemoSize, sinks: tuple[str, ...] = ()) -> TrainConfig:
+    """What every rung and the hero share: schedule, guard, intervals, sinks (batch, steps and LR come from
+    the plan)."""
+    return TrainConfig(schedule=ScheduleConfig(kind="wsd", warmup_fraction=WARMUP_FRACTION,
+                                               decay_fraction=0.2, min_lr_ratio=0.0),
+                       guard=GuardConfig(sigma=8.0), eval_max_tokens=size.eval_max_tokens, eval_batch_size=32,
+                       sample_max_new_tokens=24, checkpoint_interval=size.checkpoint_interval, sinks=sinks)
 
 
-def plan(quick: bool = False) -> LadderPlan:
-    return plan_ladder(ladder_spec(quick))
+def plan(size: DemoSize = FULL) -> LadderPlan:
+    return plan_ladder(ladder_spec(size))
 
 
-def demo_steps(quick: bool = False, device: str = "cpu", threads: int = 1, hero_threads: int = 0) -> list[Step]:
-    """The demo's DAG: data, rungs, fit, hero (``threads`` per rung, ``hero_threads`` for the hero)."""
-    data = Step(DATA_STEP, "glasslab.data.build:build_step", build_config(quick))
-    return [data, *ladder_steps(plan(quick), data, MIXTURE, train_recipe(quick), L_inf=L_INF, sweep=L_INF_SWEEP,
-                                device=device, threads=threads, hero_threads=hero_threads,
-                                num_bootstrap=300 if quick else 1000)]
+def demo_steps(size: DemoSize = FULL, device: str = "cpu", threads: int = 1, hero_threads: int = 0,
+               sinks: tuple[str, ...] = ()) -> list[Step]:
+    """The demo's DAG: data, rungs, fit, hero, the hero's export (``threads`` per rung, ``hero_threads``
+    for the hero; ``sinks`` are every run's ``train.sinks``)."""
+    data = data_step(size)
+    ladder_plan = plan(size)
+    ladder = ladder_steps(ladder_plan, data, MIXTURE, train_recipe(size, sinks), L_inf=L_INF, sweep=L_INF_SWEEP,
+                          device=device, threads=threads, hero_threads=hero_threads, num_bootstrap=size.num_bootstrap)
+    hero = ladder[-1]
+    export = Step(EXPORT_STEP, export_step, ExportConfig(run=folder_of(hero), step=ladder_plan.hero.steps),
+                  deps=(hero,))
+    return [data, *ladder, export]
+
+
+def folder_of(step: Step) -> str:
+    """The folder name (run id) the executor gives ``step``: its hash covers its dependencies' hashes, so
+    the export step can name the hero run it exports before the hero exists."""
+
+    def full_hash(s: Step) -> str:
+        return step_hash(s.name, s.config, {d.name: full_hash(d) for d in s.deps})
+
+    return folder_name(step.name, full_hash(step))
 
 
 def steps() -> list[Step]:

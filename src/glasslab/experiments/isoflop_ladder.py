@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import dataclasses
 
+from glasslab.data.build import STEP_NAME, build_step
 from glasslab.experiments import long_ladder
 from glasslab.lab import Step
 from glasslab.ladder.plan import LadderSpec, plan_ladder
-from glasslab.ladder.steps import DATA_STEP, ladder_steps
+from glasslab.ladder.steps import ladder_steps
 
 LADDER = "isoflop"
 BUDGETS = (2e11, 6e11, 1.8e12)
@@ -35,7 +36,7 @@ def spec() -> LadderSpec:
 
 def steps() -> list[Step]:
     """The data build (shared with the long ladder), every size and seed of every budget, the fit."""
-    data = Step(DATA_STEP, "glasslab.data.build:build_step", long_ladder.build_config())
+    data = Step(STEP_NAME, build_step, long_ladder.build_config())
     *rungs_and_fit, _hero = ladder_steps(plan_ladder(spec()), data, long_ladder.MIXTURE, long_ladder.recipe(),
                                          L_inf=long_ladder.L_INF, threads=1)
     return [data, *rungs_and_fit]

@@ -25,11 +25,12 @@ from __future__ import annotations
 import dataclasses
 
 from glasslab.data import BuildConfig, MixtureConfig, SourceConfig
+from glasslab.data.build import STEP_NAME, build_step
 from glasslab.data.config import EvalSplitConfig, TokenizerConfig
-from glasslab.experiments.demo import train_recipe
+from glasslab.experiments.demo import FULL, train_recipe
 from glasslab.lab import Step
 from glasslab.ladder.plan import LadderSpec, plan_ladder
-from glasslab.ladder.steps import DATA_STEP, ladder_steps
+from glasslab.ladder.steps import ladder_steps
 from glasslab.model import ModelConfig, MoEConfig
 from glasslab.train import TrainConfig
 
@@ -71,11 +72,11 @@ def spec() -> LadderSpec:
 
 def recipe() -> TrainConfig:
     """The demo's training recipe with a larger eval set."""
-    return dataclasses.replace(train_recipe(quick=False), eval_max_tokens=EVAL_MAX_TOKENS)
+    return dataclasses.replace(train_recipe(FULL), eval_max_tokens=EVAL_MAX_TOKENS)
 
 
 def steps() -> list[Step]:
     """The data build, every rung and seed, the fit, and the hero (pre-registered, 2 threads)."""
-    data = Step(DATA_STEP, "glasslab.data.build:build_step", build_config())
+    data = Step(STEP_NAME, build_step, build_config())
     return [data, *ladder_steps(plan_ladder(spec()), data, MIXTURE, recipe(), L_inf=L_INF, threads=1,
                                 hero_threads=2)]

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from glasslab.experiments.demo import L_INF, L_INF_SWEEP, MIXTURE, build_config, ladder_spec, train_recipe
+from glasslab.experiments.demo import FULL, L_INF, L_INF_SWEEP, MIXTURE, data_step, ladder_spec, train_recipe
 from glasslab.lab import Step
 from glasslab.ladder.plan import LadderSpec, plan_ladder
-from glasslab.ladder.steps import DATA_STEP, ladder_steps
+from glasslab.ladder.steps import ladder_steps
 
 LADDER = "tiny"
 EVAL_MAX_TOKENS = 16384
@@ -27,14 +27,14 @@ EVAL_MAX_TOKENS = 16384
 
 def spec() -> LadderSpec:
     """The demo's recipe and widths, trained to the rules above."""
-    return dataclasses.replace(ladder_spec(quick=False), name=LADDER, tokens_per_param=20.0, min_steps=1000,
+    return dataclasses.replace(ladder_spec(FULL), name=LADDER, tokens_per_param=20.0, min_steps=1000,
                                seeds_per_rung=(6, 6, 4, 4))
 
 
 def steps() -> list[Step]:
     """The data build, every rung and seed, and the fit (no hero)."""
-    data = Step(DATA_STEP, "glasslab.data.build:build_step", build_config(quick=False))
-    train = dataclasses.replace(train_recipe(quick=False), eval_max_tokens=EVAL_MAX_TOKENS)
+    data = data_step(FULL)
+    train = dataclasses.replace(train_recipe(FULL), eval_max_tokens=EVAL_MAX_TOKENS)
     *rungs_and_fit, _hero = ladder_steps(plan_ladder(spec()), data, MIXTURE, train, L_inf=L_INF,
                                          sweep=L_INF_SWEEP, threads=1)
     return [data, *rungs_and_fit]

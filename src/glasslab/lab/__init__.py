@@ -23,14 +23,22 @@ hand-run ``torchrun``. Locally that is N subprocesses; on Ray it is N processes 
 reserved ``N * cpus`` CPUs and ``N * gpus`` GPUs on one node. ``workers`` is not part of the hash: with a
 fixed global batch, the result does not depend on it.
 
-Modules: step.py (identity and hashing), plan.py (DAG checks and what runs), executor.py, lock.py
-(one executor per step, takeover of dead holders), status.py (``step.json``), attempt.py and worker.py
-(the step process), local_backend.py, ray_backend.py, experiment.py (``steps()`` files and built-ins),
-retry.py, display.py (terminal tables).
+Commands are steps too: ``glasslab train``, ``data build`` and ``ladder fit`` each run one step
+through :func:`run_one_step` (one_step.py), in their own process (the inline backend), so every folder
+in a lab has a ``step.json``, a lock and lab events, whoever made it.
+
+Modules, in import order: modules.py (experiment files as modules), retry.py, step.py (identity and
+hashing), status.py (``step.json``), lock.py (one executor per step, takeover of dead holders),
+plan.py (DAG checks and what runs), outcome.py (what became of each step), attempt.py and worker.py
+(the step process), local_backend.py, ray_backend.py, inline_backend.py, display.py (terminal
+tables), executor.py, one_step.py, experiment.py (``steps()`` files and built-ins), registry.py (the
+lab's pre-registered predictions).
 """
 
-from glasslab.lab.executor import Executor, RunReport, StepOutcome
+from glasslab.lab.executor import Executor
 from glasslab.lab.experiment import builtin_experiments, load_experiment
+from glasslab.lab.one_step import StepRun, run_one_step
+from glasslab.lab.outcome import RunReport, StepOutcome
 from glasslab.lab.plan import Plan, PlannedStep, make_plan
 from glasslab.lab.retry import RetryPolicy
 from glasslab.lab.status import read_step_record
@@ -38,6 +46,6 @@ from glasslab.lab.step import Resources, Step, StepContext, folder_name, step_ha
 
 __all__ = [
     "Executor", "Plan", "PlannedStep", "Resources", "RetryPolicy", "RunReport", "Step", "StepContext",
-    "StepOutcome", "builtin_experiments", "folder_name", "load_experiment", "make_plan", "read_step_record",
-    "step_hash",
+    "StepOutcome", "StepRun", "builtin_experiments", "folder_name", "load_experiment", "make_plan",
+    "read_step_record", "run_one_step", "step_hash",
 ]

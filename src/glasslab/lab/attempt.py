@@ -7,12 +7,14 @@ The executor builds a :class:`WorkerSpec`; a backend hands it to ``python -m gla
 
 from __future__ import annotations
 
+import json
 import pickle
 from dataclasses import dataclass
 from pathlib import Path
 
 from glasslab.lab.step import FunctionRef, StepContext
 
+MAX_RESULT_CHARS = 100_000
 PARENT_PID_ENV = "GLASSLAB_PARENT_PID"
 """The pid a step process watches: when it dies, the step process stops (see worker.py)."""
 
@@ -31,12 +33,13 @@ class WorkerSpec:
     lab_root: str
     attempt: int
     workers: int
+    re_register: bool = False
 
     def context(self) -> StepContext:
         return StepContext(
             name=self.name, output_dir=Path(self.output_dir), config=pickle.loads(self.config_pickle),
             inputs={k: Path(v) for k, v in self.inputs.items()}, lab_root=Path(self.lab_root),
-            attempt=self.attempt, step_hash=self.step_hash,
+            attempt=self.attempt, step_hash=self.step_hash, re_register=self.re_register,
         )
 
 
@@ -55,3 +58,12 @@ class AttemptResult:
 def one_line_error(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def small_json(value: object) -> object:
+    """The function's return value when it is small, strict JSON (it goes into ``step.json``), else None."""
+    try:
+        text = json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError):
+        return None
+    return json.loads(text) if len(text) <= MAX_RESULT_CHARS else None

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-if TYPE_CHECKING:
-    from glasslab.lab.executor import RunReport
-    from glasslab.lab.plan import Plan
+from glasslab.lab.outcome import RunReport
+from glasslab.lab.plan import Plan
 
 ACTION_STYLE = {"run": "bold yellow", "cached": "green"}
 OUTCOME_STYLE = {

@@ -29,7 +29,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,9 @@ from glasslab.lab.attempt import AttemptResult, WorkerSpec
 from glasslab.lab.display import ProgressPrinter, plan_table, report_table
 from glasslab.lab.local_backend import LocalBackend
 from glasslab.lab.lock import GUARD_FILE, LOCK_FILE, StepLock, new_owner_id
+from glasslab.lab.outcome import RunReport, StepOutcome
 from glasslab.lab.plan import Plan, PlannedStep, make_plan
+from glasslab.lab.retry import RetryPolicy
 from glasslab.lab.status import create_step_record, read_step_record, write_step_record
 from glasslab.lab.step import Step
 from glasslab.layout import code_version
@@ -50,51 +52,6 @@ from glasslab.track import log_lab_event
 BACKENDS = ("local", "ray")
 LOOP_INTERVAL_S = 0.05
 LOCK_POLL_INTERVAL_S = 0.5
-
-
-@dataclass
-class StepOutcome:
-    """What became of one planned step in this run.
-
-    ``status``: ``succeeded``/``failed`` (run here), ``cached`` (succeeded before, or meanwhile by
-    another executor), ``skipped`` (a dependency did not succeed), ``interrupted`` (stopped by a
-    signal to the executor), ``lost`` (another executor took the lock over).
-    """
-
-    status: str
-    attempts: int = 0
-    duration_s: float | None = None
-    error: str | None = None
-    by: str = "here"
-    """``here`` or ``elsewhere`` (another executor ran it while this one waited)."""
-
-    @property
-    def ok(self) -> bool:
-        return self.status in ("succeeded", "cached")
-
-
-@dataclass
-class RunReport:
-    plan: Plan
-    outcomes: dict[str, StepOutcome] = field(default_factory=dict)
-    """Folder name → outcome, for every planned step (empty for a dry run)."""
-    interrupted: str | None = None
-    """The signal's name when the executor was told to stop."""
-
-    @property
-    def ok(self) -> bool:
-        """Every planned step has succeeded (now or before); False for a dry run."""
-        done = len(self.outcomes) == len(self.plan.steps)
-        return done and self.interrupted is None and all(o.ok for o in self.outcomes.values())
-
-    def keys(self, status: str, by: str | None = None) -> list[str]:
-        return [k for k, o in self.outcomes.items() if o.status == status and (by is None or o.by == by)]
-
-    @property
-    def executed(self) -> list[str]:
-        """Folders whose function this executor ran (succeeded or failed)."""
-        return [k for k, o in self.outcomes.items() if o.by == "here" and o.status in ("succeeded", "failed",
-                                                                                      "interrupted")]
 
 
 @dataclass
@@ -116,23 +73,35 @@ class _Active:
 class Executor:
     """Runs steps under ``lab_root`` on the ``local`` or ``ray`` backend, ``jobs`` steps at a time.
 
+    ``backend`` may also be a backend object (``one_step.py`` passes an :class:`InlineBackend`, which
+    runs the function in this process; the executor then leaves the process's signals alone).
+    ``retries``: when given, every step is retried up to this many times after a failure, whatever
+    its own ``RetryPolicy.count`` says (``--retries``); ``re_register``: steps may replace registered
+    predictions (``--re-register``, see ``StepContext.re_register``).
     ``heartbeat_s``: how often held locks and ``step.json`` heartbeats are refreshed;
     ``stale_after_s``: a lock older than this is taken over (same host: at once if its holder died);
     ``term_grace_s``: after a SIGTERM, how long running steps get before they are killed.
     """
 
     def __init__(
-        self, lab_root: str | Path, backend: str = "local", jobs: int = 1, address: str | None = None, *,
-        heartbeat_s: float = 5.0, stale_after_s: float = 60.0, term_grace_s: float = 60.0, echo: bool = True,
+        self, lab_root: str | Path, backend: str | Any = "local", jobs: int = 1, address: str | None = None, *,
+        retries: int | None = None, re_register: bool = False, heartbeat_s: float = 5.0,
+        stale_after_s: float = 60.0, term_grace_s: float = 60.0, echo: bool = True,
     ) -> None:
-        if backend not in BACKENDS:
+        name = backend if isinstance(backend, str) else backend.name
+        if isinstance(backend, str) and backend not in BACKENDS:
             raise UserError(f"--backend {backend!r}: expected one of {', '.join(BACKENDS)}")
         if not (isinstance(jobs, int) and jobs >= 1):
             raise UserError(f"--jobs {jobs!r}: expected an integer >= 1")
-        if address and backend != "ray":
+        if address and name != "ray":
             raise UserError(f"--address {address!r}: only the ray backend joins a cluster")
+        if retries is not None and not (isinstance(retries, int) and retries >= 0):
+            raise UserError(f"--retries {retries!r}: expected an integer >= 0")
         self.lab_root = Path(lab_root)
-        self.backend_name = backend
+        self.backend_name = name
+        self._backend = None if isinstance(backend, str) else backend
+        self.retries = retries
+        self.re_register = re_register
         self.jobs = jobs
         self.address = address
         self.heartbeat_s = heartbeat_s
@@ -176,7 +145,7 @@ class Executor:
         for node in plan.to_run():
             node.folder.mkdir(parents=True, exist_ok=True)
             create_step_record(node.folder, self._base_record(node, code) | {"status": "pending"})
-        restore = self._install_signal_handlers()
+        restore = self._install_signal_handlers() if self._backend is None else (lambda: None)
         heartbeat = threading.Thread(target=self._heartbeat_loop, name="step-heartbeat", daemon=True)
         heartbeat.start()
         try:
@@ -241,9 +210,10 @@ class Executor:
             return False
         record = read_step_record(node.folder) or {}
         status = record.get("status")
-        if (node.key in seen_locked and status in ("succeeded", "failed")) or (
+        ours = record.get("hash") in (None, node.hash)  # a pinned folder may hold another step's record
+        if ours and ((node.key in seen_locked and status in ("succeeded", "failed")) or (
             status == "succeeded" and not node.forced
-        ):
+        )):
             lock.release()
             outcome = "cached" if status == "succeeded" else "failed"
             report.outcomes[node.key] = StepOutcome(outcome, record.get("attempts", 0),
@@ -289,6 +259,7 @@ class Executor:
             output_dir=str(node.folder.resolve()),
             inputs={name: str(dep.folder.resolve()) for name, dep in node.deps.items()},
             lab_root=str(self.lab_root.resolve()), attempt=attempt, workers=node.step.resources.workers,
+            re_register=self.re_register,
         )
         active.handle = backend.launch(spec, node.step.resources)
         worker_pid = backend.worker_pid(active.handle)
@@ -319,11 +290,12 @@ class Executor:
         if result.ok:
             self._event("step_succeeded", node, f"{node.name} succeeded in {duration:.1f} s")
             self.progress.line("✓", node.key, f"succeeded in {duration:.1f} s", "green")
-        elif not self._stop and node.step.retry.should_retry(active.failures):
-            delay = node.step.retry.delay_s(active.failures)
+        elif not self._stop and self.retry_policy(node.step).should_retry(active.failures):
+            policy = self.retry_policy(node.step)
+            delay = policy.delay_s(active.failures)
             active.retry_at = now + delay
             self._event("step_retried", node, f"{node.name} failed; retry {active.failures} of "
-                        f"{node.step.retry.count} in {delay:.1f} s", result.error or "", "warning")
+                        f"{policy.count} in {delay:.1f} s", result.error or "", "warning")
             self.progress.line("↻", node.key, f"failed ({result.error}); retrying in {delay:.1f} s", "yellow")
             return
         else:
@@ -417,7 +389,15 @@ class Executor:
 
         return restore
 
+    def retry_policy(self, step: Step) -> RetryPolicy:
+        """The step's own retry policy, with ``count`` replaced by ``--retries`` when that was given."""
+        if self.retries is None:
+            return step.retry
+        return dataclasses.replace(step.retry, count=self.retries)
+
     def _make_backend(self, plan: Plan) -> Any:
+        if self._backend is not None:
+            return self._backend
         if self.backend_name == "local":
             return LocalBackend()
         try:
@@ -435,7 +415,7 @@ class Executor:
             "name": node.name, "hash": node.hash, "folder": node.key, "function": str(node.ref),
             "config": redact(to_dict(step.config)),
             "dependencies": {name: dep.key for name, dep in node.deps.items()},
-            "resources": to_dict(step.resources), "retry": to_dict(step.retry), "code_version": code,
+            "resources": to_dict(step.resources), "retry": to_dict(self.retry_policy(step)), "code_version": code,
             "status": "pending", "attempts": 0, "timings": {"created": time.time()},
             "host": None, "pid": None, "heartbeat": None, "error": None, "result": None, "history": [],
         }

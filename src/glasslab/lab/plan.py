@@ -163,7 +163,8 @@ def make_plan(
         ref = function_ref(step)
         step_deps = {d.name: planned_by_id[id(d)] for d in deps[id(step)]}
         full_hash = step_hash(step.name, step.config, {n: p.hash for n, p in step_deps.items()})
-        node = PlannedStep(step, ref, full_hash, lab_root / folder_name(step.name, full_hash), step_deps)
+        folder = Path(step.folder) if step.folder is not None else lab_root / folder_name(step.name, full_hash)
+        node = PlannedStep(step, ref, full_hash, folder, step_deps)
         other = by_folder.get(node.key)
         if other is not None:
             if not _same_definition(node, other):
@@ -190,6 +191,11 @@ def _decide(node: PlannedStep, forced: bool, stale_after_s: float) -> None:
         return
     record = read_step_record(node.folder)
     status = record.get("status") if record else None
+    if record is not None and record.get("hash") not in (None, node.hash):
+        # Only a pinned folder (Step.folder) can hold another step's record: never adopt its result.
+        node.action = "run"
+        node.reason = f"holds step {record.get('name')} with another config (hash {str(record['hash'])[:8]})"
+        return
     if status == "succeeded":
         node.action, node.reason = "cached", "succeeded before"
         return

@@ -53,7 +53,8 @@ def register(lab_root: str | Path, name: str, *, metric: str, point: float, low:
     if current is not None and not replace:
         raise UserError(
             f"prediction {name!r} is already registered ({_describe(current)}, at {current['registered_at']} "
-            f"by {current['source']}); replacing a pre-registered prediction must be asked for explicitly"
+            f"by {current['source']}); replacing a pre-registered prediction must be asked for explicitly "
+            "(glasslab run ... --re-register)"
         )
     entry.update(registered_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), code=code_version(),
                  seq=len(previous) + 1, replaces=current["seq"] if current else None)

@@ -24,12 +24,11 @@ from typing import Any
 
 from glasslab.config import canonical_json, to_dict
 from glasslab.errors import UserError
+from glasslab.lab.modules import EXPERIMENT_FILE_ATTR, load_module_from_file
 from glasslab.lab.retry import RetryPolicy
 
 STEP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.]*(-[A-Za-z0-9_.]+)*")
 HASH_CHARS = 8
-EXPERIMENT_FILE_ATTR = "__glasslab_experiment_file__"
-"""Set on modules loaded from an experiment file, so workers can load the same file by path."""
 
 
 @dataclass(frozen=True)
@@ -67,8 +66,6 @@ class FunctionRef:
     def load(self) -> Callable[..., Any]:
         """Import the module (loading the experiment file when there is one) and return the function."""
         if self.file is not None and self.module not in sys.modules:
-            from glasslab.lab.experiment import load_module_from_file
-
             load_module_from_file(Path(self.file))
         try:
             obj: Any = importlib.import_module(self.module)
@@ -85,7 +82,11 @@ class FunctionRef:
 class Step:
     """One unit of work. ``fn`` is an importable function or ``"module:function"``; it is called as
     ``fn(ctx)`` with a :class:`StepContext`. ``config`` is a frozen config dataclass or plain JSON-able
-    data. ``deps`` are Steps or step names; their output folders reach ``fn`` as ``ctx.inputs``."""
+    data. ``deps`` are Steps or step names; their output folders reach ``fn`` as ``ctx.inputs``.
+
+    ``folder`` pins the output folder (a command's ``--run-dir``/``--out``) instead of
+    ``<lab>/<name>-<hash8>``; the hash is still computed and recorded in the folder's ``step.json``,
+    and a folder whose record holds another hash is never taken for this step's result."""
 
     name: str
     fn: Callable[..., Any] | str
@@ -93,6 +94,7 @@ class Step:
     deps: tuple[Step | str, ...] = ()
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     resources: Resources = field(default_factory=Resources)
+    folder: str | Path | None = None
 
     def __post_init__(self) -> None:
         if not (isinstance(self.name, str) and STEP_NAME.fullmatch(self.name)):
@@ -127,6 +129,9 @@ class StepContext:
     attempt: int = 1
     """1 for the first try of this folder, counting every earlier attempt (reruns and retries)."""
     step_hash: str = ""
+    re_register: bool = False
+    """The run was started with ``--re-register``: the step may replace a prediction that the lab's
+    registry (``registry.py``) already holds with other numbers (an incident event says so)."""
 
 
 def dep_name(dep: Step | str) -> str:

@@ -29,11 +29,10 @@ import time
 import traceback
 from pathlib import Path
 
-from glasslab.lab.attempt import PARENT_PID_ENV, WorkerSpec, one_line_error
+from glasslab.lab.attempt import PARENT_PID_ENV, WorkerSpec, one_line_error, small_json
 from glasslab.layout import write_json_atomic
 
 ORPHAN_GRACE_S = 30.0
-MAX_RESULT_CHARS = 100_000
 WATCHDOG_INTERVAL_S = 0.5
 
 
@@ -59,17 +58,8 @@ def run_function(spec: WorkerSpec, result_path: Path) -> int:
         traceback.print_exc()
         write_json_atomic(result_path, {"ok": False, "error": one_line_error(exc)})
         return 1
-    write_json_atomic(result_path, {"ok": True, "error": None, "value": _small_json(value)})
+    write_json_atomic(result_path, {"ok": True, "error": None, "value": small_json(value)})
     return 0
-
-
-def _small_json(value: object) -> object:
-    """The function's return value when it is small, strict JSON (it goes into ``step.json``), else None."""
-    try:
-        text = json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError):
-        return None
-    return json.loads(text) if len(text) <= MAX_RESULT_CHARS else None
 
 
 def run_torchrun(spec_path: Path, result_path: Path, workers: int) -> int:

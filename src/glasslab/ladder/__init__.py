@@ -2,14 +2,16 @@
 
 Modules, one idea each (imported directly; this package imports nothing so ``fit`` stays torch-free):
 
-- ``plan``: ``LadderSpec`` → ``plan_ladder`` (width ladder, budgets, isoFLOP), the batch/learning-rate
-  rule, ``run_overrides`` and ``rung_record_extra`` for the runner, ``plan_table``.
+- ``plan``: ``LadderSpec`` → ``plan_ladder`` (width ladder, budgets, isoFLOP), the named batch/learning-rate
+  rule (``ScalingRule``), ``rung_record_extra`` for the runs, ``plan_table``.
 - ``rungs``: ``Rung`` (what a rung's seeds measured) and the input checks; ``runs``: rungs from run
-  folders.
+  folders; ``points``: rungs from a CSV or JSON file of (flops, loss[, seed, params, tokens]) points.
 - ``compute_law``: ``L(C) = L∞ + A·C^(−α)`` fits (pinned or free L∞), vectorised.
 - ``approach3``: Chinchilla approach 3 (Huber on log loss, L-BFGS from a grid), compute-optimal (N, D).
 - ``uncertainty``: the seed-spread parametric bootstrap; ``predict``: point + 90% interval widened by
   the L∞ sweep, and the curve every 5% of training; ``backtest``: roll-forward leave-last-rung-out.
 - ``fit``: the whole analysis as ``fit.json`` (``fit_ladder``, ``write_fit``, ``read_fit``);
-  ``figures``: the PNG/SVG; ``preregister``: the hero's prediction in run.json and out-of-band events.
+  ``figures``: the PNG/SVG; ``preregister``: the hero's prediction in the lab's registry and its run.json,
+  and the band watcher (a trainer hook); ``summary``: the tables a person reads (fit, rungs, hero);
+  ``steps``: a plan as executor steps (rungs, fit, hero).
 """

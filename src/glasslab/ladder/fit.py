@@ -33,7 +33,7 @@ LAW_LINE_POINTS = 64
 
 def fit_ladder(rungs: Sequence[Rung], *, ladder: str, target_flops: float, L_inf: float | None,
                sweep: Sequence[float] = (), L_inf_prior: tuple[float, float] | None = None,
-               target_size: tuple[float, float] | None = None, hero_run: str | None = None,
+               target_size: tuple[float, float] | None = None,
                level: float = 0.9, num_bootstrap: int = 1000, seed: int = 0) -> dict[str, Any]:
     """Fit ``rungs`` and predict ``target_flops`` (FLOPs); returns the ``fit.json`` dict.
 
@@ -72,7 +72,6 @@ def fit_ladder(rungs: Sequence[Rung], *, ladder: str, target_flops: float, L_inf
                                  num_bootstrap=min(num_bootstrap, 400), seed=seed),
         "approach3": _approach3_record(rungs, target_flops, target_size, isoflop, level, seed),
         "law_line": law_line,
-        "hero_run": hero_run,
     }
 
 

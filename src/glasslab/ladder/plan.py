@@ -4,8 +4,9 @@ Tiny ladders predict well only when the recipe transfers across rungs: the same 
 parameter at every rung and for the hero, batch size and learning rate from one rule (never tuned
 per rung), enough optimiser steps per rung, and several seeds on the small rungs. So a rung is
 described by one number, its width ``d_model``; depth, heads, feed-forward and expert widths follow
-from it, tokens from the tokens-per-parameter rule, batch and learning rate from
-:func:`batch_and_learning_rate`, and the hero is planned by the very same function at its width.
+from it, tokens from the tokens-per-parameter rule, batch and learning rate from the spec's named
+:class:`ScalingRule` (:func:`batch_and_learning_rate`), and the hero is planned by the very same
+function at its width.
 
 Three modes: a width ladder (``widths``), compute budgets (``budgets``: the width whose rule-sized run
 spends each budget), and isoFLOP (``isoflop_sizes`` widths per budget, tokens = budget / FLOPs per
@@ -20,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from glasslab.config import require, to_dict
+from glasslab.config import config_hash, require
 from glasslab.model import ModelConfig, MoEConfig
 
 MIN_TOKENS_PER_PARAM = 1.0
@@ -30,6 +31,40 @@ MAX_TOKENS_PER_PARAM = 1000.0
 
 def _default_model() -> ModelConfig:
     return ModelConfig(vocab_size=2048, moe=MoEConfig(num_experts=8, top_k=2, num_shared_experts=1))
+
+
+@dataclass(frozen=True)
+class ScalingRule:
+    """Batch size and peak learning rate as power laws of training compute C (FLOPs).
+
+    The compute-optimal batch is ``B = batch_coefficient · C^batch_exponent`` tokens and the peak
+    learning rate ``η = lr_coefficient · C^lr_exponent``. When that batch would leave a run fewer than
+    ``LadderSpec.min_steps`` steps, the batch is cut to keep them and η follows it down by
+    ``sqrt(B / B_opt)`` (the square-root rule for Adam), so small rungs still take enough steps. A
+    rule is data: it is printed with the plan, hashed (:meth:`hash`), and a spec may name another.
+    """
+
+    name: str = "deepseek-llm"
+    """What the constants are (shown with the plan)."""
+    batch_coefficient: float = 0.292
+    """B_opt = batch_coefficient · C^batch_exponent, in tokens."""
+    batch_exponent: float = 0.3271
+    lr_coefficient: float = 0.3118
+    """η_opt = lr_coefficient · C^lr_exponent (AdamW)."""
+    lr_exponent: float = -0.125
+
+    def __post_init__(self) -> None:
+        require(self.batch_coefficient > 0, "ladder.scaling_rule.batch_coefficient", self.batch_coefficient, "> 0")
+        require(self.lr_coefficient > 0, "ladder.scaling_rule.lr_coefficient", self.lr_coefficient, "> 0")
+
+    def hash(self) -> str:
+        """8 hex digits naming these constants (the name included)."""
+        return config_hash(self)[:8]
+
+
+DEEPSEEK_LLM_RULE = ScalingRule()
+"""The compute-optimal fits of DeepSeek LLM (Bi et al. 2024, §3.1): B = 0.292 · C^0.3271 tokens and
+η = 0.3118 · C^−0.125, fitted on their recipe (AdamW, multi-step schedule); the default rule."""
 
 
 @dataclass(frozen=True)
@@ -62,6 +97,8 @@ class LadderSpec:
     """Training tokens per active parameter (``param_counts()['active']``), the same at every rung."""
     min_steps: int = 1000
     """Fewest optimiser steps a rung may take; the batch shrinks to keep this many."""
+    scaling_rule: ScalingRule = DEEPSEEK_LLM_RULE
+    """How batch size and learning rate follow compute (one rule for every rung and the hero)."""
     lr_multiplier: float = 1.0
     """Scales the rule's learning rate for every rung and the hero alike (DeepSeek's constants were
     fitted on their recipe; a different one may want a different constant, never a per-rung tweak)."""
@@ -123,16 +160,12 @@ class LadderPlan:
     note: str
 
 
-def batch_and_learning_rate(flops: float, tokens: float, seq_len: int, min_steps: int) -> tuple[int, float]:
-    """Global batch (sequences) and peak learning rate for a run of ``flops`` FLOPs on ``tokens`` tokens.
-
-    The compute-optimal fits of DeepSeek LLM (Bi et al. 2024, §3.1): batch B = 0.292 · C^0.3271 tokens
-    and learning rate η = 0.3118 · C^−0.125 (AdamW, C in FLOPs). When that batch would leave fewer than
-    ``min_steps`` steps the batch is cut so the run gets ``min_steps``, and η follows it down by
-    sqrt(B / B_opt), the square-root rule for Adam, so small rungs still take enough steps.
-    """
-    batch_tokens = 0.292 * flops**0.3271
-    learning_rate = 0.3118 * flops**-0.125
+def batch_and_learning_rate(flops: float, tokens: float, seq_len: int, min_steps: int,
+                            rule: ScalingRule = DEEPSEEK_LLM_RULE) -> tuple[int, float]:
+    """Global batch (sequences) and peak learning rate for a run of ``flops`` FLOPs on ``tokens`` tokens
+    under ``rule`` (see :class:`ScalingRule`), with at least ``min_steps`` optimiser steps."""
+    batch_tokens = rule.batch_coefficient * flops**rule.batch_exponent
+    learning_rate = rule.lr_coefficient * flops**rule.lr_exponent
     capped = min(batch_tokens, tokens / min_steps)
     learning_rate *= math.sqrt(capped / batch_tokens)
     return max(1, math.floor(capped / seq_len)), learning_rate
@@ -165,7 +198,7 @@ def plan_run(spec: LadderSpec, width: int, *, name: str, role: Literal["rung", "
     flops_per_token = model.flops_per_token(spec.seq_len)
     wanted_tokens = tokens if tokens is not None else spec.tokens_per_param * params_active
     batch_size, rule_lr = batch_and_learning_rate(wanted_tokens * flops_per_token, wanted_tokens,
-                                                        spec.seq_len, spec.min_steps)
+                                                  spec.seq_len, spec.min_steps, spec.scaling_rule)
     steps = max(1, round(wanted_tokens / (batch_size * spec.seq_len)))
     actual_tokens = steps * batch_size * spec.seq_len
     return PlannedRung(name, role, model, model.size_name(), params_active, spec.seq_len, batch_size,
@@ -238,46 +271,22 @@ _FIXED_RATIO_NOTE = ("fixed tokens per parameter (D ∝ N): only L(C) can be fit
 
 
 def rung_record_extra(rung: PlannedRung, seed: int, ladder: str) -> dict:
-    """The fields a rung's (or the hero's) ``run.json`` carries so the fit can read it back.
-
-    Training tokens are carried as ``steps · batch_size · seq_len``: the run store redacts any key
-    that looks like a secret, and ``tokens`` matches its ``token`` pattern.
-    """
+    """The fields a rung's (or the hero's) ``run.json`` carries so the fit can read it back
+    (``tokens`` is the rung's training tokens, ``flops`` its training compute)."""
     return {"role": rung.role, "ladder": ladder, "rung": rung.name, "seed": seed, "size_name": rung.size_name,
-            "params_active": rung.params_active, "flops": rung.flops, "steps": rung.steps,
+            "params_active": rung.params_active, "tokens": rung.tokens, "flops": rung.flops, "steps": rung.steps,
             "batch_size": rung.batch_size, "seq_len": rung.seq_len, "learning_rate": rung.learning_rate}
-
-
-EVALS_PER_RUN = 20
-"""Evals per rung (every 5% of training): the curve fit reads the loss at each 5% of a rung's run."""
-
-
-def run_overrides(rung: PlannedRung, seed: int) -> dict:
-    """The part of a training run's config (``RunConfig`` as plain data) that a rung fixes.
-
-    ``{"model": <the rung's ModelConfig>, "train": {seq_len, global_batch_tokens, max_steps,
-    optimizer.lr, seed, eval_interval}}``; the runner merges it over the ladder's base run config
-    (data, schedule, optimiser kind), so everything else is shared by every rung and the hero.
-    """
-    return {
-        "model": to_dict(rung.model),
-        "train": {
-            "seq_len": rung.seq_len,
-            "global_batch_tokens": rung.batch_size * rung.seq_len,
-            "max_steps": rung.steps,
-            "optimizer": {"lr": rung.learning_rate},
-            "seed": seed,
-            "eval_interval": max(1, rung.steps // EVALS_PER_RUN),
-        },
-    }
 
 
 def plan_table(plan: LadderPlan):  # -> rich.table.Table (rich is imported here to keep imports light)
     """The plan as a rich table, one row per rung and one for the hero."""
     from rich.table import Table
 
+    rule = plan.spec.scaling_rule
     table = Table(title=f"ladder {plan.spec.name} ({plan.mode}, seq_len {plan.spec.seq_len})",
-                  caption=plan.note)
+                  caption=f"{plan.note}\nbatch and LR rule {rule.name} ({rule.hash()}): "
+                  f"B = {rule.batch_coefficient:g}·C^{rule.batch_exponent:g} tokens, "
+                  f"η = {rule.lr_coefficient:g}·C^{rule.lr_exponent:g} × {plan.spec.lr_multiplier:g}")
     for column in ("rung", "d_model", "layers", "heads", "experts", "size", "active", "emb", "head", "tokens",
                    "tok/param", "batch", "lr", "steps", "FLOPs", "seeds"):
         table.add_column(column, justify="left" if column in ("rung", "size") else "right")
@@ -292,6 +301,5 @@ def plan_table(plan: LadderPlan):  # -> rich.table.Table (rich is imported here 
                       f"{rung.tokens_per_param:.1f}", str(rung.batch_size), f"{rung.learning_rate:.2e}",
                       str(rung.steps), f"{rung.flops:.3g}", str(len(rung.seeds)),
                       style="bold" if rung.role == "hero" else None)
-    table.caption = (f"{plan.note} emb: embedding share of active parameters; head: LM head share of FLOPs "
-                     "per token.")
+    table.caption += "\nemb: embedding share of active parameters; head: LM head share of FLOPs per token"
     return table

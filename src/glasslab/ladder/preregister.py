@@ -1,19 +1,23 @@
-"""Pre-registration: the hero's prediction is fixed in its run record before step 0, then checked.
+"""Pre-registration: the hero's prediction is registered before its step 0, then watched as it trains.
 
-:func:`hero_record_extra` is what the runner passes as ``record_extra`` when it starts the hero: the
-run store writes it into ``run.json`` once, before the first step, and never rewrites it, so the
+:func:`register_hero_prediction` puts the fit's prediction for the hero into the lab's append-only
+registry (``glasslab.lab.registry``) under ``<ladder>/hero/eval/macro/loss`` before the hero starts;
+it outlives ``glasslab run --force`` (a rerun with the same numbers is a no-op, other numbers are
+refused unless the run was started with ``--re-register``, which records an incident).
+:func:`hero_record_extra` is what the hero's run passes as ``record_extra``: the run store writes it
+into ``run.json`` once, before the first step, so the hero's folder keeps its own copy of the
 prediction (point, 90% interval, the curve every 5%, the law, L∞ and its sweep, the rungs it came
-from, the code version, the time) cannot drift after the fact. :func:`check_live_loss` compares the
-hero's logged ``eval/macro/loss`` with that band and records a ``prediction_out_of_band`` event each
-time the loss leaves it (not at every eval while it stays out), from any process.
+from, the registry entry).
+
+While the hero trains, :class:`BandWatcher` (a trainer hook) compares each eval's
+``eval/macro/loss`` with the band at that point of training and records a ``prediction_out_of_band``
+event each time the loss leaves it (not at every eval while it stays out). :func:`check_live_loss`
+applies the same rule afterwards to a run's store, for a hero trained without the hook.
 """
 
 from __future__ import annotations
 
-import contextlib
-import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +25,18 @@ import numpy as np
 
 from glasslab import track
 from glasslab.errors import UserError
+from glasslab.lab import registry
 from glasslab.ladder.fit import TARGET_METRIC
-from glasslab.layout import METRICS_DB, code_version
+from glasslab.layout import code_version
 from glasslab.track.store import append_event
+from glasslab.train.hooks import TrainerHook
 
 EVENT_KIND = "prediction_out_of_band"
+
+
+def prediction_name(ladder: str) -> str:
+    """The registry name of a ladder's prediction for its hero: ``<ladder>/hero/eval/macro/loss``."""
+    return f"{ladder}/hero/{TARGET_METRIC}"
 
 
 def prediction_record(fit: dict[str, Any]) -> dict[str, Any]:
@@ -44,12 +55,32 @@ def prediction_record(fit: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def hero_record_extra(fit: dict[str, Any], planned: dict[str, Any] | None = None) -> dict[str, Any]:
+def register_hero_prediction(lab_root: str | Path, fit: dict[str, Any], *, target: str, source: str,
+                             replace: bool = False) -> dict[str, Any]:
+    """Register ``fit``'s prediction for the hero step ``target`` (made by the fit folder ``source``) in
+    the lab's registry; returns the entry in force. A UserError when other numbers are registered
+    under the same name and ``replace`` is false."""
+    record = prediction_record(fit)
+    prediction = fit["prediction"]
+    details = {k: record[k] for k in ("flops", "curve", "law", "L_inf", "rungs", "backtest_rel_error_pct")}
+    return registry.register(lab_root, prediction_name(fit["ladder"]), metric=TARGET_METRIC,
+                             point=prediction["point"], low=prediction["lo"], high=prediction["hi"],
+                             level=prediction["level"], target=target, source=source, details=details,
+                             replace=replace)
+
+
+def hero_record_extra(fit: dict[str, Any], planned: dict[str, Any] | None = None,
+                      registered: dict[str, Any] | None = None) -> dict[str, Any]:
     """``record_extra`` for the hero's run: ``role``, ``ladder`` and the ``prediction``.
 
-    ``planned`` is the hero's :func:`glasslab.ladder.plan.rung_record_extra` (steps, FLOPs, …).
+    ``planned`` is the hero's :func:`glasslab.ladder.plan.rung_record_extra` (steps, FLOPs, …);
+    ``registered`` the registry entry (its time, code and sequence number become the copy's).
     """
-    return {**(planned or {}), "role": "hero", "ladder": fit["ladder"], "prediction": prediction_record(fit)}
+    prediction = prediction_record(fit)
+    if registered is not None:
+        prediction.update(registered_at=registered["registered_at"], code=registered["code"],
+                          registry={"name": registered["name"], "seq": registered["seq"]})
+    return {**(planned or {}), "role": "hero", "ladder": fit["ladder"], "prediction": prediction}
 
 
 def band_at(prediction: dict[str, Any], fraction: float) -> tuple[float, float, float] | None:
@@ -61,13 +92,60 @@ def band_at(prediction: dict[str, Any], fraction: float) -> tuple[float, float, 
     return tuple(float(np.interp(fraction, fractions, [c[k] for c in curve])) for k in ("point", "lo", "hi"))
 
 
-def check_live_loss(run_dir: str | Path) -> list[dict[str, Any]]:
-    """Record a ``prediction_out_of_band`` event wherever the hero's eval loss leaves its band.
+class BandWatch:
+    """The rule for excursions: an eval loss outside the band after being inside it (or at the first
+    eval seen) is one; the evals that stay outside after it are not."""
 
-    Reads ``run.json`` (``prediction`` and planned ``steps``) and the logged ``eval/macro/loss``; an
-    event is added at each eval step where the loss is outside the band after being inside it (or at
-    the first eval); steps already reported are skipped, so calling it after every eval is safe.
-    Returns the events added (``step``, ``loss``, ``lo``, ``hi``).
+    def __init__(self, prediction: dict[str, Any], total_steps: int) -> None:
+        self.prediction = prediction
+        self.total_steps = total_steps
+        self.was_inside = True
+
+    def observe(self, step: int, loss: float) -> dict[str, Any] | None:
+        """The excursion that starts at ``step`` (``step``, ``loss``, ``point``, ``lo``, ``hi``, ``title``,
+        ``body``), or None."""
+        band = band_at(self.prediction, step / self.total_steps)
+        if band is None:
+            return None
+        point, lo, hi = band
+        inside = lo <= loss <= hi
+        started = not inside and self.was_inside
+        self.was_inside = inside
+        if not started:
+            return None
+        side = "above" if loss > hi else "below"
+        return {
+            "step": step, "loss": loss, "point": point, "lo": lo, "hi": hi,
+            "title": f"eval loss {loss:.4f} left the predicted band ({side} [{lo:.4f}, {hi:.4f}])",
+            "body": f"At step {step} ({step / self.total_steps:.0%} of training) {TARGET_METRIC} = {loss:.4f}; "
+                    f"the pre-registered prediction was {point:.4f} with 90% band [{lo:.4f}, {hi:.4f}].",
+        }
+
+
+class BandWatcher(TrainerHook):
+    """The hero's hook: each eval's loss against the pre-registered band, an event when it leaves it."""
+
+    def __init__(self, prediction: dict[str, Any]) -> None:
+        self.prediction = prediction
+        self.watch: BandWatch | None = None
+
+    def post_eval(self, trainer: Any, metrics: dict[str, float]) -> None:
+        if TARGET_METRIC not in metrics or trainer.run is None:
+            return
+        if self.watch is None:
+            self.watch = BandWatch(self.prediction, trainer.cfg.total_steps)
+        excursion = self.watch.observe(trainer.step, metrics[TARGET_METRIC])
+        if excursion is not None:
+            trainer.run.annotate(EVENT_KIND, excursion["title"], excursion["body"], step=trainer.step,
+                                 severity="warning")
+
+
+def check_live_loss(run_dir: str | Path) -> list[dict[str, Any]]:
+    """Record a ``prediction_out_of_band`` event wherever the hero's logged eval loss left its band.
+
+    Reads ``run.json`` (``prediction`` and planned ``steps``) and the logged ``eval/macro/loss``, applies
+    :class:`BandWatch`'s rule and skips steps already reported, so calling it again is safe. Returns the
+    events added (``step``, ``loss``, ``lo``, ``hi``).
     """
     run_dir = Path(run_dir)
     record = track.read_record(run_dir) or {}
@@ -78,43 +156,10 @@ def check_live_loss(run_dir: str | Path) -> list[dict[str, Any]]:
     with track.RunReader(run_dir) as reader:
         steps, losses = reader.scalars(TARGET_METRIC)
         reported = {e["step"] for e in reader.events() if e["kind"] == EVENT_KIND}
-    added, was_inside = [], True
+    watch, added = BandWatch(prediction, steps_total), []
     for step, loss in zip(steps, losses, strict=True):
-        band = band_at(prediction, step / steps_total)
-        if band is None:
-            continue
-        point, lo, hi = band
-        inside = lo <= loss <= hi
-        if not inside and was_inside and step not in reported:
-            side = "above" if loss > hi else "below"
-            title = f"eval loss {loss:.4f} left the predicted band ({side} [{lo:.4f}, {hi:.4f}])"
-            body = (f"At step {step} ({step / steps_total:.0%} of training) {TARGET_METRIC} = {loss:.4f}; "
-                    f"the pre-registered prediction was {point:.4f} with 90% band [{lo:.4f}, {hi:.4f}].")
-            append_event(run_dir, EVENT_KIND, title, body, step=step, severity="warning")
-            added.append({"step": step, "loss": loss, "lo": lo, "hi": hi})
-        was_inside = inside
+        excursion = watch.observe(step, loss)
+        if excursion is not None and step not in reported:
+            append_event(run_dir, EVENT_KIND, excursion["title"], excursion["body"], step=step, severity="warning")
+            added.append({k: excursion[k] for k in ("step", "loss", "lo", "hi")})
     return added
-
-
-@contextlib.contextmanager
-def watching_band(run_dir: str | Path, every: float = 0.5) -> Iterator[None]:
-    """Run :func:`check_live_loss` every ``every`` seconds beside the block (the hero's training), and
-    once more at its end, so an excursion is recorded while the run goes, not after it."""
-    stop = threading.Event()
-
-    def check() -> None:
-        if (Path(run_dir) / METRICS_DB).is_file() and track.read_record(run_dir) is not None:
-            check_live_loss(run_dir)
-
-    def loop() -> None:
-        while not stop.wait(every):
-            check()
-
-    thread = threading.Thread(target=loop, name="band-watch", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join()
-        check()

@@ -1,8 +1,8 @@
 """Reading what a ladder's runs measured: run folders → :class:`Rung` objects for the fits.
 
 A rung's runs carry in ``run.json`` the fields the planner put there (``role``, ``ladder``, ``rung``,
-``seed``, ``size_name``, ``params_active``, ``flops``, ``steps``, ``batch_size``, ``seq_len``; see
-:func:`glasslab.ladder.plan.rung_record_extra`; tokens are steps × batch × seq_len). The final loss
+``seed``, ``size_name``, ``params_active``, ``tokens``, ``flops``, ``steps``, ``batch_size``,
+``seq_len``; see :func:`glasslab.ladder.plan.rung_record_extra`). The final loss
 is ``eval/macro/loss`` from ``result.json``, else the eval logged at the last planned step (an
 unfinished run is an error, not a data point); losses logged along the way give the rung's loss at
 every 5% of its training (linear in steps between evals), which the curve fit uses. Seeds of one
@@ -24,7 +24,7 @@ from glasslab.ladder.predict import CURVE_FRACTIONS
 from glasslab.ladder.rungs import Rung
 from glasslab.layout import METRICS_DB, RESULT_FILE
 
-REQUIRED_FIELDS = ("rung", "params_active", "flops", "steps", "batch_size", "seq_len")
+REQUIRED_FIELDS = ("rung", "params_active", "flops", "steps", "tokens")
 
 
 def find_ladder_runs(lab_root: str | Path, ladder: str | None = None) -> list[Path]:
@@ -60,7 +60,7 @@ def read_rungs(run_dirs: Iterable[str | Path]) -> list[Rung]:
         rungs.append(Rung(
             name=name, flops=float(record["flops"]), losses=tuple(s[2] for s in seeds),
             params_active=float(record["params_active"]),
-            tokens=float(record["steps"]) * float(record["batch_size"]) * float(record["seq_len"]),
+            tokens=float(record["tokens"]),
             size_name=str(record.get("size_name", "")), run_ids=tuple(s[0].name for s in seeds),
             partial={f: tuple(s[3][f] for s in seeds) for f in sorted(common)},
         ))

@@ -2,9 +2,11 @@
 
 The ladder never trains anything itself: it turns a :class:`~glasslab.ladder.plan.LadderPlan` into
 steps for the executor. Every rung step and the hero step depend on one data step (whose output
-folder is the built dataset); the fit step depends on every rung; the hero
-depends on the fit, so its prediction exists — and is written into its ``run.json`` — before its
-first step. Each training step's output folder is its run folder, so the run id is the folder name.
+folder is the built dataset, whatever the step is called); the fit step depends on every rung; the
+hero depends on the fit, so its prediction exists — registered in the lab's registry and written
+into its ``run.json`` — before its first step. Each training step's output folder is its run folder,
+so the run id is the folder name. ``glasslab ladder fit`` runs the same fit step on rungs it read
+itself (run folders or a points file).
 
 A step that failed part-way (a crash, a preemption) resumes from its own checkpoints when rerun.
 """
@@ -20,32 +22,44 @@ from glasslab.lab import Resources, Step, StepContext
 from glasslab.ladder.figures import draw_fit
 from glasslab.ladder.fit import fit_ladder, read_fit, write_fit
 from glasslab.ladder.plan import LadderPlan, PlannedRung, rung_record_extra
-from glasslab.ladder.preregister import hero_record_extra, watching_band
+from glasslab.ladder.preregister import BandWatcher, hero_record_extra, register_hero_prediction
+from glasslab.ladder.rungs import Rung
 from glasslab.ladder.runs import read_rungs
 from glasslab.layout import FIT_FILE
 from glasslab.train import RunConfig, TrainConfig
 from glasslab.train.steps import TrainStepConfig, run_training, train_step
 
-DATA_STEP = "data"
+EVALS_PER_RUN = 20
+"""Evaluations over a run (every 5% of training): the fit predicts a whole curve from them."""
+SAMPLES_PER_RUN = 4
 
 
 @dataclass(frozen=True)
 class FitStepConfig:
-    """How the ladder is fitted: the asymptote and its sweep, and the compute to predict (the hero's)."""
+    """How the ladder is fitted: the asymptote and its sweep, the compute to predict (the hero's), and
+    the rungs — dependencies' run folders, or rungs measured elsewhere (``glasslab ladder fit``)."""
 
     ladder: str
     target_flops: float
     L_inf: float | None
     sweep: tuple[float, ...]
-    rung_steps: tuple[str, ...]
+    rung_steps: tuple[str, ...] = ()
+    """Names of the dependencies whose folders are rung runs (read when the step runs)."""
+    rungs: tuple[Rung, ...] = ()
+    """Rungs given as data (read from run folders or a points file by the command): the hash covers
+    the measurements themselves."""
     num_bootstrap: int = 1000
     target_size: tuple[float, float] | None = None
     """(active parameters, training tokens) of the target run, for approach 3's prediction of it."""
 
 
-EVALS_PER_RUN = 20
-"""Evaluations over a run (every 5% of training): the fit predicts a whole curve from them."""
-SAMPLES_PER_RUN = 4
+@dataclass(frozen=True)
+class HeroStepConfig:
+    """The hero: a training run with the fit's prediction registered before its step 0."""
+
+    train: TrainStepConfig
+    fit_from: str
+    """Name of the dependency (the ladder's fit step) whose folder holds ``fit.json``."""
 
 
 def run_config_for(rung: PlannedRung, seed: int, mixture: MixtureConfig, train: TrainConfig) -> RunConfig:
@@ -63,7 +77,8 @@ def run_config_for(rung: PlannedRung, seed: int, mixture: MixtureConfig, train: 
 def ladder_steps(plan: LadderPlan, data_step: Step, mixture: MixtureConfig, train: TrainConfig, *,
                  L_inf: float | None, sweep: tuple[float, ...] = (), device: str = "cpu",
                  threads: int = 0, hero_threads: int = 0, num_bootstrap: int = 1000) -> list[Step]:
-    """Rung steps (one per rung and seed), the fit step and the hero step, in dependency order.
+    """Rung steps (one per rung and seed), the fit step and the hero step, in dependency order; every
+    training step reads its dataset from ``data_step``'s folder.
 
     ``threads`` are torch CPU threads per rung (rungs run side by side), ``hero_threads`` the hero's
     (it runs alone, after the fit); 0 leaves torch's default."""
@@ -73,32 +88,43 @@ def ladder_steps(plan: LadderPlan, data_step: Step, mixture: MixtureConfig, trai
     for rung in plan.rungs:
         for seed in rung.seeds:
             config = TrainStepConfig(run_config_for(rung, seed, mixture, train),
-                                     rung_record_extra(rung, seed, ladder), DATA_STEP, device, threads)
+                                     rung_record_extra(rung, seed, ladder), data_step.name, device=device,
+                                     threads=threads)
             rung_steps.append(Step(f"{ladder}-{rung.name}-s{seed}", train_step, config, deps=(data_step,),
                                    resources=resources))
-    fit_config = FitStepConfig(ladder, plan.hero.flops, L_inf, tuple(sweep), tuple(s.name for s in rung_steps),
-                               num_bootstrap, (float(plan.hero.params_active), float(plan.hero.tokens)))
-    fit = Step(f"{ladder}-fit", fit_step, fit_config, deps=tuple(rung_steps))
-    hero_config = TrainStepConfig(run_config_for(plan.hero, 0, mixture, train),
-                                  rung_record_extra(plan.hero, 0, ladder), DATA_STEP, device, hero_threads)
+    fit = Step(f"{ladder}-fit", fit_step, FitStepConfig(ladder, plan.hero.flops, L_inf, tuple(sweep),
+                                                        tuple(s.name for s in rung_steps),
+                                                        num_bootstrap=num_bootstrap,
+                                                        target_size=(float(plan.hero.params_active),
+                                                                     float(plan.hero.tokens))),
+               deps=tuple(rung_steps))
+    hero_train = TrainStepConfig(run_config_for(plan.hero, 0, mixture, train), rung_record_extra(plan.hero, 0, ladder),
+                                 data_step.name, device=device, threads=hero_threads)
     hero_resources = dataclasses.replace(resources, cpus=max(1, hero_threads))
-    hero = Step(f"{ladder}-hero", hero_step, hero_config, deps=(data_step, fit), resources=hero_resources)
+    hero = Step(f"{ladder}-hero", hero_step, HeroStepConfig(hero_train, fit.name), deps=(data_step, fit),
+                resources=hero_resources)
     return [*rung_steps, fit, hero]
 
 
-def fit_step(ctx: StepContext) -> None:
-    """Fit the rungs' final (and partial) losses, predict the hero, back-test; write fit.json + figures."""
+def fit_step(ctx: StepContext) -> dict[str, Any]:
+    """Fit the rungs' final (and partial) losses, predict the target, back-test; write fit.json + figures.
+    Returns the prediction (``flops``, ``point``, ``lo``, ``hi``, ``level``)."""
     cfg: FitStepConfig = ctx.config
-    rungs = read_rungs(ctx.inputs[name] for name in cfg.rung_steps)
+    rungs = [*cfg.rungs, *read_rungs(ctx.inputs[name] for name in cfg.rung_steps)]
     fit = fit_ladder(rungs, ladder=cfg.ladder, target_flops=cfg.target_flops, L_inf=cfg.L_inf, sweep=cfg.sweep,
                      target_size=cfg.target_size, num_bootstrap=cfg.num_bootstrap)
     write_fit(ctx.output_dir / FIT_FILE, fit)
     draw_fit(fit, ctx.output_dir)
+    return fit["prediction"]
 
 
 def hero_step(ctx: StepContext) -> dict[str, Any]:
-    """Train the hero with the ladder's prediction pre-registered in its run.json before step 0, and
-    watch its eval loss against the band while it trains."""
-    fit = read_fit(ctx.inputs[f"{ctx.config.record_extra['ladder']}-fit"] / FIT_FILE)
-    with watching_band(ctx.output_dir):
-        return run_training(ctx, hero_record_extra(fit, ctx.config.record_extra))
+    """Register the fit's prediction for the hero, then train the hero with a copy of it in its run.json
+    (written before step 0) and its eval loss watched against the band."""
+    cfg: HeroStepConfig = ctx.config
+    fit_dir = ctx.inputs[cfg.fit_from]
+    fit = read_fit(fit_dir / FIT_FILE)
+    entry = register_hero_prediction(ctx.lab_root, fit, target=ctx.name, source=fit_dir.name,
+                                     replace=ctx.re_register)
+    extra = hero_record_extra(fit, cfg.train.record_extra, entry)
+    return run_training(dataclasses.replace(ctx, config=cfg.train), extra, hooks=[BandWatcher(extra["prediction"])])

@@ -1,7 +1,8 @@
-"""The ladder's outcome in one place: rungs, the fit, and the hero's predicted vs actual loss.
+"""The ladder's outcome as a person reads it: the rungs, the fit, and the hero's predicted vs actual loss.
 
-Read from the files the steps wrote (``fit.json``, the hero's ``run.json`` and ``result.json``), so
-the same summary comes out of a finished lab at any later time.
+One set of tables for every place that shows a fit (``glasslab ladder fit``, ``glasslab demo``), read
+from the files the steps wrote (``fit.json``, the hero's ``run.json`` and ``result.json``), so the
+same summary comes out of a finished lab at any later time.
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ from typing import Any
 from glasslab import track
 from glasslab.ladder.fit import TARGET_METRIC, read_fit
 from glasslab.layout import FIT_FILE, RESULT_FILE
+
+MAX_RUNG_ROWS = 30
+"""A fit of more rungs (a published isoFLOP grid) lists them in fit.json, not on the terminal."""
 
 
 @dataclass(frozen=True)
@@ -49,37 +53,74 @@ def hero_outcome(hero_dir: str | Path) -> HeroOutcome:
                        float(prediction["point"]), float(prediction["lo"]), float(prediction["hi"]), actual)
 
 
-def summary_tables(fit_dir: str | Path, hero_dir: str | Path) -> list[Any]:
-    """Rich tables: the rungs, the fit with its back-test, and the hero's predicted vs actual loss."""
+def rungs_table(fit: dict[str, Any]) -> Any:
+    """The rungs a fit used: size, tokens, compute, seeds and final loss (mean ± spread)."""
     from rich.table import Table
 
-    fit = read_fit(Path(fit_dir) / FIT_FILE)
-    rungs = Table(title=f"ladder {fit['ladder']}: rungs ({TARGET_METRIC}, nats/token)")
+    table = Table(title=f"ladder {fit['ladder']}: rungs ({TARGET_METRIC}, nats/token)")
     for column in ("rung", "size", "tokens", "FLOPs", "seeds", "final loss"):
-        rungs.add_column(column, justify="left" if column in ("rung", "size") else "right")
+        table.add_column(column, justify="left" if column in ("rung", "size") else "right")
     for r in fit["rungs"]:
         spread = f" ± {r['loss_std']:.3f}" if len(r["losses"]) > 1 else ""
-        rungs.add_row(r["name"], r["size_name"], f"{r['tokens']:.3g}", f"{r['flops']:.3g}", str(len(r["losses"])),
+        table.add_row(r["name"], r["size_name"], f"{r['tokens']:.3g}", f"{r['flops']:.3g}", str(len(r["losses"])),
                       f"{r['loss_mean']:.4f}{spread}")
+    return table
 
-    law = fit["law"]
-    params = ", ".join(f"{k}={v:.4g}" for k, v in law["params"].items())
-    fit_table = Table(title="fit", show_header=False)
-    fit_table.add_row("law", f"{law['form']}  ({params})")
-    fit_table.add_row("asymptote", f"L∞ {fit['L_inf']['mode']} at {fit['L_inf']['value']:.3f}, "
-                      f"swept over {fit['L_inf']['sweep']}")
+
+def fit_table(fit: dict[str, Any]) -> Any:
+    """The fitted law with standard errors, the prediction with its interval (and over the asymptote
+    sweep), the back-test and approach 3."""
+    from rich.table import Table
+
+    law, pred, rungs = fit["law"], fit["prediction"], fit["rungs"]
+    table = Table(title="fit", show_header=False)
+    params = ", ".join(f"{k}={v:.4g} ± {law['param_se'].get(k, 0.0):.2g}" for k, v in law["params"].items())
+    table.add_row("law", f"{law['form']}  ({params})")
+    table.add_row("fitted on", f"{len(law['fitted_on'])} of {len(rungs)} rungs "
+                  f"({sum(len(r['losses']) for r in rungs)} losses), "
+                  f"{min(r['flops'] for r in rungs):.3g}–{max(r['flops'] for r in rungs):.3g} FLOPs")
+    table.add_row("asymptote", f"L∞ {fit['L_inf']['mode']} at {fit['L_inf']['value']:.3f}"
+                  + (f", swept over {fit['L_inf']['sweep']}" if fit["L_inf"]["sweep"] else ""))
+    table.add_row(f"prediction at {pred['flops']:.3g} FLOPs",
+                  f"{pred['point']:.4f}, interval [{pred['lo']:.4f}, {pred['hi']:.4f}] ({pred['level']:.0%})")
+    for row in fit["sweep_table"]:
+        table.add_row(f"  if L∞ = {row['L_inf']:.4g}", f"{row['point']:.4f} [{row['lo']:.4f}, {row['hi']:.4f}]")
     last = fit["backtest"].get("last")
     if last:
-        fit_table.add_row("back-test", f"leave-last-rung-out: predicted {last['point']:.4f} vs measured "
-                          f"{last['measured']:.4f} for {last['held_out']} ({last['rel_error_pct']:+.2f}%, "
-                          f"{last['extrapolation']:.1f}× extrapolation)")
+        table.add_row("back-test", f"leave-last-rung-out: predicted {last['point']:.4f} vs measured "
+                      f"{last['measured']:.4f} for {last['held_out']} ({last['rel_error_pct']:+.2f}%, "
+                      f"{last['extrapolation']:.1f}× extrapolation)")
+    a3 = fit["approach3"]
+    if a3["fitted"]:
+        opt = a3["compute_optimal"]
+        a3_params = ", ".join(f"{k}={v:.4g}" for k, v in a3["params"].items())
+        table.add_row("approach 3", f"{a3['form']}  ({a3_params}); compute-optimal at {opt['flops']:.3g} FLOPs: "
+                      f"N={opt['params_active']:.3g}, D={opt['tokens']:.3g}")
+    else:
+        table.add_row("approach 3", f"not fitted: {a3['reason']}")
+    return table
+
+
+def hero_table(hero_dir: str | Path) -> Any:
+    """The hero's predicted vs actual final loss."""
+    from rich.table import Table
 
     hero = hero_outcome(hero_dir)
-    hero_table = Table(title=f"hero {hero.run_id} ({hero.size_name}, {hero.flops:.3g} FLOPs)")
+    table = Table(title=f"hero {hero.run_id} ({hero.size_name}, {hero.flops:.3g} FLOPs)")
     for column in ("predicted", "90% interval", "actual", "relative error", "inside band"):
-        hero_table.add_column(column, justify="right")
+        table.add_column(column, justify="right")
     actual = "-" if hero.actual is None else f"{hero.actual:.4f}"
     error = "-" if hero.rel_error_pct is None else f"{hero.rel_error_pct:+.2f}%"
     inside = "-" if hero.inside is None else ("yes" if hero.inside else "no")
-    hero_table.add_row(f"{hero.predicted:.4f}", f"[{hero.lo:.4f}, {hero.hi:.4f}]", actual, error, inside)
-    return [rungs, fit_table, hero_table]
+    table.add_row(f"{hero.predicted:.4f}", f"[{hero.lo:.4f}, {hero.hi:.4f}]", actual, error, inside)
+    return table
+
+
+def summary_tables(fit_dir: str | Path, hero_dir: str | Path | None = None) -> list[Any]:
+    """Rich tables: the rungs (when few enough to read), the fit, and the hero's outcome when given."""
+    fit = read_fit(Path(fit_dir) / FIT_FILE)
+    tables = [rungs_table(fit)] if len(fit["rungs"]) <= MAX_RUNG_ROWS else []
+    tables.append(fit_table(fit))
+    if hero_dir is not None:
+        tables.append(hero_table(hero_dir))
+    return tables

@@ -94,8 +94,9 @@ class MoEConfig:
 class ModelConfig:
     """A dense or MoE decoder-only transformer."""
 
-    vocab_size: int = 8192
-    """Tokens in the vocabulary (rows of the embedding and of the LM head)."""
+    vocab_size: int = 0
+    """Tokens in the vocabulary (rows of the embedding and of the LM head); 0 = as many as the dataset's
+    tokenizer has (a run resolves it before step 0; fewer than the tokenizer's is an error)."""
     d_model: int = 256
     """Width of the residual stream."""
     n_layers: int = 4
@@ -125,7 +126,8 @@ class ModelConfig:
     """Mixture-of-experts settings; None = dense model."""
 
     def __post_init__(self) -> None:
-        require(self.vocab_size >= 2, "model.vocab_size", self.vocab_size, "at least 2")
+        require(self.vocab_size == 0 or self.vocab_size >= 2, "model.vocab_size", self.vocab_size,
+                "at least 2 (or 0: the dataset tokenizer's)")
         require(self.d_model >= 1, "model.d_model", self.d_model, "a positive integer")
         require(self.n_layers >= 1, "model.n_layers", self.n_layers, "a positive integer")
         require(self.n_heads >= 1, "model.n_heads", self.n_heads, "a positive integer")
@@ -207,8 +209,14 @@ class ModelConfig:
         attn = self.n_layers * self._attention_matmul_params()
         return attn + sum(self._ffn_matmul_params(i, active) for i in range(self.n_layers))
 
+    def require_vocab(self) -> None:
+        """A one-line ConfigError unless ``vocab_size`` is resolved (the accounting and the model need it)."""
+        require(self.vocab_size > 0, "model.vocab_size", self.vocab_size,
+                "a vocabulary size (0 is resolved from the dataset's tokenizer when a run starts)")
+
     def param_counts(self) -> dict[str, int]:
         """Exact parameter counts: ``total, active, embedding, non_embedding, active_non_embedding``."""
+        self.require_vocab()
         embedding = self.vocab_size * self.d_model * (1 if self.tie_embeddings else 2)
         non_embedding = self._matmul_params(active=False) + self._norm_params()
         active_non_embedding = self._matmul_params(active=True) + self._norm_params()
@@ -222,6 +230,7 @@ class ModelConfig:
 
     def flops_per_token(self, seq_len: int) -> float:
         """Training FLOPs per token at context ``seq_len`` (forward + backward; see module docstring)."""
+        self.require_vocab()
         lm_head = self.vocab_size * self.d_model
         matmul = self._matmul_params(active=True) + lm_head
         return float(6 * matmul + 12 * self.n_layers * self.d_attn * seq_len)

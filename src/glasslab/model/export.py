@@ -11,21 +11,47 @@ export loads anywhere with ``from_pretrained(folder)`` and no custom code:
 
 Anything else (token dropping, a softmax router with a bias, …) is refused with one line saying why.
 The weights are loaded into an instance of the target class (strict, so a wrong mapping fails here,
-not in the user's hands), saved by ``transformers`` itself into a temp folder, then renamed into place.
+not in the user's hands) and saved by ``transformers`` itself into a staging folder; given held-out
+tokens, the export is then loaded back from that folder the way a user would and its logits compared
+with ours (the largest absolute difference goes into the manifest; a mapping error fails the export).
+
+The folder: every file is moved in one by one, the manifest (``layout.EXPORT_MANIFEST``, listing every
+file with its size and sha256) last, so a folder holding a manifest is a finished export. A folder is
+only ever written if it is absent, empty, or an earlier export; an earlier export's files are replaced
+by name and only the files its manifest lists are removed — a user's own files are never deleted.
 """
 
 from __future__ import annotations
 
 import shutil
+import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 
+import glasslab
 from glasslab.errors import UserError
-from glasslab.layout import atomic_path
+from glasslab.layout import (
+    EXPORT_MANIFEST,
+    MODEL_CARD,
+    file_sha256,
+    move_into_place,
+    read_json,
+    remove,
+    temp_path,
+    write_json_atomic,
+    write_text_atomic,
+)
 from glasslab.model.config import ModelConfig
 from glasslab.model.transformer import Transformer
+
+EXPORT_FORMAT = "glasslab-export/1"
+LOGIT_TOLERANCE = 1e-3
+"""An export whose logits differ from ours by more than this × max(1, largest |logit|) is a mapping
+error, not float rounding (fp32 round-off is orders of magnitude smaller; a wrong mapping is O(1))."""
 
 
 class ExportError(UserError):
@@ -165,22 +191,20 @@ def _swiglu(prefix: str, mlp, d_model: int = 0) -> dict[str, torch.Tensor]:
     }
 
 
-def export_hf(model: Transformer, cfg: ModelConfig, tokenizer_dir: Path | None, out_dir: Path) -> Path:
-    """Write ``out_dir`` loadable by ``AutoModelForCausalLM.from_pretrained(out_dir)`` offline.
-
-    Copies every file of ``tokenizer_dir`` (when given) next to the weights. Raises ExportError (one
-    line) before writing anything when no ``transformers`` class represents ``cfg`` exactly.
-    """
+def write_hf_files(model: Transformer, cfg: ModelConfig, tokenizer_dir: Path | None, folder: Path) -> str:
+    """Save ``model`` under its ``transformers`` class into the new folder ``folder`` (plus every file of
+    ``tokenizer_dir``); return the class name. Raises ExportError (one line) when no class fits."""
     architecture = hf_architecture(cfg)
     try:
         import transformers
     except ImportError:
         raise UserError("export needs the 'transformers' package: pip install 'glasslab[hf]'") from None
-    out_dir = Path(out_dir)
     if tokenizer_dir is not None and not Path(tokenizer_dir).is_dir():
         raise UserError(f"{tokenizer_dir}: tokenizer folder not found")
     hf_cfg = _hf_config(cfg, architecture)
     hf_cfg.architectures = [architecture]
+    if tokenizer_dir is not None:
+        hf_cfg.update(_special_token_ids(Path(tokenizer_dir)))
     with warnings.catch_warnings():  # zero-width shared experts warn that their init is a no-op
         warnings.simplefilter("ignore")
         hf_model = getattr(transformers, architecture)(hf_cfg).float()
@@ -188,10 +212,151 @@ def export_hf(model: Transformer, cfg: ModelConfig, tokenizer_dir: Path | None, 
     if cfg.tie_embeddings:
         weights["lm_head.weight"] = weights["model.embed_tokens.weight"]
     hf_model.load_state_dict(weights, strict=True)
-    with atomic_path(out_dir) as tmp:
-        hf_model.save_pretrained(tmp)
-        if tokenizer_dir is not None:
-            for item in Path(tokenizer_dir).iterdir():
-                if item.is_file():
-                    shutil.copy2(item, tmp / item.name)
-    return out_dir
+    if tokenizer_dir is not None:
+        hf_model.generation_config.update(**_special_token_ids(Path(tokenizer_dir)))
+    hf_model.save_pretrained(folder)
+    if tokenizer_dir is not None:
+        for item in Path(tokenizer_dir).iterdir():
+            if item.is_file():
+                shutil.copy2(item, folder / item.name)
+    return architecture
+
+
+def _special_token_ids(tokenizer_dir: Path) -> dict[str, int]:
+    """bos/eos/pad ids from the tokenizer folder's config, so ``generate`` stops at end of text."""
+    config = read_json(tokenizer_dir / "tokenizer_config.json") or {}
+    by_token = {entry["content"]: int(i) for i, entry in config.get("added_tokens_decoder", {}).items()}
+    ids = {}
+    for role in ("bos", "eos", "pad"):
+        token = config.get(f"{role}_token")
+        if isinstance(token, str) and token in by_token:
+            ids[f"{role}_token_id"] = by_token[token]
+    return ids
+
+
+@torch.no_grad()
+def logit_check(model: Transformer, folder: Path, tokens_BT: torch.Tensor) -> tuple[float, dict[str, Any]]:
+    """Load the export in ``folder`` with ``AutoModelForCausalLM`` (offline, fp32) and compare its logits
+    on ``tokens_BT`` with ``model``'s. Returns ``(max_logit_diff, {"max_abs_logit", "sequences", "tokens"})``
+    (logits in nats); raises ExportError when the difference is a mapping error."""
+    import transformers
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        hf = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32,
+                                                               local_files_only=True).eval()
+    was_training = model.training
+    model.eval()
+    try:
+        ours_BTV = model(tokens_BT).float()
+    finally:
+        model.train(was_training)
+    theirs_BTV = hf(tokens_BT).logits.float()
+    difference = (ours_BTV - theirs_BTV).abs().max().item()
+    largest = ours_BTV.abs().max().item()
+    if not difference <= LOGIT_TOLERANCE * max(1.0, largest):  # also catches NaN
+        raise ExportError(f"the exported {type(hf).__name__} gives logits up to {difference:.3g} away from ours "
+                          f"(largest |logit| {largest:.3g}): the weight mapping is wrong for this config")
+    return difference, {"max_abs_logit": largest, "sequences": int(tokens_BT.shape[0]),
+                        "tokens": int(tokens_BT.numel())}
+
+
+def export_hf(model: Transformer, cfg: ModelConfig, tokenizer_dir: Path | None, out_dir: Path, *,
+              check_tokens: torch.Tensor | None = None, record: dict[str, Any] | None = None,
+              card: Callable[[dict[str, Any]], str] | None = None, step_folder: bool = False) -> dict[str, Any]:
+    """Write ``out_dir`` loadable by ``AutoModelForCausalLM.from_pretrained(out_dir)`` offline; return its
+    manifest.
+
+    ``tokenizer_dir``'s files (when given) go next to the weights. ``check_tokens`` (B, T) held-out ids:
+    the export is loaded back and its logits compared with ours (``manifest["max_logit_diff"]``, nats).
+    ``record`` adds fields to the manifest (run id, step, …); ``card(manifest)`` renders the model card
+    ``README.md``. ``out_dir`` must be absent, empty or an earlier export unless ``step_folder`` (the
+    caller's own lab step folder, whose ``step.json`` stays). Raises ExportError (one line) before
+    writing anything when no ``transformers`` class represents ``cfg`` exactly.
+    """
+    out_dir = Path(out_dir)
+    hf_architecture(cfg)  # refuse before touching anything
+    previous = read_json(out_dir / EXPORT_MANIFEST) if step_folder else check_export_target(out_dir)
+    staging = temp_path(out_dir)
+    staging.mkdir(parents=True)
+    try:
+        architecture = write_hf_files(model, cfg, tokenizer_dir, staging)
+        manifest: dict[str, Any] = {
+            "format": EXPORT_FORMAT,
+            "architecture": architecture,
+            "size_name": cfg.size_name(),
+            "glasslab_version": glasslab.__version__,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            **(record or {}),
+        }
+        if check_tokens is not None:
+            manifest["max_logit_diff"], manifest["logit_check"] = logit_check(model, staging, check_tokens)
+        if card is not None:
+            write_text_atomic(staging / MODEL_CARD, card(manifest))
+        manifest["files"] = _file_list(staging)
+        _place(staging, out_dir, manifest, previous)
+    finally:
+        remove(staging)
+    return manifest
+
+
+def copy_export(source: Path, out_dir: Path) -> dict[str, Any]:
+    """Copy the finished export in ``source`` to ``out_dir`` (absent, empty or an earlier export), checking
+    every file against the manifest; returns the manifest."""
+    source, out_dir = Path(source), Path(out_dir)
+    manifest = read_json(source / EXPORT_MANIFEST)
+    if manifest is None or manifest.get("format") != EXPORT_FORMAT:
+        raise UserError(f"{source}: not a finished glasslab export (no {EXPORT_MANIFEST})")
+    if out_dir.resolve() == source.resolve():
+        return manifest
+    previous = check_export_target(out_dir)
+    staging = temp_path(out_dir)
+    staging.mkdir(parents=True)
+    try:
+        for name, expected in manifest["files"].items():
+            (staging / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source / name, staging / name)
+            if file_sha256(staging / name) != expected["sha256"]:
+                raise UserError(f"{source / name}: does not match its sha256 in {EXPORT_MANIFEST} (changed?)")
+        _place(staging, out_dir, manifest, previous)
+    finally:
+        remove(staging)
+    return manifest
+
+
+def check_export_target(out_dir: Path) -> dict[str, Any] | None:
+    """The earlier export's manifest in ``out_dir`` (None when absent or empty); a one-line UserError when
+    it holds anything else, so an export never mixes into (or deletes) a folder of unrelated files."""
+    out_dir = Path(out_dir)
+    if not out_dir.exists():
+        return None
+    if not out_dir.is_dir():
+        raise UserError(f"{out_dir}: exists and is not a folder")
+    manifest = read_json(out_dir / EXPORT_MANIFEST)
+    if manifest is not None and manifest.get("format") == EXPORT_FORMAT:
+        return manifest
+    present = sorted(p.name for p in out_dir.iterdir())
+    if not present:
+        return None
+    shown = ", ".join(present[:3]) + (f" and {len(present) - 3} more" if len(present) > 3 else "")
+    raise UserError(f"{out_dir}: not empty and not an earlier export (holds {shown}); choose a new or empty folder")
+
+
+def _file_list(folder: Path) -> dict[str, dict[str, Any]]:
+    return {
+        path.relative_to(folder).as_posix(): {"bytes": path.stat().st_size, "sha256": file_sha256(path)}
+        for path in sorted(folder.rglob("*")) if path.is_file()
+    }
+
+
+def _place(staging: Path, out_dir: Path, manifest: dict[str, Any], previous: dict[str, Any] | None) -> None:
+    """Move the staged files into ``out_dir`` by name, drop the files only the earlier export listed, and
+    write the manifest last (removed first, so a half-replaced folder never looks finished)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    remove(out_dir / EXPORT_MANIFEST)
+    for name in manifest["files"]:
+        (out_dir / name).parent.mkdir(parents=True, exist_ok=True)
+        move_into_place(staging / name, out_dir / name)
+    for name in set((previous or {}).get("files", {})) - set(manifest["files"]):
+        (out_dir / name).unlink(missing_ok=True)
+    write_json_atomic(out_dir / EXPORT_MANIFEST, manifest)

@@ -55,8 +55,10 @@ class LayerKVCache:
 
     def __init__(self, batch: int, n_kv_heads: int, max_len: int, head_dim: int, like: torch.Tensor):
         shape = (batch, n_kv_heads, max_len, head_dim)
-        self.k_BKSD = like.new_zeros(shape)
-        self.v_BKSD = like.new_zeros(shape)
+        # Plain tensors even when ``like`` is an FSDP2-sharded parameter (a DTensor between forwards):
+        # the keys written into the cache during a forward are plain tensors.
+        self.k_BKSD = torch.zeros(shape, dtype=like.dtype, device=like.device)
+        self.v_BKSD = torch.zeros(shape, dtype=like.dtype, device=like.device)
         self.length = 0
 
     def append(self, k_BKTD: torch.Tensor, v_BKTD: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -3,7 +3,7 @@
 Routes (GET only; nothing here writes):
     /                       lab overview          /api/page/<page>?id=…   page data (JSON)
     /run/<id>               one run               /api/stream?page=…      server-sent events
-    /compare?runs=a,b       runs overlaid         /api/delta?page=…       the same delta, polled
+    /compare?runs=a,b&keys=… runs overlaid        /api/delta?page=…       the same delta, polled
     /ladder/<id>            fit + prediction band /static/<file>          vendored assets
     /data/<id>              data report
     /provenance/<id>        run.json, step.json
@@ -12,6 +12,8 @@ Ids come from the lab scan, so unknown ids and traversal attempts (``..``, ``%2e
 
 from __future__ import annotations
 
+import errno
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -37,9 +39,12 @@ def create_app(lab_root: str | Path) -> Starlette:
     lab = Lab(lab_root)
 
     def page_options(request: Request) -> dict[str, Any]:
-        runs = request.query_params.get("runs")
-        return {"runs": [r for r in runs.split(",") if r] if runs else None,
-                "key": request.query_params.get("key") or None}
+        """The compare page's view: ``runs=a,b`` and ``keys=k1,k2`` (``key=k`` adds one metric)."""
+        def listed(name: str) -> list[str]:
+            return [v for v in (request.query_params.get(name) or "").split(",") if v]
+
+        keys = listed("keys") + listed("key")
+        return {"runs": listed("runs") or None, "keys": keys or None}
 
     def load(page: str, item_id: str | None, request: Request) -> dict[str, Any]:
         if page not in PAGES:
@@ -118,12 +123,44 @@ def create_app(lab_root: str | Path) -> Starlette:
     return Starlette(routes=routes, exception_handlers={HTTPException: not_found})
 
 
-def serve(lab_root: str | Path, host: str = "127.0.0.1", port: int = 8765) -> None:
-    """Run the app with uvicorn until interrupted."""
+def bind(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host:port`` for the server, or a one-line UserError saying why not.
+
+    Binding before anything is printed or started means a busy port is reported as such instead of
+    after a URL that never answers.
+    """
+    if not 0 <= port <= 65535:
+        raise UserError(f"port {port}: expected a port number from 0 to 65535")
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                             flags=socket.AI_PASSIVE)[0]
+    except socket.gaierror as exc:
+        raise UserError(f"host {host!r}: cannot resolve it ({exc.strerror}); expected an address such as "
+                        "127.0.0.1") from None
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        expected = {errno.EADDRINUSE: "a free port (pass another --port)",
+                    errno.EADDRNOTAVAIL: "an address of this machine (--host)",
+                    errno.EACCES: "a port this user may open (ports below 1024 need privileges)"}
+        raise UserError(f"cannot serve on {host}:{port} ({exc.strerror}); expected "
+                        f"{expected.get(exc.errno, 'an address and port free to bind')}") from None
+    return sock
+
+
+def serve(lab_root: str | Path, host: str = "127.0.0.1", port: int = 8765,
+          sock: socket.socket | None = None) -> None:
+    """Run the app with uvicorn until interrupted, on ``sock`` (from :func:`bind`) or a fresh bind."""
     import uvicorn
 
+    sock = sock or bind(host, port)
     # Open pages hold their event streams forever: stop waiting for them soon after Ctrl-C.
-    uvicorn.run(create_app(lab_root), host=host, port=port, log_level="warning", timeout_graceful_shutdown=2)
+    config = uvicorn.Config(create_app(lab_root), host=host, port=port, log_level="warning",
+                            timeout_graceful_shutdown=2)
+    uvicorn.Server(config).run(sockets=[sock])
 
 
 class BackgroundServer:
@@ -136,17 +173,19 @@ class BackgroundServer:
 
         import uvicorn
 
+        sock = bind(host, port)
         config = uvicorn.Config(create_app(lab_root), host=host, port=port, log_level="error",
                                 timeout_graceful_shutdown=1)
         self.server = uvicorn.Server(config)
-        self.port = port
-        self.url = f"http://{host}:{port}"
-        self.thread = threading.Thread(target=self.server.run, name="observatory", daemon=True)
+        self.port = sock.getsockname()[1]
+        self.url = f"http://{host}:{self.port}"
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]}, name="observatory",
+                                       daemon=True)
         self.thread.start()
         deadline = time.monotonic() + start_timeout
         while not self.server.started:
             if not self.thread.is_alive() or time.monotonic() > deadline:
-                raise UserError(f"observatory: could not serve on {host}:{port} (port in use?); pass --port")
+                raise UserError(f"observatory: the server on {host}:{self.port} did not start")
             time.sleep(0.02)
 
     def __enter__(self) -> BackgroundServer:

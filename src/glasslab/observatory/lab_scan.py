@@ -97,6 +97,19 @@ class Lab:
         self.max_age = max_age
         self._index: LabIndex | None = None
         self._scanned_at = 0.0
+        self._json: dict[Path, tuple[tuple[int, int], dict[str, Any] | None]] = {}
+
+    def json(self, path: Path) -> dict[str, Any] | None:
+        """:func:`read_json` of ``path``, parsed again only when its size or mtime changed (the
+        overview and the links between pages read every run's ``run.json`` and ``step.json``).
+        Callers must not change what they get."""
+        stamp = file_stamp(path)
+        cached = self._json.get(path)
+        if cached is not None and cached[0] == stamp and stamp != (0, 0):
+            return cached[1]
+        data = read_json(path)
+        self._json[path] = (stamp, data)
+        return data
 
     def index(self, fresh: bool = False) -> LabIndex:
         """The scan, at most ``max_age`` seconds old (``fresh``: rescan now)."""

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from glasslab.observatory.lab_scan import Lab
+from glasslab.observatory.runs import run_status
 from glasslab.observatory.series import clean
 from glasslab.track.reader import RunReader
 
@@ -78,6 +79,7 @@ class RunWatch:
         self.cursors = {r: {**EMPTY_CURSOR, **cursors.get(r, {})} for r in self.run_ids}
         self.readers: dict[str, RunReader] = {}
         self.versions: dict[str, int] = {}
+        self.statuses: dict[str, str] = {}
 
     def poll(self, force: bool = False) -> dict[str, Any] | None:
         """The runs' new rows as one message, or None when no store changed."""
@@ -93,11 +95,15 @@ class RunWatch:
                 delta, self.cursors[run_id] = read_delta(reader, self.cursors[run_id])
                 # Remember the version only once caught up, so a capped read continues next poll.
                 self.versions[run_id] = version if len(delta["scalars"]) < MAX_SCALAR_ROWS else -1
+                # The page's header shows the status: send it when it changes (a finish commits no rows).
+                status = run_status(reader.meta("writer"), reader.meta("status"), None)
             except (sqlite3.Error, OSError, KeyError, ValueError):
                 self._drop(run_id)  # being created or replaced: try again on the next poll
                 continue
-            if has_rows(delta):
-                runs[run_id] = delta
+            changed = run_id in self.statuses and self.statuses[run_id] != status
+            self.statuses[run_id] = status
+            if has_rows(delta) or changed:
+                runs[run_id] = {**delta, "status": status}
         if not runs and not force:
             return None
         return clean({"runs": runs, "cursors": self.cursors, "time": time.time()})

@@ -18,14 +18,17 @@ from glasslab.layout import (
     FIT_FILE,
     LAB_EVENTS_DB,
     METRICS_DB,
+    PREDICTIONS_FILE,
     REPORT_FILE,
     RUN_RECORD,
     STEP_RECORD,
     write_bytes_atomic,
     write_text_atomic,
 )
-from glasslab.observatory.lab_scan import Lab, file_stamp, read_json
-from glasslab.observatory.page_data import build_page, find_hero
+from glasslab.observatory.compare_page import metric_series
+from glasslab.observatory.lab_scan import Lab, file_stamp
+from glasslab.observatory.page_data import build_page
+from glasslab.observatory.relations import Relations
 from glasslab.observatory.shell import STATIC_FILES, render_shell, script_json, static_file
 
 WATCH_SECONDS = 3.0
@@ -54,17 +57,19 @@ def page_inputs(lab: Lab, page: str, item_id: str | None) -> list[Path]:
     index = lab.index()
     run_files = (METRICS_DB, f"{METRICS_DB}-wal", RUN_RECORD, STEP_RECORD)
     lab_events = [lab.root / LAB_EVENTS_DB, lab.root / f"{LAB_EVENTS_DB}-wal"]
+    # Links between pages (forks, exports, datasets) come from every record in the lab.
+    records = [*(f / RUN_RECORD for f in index.runs.values()), *(f / STEP_RECORD for f in index.steps.values()),
+               *(f / REPORT_FILE for f in index.reports.values())]
     if page == "run":
-        return [*(index.runs[item_id] / n for n in run_files), *lab_events]
+        return [*(index.runs[item_id] / n for n in run_files), *lab_events, *records]
     if page == "provenance":
         return [index.runs[item_id] / n for n in run_files]
     if page == "data":
-        return [index.reports[item_id] / REPORT_FILE]
-    if page == "ladder":
-        folder = index.fits[item_id]
-        hero = find_hero(lab, read_json(folder / FIT_FILE) or {})
-        return [folder / FIT_FILE, *([index.runs[hero] / n for n in run_files] if hero else [])]
+        users = Relations(lab).runs_using(item_id)
+        return [index.reports[item_id] / REPORT_FILE, *(index.runs[r] / n for r in users for n in run_files), *records]
     runs = [folder / n for folder in index.runs.values() for n in run_files]
+    if page == "ladder":
+        return [index.fits[item_id] / FIT_FILE, lab.root / PREDICTIONS_FILE, *runs]
     if page == "compare":
         return runs
     jsons = [f / n for f in (*index.steps.values(), *index.fits.values()) for n in (STEP_RECORD, FIT_FILE)]
@@ -104,9 +109,11 @@ class Publisher:
         return written
 
     def _export_page(self, page: str, item_id: str | None) -> bool:
-        data = build_page(self.lab, page, item_id)
+        data = build_page(self.lab, page, item_id, with_series=False)
         if data is None:
             return False
+        if page == "compare":
+            data["metric_files"] = self._export_metrics()
         name = page_file(page, item_id)
         data_name = f"data/{name.removesuffix('.html')}.js"
         write_text_atomic(self.out / data_name, f"window.GLASSLAB_DATA = {script_json(data)};\n")
@@ -116,6 +123,18 @@ class Publisher:
                             data_scripts=("data/site.js", data_name))
         write_text_atomic(self.out / name, html)
         return True
+
+
+    def _export_metrics(self) -> dict[str, str]:
+        """One script per metric with every run's series (the compare page loads those it shows)."""
+        files = {}
+        for key, runs in metric_series(self.lab).items():
+            name = f"data/{page_file('metric', key).removesuffix('.html')}.js"
+            holder = "(window.GLASSLAB_METRICS = window.GLASSLAB_METRICS || {})"
+            text = f"{holder}[{script_json(key)}] = {script_json(runs)};\n"
+            write_text_atomic(self.out / name, text)
+            files[key] = name
+        return files
 
 
 def publish(lab_root: str | Path, out_dir: str | Path) -> Path:

@@ -14,7 +14,17 @@ from importlib import resources
 from string import Template
 from typing import Any
 
-STATIC_FILES = ("uPlot.iife.min.js", "uPlot.min.css", "observatory.css", "charts.js", "observatory.js")
+STYLES = ("uPlot.min.css", "observatory.css")
+# In load order: the chart library, the formatter and charts, what pages share, one module per page,
+# then the script that draws the page.
+SCRIPTS = ("uPlot.iife.min.js", "format.js", "charts.js", "heatmap.js", "common.js", "page-overview.js",
+           "page-run.js", "page-compare.js", "page-ladder.js", "page-data.js", "page-provenance.js",
+           "observatory.js")
+STATIC_FILES = STYLES + SCRIPTS
+# Inline, so no page asks the server (or the disk, from file://) for a /favicon.ico that is not there.
+FAVICON = ("data:image/svg+xml,%3Csvg xmlns='http://www.w3.org/2000/svg' viewBox='0 0 16 16'%3E"
+           "%3Crect width='16' height='16' rx='3' fill='%231d232a'/%3E"
+           "%3Cpath d='M3 12 L6 7 L9 9 L13 4' stroke='%2370b0ff' stroke-width='2' fill='none'/%3E%3C/svg%3E")
 
 
 def script_json(data: Any) -> str:
@@ -50,9 +60,13 @@ def render_shell(title: str, boot: dict[str, Any], assets: str, home: str,
     """The page for ``boot`` (``mode``, ``page``, ``id`` …); ``assets`` prefixes asset URLs."""
     template_file = resources.files("glasslab.observatory").joinpath("templates", "page.html")
     template = Template(template_file.read_text(encoding="utf-8"))
-    scripts = "\n".join(f'<script src="{html.escape(src)}"></script>' for src in data_scripts)
+    def tags(sources: tuple[str, ...]) -> str:
+        return "\n".join(f'<script src="{html.escape(src)}"></script>' for src in sources)
+
+    styles = "\n".join(f'<link rel="stylesheet" href="{html.escape(assets + name)}">' for name in STYLES)
     return template.substitute(
-        title=html.escape(title), assets=html.escape(assets), home=html.escape(home),
-        boot_script=boot_script(boot), data_scripts=scripts,
+        title=html.escape(title), home=html.escape(home), favicon=html.escape(FAVICON), styles=styles,
+        boot_script=boot_script(boot), data_scripts=tags(data_scripts),
+        scripts=tags(tuple(assets + name for name in SCRIPTS)),
         mode_label="live" if boot.get("mode") == "live" else "snapshot",
     )

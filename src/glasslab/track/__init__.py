@@ -20,11 +20,11 @@ from typing import Any
 from glasslab.track.lab_events import log_lab_event, read_lab_events
 from glasslab.track.reader import RunReader
 from glasslab.track.run_record import build_record, read_record, write_record
-from glasslab.track.sinks import Sink, make_sink
+from glasslab.track.sinks import Sink, check_sinks, make_sink
 from glasslab.track.store import RunStore, append_event
 
 __all__ = [
-    "Sink",
+    "Sink", "check_sinks",
     "Run", "RunReader", "init", "note", "log_lab_event", "read_lab_events", "read_record", "append_event",
 ]
 

@@ -30,9 +30,8 @@ def log_lab_event(
     check_event(kind, severity)
     lab_root = Path(lab_root)
     lab_root.mkdir(parents=True, exist_ok=True)
-    conn = connect(lab_root / LAB_EVENTS_DB)
+    conn = connect(lab_root / LAB_EVENTS_DB, schema=SCHEMA)
     try:
-        conn.executescript(SCHEMA)
         conn.execute(
             "INSERT INTO events(time, kind, severity, subject, title, body, host, pid) VALUES (?,?,?,?,?,?,?,?)",
             (time.time(), kind, severity, subject, title, body, socket.gethostname(), os.getpid()),

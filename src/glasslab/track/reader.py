@@ -2,6 +2,13 @@
 
 Readers open ``metrics.db`` read-only, so a page or a test can read while a trainer writes, and a
 store left by a killed writer opens as it is.
+
+After a resume or a rollback the replayed steps log their scalars, vectors, samples and events again
+under a higher attempt; readers show each once, from the latest attempt: scalars, vectors and
+samples per step, events per step and kind. So a spike that happened again in the replay is one
+event, while the incident that caused a rollback (not replayed) stays. Events that are not about a
+step's computation are all kept: notes from other processes (no attempt), events without a step, and
+each ``resume`` (every attempt starts with its own).
 """
 
 from __future__ import annotations
@@ -120,16 +127,23 @@ class RunReader:
         return [r[0] for r in rows], [json.loads(r[1]) for r in rows]
 
     def events(self, after_id: int = 0) -> list[dict]:
+        """Events with an id above ``after_id``, in order; a replayed step's are shown once (module doc)."""
         rows = self._rows(
-            "SELECT id, step, time, kind, severity, title, body, attempt FROM events WHERE id>? ORDER BY id",
+            "SELECT id, step, time, kind, severity, title, body, attempt FROM events e WHERE id>? AND ("
+            "attempt IS NULL OR step IS NULL OR kind IN ('resume') OR attempt = "
+            "(SELECT MAX(attempt) FROM events later WHERE later.step = e.step AND later.kind = e.kind)"
+            ") ORDER BY id",
             (after_id,),
         )
         names = ("id", "step", "time", "kind", "severity", "title", "body", "attempt")
         return [dict(zip(names, r, strict=True)) for r in rows]
 
     def samples(self, after_id: int = 0) -> list[dict]:
+        """Samples with an id above ``after_id``, in order; from the latest attempt of each step."""
         rows = self._rows(
-            "SELECT id, step, prompt, text, time, attempt FROM samples WHERE id>? ORDER BY id", (after_id,)
+            "SELECT id, step, prompt, text, time, attempt FROM samples s WHERE id>? AND attempt = "
+            "(SELECT MAX(attempt) FROM samples later WHERE later.step = s.step) ORDER BY id",
+            (after_id,),
         )
         names = ("id", "step", "prompt", "text", "time", "attempt")
         return [dict(zip(names, r, strict=True)) for r in rows]

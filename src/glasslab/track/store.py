@@ -78,25 +78,48 @@ WHERE attempt = excluded.attempt
 """
 
 
-def connect(path: Path, readonly: bool = False) -> sqlite3.Connection:
-    """Open a run or lab database with WAL and a busy timeout (read-only when asked)."""
+def connect(path: Path, readonly: bool = False, schema: str = "") -> sqlite3.Connection:
+    """Open a run or lab database with WAL and a busy timeout (read-only when asked), ``schema`` in place.
+
+    A database that cannot be opened for writing (read-only media, a folder this user may not write)
+    is a :class:`UserError` naming it; readers keep sqlite's own errors, which they retry on.
+    """
     if readonly:
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
-    else:
+        conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        return conn
+    try:
         conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
-    conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        if schema:
+            conn.executescript(schema)
+    except sqlite3.OperationalError as exc:
+        raise UserError(f"{path}: cannot open the database for writing ({exc}); expected "
+                        f"{_why_not_writable(Path(path).parent)}") from None
+    except sqlite3.DatabaseError as exc:
+        raise UserError(f"{path}: {exc}; expected the SQLite database glasslab wrote") from None
     return conn
+
+
+def _why_not_writable(folder: Path) -> str:
+    """What a database in ``folder`` needs that it lacks, in the CLI's words for OS errors."""
+    try:
+        if os.statvfs(folder).f_flag & os.ST_RDONLY:
+            return "writable storage (this is a read-only file system)"
+    except OSError:
+        pass
+    if folder.is_dir() and not os.access(folder, os.W_OK):
+        return f"{folder} to be writable by this user"
+    return "a writable folder"
 
 
 def open_db(run_dir: str | Path) -> sqlite3.Connection:
     """Open (creating if needed) a run's ``metrics.db`` for writing, schema in place."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    conn = connect(run_dir / METRICS_DB)
-    conn.executescript(SCHEMA)
-    return conn
+    return connect(run_dir / METRICS_DB, schema=SCHEMA)
 
 
 def check_event(kind: str, severity: str) -> None:

@@ -6,26 +6,26 @@
 Pieces, one idea per module: ``config`` (TrainConfig), ``run_config`` (RunConfig), ``optim`` and
 ``muon`` (optimisers), ``schedule``, ``checkpoint``, ``rng``, ``guard`` (spike guard), ``norms``,
 ``evals``, ``samples``, ``throughput`` (tokens/s, MFU, memory), ``distributed`` (torchrun),
-``loop`` (the Trainer), ``build`` (model/data wiring) and ``run`` (``train()``: resume, fork, signals).
+``loop`` (the Trainer), ``hooks`` (its hook contract), ``build`` (model/data wiring), ``fork``,
+``run`` (``train()``: resume, fork, signals) and ``steps`` (the trainer as a lab step).
 ``RunConfig`` and ``train`` import the model and data parts, so they load on first use.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 from glasslab.train.config import GuardConfig, OptimizerConfig, ScheduleConfig, TrainConfig
 
+# Loaded on first use (the same idiom as glasslab.data): they import the model and data parts.
+_HOMES = {"RunConfig": "run_config", "train": "run"}
 __all__ = ["GuardConfig", "OptimizerConfig", "RunConfig", "ScheduleConfig", "TrainConfig", "train"]
 
 
 def __getattr__(name: str) -> Any:
-    if name == "RunConfig":
-        from glasslab.train.run_config import RunConfig
-
-        return RunConfig
-    if name == "train":
-        from glasslab.train.run import train
-
-        return train
-    raise AttributeError(f"module 'glasslab.train' has no attribute {name!r}")
+    if name not in _HOMES:
+        raise AttributeError(f"module 'glasslab.train' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"glasslab.train.{_HOMES[name]}"), name)
+    globals()[name] = value
+    return value

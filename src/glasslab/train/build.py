@@ -6,12 +6,22 @@ itself only sees :class:`~glasslab.train.loop.RunParts`.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+from pathlib import Path
 
 import torch.utils.checkpoint
 from torch import nn
 
-from glasslab.data import Loader, eval_batches, eval_bytes_per_token, load_tokenizer, manifest_hash
+from glasslab.data import (
+    Loader,
+    eval_batches,
+    eval_bytes_per_token,
+    load_tokenizer,
+    manifest_hash,
+    plan_mixture,
+    read_manifest,
+)
 from glasslab.data.tokenizer import EOT
 from glasslab.errors import UserError
 from glasslab.model import Transformer, generate
@@ -23,15 +33,43 @@ from glasslab.train.run_config import RunConfig
 from glasslab.train.samples import take_samples
 
 
+def resolve_data(run_cfg: RunConfig) -> RunConfig:
+    """``run_cfg`` with what follows from its dataset filled in: ``model.vocab_size=0`` becomes the size of
+    the dataset's tokenizer. One-line UserErrors: no dataset folder yet (``data.build`` is built by
+    ``glasslab train`` as a step before this), or a vocabulary smaller than the tokenizer's."""
+    data = run_cfg.data
+    if not data.path:
+        if data.build:
+            raise UserError(f"data.build={data.build!r}: not built yet; `glasslab train` (or a data step "
+                            "before the training step) builds it and trains on its folder")
+        raise UserError("data.path: empty; name a data build (data.build: demo | FILE) or a folder built by "
+                        "`glasslab data build`")
+    tokens = read_manifest(data.path)["vocab_size"]
+    vocab = run_cfg.model.vocab_size
+    if vocab and vocab < tokens:
+        raise UserError(f"model.vocab_size={vocab}: expected at least the {tokens} tokens of the dataset's "
+                        f"tokenizer ({data.path}), or 0 to take its size")
+    return dataclasses.replace(run_cfg, model=dataclasses.replace(run_cfg.model, vocab_size=vocab or tokens))
+
+
+def check_inputs(run_cfg: RunConfig) -> None:
+    """Raise a one-line UserError for a run config its dataset cannot train (missing dataset, a
+    mixture naming an unknown domain, a vocabulary smaller than the tokenizer's), building nothing:
+    what :func:`build_parts` checks first, for a command to call before it makes a folder or draws."""
+    _loader_and_tokenizer(resolve_data(run_cfg), DistContext())
+
+
+def _loader_and_tokenizer(run_cfg: RunConfig, ctx: DistContext):
+    cfg = run_cfg.train
+    loader = Loader(run_cfg.data, cfg.seq_len, cfg.global_batch_size, rank=ctx.rank, world_size=ctx.world_size)
+    return loader, load_tokenizer(run_cfg.data.path)
+
+
 def build_parts(run_cfg: RunConfig, ctx: DistContext) -> RunParts:
     """Loader first (a bad mixture fails before any compute), then the model seeded by ``train.seed``."""
     cfg = run_cfg.train
-    loader = Loader(run_cfg.data, cfg.seq_len, cfg.global_batch_size, rank=ctx.rank, world_size=ctx.world_size)
+    loader, tokenizer = _loader_and_tokenizer(run_cfg, ctx)
     dataset = run_cfg.data.path
-    tokenizer = load_tokenizer(dataset)
-    if run_cfg.model.vocab_size < tokenizer.get_vocab_size():
-        raise UserError(f"model.vocab_size={run_cfg.model.vocab_size}: expected at least the "
-                        f"{tokenizer.get_vocab_size()} tokens of the dataset's tokenizer ({dataset})")
     seed_everything(cfg.seed)
     model = Transformer(run_cfg.model)
     if cfg.activation_checkpointing:
@@ -60,12 +98,22 @@ def build_parts(run_cfg: RunConfig, ctx: DistContext) -> RunParts:
 
 
 def describe(run_cfg: RunConfig) -> dict:
-    """What run.json records about the model and data: size name, parameter counts, FLOPs, manifest hash."""
+    """What run.json records about the model and data: size name, parameter counts, FLOPs per token, the
+    dataset (``dataset``: ``folder`` — the data step's folder name under the lab —, ``path``,
+    ``manifest_hash``) and the mixture planned for this run's token budget (``mixture``: what
+    ``data.plan_mixture`` returns — weights, tokens and epochs per domain and phase, totals)."""
+    cfg, data = run_cfg.train, run_cfg.data
+    digest = manifest_hash(data.path)
+    domains = read_manifest(data.path)["domains"]
     return {
         "size_name": run_cfg.model.size_name(),
         "param_counts": run_cfg.model.param_counts(),
-        "flops_per_token": run_cfg.model.flops_per_token(run_cfg.train.seq_len),
-        "data_manifest_hash": manifest_hash(run_cfg.data.path),
+        "flops_per_token": run_cfg.model.flops_per_token(cfg.seq_len),
+        "data_manifest_hash": digest,
+        "dataset": {"folder": Path(data.path).resolve().name, "path": str(Path(data.path).resolve()),
+                    "manifest_hash": digest},
+        "mixture": plan_mixture(data.mixture, {d: e["train"]["tokens"] for d, e in domains.items()},
+                                cfg.total_steps * cfg.global_batch_tokens, cfg.global_batch_tokens),
     }
 
 

@@ -1,11 +1,13 @@
 """Checkpoints: atomic folders with a sha256 manifest, retention, and fallback past a damaged one.
 
 A checkpoint is ``<run>/checkpoints/step-XXXXXXX/`` holding one ``torch.save`` file per part
-(``model.pt``, ``optimizer.pt``, ``trainer.pt``…) and ``manifest.json`` listing each file's size
-and sha256. It is written under a hidden temp name and renamed into place only when complete, so a
-process killed mid-write leaves either the previous state or a temp folder that is ignored and
-swept. A folder whose manifest is missing or whose files do not match it (truncated, corrupted) is
-skipped by :func:`latest_valid`, which reports it so the trainer records ``checkpoint_fallback``.
+(``model.pt``, ``optimizer.pt``, ``trainer.pt``…), the run's full config as ``config.json`` (so a
+resume, a fork or an export reads the config without unpickling anything), and ``manifest.json``
+listing each file's size and sha256. It is written under a hidden temp name and renamed into place
+only when complete, so a process killed mid-write leaves either the previous state or a temp folder
+that is ignored and swept. A folder whose manifest is missing or whose files do not match it
+(truncated, corrupted) is skipped by :func:`latest_valid`, which reports it so the trainer records
+``checkpoint_fallback``.
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ from typing import Any
 
 import torch
 
+from glasslab.errors import UserError
 from glasslab.layout import (
+    CHECKPOINT_CONFIG,
     CHECKPOINT_PREFIX,
     CHECKPOINTS_DIR,
     MANIFEST_FILE,
@@ -28,26 +32,40 @@ from glasslab.layout import (
     atomic_path,
     checkpoint_path,
     file_sha256,
+    read_json,
     write_json_atomic,
 )
 
+PART_SUFFIX = ".pt"
 
-def save_checkpoint(run_dir: Path, step: int, parts: dict[str, Any]) -> Path:
-    """Write ``parts`` (name → picklable state) as the checkpoint for ``step``, atomically; the same
-    step written again (after a rollback) replaces the old folder."""
+
+def save_checkpoint(run_dir: Path, step: int, parts: dict[str, Any], config: dict[str, Any] | None = None) -> Path:
+    """Write ``parts`` (name → picklable state) and the run's ``config`` (plain data) as the checkpoint
+    for ``step``, atomically; the same step written again (after a rollback) replaces the old folder."""
     final = checkpoint_path(run_dir, step)
     with atomic_path(final) as tmp:
         tmp.mkdir()
         files = {}
         for name, state in parts.items():
-            path = tmp / f"{name}.pt"
+            path = tmp / f"{name}{PART_SUFFIX}"
             with open(path, "wb") as f:
                 torch.save(state, f)
                 f.flush()
                 os.fsync(f.fileno())
             files[path.name] = {"bytes": path.stat().st_size, "sha256": file_sha256(path)}
+        if config is not None:
+            path = write_json_atomic(tmp / CHECKPOINT_CONFIG, config)
+            files[path.name] = {"bytes": path.stat().st_size, "sha256": file_sha256(path)}
         write_json_atomic(tmp / MANIFEST_FILE, {"step": step, "time": time.time(), "files": files})
     return final
+
+
+def checkpoint_config(path: Path) -> dict[str, Any]:
+    """The run's full (unredacted) config stored beside the checkpoint in folder ``path``."""
+    config = read_json(Path(path) / CHECKPOINT_CONFIG)
+    if config is None:
+        raise UserError(f"{path}: no {CHECKPOINT_CONFIG} (a checkpoint from before configs were stored as JSON)")
+    return config
 
 
 def list_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
@@ -100,9 +118,10 @@ def load_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> dic
     manifest = json.loads((Path(path) / MANIFEST_FILE).read_text(encoding="utf-8"))
     parts = {}
     for name in manifest["files"]:
-        # Our own files, checked against their sha256 first; they hold NumPy RNG state, hence full unpickling.
-        parts[name.removesuffix(".pt")] = torch.load(Path(path) / name, map_location=map_location,
-                                                     weights_only=False)
+        if name.endswith(PART_SUFFIX):
+            # Our own files, checked against their sha256 first; they hold NumPy RNG state, hence full unpickling.
+            parts[name.removesuffix(PART_SUFFIX)] = torch.load(Path(path) / name, map_location=map_location,
+                                                               weights_only=False)
     return parts
 
 

@@ -149,6 +149,9 @@ class TrainConfig:
     """Also keep, permanently, every checkpoint whose step is a multiple of this (0 = none)."""
     peak_flops: float = field(default=0.0, metadata=UNVERSIONED)
     """Peak FLOP/s of one device for MFU (0 = from the table of known devices, else measured)."""
+    sinks: tuple[Literal["jsonl", "tensorboard", "wandb"], ...] = field(default=(), metadata=UNVERSIONED)
+    """Copies of the run store's scalars, vectors, events and samples, in the run folder: ``jsonl``
+    (metrics.jsonl), ``tensorboard`` (tensorboard/), ``wandb`` (wandb/, offline unless WANDB_MODE says)."""
 
     def __post_init__(self) -> None:
         require(self.seq_len >= 1, "train.seq_len", self.seq_len, ">= 1")
@@ -172,6 +175,12 @@ class TrainConfig:
         require(self.keep_last >= 1, "train.keep_last", self.keep_last, ">= 1")
         require(self.keep_every >= 0, "train.keep_every", self.keep_every, ">= 0")
         require(self.peak_flops >= 0, "train.peak_flops", self.peak_flops, ">= 0")
+        require(len(set(self.sinks)) == len(self.sinks), "train.sinks", list(self.sinks), "each sink at most once")
+
+    def bf16_on(self, device_type: str) -> bool:
+        """Whether the loop autocasts to bf16 on ``device_type`` (``cpu``, ``cuda``): the one place
+        ``precision`` is decided (MFU's peak FLOP/s follows the same answer)."""
+        return self.precision == "bf16" or (self.precision == "auto" and device_type == "cuda")
 
     @property
     def global_batch_size(self) -> int:

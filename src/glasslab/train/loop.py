@@ -6,7 +6,8 @@ One optimiser step:
   3. one reduction: the global loss, the preemption flag, and (already all-reduced) gradient norms;
   4. the spike guard judges; an applied step clips, sets the scheduled LR, steps the optimiser and
      the MoE balancer; a rejected one is dropped (or, repeated, rolls back to the last checkpoint);
-  5. log the step; at intervals evaluate, sample and checkpoint.
+  5. log the step; at intervals evaluate, sample and checkpoint;
+  6. tell the hooks (``hooks.py``: ``post_step``, ``post_eval``, ``post_checkpoint``).
 
 What a checkpoint holds (model, optimiser, balancer, loader, guard window, RNG, counters) is all of
 the loop's state, so resuming from one continues the exact same computation.
@@ -17,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from glasslab.train import distributed
 from glasslab.train.config import TrainConfig
 from glasslab.train.distributed import DistContext, wrap_model
 from glasslab.train.guard import SpikeGuard
+from glasslab.train.hooks import TrainerHook
 from glasslab.train.norms import grads_by_group, group_norms, named_norms, unique_groups
 from glasslab.train.optim import build_optimizer
 from glasslab.train.rng import capture_rng, restore_rng
@@ -66,10 +68,9 @@ class Trainer:
     """Runs optimiser steps on ``parts`` under ``cfg``, logging to ``run`` (None on ranks other than 0)."""
 
     def __init__(self, cfg: TrainConfig, parts: RunParts, run: Run | None, run_dir: Path, ctx: DistContext,
-                 config_data: dict, peak_flops: float,
-                 progress: Callable[[int, int, dict[str, float]], None] | None = None) -> None:
+                 config_data: dict, peak_flops: float, hooks: Sequence[TrainerHook] = ()) -> None:
         self.cfg = cfg
-        self.progress = progress
+        self.hooks = list(hooks)
         self.parts = parts
         self.run = run
         self.run_dir = Path(run_dir)
@@ -96,8 +97,7 @@ class Trainer:
         self.last_metrics: dict[str, float] = {}
         self._mixture: dict[str, float] | None = None
         self._balancer_clean = self._balancer_state()
-        bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and ctx.device.type == "cuda")
-        self.autocast_dtype = torch.bfloat16 if bf16 else None
+        self.autocast_dtype = torch.bfloat16 if cfg.bf16_on(ctx.device.type) else None
 
     # --- state ------------------------------------------------------------------------------------
 
@@ -110,7 +110,6 @@ class Trainer:
             "balancer": self._balancer_state(),
             "guard": self.guard.state_dict(),
             "rng": capture_rng(),
-            "config": self.config_data,
             "world_size": self.ctx.world_size,
         }
         return {
@@ -145,15 +144,18 @@ class Trainer:
         restore_rng(trainer["rng"])
 
     def save_checkpoint(self) -> None:
-        """Write the checkpoint for the current step (rank 0) and apply retention."""
+        """Write the checkpoint for the current step (rank 0), with the run's config as JSON beside
+        it, and apply retention."""
         if self.run is not None:
             self.run.flush()
         # Under FSDP2 gathering the state is a collective every rank joins; rank 0 writes it.
         parts = self.checkpoint_parts() if self.ctx.is_main or self.sharded else None
         if self.ctx.is_main:
-            ckpt.save_checkpoint(self.run_dir, self.step, parts)
+            ckpt.save_checkpoint(self.run_dir, self.step, parts, config=self.config_data)
             ckpt.apply_retention(self.run_dir, self.cfg.keep_last, self.cfg.keep_every)
         self.ctx.barrier()
+        for hook in self.hooks:
+            hook.post_checkpoint(self, ckpt.checkpoint_path(self.run_dir, self.step))
 
     def _balancer_state(self) -> Any:
         balancer = self.parts.balancer
@@ -167,21 +169,21 @@ class Trainer:
             self.save_checkpoint()  # step 0: a rollback always has somewhere to go
         self.meter.restart()
         while self.step < self.cfg.total_steps:
-            self.train_step()
+            metrics = self.train_step()
             if self.preempt_requested:
                 self.save_checkpoint()
                 self._event("preempted", f"preempted at step {self.step}; checkpoint written", step=self.step)
                 return "preempted"
             self.at_intervals()
-            if self.progress is not None:
-                self.progress(self.step, self.cfg.total_steps, self.last_metrics)
+            for hook in self.hooks:
+                hook.post_step(self, metrics)
         self.evaluate_and_sample()
         if not (ckpt.checkpoint_path(self.run_dir, self.step)).exists():
             self.save_checkpoint()
         return "finished"
 
-    def train_step(self) -> None:
-        """One optimiser step (applied, skipped, or ending in a rollback)."""
+    def train_step(self) -> dict[str, float]:
+        """One optimiser step (applied, skipped, or ending in a rollback); returns what it logged."""
         batch = self.parts.loader.next_batch().to(self.ctx.device, non_blocking=True)
         loss_sum = self.forward_backward(batch)
         grad_norms = group_norms(grads_by_group(self.params_by_group))
@@ -206,13 +208,14 @@ class Trainer:
                         severity="warning")
             if verdict.rollback:
                 self.roll_back(verdict.reason)
-                return
+                return {}
         metrics.update(self.meter.step(self.cfg.global_batch_tokens))
         metrics["memory/peak_bytes"] = float(peak_memory_bytes(self.ctx.device))
         metrics.update(self._mixture_metrics())
         self.last_metrics.update(metrics)
         if self.run is not None:
             self.run.log(metrics, self.step)
+        return metrics
 
     def forward_backward(self, batch: torch.Tensor) -> torch.Tensor:
         """Accumulate gradients of (sum of token losses / global tokens) over micro-batches; return the local sum."""
@@ -302,6 +305,8 @@ class Trainer:
         self.last_metrics.update(metrics)
         if self.run is not None:
             self.run.log(metrics, self.step)
+        for hook in self.hooks:
+            hook.post_eval(self, metrics)
 
     def _sample(self) -> None:
         if self.parts.sample is None:

@@ -6,44 +6,48 @@ and, once finished, ``result.json``. Only rank 0 writes; the other ranks train a
 - ``resume=True`` continues from the newest intact checkpoint (a damaged one is skipped and recorded
   as ``checkpoint_fallback``). The config may differ only in unversioned fields (intervals,
   retention); any other difference fails naming the fields — a deliberate change is a fork.
-- ``fork="PARENT_DIR@STEP"`` starts a new run from the parent's checkpoint at STEP with this config
-  (same model, anything else may change); run.json links the parent and a ``fork`` event lists the
-  changed fields. Step numbers continue from STEP, so the curves join up.
+- ``fork=ForkPoint(...)`` starts a new run from the parent's checkpoint with this config (same
+  model, anything else may change); run.json links the parent and a ``fork`` event lists the changed
+  fields. Step numbers continue from the parent's step, so the curves join up.
 - SIGTERM (preemption) finishes the current step, writes a checkpoint, records ``preempted`` and
-  returns normally; ``glasslab train --resume`` later continues it.
+  returns normally; a rerun of the step (or ``glasslab train --resume``) later continues it.
+
+A resume, a fall-back past a damaged checkpoint and a fork are also said on the terminal (stderr,
+rank 0), so a person watching knows where the run picked up.
 """
 
 from __future__ import annotations
 
+import contextlib
 import signal
+import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-
-import torch
 
 from glasslab import config as configs
 from glasslab import track
 from glasslab.errors import UserError
-from glasslab.layout import METRICS_DB, RESULT_FILE, TRAINER_STATE, write_json_atomic
+from glasslab.layout import METRICS_DB, RESULT_FILE, write_json_atomic
 from glasslab.train import checkpoint as ckpt
 from glasslab.train import distributed
-from glasslab.train.build import build_parts, describe
+from glasslab.train.build import build_parts, describe, resolve_data
+from glasslab.train.fork import ForkPoint, fork_checkpoint
+from glasslab.train.hooks import TrainerHook
 from glasslab.train.loop import Trainer
 from glasslab.train.rng import capture_rng, restore_rng
 from glasslab.train.run_config import RunConfig
 from glasslab.train.throughput import peak_flops
 
 
-def train(run_cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, fork: str | None = None,
-          record_extra: dict | None = None, device: str = "cpu",
-          progress: Callable[[int, int, dict[str, float]], None] | None = None) -> dict[str, Any]:
+def train(run_cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, fork: ForkPoint | None = None,
+          record_extra: dict | None = None, device: str = "cpu", hooks: Sequence[TrainerHook] = ()) -> dict[str, Any]:
     """Train ``run_cfg`` into ``run_dir``; return the final metrics (incl. ``eval/macro/loss``).
 
-    ``progress(step, total_steps, last_metrics)`` is called after every optimiser step (a progress
-    bar, say); it must be cheap.
+    ``hooks`` are told about every step, eval and checkpoint (see ``hooks.py``); a hook that is a
+    context manager is entered just before the first step and exited when training ends.
 
     Under torchrun every rank calls this; the process group is set up from the environment. Apart
     from ``run_dir`` it leaves no trace: RNG states and the SIGTERM handler are put back on return.
@@ -53,7 +57,7 @@ def train(run_cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, fork
     ctx = distributed.setup(device)
     finished = False
     try:
-        result = _train(run_cfg, run_dir, ctx, resume, fork, record_extra or {}, progress)
+        result = _train(run_cfg, run_dir, ctx, resume, fork, record_extra or {}, hooks)
         finished = True
         return result
     finally:
@@ -61,8 +65,10 @@ def train(run_cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, fork
         restore_rng(caller_rng)
 
 
-def _train(run_cfg: RunConfig, run_dir: Path, ctx: distributed.DistContext, resume: bool, fork: str | None,
-           record_extra: dict, progress: Callable[[int, int, dict[str, float]], None] | None) -> dict[str, Any]:
+def _train(run_cfg: RunConfig, run_dir: Path, ctx: distributed.DistContext, resume: bool, fork: ForkPoint | None,
+           record_extra: dict, hooks: Sequence[TrainerHook]) -> dict[str, Any]:
+    track.check_sinks(run_cfg.train.sinks)  # a missing optional package fails before the run folder is touched
+    run_cfg = resolve_data(run_cfg)  # the vocabulary follows the tokenizer: run.json records the size used
     cfg = run_cfg.train
     cfg.micro_batches(ctx.world_size)  # batch shape errors before anything is built
     config_data = configs.to_dict(run_cfg)
@@ -72,41 +78,50 @@ def _train(run_cfg: RunConfig, run_dir: Path, ctx: distributed.DistContext, resu
         reason = "resume"
         if ctx.is_main:
             ckpt.sweep_temp(run_dir)  # half-written folders of the killed writer
-        start_from = _resume_point(run_dir, run_cfg, config_data, fallbacks)
-    elif fork:
+        check_resumable(run_dir, run_cfg)
+        found = ckpt.latest_valid(run_dir, on_fallback=lambda step, problem: fallbacks.append((step, problem)))
+        start_from = found[1] if found else None
+    elif fork is not None:
         reason = "fork"
-        parent_dir, parent_step, start_from = _fork_point(fork, run_cfg, config_data)
-        record_extra = {**record_extra, "parent": {"run": parent_dir.name, "run_dir": str(parent_dir),
-                                                   "step": parent_step}}
+        start_from = fork_checkpoint(fork, config_data)
+        record_extra = {**record_extra, "parent": fork.lineage()}
     else:
         reason = "start"
-        if (run_dir / METRICS_DB).exists() or ckpt.list_checkpoints(run_dir):
-            raise UserError(f"{run_dir}: already holds a run; pass --resume to continue it or choose another folder")
+        check_fresh(run_dir)
 
     parts = build_parts(run_cfg, ctx)
-    bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and ctx.device.type == "cuda")
-    peak, peak_source = peak_flops(cfg.peak_flops, ctx.device, bf16)
+    peak, peak_source = peak_flops(cfg.peak_flops, ctx.device, cfg.bf16_on(ctx.device.type))
     run = None
     ctx.barrier()  # every rank has checked the folder before rank 0 writes into it
     if ctx.is_main:
         extra = {**describe(run_cfg), "world_size": ctx.world_size, "device": str(ctx.device),
                  "peak_flops": peak, "peak_flops_source": peak_source, "total_steps": cfg.total_steps,
                  **record_extra}
-        run = track.init(run_dir, config_data, record_extra=extra, reason=reason)
+        run = track.init(run_dir, config_data, sinks=cfg.sinks, record_extra=extra, reason=reason)
     try:
-        trainer = Trainer(cfg, parts, run, run_dir, ctx, config_data, peak, progress)
+        trainer = Trainer(cfg, parts, run, run_dir, ctx, config_data, peak, hooks)
         for step, problem in fallbacks:
             trainer.record_fallback(step, problem)
         if start_from is not None:
             trainer.load(start_from, fork=reason == "fork")
-        if run is not None and reason == "resume":
-            run.annotate("resume", f"resumed at step {trainer.step}", step=trainer.step)
-        if run is not None and reason == "fork":
-            changed = configs.diff(checkpoint_config(start_from), config_data)
-            run.annotate("fork", f"forked from {record_extra['parent']['run']}@{trainer.step}",
-                         body="changed: " + (", ".join(changed) or "nothing"), step=trainer.step)
+        if reason == "resume":
+            lines = [f"checkpoint step {step} is damaged ({problem}); resuming from step {trainer.step}"
+                     for step, problem in fallbacks]
+            _say(ctx, *(lines or [f"resuming from step {trainer.step}"]))
+            if run is not None:
+                run.annotate("resume", f"resumed at step {trainer.step}", step=trainer.step)
+        if reason == "fork":
+            changed = configs.diff(ckpt.checkpoint_config(start_from), config_data)
+            _say(ctx, f"forking {fork} (changed: {', '.join(changed) or 'nothing'})")
+            if run is not None:
+                run.annotate("fork", f"forked from {fork}", body="changed: " + (", ".join(changed) or "nothing"),
+                             step=trainer.step)
         started = time.time()
-        with _preemption_signal(trainer):
+        with contextlib.ExitStack() as stack:
+            for hook in hooks:
+                if hasattr(hook, "__enter__"):
+                    stack.enter_context(hook)
+            stack.enter_context(_preemption_signal(trainer))
             status = trainer.fit()
         result = _result(trainer, status, time.time() - started)
         if run is not None:
@@ -120,46 +135,33 @@ def _train(run_cfg: RunConfig, run_dir: Path, ctx: distributed.DistContext, resu
         raise
 
 
-def _resume_point(run_dir: Path, run_cfg: RunConfig, config_data: dict, fallbacks: list) -> Path | None:
-    """The checkpoint to resume from (None: none was written yet), after checking the config is the same."""
+def check_fresh(run_dir: str | Path) -> None:
+    """Raise a one-line UserError when ``run_dir`` already holds a run (a fresh start would mix two)."""
+    run_dir = Path(run_dir)
+    if (run_dir / METRICS_DB).exists() or ckpt.list_checkpoints(run_dir):
+        raise UserError(f"{run_dir}: already holds a run; pass --resume to continue it or choose another folder")
+
+
+def check_resumable(run_dir: str | Path, run_cfg: RunConfig) -> None:
+    """Raise a one-line UserError unless ``run_dir`` holds a run that ``run_cfg`` may continue: it has
+    a ``run.json`` whose config differs from ``run_cfg`` in unversioned fields at most (intervals,
+    retention). Compared as recorded (secrets redacted), so nothing is unpickled."""
     record = track.read_record(run_dir)
     if record is None:
         raise UserError(f"{run_dir}: nothing to resume (no run.json); start it without --resume")
-    found = ckpt.latest_valid(run_dir, on_fallback=lambda step, problem: fallbacks.append((step, problem)))
-    if found:
-        changed = configs.diff(checkpoint_config(found[1]), config_data)
-    else:  # killed before its first checkpoint: run.json holds the config, with secrets redacted
-        changed = configs.diff(record["config"], configs.redact(config_data))
+    run_cfg = resolve_data(run_cfg)  # run.json holds the vocabulary the run resolved
+    changed = configs.diff(record["config"], configs.redact(configs.to_dict(run_cfg)))
     changed = [key for key in changed if key not in _unversioned_keys(run_cfg)]
     if changed:
         raise UserError(f"{run_dir}: cannot resume with a changed config ({', '.join(changed)} differ); "
                         "use --fork RUN@STEP for a deliberate change")
-    return found[1] if found else None
 
 
-def _fork_point(fork: str, run_cfg: RunConfig, config_data: dict) -> tuple[Path, int, Path]:
-    """(parent run folder, step, checkpoint folder) of ``PARENT_DIR@STEP``, checked."""
-    parent, sep, step_text = fork.rpartition("@")
-    if not sep or not step_text.isdigit():
-        raise UserError(f"--fork {fork!r}: expected RUN@STEP, e.g. my-run@200")
-    parent_dir, step = Path(parent), int(step_text)
-    path = ckpt.checkpoint_path(parent_dir, step)
-    available = [s for s, _ in ckpt.list_checkpoints(parent_dir)]
-    if not path.is_dir():
-        raise UserError(f"--fork {fork!r}: no checkpoint at step {step} in {parent_dir} "
-                        f"(available: {', '.join(map(str, available)) or 'none'})")
-    problem = ckpt.problem_with(path)
-    if problem is not None:
-        raise UserError(f"--fork {fork!r}: checkpoint {path} is damaged: {problem}")
-    model_changes = [k for k in configs.diff(checkpoint_config(path), config_data) if k.startswith("model.")]
-    if model_changes:
-        raise UserError(f"--fork {fork!r}: a fork keeps the parent's model, but {', '.join(model_changes)} differ")
-    return parent_dir, step, path
-
-
-def checkpoint_config(checkpoint_dir: Path) -> dict:
-    """The full (unredacted) run config stored in a checkpoint."""
-    return torch.load(Path(checkpoint_dir) / TRAINER_STATE, map_location="cpu", weights_only=False)["config"]
+def _say(ctx: distributed.DistContext, *lines: str) -> None:
+    """Tell the person at the terminal (rank 0, stderr; a step's stderr is its step.log)."""
+    if ctx.is_main:
+        for line in lines:
+            print(line, file=sys.stderr, flush=True)
 
 
 def _unversioned_keys(run_cfg: RunConfig) -> set[str]:

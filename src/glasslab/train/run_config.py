@@ -21,6 +21,6 @@ class RunConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     """Architecture and size (see glasslab.model)."""
     data: DataConfig = field(default_factory=DataConfig)
-    """Dataset folder and mixture (see glasslab.data)."""
+    """Dataset (a data build to run, or a built folder) and mixture (see glasslab.data)."""
     train: TrainConfig = field(default_factory=TrainConfig)
     """Batch, budget, optimiser, schedule, guard and intervals."""

@@ -4,17 +4,23 @@ The step's folder is the run folder, so the run id is the folder name. The confi
 :class:`TrainStepConfig` (or a bare RunConfig); with ``data_from`` set, ``data.path`` is taken from
 that dependency's output folder (a data build step). A retried attempt — after a crash, a preemption
 or a failed worker — resumes from the folder's checkpoints, so a step only counts as done once
-training finished.
+training finished. ``glasslab train`` is this step, run as a one-step experiment.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from glasslab.config import UNVERSIONED
+from glasslab.data import manifest_hash
+from glasslab.errors import UserError
+from glasslab.lab.step import FunctionRef
 from glasslab.track import read_record
+from glasslab.train.fork import ForkPoint
+from glasslab.train.hooks import TrainerHook
 from glasslab.train.run import train
 from glasslab.train.run_config import RunConfig
 
@@ -28,21 +34,44 @@ class TrainStepConfig:
     record_extra: dict[str, Any] = field(default_factory=dict)
     """Fields the run's ``run.json`` records beyond the config (role, ladder, rung, seed, …)."""
     data_from: str = ""
-    """Name of the dependency whose output folder is the dataset (empty: ``run.data.path`` as given)."""
+    """Name of the dependency whose output folder is the dataset (empty: ``data_path``, else ``run.data.path``)."""
+    data_path: str = field(default="", metadata=UNVERSIONED)
+    """A dataset folder named by path (``glasslab train`` with ``data.path``): where it lies is not what it
+    is, so the step's hash covers ``data_manifest`` instead and ``run.data.path`` stays empty."""
+    data_manifest: str = ""
+    """sha256 of that dataset's manifest (which holds every shard's and the tokenizer's sha256)."""
+    fork: ForkPoint | None = None
+    """Start from another run's checkpoint (``--fork RUN@STEP``); None: from scratch."""
     device: str = field(default="cpu", metadata=UNVERSIONED)
     """Where to train (``cpu``, ``cuda``): it changes where, not what, is computed."""
     threads: int = field(default=0, metadata=UNVERSIONED)
     """torch CPU threads for this step (0 = torch's default)."""
+    hooks: tuple[str, ...] = field(default=(), metadata=UNVERSIONED)
+    """Trainer hooks as importable ``"module:name"`` factories, each called with no arguments in the
+    step's process (``glasslab train`` names its progress bar here); they watch, they change nothing."""
+
+
+class TrainingPreempted(RuntimeError):
+    """The run stopped at a SIGTERM with a checkpoint written: the step is not done (a rerun resumes)."""
+
+    def __init__(self, result: dict[str, Any]) -> None:
+        super().__init__(f"training stopped early ({result['status']} at step {result['step']}); "
+                         "rerun the step to resume it")
+        self.result = result
 
 
 def train_step(ctx: Any) -> dict[str, Any]:
     """Train ``ctx.config`` into ``ctx.output_dir``; return the final metrics."""
-    cfg = ctx.config if isinstance(ctx.config, TrainStepConfig) else TrainStepConfig(run=ctx.config)
-    return run_training(ctx, cfg.record_extra)
+    return run_training(ctx)
 
 
-def run_training(ctx: Any, record_extra: dict[str, Any]) -> dict[str, Any]:
-    """Train the step's run with ``record_extra`` in its run.json (resuming after a failed attempt)."""
+def run_training(ctx: Any, record_extra: dict[str, Any] | None = None,
+                 hooks: Sequence[TrainerHook] = ()) -> dict[str, Any]:
+    """Train the step's run, resuming when its folder already holds one (an earlier, failed attempt).
+
+    ``record_extra`` replaces the config's ``record_extra`` (the hero adds its prediction); ``hooks``
+    are added to the config's named ones. Raises :class:`TrainingPreempted` when a SIGTERM stopped it.
+    """
     cfg = ctx.config if isinstance(ctx.config, TrainStepConfig) else TrainStepConfig(run=ctx.config)
     if cfg.threads:
         import torch
@@ -50,11 +79,28 @@ def run_training(ctx: Any, record_extra: dict[str, Any]) -> dict[str, Any]:
         torch.set_num_threads(cfg.threads)
     run_cfg = cfg.run
     if cfg.data_from:
+        if cfg.data_from not in ctx.inputs:
+            raise UserError(f"step {ctx.name}: data_from={cfg.data_from!r} names no dependency "
+                            f"(dependencies: {', '.join(sorted(ctx.inputs)) or 'none'})")
         data = dataclasses.replace(run_cfg.data, path=str(ctx.inputs[cfg.data_from]))
         run_cfg = dataclasses.replace(run_cfg, data=data)
+    elif cfg.data_path:
+        if cfg.data_manifest and manifest_hash(cfg.data_path) != cfg.data_manifest:
+            raise UserError(f"{cfg.data_path}: not the dataset this run was planned on (its manifest's sha256 "
+                            "differs); rebuilt or replaced since?")
+        run_cfg = dataclasses.replace(run_cfg, data=dataclasses.replace(run_cfg.data, path=cfg.data_path))
     resume = read_record(ctx.output_dir) is not None
-    result = train(run_cfg, ctx.output_dir, resume=resume, record_extra=record_extra, device=cfg.device)
+    all_hooks = [_make_hook(ref) for ref in cfg.hooks] + list(hooks)
+    result = train(run_cfg, ctx.output_dir, resume=resume, fork=None if resume else cfg.fork,
+                   record_extra=cfg.record_extra if record_extra is None else record_extra, device=cfg.device,
+                   hooks=all_hooks)
     if result["status"] != "finished":
-        # Preempted (SIGTERM): the checkpoint is written; the step must not count as done.
-        raise RuntimeError(f"training stopped early ({result['status']}); rerun the step to resume it")
+        raise TrainingPreempted(result)
     return result
+
+
+def _make_hook(ref: str) -> TrainerHook:
+    module, sep, qualname = ref.partition(":")
+    if not (sep and module and qualname):
+        raise UserError(f"hook {ref!r}: expected 'module:name'")
+    return FunctionRef(module, qualname).load()()

@@ -1,18 +1,21 @@
-/* glasslab observatory charts: uPlot line charts with min/max bands and event markers, and heatmaps.
+/* glasslab observatory line charts: uPlot with the axis policy of format.js, min/max bands,
+ * prediction bands, error bars, horizontal reference lines (chance), EMA smoothing with the raw
+ * line faint behind, hover synced across a page's charts, and event markers.
  * Every text goes in through textContent or uPlot labels (set as text), never as HTML. */
 (function () {
   "use strict";
+  const { fmt, axis, unitOf } = window.GlasslabFormat;
   const PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
                    "#7f7f7f", "#bcbd22", "#17becf"];
 
   function el(tag, attrs, ...children) {
     const node = document.createElement(tag);
     for (const [k, v] of Object.entries(attrs || {})) {
-      if (v == null) continue;
-      if (k === "class") node.className = v; else node.setAttribute(k, v);
+      if (v == null || v === false) continue;
+      if (k === "class") node.className = v; else node.setAttribute(k, v === true ? "" : v);
     }
     for (const child of children) {
-      if (child == null) continue;
+      if (child == null || child === false) continue;
       node.appendChild(child instanceof Node ? child : document.createTextNode(String(child)));
     }
     return node;
@@ -37,13 +40,31 @@
     if (line.lo) { line.lo.splice(i, 0, lo); line.hi.splice(i, 0, hi); }
   }
 
-  /* lines: [{label, xs, ys, lo?, hi?, color?, points?, dash?}]; opts: {title, logx, logy, xlabel,
-   * events: () => [{id, step, kind, title, severity}], bands: [[loLine, hiLine, color]]} */
+  /* Exponential moving average with TensorBoard's debiasing (the first points are not pulled
+   * towards 0); ``weight`` in [0, 1), gaps (null) are skipped and stay gaps. */
+  function ema(ys, weight) {
+    if (!weight) return ys.slice();
+    const out = new Array(ys.length);
+    let last = 0, n = 0;
+    for (let i = 0; i < ys.length; i++) {
+      const y = ys[i];
+      if (y == null) { out[i] = null; continue; }
+      last = last * weight + (1 - weight) * y;
+      n += 1;
+      out[i] = last / (1 - weight ** n);
+    }
+    return out;
+  }
+
+  /* lines: [{label, xs, ys, lo?, hi?, bandLabel?, err?: {lo, hi}, color?, points?, dash?, width?}]
+   * opts: {title, unit, xunit, xlabel, logx, logy, height, smooth, sync, hlines: [{y, label}],
+   *        events: () => [{id, step, kind, title, severity}], onCursor: (x | null) => void} */
   class LineChart {
     constructor(container, opts) {
       this.opts = opts;
       this.lines = opts.lines;
       this.root = el("div", { class: "panel" }, el("h3", {}, opts.title));
+      if (opts.subtitle) this.root.appendChild(el("div", { class: "muted small" }, opts.subtitle));
       this.box = el("div", { class: "chart" });
       this.root.appendChild(this.box);
       container.appendChild(this.root);
@@ -51,19 +72,27 @@
       this.build();
     }
 
+    // Per line: which columns it draws (main, smoothed, band hi/lo), in series order.
+    layout(line) {
+      if (this.opts.smooth && !line.points && !line.bandLabel) return ["raw", "smooth"];
+      return line.lo ? ["main", "hi", "lo"] : ["main"];
+    }
+
     data() {
       const tables = [];
       const keep = (v, log) => (v == null || (log && v <= 0) ? null : v);
       for (const line of this.lines) {
-        const xs = [], cols = [[], [], []];
+        const xs = [], ys = [], lo = [], hi = [];
         for (let i = 0; i < line.xs.length; i++) {
           const x = line.xs[i];
           if (x == null || (this.opts.logx && x <= 0) || (xs.length && x <= xs[xs.length - 1])) continue;
           xs.push(x);
-          cols[0].push(keep(line.ys[i], this.opts.logy));
-          if (line.lo) { cols[1].push(keep(line.lo[i], this.opts.logy)); cols[2].push(keep(line.hi[i], this.opts.logy)); }
+          ys.push(keep(line.ys[i], this.opts.logy));
+          if (line.lo) { lo.push(keep(line.lo[i], this.opts.logy)); hi.push(keep(line.hi[i], this.opts.logy)); }
         }
-        tables.push(line.lo ? [xs, cols[0], cols[2], cols[1]] : [xs, cols[0]]);
+        const smooth = this.opts.smooth ? ema(ys, this.opts.smooth) : null;
+        const columns = { main: ys, raw: ys, smooth, hi, lo };
+        tables.push([xs, ...this.layout(line).map((c) => columns[c])]);
       }
       if (!tables.length) return [[]];
       return tables.length === 1 ? tables[0] : uPlot.join(tables);
@@ -71,41 +100,63 @@
 
     build() {
       if (this.plot) this.plot.destroy();
-      const series = [{ label: this.opts.xlabel || "step" }];
+      const o = this.opts;
+      const unit = o.unit || "plain";
+      const series = [{ label: o.xlabel || "step", value: (u, v) => fmt(v, o.xunit || unitOf(o.xlabel || "step")) }];
       const bands = [];
+      const value = (u, v) => fmt(v, unit);
       this.lines.forEach((line, i) => {
         const color = line.color || PALETTE[i % PALETTE.length];
-        series.push({
-          label: line.label, stroke: line.points ? null : color, width: line.width || 1.5, spanGaps: true,
-          dash: line.dash, points: line.points ? { show: true, size: 7, fill: color, stroke: color } : { show: false },
-          paths: line.points ? () => null : undefined,
-        });
-        if (line.lo) {
-          const hiIdx = series.length;
-          series.push({ label: line.bandLabel ? line.bandLabel + " hi" : line.label + " max", stroke: withAlpha(color, .35),
-                        width: line.bandLabel ? 1 : 0.5, spanGaps: true, points: { show: false } });
-          series.push({ label: line.bandLabel ? line.bandLabel + " lo" : line.label + " min", stroke: withAlpha(color, .35),
-                        width: line.bandLabel ? 1 : 0.5, spanGaps: true, points: { show: false } });
-          bands.push({ series: [hiIdx, hiIdx + 1], fill: withAlpha(color, line.bandLabel ? .22 : .12) });
+        for (const column of this.layout(line)) {
+          if (column === "main" || column === "raw") {
+            const faint = column === "raw";
+            series.push({
+              label: faint ? `${line.label} (raw)` : line.label, value, spanGaps: true, dash: line.dash,
+              stroke: line.points ? null : faint ? withAlpha(color, 0.22) : color,
+              width: faint ? 1 : line.width || 1.5,
+              points: line.points ? { show: true, size: 7, fill: color, stroke: color } : { show: false },
+              paths: line.points ? () => null : undefined,
+            });
+          } else if (column === "smooth") {
+            series.push({ label: line.label, value, spanGaps: true, stroke: color, width: line.width || 1.8,
+                          points: { show: false } });
+          } else {
+            const edge = column === "hi" ? (line.bandLabel ? "hi" : "max") : (line.bandLabel ? "lo" : "min");
+            series.push({ label: `${line.bandLabel || line.label} ${edge}`, value, spanGaps: true,
+                          stroke: withAlpha(color, 0.35), width: line.bandLabel ? 1 : 0.5, points: { show: false } });
+            if (column === "lo") {
+              bands.push({ series: [series.length - 2, series.length - 1],
+                           fill: withAlpha(color, line.bandLabel ? 0.22 : 0.12) });
+            }
+          }
         }
       });
       const width = Math.max(320, (this.box.clientWidth || 560) - 4);
-      const chart = this;
-      const plugins = this.opts.events ? [markerPlugin(this.opts.events)] : [];
+      const plugins = [];
+      if (o.events) plugins.push(markerPlugin(o.events));
+      if (this.lines.some((l) => l.err)) plugins.push(errorBarPlugin(this));
+      if (o.hlines && o.hlines.length) plugins.push(hlinePlugin(o.hlines));
+      const hooks = {};
+      if (o.onCursor) {
+        hooks.setCursor = [(u) => o.onCursor(u.cursor.idx == null ? null : u.data[0][u.cursor.idx])];
+      }
       this.plot = new uPlot({
-        width, height: this.opts.height || 240, series, bands, plugins,
-        scales: { x: { time: false, distr: this.opts.logx ? 3 : 1 }, y: { distr: this.opts.logy ? 3 : 1 } },
-        axes: [{ label: this.opts.xlabel || null, size: 40 }, { size: 60 }],
+        width, height: o.height || 240, series, bands, plugins, hooks,
+        // Room on the right for the last x label, which uPlot centres on the plot's edge.
+        padding: [12, 28, 0, 4],
+        scales: { x: { time: false, distr: o.logx ? 3 : 1 }, y: { distr: o.logy ? 3 : 1, range: yRange(o) } },
+        axes: [axis(o.xunit || unitOf(o.xlabel || "step"), { label: o.xlabel || null, side: 2 }),
+               axis(unit, { side: 3 })],
+        cursor: o.sync ? { sync: { key: o.sync, setSeries: false } } : {},
         legend: { live: true },
       }, this.data(), this.box);
-      this.plot.glasslab = chart;
+      this.plot.glasslab = this;
       this.bandCount = bands.length;
     }
 
     // Add a live point to line ``index`` and redraw at the next frame (many points, one redraw).
     add(index, x, y) {
-      const line = this.lines[index];
-      upsert(line, x, y, y, y);
+      upsert(this.lines[index], x, y, y, y);
       this.redraw();
     }
 
@@ -114,6 +165,35 @@
       this.pending = true;
       requestAnimationFrame(() => { this.pending = false; this.plot.setData(this.data()); });
     }
+
+    // Move the hover to ``x`` (from a linked heatmap); synced charts follow.
+    hoverAt(x) {
+      const u = this.plot;
+      if (x == null) { u.setCursor({ left: -10, top: -10 }); return; }
+      u.setCursor({ left: u.valToPos(x, "x"), top: u.bbox.height / devicePixelRatio / 2 });
+    }
+  }
+
+  /* The y range: stretched to take in reference lines (a chance level); on a log axis, the data's own
+   * span rather than whole decades (a loss from 3.9 to 7 gets ticks 4, 5, 6, 7, not 1 … 10). */
+  function yRange(o) {
+    const ys = (o.hlines || []).map((l) => l.y).filter((y) => y != null && (!o.logy || y > 0));
+    if (!ys.length && !o.logy) return undefined;
+    return (u, min, max) => {
+      if (min == null || max == null) {
+        if (!ys.length) return [o.logy ? 0.1 : 0, 1];
+        min = Math.min(...ys); max = Math.max(...ys);
+      }
+      if (ys.length) { min = Math.min(min, ...ys); max = Math.max(max, ...ys); }
+      if (!o.logy) return uPlot.rangeNum(min, max, 0.1, true);
+      if (!(max > min)) { min /= 2; max *= 2; }
+      // uPlot's log ticks step from the range's ends: snap them to a multiple of their decade.
+      const snap = (v, up) => {
+        const decade = 10 ** Math.floor(Math.log10(v));
+        return (up ? Math.ceil(v / decade - 1e-9) : Math.floor(v / decade + 1e-9)) * decade;
+      };
+      return [snap(min, false), snap(max, true)];
+    };
   }
 
   // Vertical marks at event steps that link to the entry in the timeline (#event-<id>).
@@ -137,68 +217,63 @@
     };
   }
 
-  // Vectors over steps (experts × steps), colour by value; hover shows the numbers.
-  class Heatmap {
-    constructor(container, title, steps, values) {
-      this.steps = steps.slice();
-      this.values = values.slice();
-      this.canvas = el("canvas", { width: 480, height: 160 });
-      this.info = el("div", { class: "muted" }, "hover for values");
-      this.root = el("div", { class: "panel heat" }, el("h3", {}, title), this.canvas, this.info);
-      container.appendChild(this.root);
-      this.canvas.addEventListener("mousemove", (e) => this.hover(e));
-      this.draw();
-    }
-
-    add(step, vec) {
-      if (this.steps.length && step <= this.steps[this.steps.length - 1]) {
-        // A re-logged step (a resume) replaces its column; one thinned away stays out.
-        const i = this.steps.indexOf(step);
-        if (i >= 0) { this.values[i] = vec; this.draw(); }
-        return;
-      }
-      this.steps.push(step); this.values.push(vec);
-      this.draw();
-    }
-
-    draw() {
-      const cols = this.values.length, rows = Math.max(0, ...this.values.map((v) => v.length));
-      const ctx = this.canvas.getContext("2d");
-      if (!cols || !rows) { ctx.clearRect(0, 0, this.canvas.width, this.canvas.height); return; }
-      this.canvas.width = cols; this.canvas.height = rows;
-      let lo = Infinity, hi = -Infinity;
-      for (const v of this.values) for (const x of v) if (x != null) { lo = Math.min(lo, x); hi = Math.max(hi, x); }
-      const img = ctx.createImageData(cols, rows);
-      for (let c = 0; c < cols; c++) {
-        for (let r = 0; r < rows; r++) {
-          const x = this.values[c][r];
-          const t = x == null || hi === lo ? 0.5 : (x - lo) / (hi - lo);
-          const p = 4 * (r * cols + c);
-          img.data[p] = 255 * t; img.data[p + 1] = 80 + 120 * (1 - Math.abs(t - 0.5) * 2);
-          img.data[p + 2] = 255 * (1 - t); img.data[p + 3] = x == null ? 40 : 255;
-        }
-      }
-      ctx.putImageData(img, 0, 0);
-      this.range = [lo, hi];
-    }
-
-    hover(e) {
-      const rect = this.canvas.getBoundingClientRect();
-      const c = Math.floor((e.clientX - rect.left) / rect.width * this.canvas.width);
-      const r = Math.floor((e.clientY - rect.top) / rect.height * this.canvas.height);
-      const v = (this.values[c] || [])[r];
-      if (v !== undefined) this.info.textContent = `step ${this.steps[c]} · row ${r}: ${fmt(v)} (range ${fmt(this.range[0])} … ${fmt(this.range[1])})`;
-    }
+  // Whiskers from err.lo to err.hi at each x of lines that carry ``err`` (rung spread over seeds).
+  function errorBarPlugin(chart) {
+    return {
+      hooks: {
+        draw: [(u) => {
+          const ctx = u.ctx;
+          ctx.save();
+          ctx.lineWidth = Math.max(1, devicePixelRatio);
+          for (const [i, line] of chart.lines.entries()) {
+            if (!line.err) continue;
+            ctx.strokeStyle = line.color || PALETTE[i % PALETTE.length];
+            for (let j = 0; j < line.xs.length; j++) {
+              const lo = line.err.lo[j], hi = line.err.hi[j], x = line.xs[j];
+              if (lo == null || hi == null || x == null || hi <= lo) continue;
+              const px = u.valToPos(x, "x", true);
+              const y0 = u.valToPos(lo, "y", true), y1 = u.valToPos(hi, "y", true);
+              const cap = 5 * devicePixelRatio;
+              ctx.beginPath();
+              ctx.moveTo(px, y0); ctx.lineTo(px, y1);
+              ctx.moveTo(px - cap, y0); ctx.lineTo(px + cap, y0);
+              ctx.moveTo(px - cap, y1); ctx.lineTo(px + cap, y1);
+              ctx.stroke();
+            }
+          }
+          ctx.restore();
+        }],
+      },
+    };
   }
 
-  function fmt(v) {
-    if (v == null) return "–";
-    if (typeof v !== "number") return String(v);
-    const a = Math.abs(v);
-    if (Number.isInteger(v) && a < 1e15) return v.toLocaleString("en-US");
-    if (a !== 0 && (a >= 1e5 || a < 1e-3)) return v.toExponential(3);
-    return String(Math.round(v * 1e4) / 1e4);
+  // Dashed horizontal reference lines (a task's chance level) with their label.
+  function hlinePlugin(hlines) {
+    return {
+      hooks: {
+        draw: [(u) => {
+          const ctx = u.ctx;
+          ctx.save();
+          ctx.setLineDash([6 * devicePixelRatio, 4 * devicePixelRatio]);
+          ctx.strokeStyle = "#6a737d";
+          ctx.fillStyle = "#6a737d";
+          ctx.lineWidth = devicePixelRatio;
+          ctx.font = `${11 * devicePixelRatio}px system-ui, sans-serif`;
+          ctx.textAlign = "left";  // uPlot leaves the y axis's alignment behind
+          ctx.textBaseline = "bottom";
+          for (const line of hlines) {
+            if (line.y == null || line.y < u.scales.y.min || line.y > u.scales.y.max) continue;
+            const y = u.valToPos(line.y, "y", true);
+            ctx.beginPath();
+            ctx.moveTo(u.bbox.left, y); ctx.lineTo(u.bbox.left + u.bbox.width, y);
+            ctx.stroke();
+            if (line.label) ctx.fillText(line.label, u.bbox.left + 4 * devicePixelRatio, y - 3 * devicePixelRatio);
+          }
+          ctx.restore();
+        }],
+      },
+    };
   }
 
-  window.GlasslabCharts = { el, fmt, LineChart, Heatmap, upsert, PALETTE };
+  window.GlasslabCharts = { el, fmt, LineChart, upsert, ema, PALETTE };
 })();

@@ -1,0 +1,83 @@
+"""The data page's data: the composition report, per-domain results of every run that trained on the
+dataset (mixture weight, realised epochs, held-out loss and bits per byte), and warnings a reader
+should not have to work out: a domain read many times over, an eval split as large as its training
+split."""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+from glasslab.layout import REPORT_FILE, RUN_RECORD
+from glasslab.observatory.lab_scan import Lab
+from glasslab.observatory.relations import Relations
+from glasslab.observatory.runs import open_run, run_status
+from glasslab.observatory.series import clean, finite
+
+# Up to ~4 epochs of repeated data train nearly as well as fresh data; beyond that loss bends off
+# its scaling law (Muennighoff et al. 2023, "Scaling Data-Constrained Language Models").
+REPEAT_LIMIT = 4.0
+DOMAIN_METRICS = {"weight": "mixture/weight/{}", "epochs": "mixture/epochs/{}", "loss": "eval/{}/loss",
+                  "bpb": "eval/{}/bpb"}
+
+
+def domain_results(lab: Lab, run_id: str, domains: list[str]) -> dict[str, Any]:
+    """A run's latest mixture weight, epochs, eval loss and bpb per domain, plus its role and size."""
+    folder = lab.index().runs[run_id]
+    record = lab.json(folder / RUN_RECORD) or {}
+    out: dict[str, Any] = {"id": run_id, "role": record.get("role"), "size_name": record.get("size_name"),
+                           "status": None, "domains": {}}
+    with open_run(folder) as reader:
+        if reader is None:
+            return out
+        try:
+            out["status"] = run_status(reader.meta("writer"), reader.meta("status"), None)
+            for domain in domains:
+                values = {}
+                for field, pattern in DOMAIN_METRICS.items():
+                    last = reader.last(pattern.format(domain))
+                    values[field] = finite(last[1]) if last else None
+                out["domains"][domain] = values
+        except sqlite3.Error:
+            pass
+    return out
+
+
+def warnings(report: dict[str, Any], runs: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """``{kind, domain, text}`` for eval splits as large as training splits and for domains read
+    more than ``REPEAT_LIMIT`` times (by a run, or by the report's mixture plan)."""
+    found = []
+    for name, domain in (report.get("domains") or {}).items():
+        train, held_out = domain.get("tokens"), domain.get("eval_tokens")
+        if isinstance(train, (int, float)) and isinstance(held_out, (int, float)) and held_out >= train:
+            found.append({"kind": "eval_ge_train", "domain": name,
+                          "text": f"{name}: the eval split ({held_out:,.0f} tokens) is as large as the training "
+                                  f"split ({train:,.0f} tokens); its eval loss says little and its training data "
+                                  "runs out fast"})
+    for phase in ((report.get("mixture") or {}).get("phases") or []):
+        for name, epochs in (phase.get("epochs") or {}).items():
+            if isinstance(epochs, (int, float)) and epochs > REPEAT_LIMIT:
+                found.append({"kind": "repetition", "domain": name,
+                              "text": f"{name}: the mixture plan reads it {epochs:.1f} times (phase from step "
+                                      f"{phase.get('start_step', 0)}); beyond ~{REPEAT_LIMIT:g} epochs repeated "
+                                      "data stops counting as new (Muennighoff et al. 2023)"})
+    for run in runs:
+        for name, values in run["domains"].items():
+            epochs = values.get("epochs")
+            if isinstance(epochs, (int, float)) and epochs > REPEAT_LIMIT:
+                found.append({"kind": "repetition", "domain": name, "run": run["id"],
+                              "text": f"{name}: run {run['id']} read it {epochs:.1f} times; beyond "
+                                      f"~{REPEAT_LIMIT:g} epochs repeated data stops counting as new "
+                                      "(Muennighoff et al. 2023)"})
+    return found
+
+
+def data_page(lab: Lab, report_id: str) -> dict[str, Any] | None:
+    folder = lab.index().reports.get(report_id)
+    if folder is None:
+        return None
+    report = lab.json(folder / REPORT_FILE)
+    domains = sorted((report or {}).get("domains") or {})
+    runs = [domain_results(lab, r, domains) for r in Relations(lab).runs_using(report_id)]
+    return clean({"page": "data", "id": report_id, "title": f"Data {report_id}", "report": report,
+                  "runs": runs, "warnings": warnings(report or {}, runs), "watch": []})

@@ -1,0 +1,168 @@
+"""The ladder page's data: the verdict first (the hero against its pre-registered band), the law with
+its parameters rounded to their uncertainty, every rung's seeds, the back-test, and every prediction
+in the lab's registry with what its run reached so far."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from glasslab.layout import FIT_FILE, PREDICTIONS_FILE, RUN_RECORD, STEP_RECORD, read_json_lines
+from glasslab.observatory.lab_scan import Lab
+from glasslab.observatory.runs import LOSS_KEY, open_run, planned_steps, run_curve, run_status
+from glasslab.observatory.series import clean, finite
+from glasslab.observatory.verdict import verdict
+
+
+def find_hero(lab: Lab, fit: dict[str, Any]) -> str | None:
+    """The hero run of a ladder: named in ``fit.json``, else the run whose record says so."""
+    index = lab.index()
+    hero = fit.get("hero_run")
+    if isinstance(hero, str):
+        for run_id, folder in index.runs.items():
+            if hero in (run_id, folder.name):
+                return run_id
+    for run_id, folder in index.runs.items():
+        record = lab.json(folder / RUN_RECORD) or {}
+        if record.get("role") == "hero" and record.get("ladder") == fit.get("ladder"):
+            return run_id
+    return None
+
+
+def with_uncertainty(value: Any, se: Any) -> str:
+    """``value ± se`` with the error at two significant figures and the value to the same decimal
+    place (15.284887 ± 2.213967 → "15.3 ± 2.2"); four significant figures when there is no error."""
+    if not isinstance(value, (int, float)) or not math.isfinite(value):
+        return "–"
+    if not isinstance(se, (int, float)) or not math.isfinite(se) or se <= 0:
+        return f"{value:.4g}"
+    decimals = 1 - math.floor(math.log10(se))
+    if decimals <= 0:
+        return f"{round(value, decimals):.0f} ± {round(se, decimals):.0f}"
+    return f"{value:.{decimals}f} ± {se:.{decimals}f}"
+
+
+def law_parameters(fit: dict[str, Any]) -> list[dict[str, Any]]:
+    """Rows ``{name, value, se, text, note}`` for the law's parameters (a pinned L∞ says so)."""
+    law = fit.get("law") or {}
+    params, errors = law.get("params") or {}, law.get("param_se") or {}
+    l_inf = fit.get("L_inf") or {}
+    rows = []
+    for name, value in params.items():
+        se = errors.get(name)
+        note = ""
+        if name == "L_inf" and l_inf.get("mode") == "pinned":
+            note = f"pinned; swept over {', '.join(f'{v:g}' for v in l_inf.get('sweep') or [])}"
+            text = f"{value:.4g}"
+        else:
+            text = with_uncertainty(value, se)
+        rows.append({"name": name, "value": finite(value), "se": finite(se) if isinstance(se, (int, float)) else None,
+                     "text": text, "note": note})
+    return rows
+
+
+def law_line(fit: dict[str, Any], hero_flops: float | None) -> list[dict[str, float]]:
+    """The fitted law L(C) as points from the smallest rung to past the hero (``law_line`` in
+    ``fit.json`` when written, else from the law's parameters)."""
+    written = [p for p in fit.get("law_line") or [] if isinstance(p, dict) and "flops" in p and "loss" in p]
+    if written:
+        return written
+    params = (fit.get("law") or {}).get("params") or {}
+    flops = [r.get("flops") for r in fit.get("rungs") or [] if isinstance(r.get("flops"), (int, float))]
+    if not flops or not all(isinstance(params.get(k), (int, float)) for k in ("L_inf", "A", "alpha")):
+        return []
+    lo, hi = min(flops) / 2, max(max(flops), hero_flops or 0) * 1.5
+    points = []
+    for i in range(65):
+        c = lo * (hi / lo) ** (i / 64)
+        points.append({"flops": c, "loss": params["L_inf"] + params["A"] * c ** -params["alpha"]})
+    return points
+
+
+def registry_entries(lab: Lab) -> list[dict[str, Any]]:
+    """Every registration in ``<lab>/predictions.jsonl``, newest per name marked ``in_force``, each
+    with its verdict against the run its ``target`` names (by step name or folder)."""
+    try:
+        entries = [e for e in read_json_lines(lab.root / PREDICTIONS_FILE) if isinstance(e, dict)]
+    except (OSError, ValueError):
+        return []
+    newest = {e.get("name"): i for i, e in enumerate(entries)}
+    targets = _runs_by_step_name(lab)
+    rows = []
+    for i, entry in enumerate(entries):
+        row = {k: entry.get(k) for k in ("name", "metric", "point", "low", "high", "level", "target", "source",
+                                          "registered_at", "seq", "replaces")}
+        row["in_force"] = newest.get(entry.get("name")) == i
+        run_id = targets.get(entry.get("target"))
+        row["run"] = run_id
+        row["verdict"] = _registry_verdict(lab, entry, run_id) if run_id and row["in_force"] else None
+        rows.append(row)
+    return rows
+
+
+def _runs_by_step_name(lab: Lab) -> dict[str, str]:
+    index = lab.index()
+    names: dict[str, str] = {}
+    for run_id, folder in index.runs.items():
+        names[run_id] = names[folder.name] = run_id
+        step_name = (lab.json(folder / STEP_RECORD) or {}).get("name")
+        if isinstance(step_name, str):
+            names.setdefault(step_name, run_id)
+    return names
+
+
+def _registry_verdict(lab: Lab, entry: dict[str, Any], run_id: str) -> dict[str, Any] | None:
+    folder = lab.index().runs[run_id]
+    record = lab.json(folder / RUN_RECORD) or {}
+    details = entry.get("details") if isinstance(entry.get("details"), dict) else {}
+    prediction = {"point": entry.get("point"), "lo": entry.get("low"), "hi": entry.get("high"),
+                  "curve": details.get("curve")}
+    with open_run(folder) as reader:
+        if reader is None:
+            return None
+        last = reader.last(str(entry.get("metric")))
+        status = run_status(reader.meta("writer"), reader.meta("status"), None)
+    return verdict(prediction, last[0] if last else None, finite(last[1]) if last else None,
+                   planned_steps(record), status)
+
+
+def hero_verdict(lab: Lab, hero_id: str | None, prediction: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The hero's latest ``eval/macro/loss`` (or the prediction's target) against its band."""
+    if not hero_id or not isinstance(prediction, dict):
+        return None
+    folder = lab.index().runs[hero_id]
+    record = lab.json(folder / RUN_RECORD) or {}
+    with open_run(folder) as reader:
+        if reader is None:
+            return verdict(prediction, None, None, None, None)
+        last = reader.last(prediction.get("target") or LOSS_KEY)
+        status = run_status(reader.meta("writer"), reader.meta("status"), None)
+    out = verdict(prediction, last[0] if last else None, finite(last[1]) if last else None,
+                  planned_steps(record), status)
+    if out is not None:
+        out["status"] = status
+    return out
+
+
+def ladder_page(lab: Lab, fit_id: str) -> dict[str, Any] | None:
+    folder = lab.index().fits.get(fit_id)
+    if folder is None:
+        return None
+    fit = lab.json(folder / FIT_FILE) or {}
+    hero_id = find_hero(lab, fit)
+    target = fit.get("target") or LOSS_KEY
+    hero = run_curve(lab, hero_id, (target, "train/loss")) if hero_id else None
+    hero_record = lab.json(lab.index().runs[hero_id] / RUN_RECORD) if hero_id else None
+    # The band drawn is the one registered in the hero's run.json before its first step.
+    prediction = (hero_record or {}).get("prediction") or fit.get("prediction")
+    if isinstance(prediction, dict) and not prediction.get("curve") and fit.get("curve"):
+        prediction = {**prediction, "curve": fit["curve"]}
+    cursors = {hero_id: hero.pop("cursor")} if hero and "cursor" in hero else {}
+    return clean({
+        "page": "ladder", "id": fit_id, "title": f"Ladder {fit.get('ladder') or fit_id}", "fit": fit,
+        "target": target, "prediction": prediction, "hero": hero,
+        "hero_size": (hero_record or {}).get("size_name"),
+        "verdict": hero_verdict(lab, hero_id, prediction), "parameters": law_parameters(fit),
+        "law_line": law_line(fit, (prediction or {}).get("flops")), "registry": registry_entries(lab),
+        "cursors": cursors, "watch": [hero_id] if hero_id else [],
+    })

@@ -1,0 +1,150 @@
+/* The ladder page: the verdict first (hero against its pre-registered band), then the fitted law drawn
+ * through every rung's seeds with their spread, the band over the live hero curve, the law's
+ * parameters rounded to their uncertainty, the rungs, the back-test and every registered prediction. */
+(function () {
+  "use strict";
+  const G = window.Glasslab;
+  const { el, fmt, link, table, section, app, tokensAt, trackTokens } = G;
+  const { LineChart } = window.GlasslabCharts;
+  const { verdictCell } = window.GlasslabOverview;
+
+  function xOfFlops(run, step, tokens) {
+    return tokens == null || !run.flops_per_token ? null : tokens * run.flops_per_token;
+  }
+
+  function interval(p) { return `${fmt(p.point)} [${fmt(p.lo)}, ${fmt(p.hi)}]`; }
+
+  function verdictLine(d) {
+    const v = d.verdict, p = d.prediction;
+    if (v) {
+      return el("p", { id: "verdict", class: `verdict ${v.inside == null ? "pending" : v.inside ? "inside" : "outside"}` },
+        el("b", {}, "Verdict: "), v.state === "pending" ? v.text : `hero ${v.text}`);
+    }
+    if (p) return el("p", { id: "verdict", class: "verdict pending" }, el("b", {}, "Verdict: "),
+      `no hero run yet; predicted ${interval(p)} at ${fmt(p.flops, "flops")} FLOPs`);
+    return el("p", { id: "verdict", class: "verdict pending" }, el("b", {}, "Verdict: "), "no prediction in this fit");
+  }
+
+  function chartLines(d) {
+    const fit = d.fit || {};
+    const p = d.prediction;
+    const lines = [];
+    if (d.law_line.length) {
+      lines.push({ label: "fitted law L(C)", color: "#555555", width: 1.2,
+        xs: d.law_line.map((q) => q.flops), ys: d.law_line.map((q) => q.loss) });
+    }
+    const curve = (p && p.curve) || fit.curve || [];
+    if (curve.length) {
+      lines.push({ label: "predicted", bandLabel: "prediction band", color: "#ff7f0e", dash: [6, 4],
+        xs: curve.map((c) => c.flops), ys: curve.map((c) => c.point), lo: curve.map((c) => c.lo), hi: curve.map((c) => c.hi) });
+    }
+    const rungs = fit.rungs || [];
+    const seeds = Math.max(0, ...rungs.map((r) => (r.losses || []).length));
+    for (let j = 0; j < seeds; j++) {
+      lines.push({ label: `rung seed ${j}`, color: "#2ca02c", points: true,
+        xs: rungs.map((r) => r.flops), ys: rungs.map((r) => (r.losses || [])[j] ?? null) });
+    }
+    if (rungs.some((r) => (r.losses || []).length > 1)) {
+      lines.push({ label: "rung mean ± std over seeds", color: "#145a14", points: true,
+        xs: rungs.map((r) => r.flops), ys: rungs.map((r) => r.loss_mean),
+        err: { lo: rungs.map((r) => r.loss_mean - (r.loss_std || 0)), hi: rungs.map((r) => r.loss_mean + (r.loss_std || 0)) } });
+    }
+    if (p && p.flops != null) {
+      lines.push({ label: `predicted at the hero's compute (${Math.round(100 * (p.level || 0.9))}%)`, color: "#c85a00",
+        points: true, xs: [p.flops], ys: [p.point], err: { lo: [p.lo], hi: [p.hi] } });
+    }
+    return lines;
+  }
+
+  function drawLadder(d) {
+    app.append(el("h1", {}, d.title));
+    app.append(verdictLine(d));
+    const fit = d.fit || {};
+    const p = d.prediction;
+    const hero = d.hero;
+    if (p) {
+      app.append(el("p", {}, `Pre-registered prediction of ${d.target}: `, el("b", {}, fmt(p.point)),
+        ` [${fmt(p.lo)}, ${fmt(p.hi)}] (${Math.round((p.level || 0.9) * 100)}%) at ${fmt(p.flops, "flops")} FLOPs`,
+        p.registered_at ? ` · registered ${p.registered_at}` : "",
+        hero ? " · hero " : "", hero ? link("run", hero.id, hero.id) : "", d.hero_size ? ` (${d.hero_size})` : ""));
+    }
+    const lines = chartLines(d);
+    let heroIndex = -1;
+    if (hero) {
+      const s = hero.series[d.target] || { steps: [], values: [] };
+      heroIndex = lines.length;
+      lines.push({ label: `hero ${hero.id}`, color: "#1f77b4", width: 2,
+        xs: s.steps.map((step, i) => xOfFlops(hero, step, s.tokens ? s.tokens[i] : tokensAt(hero, step))), ys: s.values.slice() });
+    }
+    const grid = section("Fit and prediction", el("div", {})).lastChild;
+    const chart = new LineChart(grid, { title: `${d.target} against training compute`, lines, logx: true, logy: true,
+      xlabel: "FLOPs", xunit: "flops", height: 440,
+      subtitle: "x: training FLOPs = tokens × FLOPs per token; dots: each rung's seeds; whiskers: spread over seeds and the 90% interval at the hero" });
+    G.charts.ladder = chart.plot;
+    chart.root.dataset.bands = String(chart.bandCount);
+    if (!hero) app.append(el("p", { class: "muted" }, "No hero run yet."));
+
+    const law = fit.law || {};
+    const noise = law.noise || {};
+    section("Law", el("p", {}, el("code", {}, law.form || "")),
+      table(["parameter", "value ± standard error", ""], d.parameters.map((r) => [r.name, r.text, r.note]), { class: "law" }),
+      noise.sigma != null ? el("p", { class: "muted" }, `residual noise σ ${fmt(noise.sigma)} (${noise.dof ?? "?"} degrees of freedom)`) : null,
+      fit.approach3 && fit.approach3.fitted === false && fit.approach3.reason
+        ? el("p", { class: "muted" }, `Approach 3 not fitted: ${fit.approach3.reason}`) : null);
+
+    const rungs = fit.rungs || [];
+    section("Rungs", table(["rung", "size", "active params", "tokens", "FLOPs", "loss per seed", "mean ± std"],
+      rungs.map((r) => [r.name || "", r.size_name || "", r.params_active, r.tokens, r.flops,
+        el("span", {}, ...(r.losses || []).flatMap((loss, j) => [j ? ", " : "",
+          (r.run_ids || [])[j] ? link("run", r.run_ids[j], fmt(loss)) : fmt(loss)])),
+        (r.losses || []).length > 1 ? `${fmt(r.loss_mean)} ± ${fmt(r.loss_std)}` : fmt(r.loss_mean)]),
+      { units: [null, null, "count", "count", "flops"] }));
+
+    const bt = fit.backtest;
+    if (bt && (bt.steps || []).length) {
+      section("Back-test", el("p", { class: "muted" }, `${bt.method || ""}; mean |error| `
+          + `${bt.mean_abs_rel_error_pct != null ? bt.mean_abs_rel_error_pct.toFixed(2) + "%" : "–"} (error = (predicted − measured) / measured)`),
+        table(["held out", "fitted on", "FLOPs", "extrapolation", "measured", "predicted [90%]", "error", "inside"],
+          bt.steps.map((s) => [s.held_out, (s.fit_rungs || []).join(", "), s.flops,
+            s.extrapolation != null ? `${s.extrapolation.toFixed(1)}×` : "", s.measured, interval(s),
+            s.rel_error_pct != null ? `${s.rel_error_pct > 0 ? "+" : ""}${s.rel_error_pct.toFixed(2)}%` : "",
+            s.covered == null ? "" : s.covered ? "yes" : "no"]),
+          { class: "backtest", units: [null, null, "flops"] }));
+    }
+    const sweep = fit.sweep_table || [];
+    if (sweep.length) {
+      section("Asymptote sweep (the interval is widened to cover it)", table(["L∞", "A", "α", "prediction [90%]"],
+        sweep.map((r) => [r.L_inf, r.A, r.alpha, interval(r)])));
+    }
+    registrySection(d.registry);
+    return {
+      lab: G.scheduleRefresh,
+      delta(runId, delta) {
+        if (!hero || runId !== hero.id) return;
+        trackTokens(hero, delta);
+        for (const [key, step, value] of delta.scalars) {
+          if (key === d.target) chart.add(heroIndex, xOfFlops(hero, step, tokensAt(hero, step)), value);
+        }
+      },
+    };
+  }
+
+  function registrySection(entries) {
+    if (!entries || !entries.length) {
+      section("Registered predictions", el("p", { class: "muted" }, "The lab's registry (predictions.jsonl) is empty."));
+      return;
+    }
+    const replacedBy = {};
+    for (const e of entries) if (e.replaces != null) replacedBy[`${e.name}#${e.replaces}`] = e.seq;
+    section("Registered predictions", el("p", { class: "muted" }, "Every entry of the lab's append-only registry, "
+        + "oldest first; a replaced entry stays listed."),
+      table(["name", "metric", "predicted", "target", "registered", "by", "entry", "verdict"],
+        entries.map((e) => [e.name, e.metric, `${fmt(e.point)} [${fmt(e.low)}, ${fmt(e.high)}] (${Math.round(100 * (e.level || 0.9))}%)`,
+          e.run ? link("run", e.run, e.target || e.run) : e.target || "", e.registered_at || "", e.source || "",
+          e.in_force ? `#${e.seq ?? 1} in force` : `#${e.seq ?? "?"} replaced${replacedBy[`${e.name}#${e.seq}`] ? ` by #${replacedBy[`${e.name}#${e.seq}`]}` : ""}`,
+          e.verdict ? el("span", {}, verdictCell(e.verdict), " ", el("span", { class: "muted small" }, e.verdict.text)) : ""]),
+        { class: "registry", rowAttrs: (i) => ({ class: entries[i].in_force ? "" : "replaced" }) }));
+  }
+
+  window.GlasslabPages.ladder = drawLadder;
+})();

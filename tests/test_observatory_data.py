@@ -1,0 +1,104 @@
+"""The pages' data without a browser: verdicts, rounding to the uncertainty, panels, chance levels and
+the links between runs, datasets, ladders and exports, read from the synthetic lab's files."""
+
+from __future__ import annotations
+
+import pytest
+
+from glasslab.observatory.lab_scan import Lab
+from glasslab.observatory.ladder_page import registry_entries, with_uncertainty
+from glasslab.observatory.page_data import build_page
+from glasslab.observatory.relations import Relations
+from glasslab.observatory.run_page import chance_levels, group_panels
+from glasslab.observatory.verdict import verdict
+from observatory_lab import build_lab
+
+CURVE = [{"fraction": f / 4, "point": 4.0 - f * 0.2, "lo": 3.8 - f * 0.2, "hi": 4.2 - f * 0.2} for f in range(1, 5)]
+PREDICTION = {"point": 3.2, "lo": 3.0, "hi": 3.4, "curve": CURVE}
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    return Lab(build_lab(tmp_path_factory.mktemp("data") / "lab"))
+
+
+@pytest.mark.parametrize(("value", "se", "text"), [
+    (15.284887259034736, 2.2139669611054353, "15.3 ± 2.2"),
+    (0.05034004050916622, 0.0059479950217904256, "0.0503 ± 0.0059"),
+    (12345.6, 2345.6, "12300 ± 2300"),
+    (1.0, 0.0, "1"),
+    (3.14159, None, "3.142"),
+])
+def test_parameters_are_rounded_to_their_uncertainty(value, se, text):
+    assert with_uncertainty(value, se) == text
+
+
+def test_verdict_final_so_far_stopped_and_pending():
+    final = verdict(PREDICTION, 100, 3.611, 100, "finished")
+    assert final["state"] == "final" and final["inside"] is False
+    assert final["text"] == "3.611 vs predicted 3.200 [3.000, 3.400]: -11.4%, above the band"
+    inside = verdict({**PREDICTION, "point": 3.678, "lo": 3.542, "hi": 3.829}, 100, 3.611, 100, "finished")
+    assert inside["text"] == "3.611 vs predicted 3.678 [3.542, 3.829]: +1.9%, inside"  # the issue's example
+    # Halfway through a running hero: the band at 50% of training, linear between curve points.
+    so_far = verdict(PREDICTION, 50, 3.7, 100, "running")
+    assert so_far["state"] == "so_far" and so_far["point"] == pytest.approx(3.6) and so_far["inside"] is True
+    assert verdict(PREDICTION, 60, 3.7, 100, "running")["point"] == pytest.approx(3.52)
+    assert so_far["text"].endswith("so far (50% of training)")
+    assert verdict(PREDICTION, 60, 3.85, 100, "finished")["state"] == "stopped"
+    assert verdict(PREDICTION, 10, 4.5, 100, "running")["inside"] is None  # before the curve's first point
+    assert verdict(PREDICTION, None, None, 100, "running")["state"] == "pending"
+    assert verdict({"point": "x"}, 1, 1.0, 1, None) is None
+
+
+def test_panels_have_titles_that_say_what_they_show():
+    panels = {p["title"]: p["keys"] for p in group_panels(
+        ["memory/peak_bytes", "train/tokens", "train/loss", "sft/loss", "eval/task/copy/acc", "eval/task/macro/acc",
+         "eval/task/copy/bpb", "bench/a", "bench/b", "custom/only"])}
+    assert panels["Peak memory"] == ["memory/peak_bytes"] and panels["Tokens seen"] == ["train/tokens"]
+    assert panels["Task accuracy"] == ["eval/task/copy/acc", "eval/task/macro/acc"]
+    assert panels["SFT loss (assistant tokens only)"] == ["sft/loss"]
+    assert panels["bench/…"] == ["bench/a", "bench/b"] and panels["custom/only"] == ["custom/only"]
+    assert "memory" not in panels and "train" not in panels
+    keys = ["eval/task/copy/acc", "eval/task/copy/acc_norm", "eval/task/macro/acc", "eval/task/other/acc"]
+    assert chance_levels({"tasks": [{"name": "copy", "chance": 0.25}, {"name": "other", "chance": 0.5}]}, keys) == {
+        "eval/task/copy/acc": 0.25, "eval/task/copy/acc_norm": 0.25, "eval/task/other/acc": 0.5,
+        "eval/task/macro/acc": 0.375}
+    assert chance_levels({}, keys) == {}
+
+
+def test_relations_between_runs_datasets_ladders_and_exports(lab):
+    relations = Relations(lab)
+    assert relations.parent("fork-eeee5555") == {"run": "rung-m-bbbb2222", "name": "rung-m-bbbb2222", "step": 20}
+    assert relations.children("rung-m-bbbb2222") == [{"run": "fork-eeee5555", "step": 20}]
+    assert relations.children("hero-dddd4444") == [] and relations.parent("hero-dddd4444") is None
+    exports = relations.exports("hero-dddd4444")
+    assert [(e["id"], e["step"], e["manifest"]["max_logit_diff"]) for e in exports] == [("export-ffff6666", 19, 3e-6)]
+    assert relations.dataset("hero-dddd4444") == "data-abc12345"  # named in run.json
+    assert relations.dataset("fork-eeee5555") == "data-abc12345"  # found by its data manifest hash
+    assert relations.ladder("rung-s-aaaa1111") == "ladder-cccc3333" and relations.ladder("fork-eeee5555") is None
+    reproduce = relations.reproduce("fork-eeee5555")
+    assert reproduce["commands"][-1] == ("glasslab train run-config.json data.path=lab/data-abc12345 "
+                                         "--fork rung-m-bbbb2222@20 --lab lab")
+
+
+def test_registry_lists_every_entry_with_the_verdict_of_the_one_in_force(lab):
+    entries = registry_entries(lab)
+    assert [(e["seq"], e["in_force"], e["run"]) for e in entries] == [(1, False, "hero-dddd4444"),
+                                                                       (2, True, "hero-dddd4444")]
+    assert entries[0]["verdict"] is None and entries[1]["verdict"]["state"] == "final"
+    assert entries[1]["verdict"]["inside"] is False
+
+
+def test_overview_counts_incidents_and_data_page_warns(lab):
+    overview = build_page(lab, "overview")
+    assert overview["title"] == "Overview" and overview["lab_name"] == "lab"
+    runs = {r["id"]: r for r in overview["runs"]}
+    assert runs["rung-s-aaaa1111"]["incidents"] == {"spike_skipped": 1, "step_retried": 1}
+    assert runs["hero-dddd4444"]["verdict"]["state"] == "final"
+    data = build_page(lab, "data", "data-abc12345")
+    kinds = sorted({(w["kind"], w["domain"]) for w in data["warnings"]})
+    assert kinds == [("eval_ge_train", "code"), ("repetition", "code"), ("repetition", "web")]
+    assert {r["id"] for r in data["runs"]} == {"hero-dddd4444", "rung-s-aaaa1111", "rung-m-bbbb2222",
+                                               "fork-eeee5555"}
+    hero = next(r for r in data["runs"] if r["id"] == "hero-dddd4444")
+    assert hero["domains"]["web"]["weight"] == 0.7 and hero["domains"]["web"]["epochs"] == pytest.approx(6.0)
