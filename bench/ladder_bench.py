@@ -18,9 +18,14 @@ Part 4 (``--isoflop --lab LAB``): trains ``isoflop_ladder`` into LAB (sharing th
 step), and reports approach 3's compute-optimal tokens per parameter with its interval and its
 prediction of the long ladder's hero (when LAB holds it) beside L(C)'s.
 
+With ``--estimate`` (instead of ``--lab``), parts 3 and 4 train nothing: each planned run's step is
+timed in CPU seconds per thread (a quiet machine's wall time, even when the machine is shared) and
+the ladder's training minutes are projected from the plan's step counts.
+
     python bench/ladder_bench.py --smoke                      # seconds: synthetic only
     python bench/ladder_bench.py --long --lab LAB             # <= 60 min on 2 cores
     python bench/ladder_bench.py --isoflop --lab LAB          # <= 30 min on 2 cores
+    python bench/ladder_bench.py --long --isoflop --estimate  # minutes: projected training time
     python bench/ladder_bench.py --lab LAB --ladder tiny --L-inf 1.0 --sweep 0.5 1.5
 """
 
@@ -179,12 +184,14 @@ def _print_backtest(fit: dict) -> float | None:
     return abs(last["rel_error_pct"])
 
 
-def run_experiment(name: str, lab: Path, jobs: int) -> tuple[dict[str, Path], float]:
-    """Run built-in experiment ``name`` into ``lab`` (finished steps are reused); returns each step's
-    folder by step name and the wall seconds this call spent."""
+def run_experiment(name: str, lab: Path, jobs: int, smoke: bool = False) -> tuple[dict[str, Path], float]:
+    """Run built-in experiment ``name`` (its ``smoke_steps()`` with ``smoke``) into ``lab`` (finished steps
+    are reused); returns each step's folder by step name and the wall seconds this call spent."""
+    import importlib
+
     from glasslab.lab import Executor, load_experiment
 
-    steps = load_experiment(name)
+    steps = importlib.import_module(f"glasslab.experiments.{name}").smoke_steps() if smoke else load_experiment(name)
     executor = Executor(lab, jobs=jobs)
     start = time.perf_counter()
     report = executor.run(steps)
@@ -230,12 +237,74 @@ def hero_curve_errors(fit: dict, hero_dir: Path) -> list[tuple[float, float, flo
     return rows
 
 
-def long_report(lab: Path, jobs: int) -> dict[str, float]:
-    """Train (or reuse) long_ladder in ``lab``; print the hero against its prediction; return headlines."""
-    folders, wall = run_experiment("long_ladder", lab, jobs)
-    fit = read_fit(folders["long-fit"] / FIT_FILE)
-    hero_dir = folders["long-hero"]
-    rung_dirs = [folder for name, folder in folders.items() if name not in ("data", "long-fit", "long-hero")]
+def measured_step_seconds(rung, threads: int, steps: int) -> float:
+    """CPU seconds per thread of one optimiser step (forward, backward, AdamW on random tokens) of
+    ``rung``'s model and batch: what a quiet machine's wall time would be, even on a shared one."""
+    import torch
+
+    from glasslab.model.transformer import Transformer
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    model = Transformer(rung.model)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=rung.learning_rate)
+    tokens = torch.randint(0, rung.model.vocab_size, (rung.batch_size, rung.seq_len + 1))
+
+    def step() -> None:
+        logits = model(tokens[:, :-1])
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+    step()  # first-call allocations
+    start = time.process_time()
+    for _ in range(steps):
+        step()
+    return (time.process_time() - start) / steps / threads
+
+
+def estimate_minutes(name: str, jobs: int, smoke: bool) -> float:
+    """Print each planned run's measured step time and minutes; return the ladder's projected wall
+    minutes on a quiet machine: rungs ``jobs`` at a time (one thread each), then the hero (``jobs``
+    threads). Training steps only: the data build, evals and the fit come on top."""
+    from glasslab.experiments import isoflop_ladder, long_ladder
+    from glasslab.ladder.plan import plan_ladder
+
+    plan = plan_ladder((long_ladder if name == "long_ladder" else isoflop_ladder).spec())
+    rung_minutes = 0.0
+    for rung in plan.rungs:
+        seconds = measured_step_seconds(rung, 1, 2 if smoke else 10)
+        minutes = seconds * rung.steps / 60
+        rung_minutes += minutes * len(rung.seeds)
+        print(f"{name} {rung.name}: {1e3 * seconds:.0f} ms/step × {rung.steps} steps = {minutes:.1f} min "
+              f"× {len(rung.seeds)} seeds ({rung.flops / (60 * minutes) / 1e9:.1f} GFLOP/s, one thread)")
+    hero_minutes = 0.0
+    if name == "long_ladder":
+        # Timed on one thread: on a shared machine a second thread's spin-waits count as CPU time. The
+        # projection divides by the threads, so it is the ideal-scaling (lower) end.
+        seconds = measured_step_seconds(plan.hero, 1, 1 if smoke else 3)
+        one_thread = seconds * plan.hero.steps / 60
+        hero_minutes = one_thread / jobs
+        print(f"{name} {plan.hero.name}: {1e3 * seconds:.0f} ms/step × {plan.hero.steps} steps = {one_thread:.1f} "
+              f"min on one thread ({plan.hero.flops / (60 * one_thread) / 1e9:.1f} GFLOP/s), {hero_minutes:.1f} min "
+              f"on {jobs} at ideal scaling")
+    total = rung_minutes / jobs + hero_minutes
+    print(f"{name}: rungs {rung_minutes:.1f} min of one core ({rung_minutes / jobs:.1f} min with {jobs} at once), "
+          f"hero {hero_minutes:.1f} min: {total:.0f} min of training on a quiet machine "
+          f"(CPU time per thread; load average now {os.getloadavg()[0]:.1f})")
+    return total
+
+
+def long_report(lab: Path, jobs: int, smoke: bool = False) -> dict[str, float]:
+    """Train (or reuse) long_ladder (its smoke size with ``smoke``) in ``lab``; print the hero against its
+    prediction; return headlines."""
+    folders, wall = run_experiment("long_ladder", lab, jobs, smoke)
+    ladder = "long-smoke" if smoke else "long"
+    fit = read_fit(folders[f"{ladder}-fit"] / FIT_FILE)
+    hero_dir = folders[f"{ladder}-hero"]
+    rung_dirs = [folder for name, folder in folders.items()
+                 if name not in ("data", f"{ladder}-fit", f"{ladder}-hero")]
     for rung in read_rungs(rung_dirs):
         print(f"rung {rung.name} ({rung.size_name}): {rung.flops:.3g} FLOPs, loss {rung.loss_mean:.4f} "
               f"± {rung.loss_std:.4f} over {len(rung.losses)} seeds{_shape(lab / rung.run_ids[0])}"
@@ -323,12 +392,23 @@ def main() -> None:
     parser.add_argument("--long", action="store_true", help="train (or reuse) long_ladder in --lab and report")
     parser.add_argument("--isoflop", action="store_true", help="train (or reuse) isoflop_ladder in --lab and report")
     parser.add_argument("--jobs", type=int, default=2, help="steps at once for --long/--isoflop (default 2)")
-    parser.add_argument("--smoke", action="store_true", help="seconds: small synthetic checks only")
+    parser.add_argument("--estimate", action="store_true",
+                        help="with --long/--isoflop: measure each planned run's step time and project the "
+                        "ladder's minutes instead of training it")
+    parser.add_argument("--smoke", action="store_true",
+                        help="seconds: small synthetic checks; with --long, the long ladder at 0.5 tokens per "
+                        "parameter (minutes)")
     args = parser.parse_args()
-    if (args.long or args.isoflop or args.ladder) and args.lab is None:
-        parser.error("--long, --isoflop and --ladder need --lab")
+    if (args.long or args.isoflop or args.ladder) and args.lab is None and not args.estimate:
+        parser.error("--long, --isoflop and --ladder need --lab (or --estimate)")
 
-    long = long_report(args.lab, args.jobs) if args.long else None  # training first: it takes the hour
+    estimates = {}
+    if args.estimate:
+        for flag, name in ((args.long, "long_ladder"), (args.isoflop, "isoflop_ladder")):
+            if flag:
+                estimates[name] = estimate_minutes(name, args.jobs, args.smoke)
+        args.long = args.isoflop = False
+    long = long_report(args.lab, args.jobs, args.smoke) if args.long else None  # training first: it takes the hour
     iso = isoflop_report(args.lab, args.jobs) if args.isoflop else None
     error = None
     if args.ladder is not None:
@@ -356,6 +436,9 @@ def main() -> None:
           f"within ±0.3 of the pinned value, default interval; {replicates} ladders)")
     if args.ladder is not None:
         print(f"ladder_backtest_rel_error_pct: {'n/a' if error is None else f'{error:.2f}'}  (target <= 1.5)")
+    for name, minutes in estimates.items():
+        print(f"ladder_{name.removesuffix('_ladder')}_estimated_training_minutes: {minutes:.0f}  (target <= "
+              f"{60 if name == 'long_ladder' else 30} in all; measured step times, quiet machine)")
     if long is not None:
         print(f"ladder_long_extrapolation: {long['extrapolation']:.0f}  (target >= 30)")
         print(f"ladder_long_rel_error_pct: {long['rel_error_pct']:+.2f}  (target |E| <= 2.0, stretch <= 1.0; "

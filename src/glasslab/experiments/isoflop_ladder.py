@@ -23,8 +23,8 @@ from glasslab.ladder.steps import ladder_steps
 
 LADDER = "isoflop"
 BUDGETS = (2e11, 6e11, 1.8e12)
-"""FLOPs: the long ladder's upper rungs and one budget past them (its d24 and d32 rungs spend 2e11 and
-6e11); about 22 minutes with two steps at once (measured step times, ``docs/ladder.md``)."""
+"""FLOPs: the long ladder's rung range (its d24–d40 rungs spend 2e11–1e12 each); about 20 minutes of
+training with two steps at once (``bench/ladder_bench.py --isoflop --estimate``)."""
 SIZES_PER_BUDGET = 4
 SEEDS = (2,)
 

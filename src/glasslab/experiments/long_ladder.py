@@ -1,8 +1,8 @@
-"""``glasslab run long_ladder``: a ladder whose hero has ~41× the top rung's compute, within the hour.
+"""``glasslab run long_ladder``: a ladder whose hero has ~54× the top rung's compute, within the hour.
 
 The tiny ladder predicts its top rung at 4.8× extrapolation; this one reaches an order of magnitude
-further on the same 2-core CPU: three rungs spanning ~11× in compute (widths 16–32, six seeds each)
-and a hero at width 72 with ~41× the top rung's compute, trained to one recipe (the demo's, with the
+further on the same 2-core CPU: four rungs spanning ~19× in compute (widths 16–40, 4–6 seeds each)
+and a hero at width 80 with ~54× the top rung's compute, trained to one recipe (the demo's, with the
 rules that make tiny ladders predict: 20 tokens per active parameter, ≥ 1,000 optimiser steps per
 rung, batch and learning rate from the planner's rule, the asymptote fixed before training). Why
 these shapes (``docs/ladder.md``):
@@ -10,14 +10,14 @@ these shapes (``docs/ladder.md``):
 - **Vocabulary 512.** At vocabulary 1,024 the tiny ladder's rungs are 52–82% embedding parameters
   and their LM head is 31–60% of their FLOPs, a different law from the hero's. At 512 the LM head is
   at most 43% of any rung's FLOPs (57–76% of every rung's compute is non-embedding).
-- **Depth = width / 12, head width 8.** Depth grows with width from the smallest rung on (2, 2, 3
-  layers; the hero 6), instead of sitting at the two-layer floor for most rungs.
-- **A d72 hero, not d80.** Measured on this machine (CPU seconds per thread per step), a d80 hero
-  (54×) trains in ~96 minutes on 2 threads, the d72 one in ~43; the rungs take ~5 minutes with two
-  at once. A d40 rung would add reach to the rung span but cost the hero's margin.
-- **More data.** The hero reads 9.0M tokens; the stdlib corpora alone (~2M) would be read 4–5 times.
+- **Depth = width / 12, head width 8.** Depth grows with width from the smallest rung on (2, 2, 3,
+  3 layers; the hero 7), instead of sitting at the two-layer floor for most rungs.
+- **A d80 hero.** Measured step times (``bench/ladder_bench.py --long --estimate``: one thread's CPU
+  seconds per step) put the rungs at ~13 minutes of one core and the hero at ~42 minutes on one
+  thread (~21 on two at ideal scaling), so the whole ladder fits the hour; a d96 hero would not.
+- **More data.** The hero reads 13.4M tokens; the stdlib corpora alone (~2M) would be read 6 times.
   Code and docstrings of glasslab's own dependencies (numpy, scipy, matplotlib, torch) bring the
-  corpus to 7.1M training tokens, so no run reads a domain more than ~1.3 times.
+  corpus to 6.7M training tokens (4.8M code, 1.9M prose), so no run reads a domain more than ~2 times.
 
 ``bench/ladder_bench.py --long --lab LAB`` trains it (or reuses a lab that has it), fits, and
 reports the hero's error at every 5% of its training.
@@ -43,8 +43,8 @@ WORD_SHAPE_FILTERS = ("mean_word_length", "symbol_ratio", "alpha_ratio", "top_ng
 CODE_CORPORA = ("stdlib_code", "numpy_code", "scipy_code", "matplotlib_code")
 PROSE_CORPORA = ("stdlib_prose", "pydoc_topics", "numpy_prose", "scipy_prose", "matplotlib_prose", "torch_prose")
 MIXTURE = MixtureConfig(weights={"code": 0.73, "prose": 0.27})
-"""The domains' shares of the training tokens (5.2M code, 1.9M prose at vocabulary 512), so every run
-reads both about equally often: the hero each about 1.3 times, the top rung 0.2 times."""
+"""The domains' shares of the training tokens (4.8M code, 1.9M prose at vocabulary 512), so every run
+reads both about equally often: the hero each about 2.0 times, the top rung 0.3 times."""
 L_INF = 0.8
 """Assumed irreducible eval loss (nats/token), fixed before training: ~0.4 nats per byte of Python
 code and docstrings (the demo's 1.0 at vocabulary 1,024) at ~2.1 bytes per token of this vocabulary.
@@ -63,13 +63,13 @@ def build_config() -> BuildConfig:
 
 
 def spec() -> LadderSpec:
-    """Rungs d16–d32 and a d72 hero: one MoE recipe, depth and heads from width."""
+    """Rungs d16–d40 and a d80 hero: one MoE recipe, depth and heads from width."""
     base = ModelConfig(vocab_size=VOCAB_SIZE, n_heads=2, n_kv_heads=2,
                        moe=MoEConfig(num_experts=8, top_k=2, num_shared_experts=1, router="sigmoid",
                                      balancing="sign"))
-    return LadderSpec(name=LADDER, base_model=base, widths=(16, 24, 32), hero_width=72, head_dim=8,
+    return LadderSpec(name=LADDER, base_model=base, widths=(16, 24, 32, 40), hero_width=80, head_dim=8,
                       width_per_layer=12, seq_len=64, tokens_per_param=20.0, min_steps=1000,
-                      lr_multiplier=0.35, seeds_per_rung=(6,))
+                      lr_multiplier=0.35, seeds_per_rung=(6, 6, 4, 4))
 
 
 def recipe() -> TrainConfig:
@@ -82,3 +82,14 @@ def steps() -> list[Step]:
     data = Step(STEP_NAME, build_step, build_config())
     return [data, *ladder_steps(plan_ladder(spec()), data, MIXTURE, recipe(), L_inf=L_INF, threads=1,
                                 hero_threads=2)]
+
+
+def smoke_steps() -> list[Step]:
+    """The same DAG, data and shapes at 0.5 tokens per parameter, one seed, ≥ 20 steps a run: every
+    path (fit at the full extrapolation, registration, hero, report) in minutes, with no claim on the
+    numbers (``bench/ladder_bench.py --long --smoke``)."""
+    data = Step(STEP_NAME, build_step, build_config())
+    small = dataclasses.replace(spec(), name=f"{LADDER}-smoke", tokens_per_param=0.5, min_steps=20, seeds_per_rung=(1,))
+    train = dataclasses.replace(train_recipe(FULL), eval_max_tokens=1024, checkpoint_interval=50)
+    return [data, *ladder_steps(plan_ladder(small), data, MIXTURE, train, L_inf=L_INF, threads=1, hero_threads=2,
+                                num_bootstrap=200)]
