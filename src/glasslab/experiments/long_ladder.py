@@ -13,8 +13,8 @@ these shapes (``docs/ladder.md``):
 - **Depth = width / 12, head width 8.** Depth grows with width from the smallest rung on (2, 2, 3,
   3 layers; the hero 7), instead of sitting at the two-layer floor for most rungs.
 - **A d80 hero.** Measured step times (``bench/ladder_bench.py --long --estimate``: one thread's CPU
-  seconds per step) put the rungs at ~13 minutes of one core and the hero at ~42 minutes on one
-  thread (~21 on two at ideal scaling), so the whole ladder fits the hour; a d96 hero would not.
+  seconds per step) put the rungs at ~12 minutes of one core and the hero at ~36 minutes on one
+  thread (~18 on two at ideal scaling), so the whole ladder fits the hour; a d96 hero would not.
 - **More data.** The hero reads 13.4M tokens; the stdlib corpora alone (~2M) would be read 6 times.
   Code and docstrings of glasslab's own dependencies (numpy, scipy, matplotlib, torch) bring the
   corpus to 6.7M training tokens (4.8M code, 1.9M prose), so no run reads a domain more than ~2 times.
