@@ -338,10 +338,12 @@ def long_report(lab: Path, jobs: int, smoke: bool = False) -> dict[str, float]:
             "curve_max_abs_error_pct_after_half": max(late) if late else float("nan")}
 
 
-def isoflop_report(lab: Path, jobs: int) -> dict[str, float]:
-    """Train (or reuse) isoflop_ladder in ``lab``; print approach 3 and its prediction of the long hero."""
-    folders, wall = run_experiment("isoflop_ladder", lab, jobs)
-    fit = read_fit(folders["isoflop-fit"] / FIT_FILE)
+def isoflop_report(lab: Path, jobs: int, smoke: bool = False) -> dict[str, float]:
+    """Train (or reuse) isoflop_ladder (its smoke size with ``smoke``) in ``lab``; print approach 3 and its
+    prediction of the long hero (the long smoke hero with ``smoke``)."""
+    folders, wall = run_experiment("isoflop_ladder", lab, jobs, smoke)
+    suffix = "-smoke" if smoke else ""
+    fit = read_fit(folders[f"isoflop{suffix}-fit"] / FIT_FILE)
     a3 = fit["approach3"]
     if not a3["fitted"]:
         raise SystemExit(f"isoflop ladder: approach 3 not fitted ({a3['reason']})")
@@ -356,7 +358,7 @@ def isoflop_report(lab: Path, jobs: int) -> dict[str, float]:
           f"D {optimal['tokens']:.3g}, {optimal['tokens_per_param']:.1f} tokens/param [90%: {low:.1f}, {high:.1f}]")
     headlines = {"tokens_per_param": optimal["tokens_per_param"], "tokens_per_param_lo": low,
                  "tokens_per_param_hi": high, "hero_error_pct": float("nan")}
-    long_hero = next(iter(sorted(lab.glob("long-hero-*"))), None)
+    long_hero = next(iter(sorted(lab.glob(f"long{suffix}-hero-*"))), None)
     if long_hero is None or not (long_hero / RESULT_FILE).is_file():
         print("long ladder hero: not in this lab (run --long first to compare)")
     else:
@@ -370,7 +372,7 @@ def isoflop_report(lab: Path, jobs: int) -> dict[str, float]:
         print(f"long hero ({record['size_name']}, {tokens / float(record['params_active']):.0f} tokens/param): "
               f"approach 3 predicts {point:.4f} [{low:.4f}, {high:.4f}], measured {measured:.4f}: "
               f"error {headlines['hero_error_pct']:+.2f}%")
-        long_fit = next(iter(sorted(lab.glob("long-fit-*"))), None)
+        long_fit = next(iter(sorted(lab.glob(f"long{suffix}-fit-*"))), None)
         if long_fit is not None:
             lc = read_fit(long_fit / FIT_FILE)["prediction"]
             print(f"  beside L(C) from the long ladder: {lc['point']:.4f} [{lc['lo']:.4f}, {lc['hi']:.4f}], "
@@ -396,8 +398,8 @@ def main() -> None:
                         help="with --long/--isoflop: measure each planned run's step time and project the "
                         "ladder's minutes instead of training it")
     parser.add_argument("--smoke", action="store_true",
-                        help="seconds: small synthetic checks; with --long, the long ladder at 0.5 tokens per "
-                        "parameter (minutes)")
+                        help="seconds: small synthetic checks; with --long/--isoflop, the ladders at 0.5 tokens "
+                        "per parameter or budgets / 20 (minutes)")
     args = parser.parse_args()
     if (args.long or args.isoflop or args.ladder) and args.lab is None and not args.estimate:
         parser.error("--long, --isoflop and --ladder need --lab (or --estimate)")
@@ -409,7 +411,7 @@ def main() -> None:
                 estimates[name] = estimate_minutes(name, args.jobs, args.smoke)
         args.long = args.isoflop = False
     long = long_report(args.lab, args.jobs, args.smoke) if args.long else None  # training first: it takes the hour
-    iso = isoflop_report(args.lab, args.jobs) if args.isoflop else None
+    iso = isoflop_report(args.lab, args.jobs, args.smoke) if args.isoflop else None
     error = None
     if args.ladder is not None:
         error = trained_ladder_report(args.lab, args.ladder, None if args.L_inf == "free" else float(args.L_inf),

@@ -84,12 +84,21 @@ def steps() -> list[Step]:
                                 hero_threads=2)]
 
 
+def smoke_spec() -> LadderSpec:
+    """The same shapes at 0.5 tokens per parameter, one seed, ≥ 20 steps a run."""
+    return dataclasses.replace(spec(), name=f"{LADDER}-smoke", tokens_per_param=0.5, min_steps=20,
+                               seeds_per_rung=(1,))
+
+
+def smoke_recipe() -> TrainConfig:
+    """The recipe with a small eval set."""
+    return dataclasses.replace(train_recipe(FULL), eval_max_tokens=1024, checkpoint_interval=50)
+
+
 def smoke_steps() -> list[Step]:
-    """The same DAG, data and shapes at 0.5 tokens per parameter, one seed, ≥ 20 steps a run: every
-    path (fit at the full extrapolation, registration, hero, report) in minutes, with no claim on the
-    numbers (``bench/ladder_bench.py --long --smoke``)."""
+    """The same DAG and data at :func:`smoke_spec`: every path (fit at the full extrapolation,
+    registration, hero, report) in minutes, with no claim on the numbers
+    (``bench/ladder_bench.py --long --smoke``)."""
     data = Step(STEP_NAME, build_step, build_config())
-    small = dataclasses.replace(spec(), name=f"{LADDER}-smoke", tokens_per_param=0.5, min_steps=20, seeds_per_rung=(1,))
-    train = dataclasses.replace(train_recipe(FULL), eval_max_tokens=1024, checkpoint_interval=50)
-    return [data, *ladder_steps(plan_ladder(small), data, MIXTURE, train, L_inf=L_INF, threads=1, hero_threads=2,
-                                num_bootstrap=200)]
+    return [data, *ladder_steps(plan_ladder(smoke_spec()), data, MIXTURE, smoke_recipe(), L_inf=L_INF, threads=1,
+                                hero_threads=2, num_bootstrap=200)]
