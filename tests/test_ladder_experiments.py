@@ -36,3 +36,14 @@ def test_isoflop_ladder_has_four_sizes_per_budget_and_shares_the_long_ladders_da
     long_data = {s.name: s for s in make_plan(long_ladder.steps(), tmp_path).steps}["data"]
     iso_data = {s.name: s for s in make_plan(isoflop_ladder.steps(), tmp_path).steps}["data"]
     assert long_data.folder == iso_data.folder
+
+
+def test_the_smoke_ladders_reach_as_far_on_the_same_data_step(tmp_path):
+    full, smoke = plan_ladder(long_ladder.spec()), plan_ladder(long_ladder.smoke_spec())
+    reach = [p.hero.flops / max(r.flops for r in p.rungs) for p in (full, smoke)]
+    assert abs(reach[1] / reach[0] - 1) < 0.05 and smoke.hero.flops < full.hero.flops / 20
+    folders = [{s.name: s for s in make_plan(steps, tmp_path).steps}["data"].folder
+               for steps in (long_ladder.steps(), long_ladder.smoke_steps(), isoflop_ladder.smoke_steps())]
+    assert len(set(folders)) == 1
+    iso = [s for s in isoflop_ladder.smoke_steps() if s.name.startswith("isoflop-smoke-C")]
+    assert len({s.name.split("-")[2] for s in iso}) == 3 and len(iso) >= 8
