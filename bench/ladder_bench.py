@@ -369,7 +369,7 @@ def isoflop_report(lab: Path, jobs: int, smoke: bool = False) -> dict[str, float
         point, low, high = law.predict_run(float(record["params_active"]), tokens)
         measured = read_rungs([long_hero])[0].loss_mean
         headlines["hero_error_pct"] = 100 * (point - measured) / measured
-        print(f"long hero ({record['size_name']}, {tokens / float(record['params_active']):.0f} tokens/param): "
+        print(f"long hero ({record['size_name']}, {tokens / float(record['params_active']):.1f} tokens/param): "
               f"approach 3 predicts {point:.4f} [{low:.4f}, {high:.4f}], measured {measured:.4f}: "
               f"error {headlines['hero_error_pct']:+.2f}%")
         long_fit = next(iter(sorted(lab.glob(f"long{suffix}-fit-*"))), None)
