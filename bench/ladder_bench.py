@@ -1,21 +1,32 @@
-"""Scaling-ladder bench: what a fit costs, and how well a trained ladder predicts its largest rung.
+"""Scaling-ladder bench: what a fit costs, how honest its intervals are, and how well trained ladders predict.
 
 Part 1 (always runs, seconds): the runtime of the whole ladder analysis (compute law, L∞ sweep,
 curve at every 5%, back-test; 1,000 bootstrap replicates) on a 5-rung synthetic ladder; approach 3
-on the 240 Chinchilla points (Epoch AI's filter); and, side by side, the vectorised bootstrap against
-one scipy least-squares fit per replicate; and how often the nominal 90% interval covers the truth
-over synthetic ladders, with L∞ pinned at the truth (1,000 ladders) and free (200; slower fits).
+on the 240 Chinchilla points (Epoch AI's filter); the vectorised bootstrap against one scipy
+least-squares fit per replicate; and how often the nominal 90% interval covers the truth over
+synthetic ladders: with the asymptote known exactly, with it free, and — the default interval — with
+the true L∞ drawn uniformly within ± 0.3 nats of the pinned value.
 
-Part 2 (with ``--lab``): the leave-last-rung-out back-test of a ladder trained into that lab (rungs
-written by the ladder runner, ``role: rung`` in run.json): the relative error of the predicted final
-loss of the largest rung in percent (target ≤ 1.5%), whether the 90% interval held it, and each
-rung's seed spread. Training the ladder is the executor's job; this bench reads what it left, so the
-same numbers can be recomputed from a published lab folder:
+Part 2 (``--lab LAB --ladder NAME``): the leave-last-rung-out back-test of a ladder trained in LAB.
 
-    glasslab run tiny_ladder --lab LAB --jobs 2        # the built-in ladder trained to the rules
-    python bench/ladder_bench.py [--lab LAB --ladder tiny --L-inf 1.0 --sweep 0.5 1.5] [--smoke]
+Part 3 (``--long --lab LAB``): trains the built-in ``long_ladder`` into LAB with two jobs (steps
+already there are reused), then reports the hero against its pre-registered prediction: the
+extrapolation (hero compute over the top rung's), the relative error of the final loss and whether
+the 90% interval held it, the error at every 5% of the hero's training, and every rollback.
 
-``--smoke`` (20 coverage ladders instead of 1,000/200) only checks that the bench still runs.
+Part 4 (``--isoflop --lab LAB``): trains ``isoflop_ladder`` into LAB (sharing the long ladder's data
+step), and reports approach 3's compute-optimal tokens per parameter with its interval and its
+prediction of the long ladder's hero (when LAB holds it) beside L(C)'s.
+
+With ``--estimate`` (instead of ``--lab``), parts 3 and 4 train nothing: each planned run's step is
+timed in CPU seconds per thread (a quiet machine's wall time, even when the machine is shared) and
+the ladder's training minutes are projected from the plan's step counts.
+
+    python bench/ladder_bench.py --smoke                      # seconds: synthetic only
+    python bench/ladder_bench.py --long --lab LAB             # <= 60 min on 2 cores
+    python bench/ladder_bench.py --isoflop --lab LAB          # <= 30 min on 2 cores
+    python bench/ladder_bench.py --long --isoflop --estimate  # minutes: projected training time
+    python bench/ladder_bench.py --lab LAB --ladder tiny --L-inf 1.0 --sweep 0.5 1.5
 """
 
 from __future__ import annotations
@@ -23,44 +34,53 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import time
 from pathlib import Path
 
 import numpy as np
 from scipy.optimize import least_squares
 
-from glasslab.ladder.approach3 import fit_approach3
+from glasslab import track
+from glasslab.ladder.approach3 import Approach3Law, fit_approach3
 from glasslab.ladder.compute_law import ComputeLaw
-from glasslab.ladder.fit import fit_ladder
+from glasslab.ladder.fit import fit_ladder, read_fit
 from glasslab.ladder.predict import CURVE_FRACTIONS, predict
 from glasslab.ladder.rungs import Rung
 from glasslab.ladder.runs import find_ladder_runs, read_rungs
 from glasslab.ladder.uncertainty import bootstrap_laws, estimate_noise
+from glasslab.layout import FIT_FILE, METRICS_DB, RESULT_FILE
 
 CHINCHILLA = Path(__file__).resolve().parents[2] / "shared" / "data" / "chinchilla_points.csv"
+SYNTHETIC_LAW = ComputeLaw(1.8, 300.0, 0.15)
 
 
-def synthetic_ladder(rng: np.random.Generator) -> list[Rung]:
-    """Five rungs over two decades, 3/3/2/2/2 seeds, 0.5% noise, evals at every 5% of training."""
-    law = ComputeLaw(1.8, 300.0, 0.15)
+def synthetic_ladder(rng: np.random.Generator, law: ComputeLaw = SYNTHETIC_LAW, seeds: int = 3) -> list[Rung]:
+    """Five rungs over two decades, ``seeds`` seeds, 0.5% noise, evals at every 5% of training."""
     rungs = []
     for i, flops in enumerate(np.geomspace(1e15, 1e17, 5)):
-        seeds = 3 if i < 2 else 2
         noisy = lambda c: tuple(float(law(c)) * np.exp(0.005 * rng.standard_normal(seeds)))  # noqa: B023
         partial = {f: noisy(f * flops) for f in CURVE_FRACTIONS[:-1]}
         rungs.append(Rung(f"r{i}", float(flops), noisy(flops), partial=partial))
     return rungs
 
 
-def coverage(L_inf: float | None, replicates: int = 200) -> float:
-    """Share of synthetic ladders (0.5% noise, 3 seeds) whose 90% interval at 10x holds the true loss."""
-    law = ComputeLaw(1.8, 300.0, 0.15)
+def coverage(mode: str, replicates: int) -> float:
+    """Share of synthetic ladders (0.5% noise, 3 seeds) whose 90% interval at 10x holds the true loss.
+
+    ``mode``: ``exact`` (L∞ pinned at the truth, no doubt about it), ``free`` (L∞ fitted), or
+    ``misspecified`` (the truth's L∞ uniform within ± 0.3 of the pinned 1.8; the default interval)."""
     rng = np.random.default_rng(11)
     covered = 0
     for rep in range(replicates):
+        law = SYNTHETIC_LAW
+        if mode == "misspecified":
+            law = ComputeLaw(1.8 + rng.uniform(-0.3, 0.3), SYNTHETIC_LAW.A, SYNTHETIC_LAW.alpha)
         rungs = [Rung(f"r{i}", float(c), tuple(float(law(c)) * np.exp(0.005 * rng.standard_normal(3))))
                  for i, c in enumerate(np.geomspace(1e15, 1e17, 5))]
-        p = predict(rungs, 1e18, L_inf=L_inf, num_bootstrap=400, seeds_at_target=None, seed=rep)
+        L_inf, prior = {"exact": (1.8, (1.8, 1.8)), "free": (None, None), "misspecified": (1.8, None)}[mode]
+        p = predict(rungs, 1e18, L_inf=L_inf, L_inf_prior=prior, num_bootstrap=400, seeds_at_target=None,
+                    seed=rep)
         covered += p.lo <= law(1e18) <= p.hi
     return covered / replicates
 
@@ -107,15 +127,37 @@ def bootstrap_speedup(rungs: list[Rung], replicates: int = 300) -> tuple[float, 
     return vectorised, looped
 
 
+# --- trained ladders ------------------------------------------------------------------------------
+
+
+def _result(run_dir: Path) -> dict:
+    path = run_dir / RESULT_FILE
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
 def _repetition(run_dir: Path) -> str:
     """The most-repeated domain of a run (from ``mixture/epochs/*`` in its result.json), as text."""
-    result = run_dir / "result.json"
-    epochs = {k.removeprefix("mixture/epochs/"): v for k, v in
-              (json.loads(result.read_text()) if result.is_file() else {}).items() if k.startswith("mixture/epochs/")}
+    epochs = {k.removeprefix("mixture/epochs/"): v for k, v in _result(run_dir).items()
+              if k.startswith("mixture/epochs/")}
     if not epochs:
         return ""
     domain = max(epochs, key=epochs.get)
     return f"; most repeated: {domain} ×{epochs[domain]:.1f}"
+
+
+def _shape(run_dir: Path) -> str:
+    """Embedding share of a run's active parameters and the LM head's share of its FLOPs, as text."""
+    record = track.read_record(run_dir) or {}
+    model = record.get("config", {}).get("model", {})
+    if not model:
+        return ""
+    from glasslab.config import from_dict
+    from glasslab.model import ModelConfig
+
+    cfg = from_dict(ModelConfig, model)
+    counts = cfg.param_counts()
+    head = 6 * cfg.vocab_size * cfg.d_model / cfg.flops_per_token(int(record.get("seq_len", 64)))
+    return f"; embeddings {counts['embedding'] / counts['active']:.0%} of params, LM head {head:.0%} of FLOPs"
 
 
 def trained_ladder_report(lab: Path, ladder: str | None, L_inf: float | None,
@@ -127,6 +169,10 @@ def trained_ladder_report(lab: Path, ladder: str | None, L_inf: float | None,
               f"± {rung.loss_std:.4f} over {len(rung.losses)} seeds{_repetition(lab / rung.run_ids[0])}")
     fit = fit_ladder(rungs, ladder=ladder or "ladder", target_flops=10 * max(r.flops for r in rungs),
                      L_inf=L_inf, sweep=sweep)
+    return _print_backtest(fit)
+
+
+def _print_backtest(fit: dict) -> float | None:
     last = fit["backtest"]["last"]
     if last is None:
         print("back-test: too few rungs to hold the largest one out")
@@ -138,25 +184,246 @@ def trained_ladder_report(lab: Path, ladder: str | None, L_inf: float | None,
     return abs(last["rel_error_pct"])
 
 
+def run_experiment(name: str, lab: Path, jobs: int, smoke: bool = False) -> tuple[dict[str, Path], float]:
+    """Run built-in experiment ``name`` (its ``smoke_steps()`` with ``smoke``) into ``lab`` (finished steps
+    are reused); returns each step's folder by step name and the wall seconds this call spent."""
+    import importlib
+
+    from glasslab.lab import Executor, load_experiment
+
+    steps = importlib.import_module(f"glasslab.experiments.{name}").smoke_steps() if smoke else load_experiment(name)
+    executor = Executor(lab, jobs=jobs)
+    start = time.perf_counter()
+    report = executor.run(steps)
+    wall = time.perf_counter() - start
+    if not report.ok:
+        raise SystemExit(f"{name}: some steps failed (see `glasslab status --lab {lab}`)")
+    return {p.name: p.folder for p in executor.plan(steps).steps}, wall
+
+
+def _span_minutes(folders: dict[str, Path]) -> float:
+    """Minutes from the first step's start to the last step's finish, from their step.json records."""
+    from glasslab.lab import read_step_record
+
+    timings = [r["timings"] for r in map(read_step_record, folders.values()) if r and r.get("timings")]
+    starts = [t["started"] for t in timings if t.get("started")]
+    ends = [t["finished"] for t in timings if t.get("finished")]
+    return (max(ends) - min(starts)) / 60 if starts and ends else float("nan")
+
+
+def count_rollbacks(run_dirs: list[Path]) -> dict[str, int]:
+    """Rollback incidents per run folder (only runs that had any)."""
+    found = {}
+    for run_dir in run_dirs:
+        if not (run_dir / METRICS_DB).is_file():
+            continue
+        with track.RunReader(run_dir) as reader:
+            count = sum(e["kind"] == "rollback" for e in reader.events())
+        if count:
+            found[run_dir.name] = count
+    return found
+
+
+def hero_curve_errors(fit: dict, hero_dir: Path) -> list[tuple[float, float, float, bool]]:
+    """(fraction, predicted, measured, covered) at every 5% of the hero's training where both exist."""
+    hero = read_rungs([hero_dir])[0]
+    measured = {**hero.partial, 1.0: (hero.loss_mean,)}
+    rows = []
+    for point in fit["curve"]:
+        fraction = point["fraction"]
+        if fraction in measured:
+            actual = float(np.mean(measured[fraction]))
+            rows.append((fraction, point["point"], actual, point["lo"] <= actual <= point["hi"]))
+    return rows
+
+
+def measured_step_seconds(rung, threads: int, steps: int) -> float:
+    """CPU seconds per thread of one optimiser step (forward, backward, AdamW on random tokens) of
+    ``rung``'s model and batch: what a quiet machine's wall time would be, even on a shared one."""
+    import torch
+
+    from glasslab.model.transformer import Transformer
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    model = Transformer(rung.model)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=rung.learning_rate)
+    tokens = torch.randint(0, rung.model.vocab_size, (rung.batch_size, rung.seq_len + 1))
+
+    def step() -> None:
+        logits = model(tokens[:, :-1])
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+    step()  # first-call allocations
+    start = time.process_time()
+    for _ in range(steps):
+        step()
+    return (time.process_time() - start) / steps / threads
+
+
+def estimate_minutes(name: str, jobs: int, smoke: bool) -> float:
+    """Print each planned run's measured step time and minutes; return the ladder's projected wall
+    minutes on a quiet machine: rungs ``jobs`` at a time (one thread each), then the hero (``jobs``
+    threads). Training steps only: the data build, evals and the fit come on top."""
+    from glasslab.experiments import isoflop_ladder, long_ladder
+    from glasslab.ladder.plan import plan_ladder
+
+    plan = plan_ladder((long_ladder if name == "long_ladder" else isoflop_ladder).spec())
+    rung_minutes = 0.0
+    for rung in plan.rungs:
+        seconds = measured_step_seconds(rung, 1, 2 if smoke else 10)
+        minutes = seconds * rung.steps / 60
+        rung_minutes += minutes * len(rung.seeds)
+        print(f"{name} {rung.name}: {1e3 * seconds:.0f} ms/step × {rung.steps} steps = {minutes:.1f} min "
+              f"× {len(rung.seeds)} seeds ({rung.flops / (60 * minutes) / 1e9:.1f} GFLOP/s, one thread)")
+    hero_minutes = 0.0
+    if name == "long_ladder":
+        # Timed on one thread: on a shared machine a second thread's spin-waits count as CPU time. The
+        # projection divides by the threads, so it is the ideal-scaling (lower) end.
+        seconds = measured_step_seconds(plan.hero, 1, 1 if smoke else 3)
+        one_thread = seconds * plan.hero.steps / 60
+        hero_minutes = one_thread / jobs
+        print(f"{name} {plan.hero.name}: {1e3 * seconds:.0f} ms/step × {plan.hero.steps} steps = {one_thread:.1f} "
+              f"min on one thread ({plan.hero.flops / (60 * one_thread) / 1e9:.1f} GFLOP/s), {hero_minutes:.1f} min "
+              f"on {jobs} at ideal scaling")
+    total = rung_minutes / jobs + hero_minutes
+    print(f"{name}: rungs {rung_minutes:.1f} min of one core ({rung_minutes / jobs:.1f} min with {jobs} at once), "
+          f"hero {hero_minutes:.1f} min: {total:.0f} min of training on a quiet machine "
+          f"(CPU time per thread; load average now {os.getloadavg()[0]:.1f})")
+    return total
+
+
+def long_report(lab: Path, jobs: int, smoke: bool = False) -> dict[str, float]:
+    """Train (or reuse) long_ladder (its smoke size with ``smoke``) in ``lab``; print the hero against its
+    prediction; return headlines."""
+    folders, wall = run_experiment("long_ladder", lab, jobs, smoke)
+    ladder = "long-smoke" if smoke else "long"
+    fit = read_fit(folders[f"{ladder}-fit"] / FIT_FILE)
+    hero_dir = folders[f"{ladder}-hero"]
+    rung_dirs = [folder for name, folder in folders.items()
+                 if name not in ("data", f"{ladder}-fit", f"{ladder}-hero")]
+    for rung in read_rungs(rung_dirs):
+        print(f"rung {rung.name} ({rung.size_name}): {rung.flops:.3g} FLOPs, loss {rung.loss_mean:.4f} "
+              f"± {rung.loss_std:.4f} over {len(rung.losses)} seeds{_shape(lab / rung.run_ids[0])}"
+              f"{_repetition(lab / rung.run_ids[0])}")
+    law = fit["law"]["params"]
+    prior = fit["L_inf"]["prior"]
+    print(f"law: L(C) = {law['L_inf']:.3g} + {law['A']:.4g}·C^-{law['alpha']:.4f} (L∞ {fit['L_inf']['mode']}, "
+          f"prior {prior['low']:.2f}–{prior['high']:.2f} from {prior['source']})")
+    _print_backtest(fit)
+    predicted = fit["prediction"]
+    hero = read_rungs([hero_dir])[0]
+    measured = hero.loss_mean
+    top = max(r["flops"] for r in fit["rungs"])
+    error = 100 * (predicted["point"] - measured) / measured
+    covered = predicted["lo"] <= measured <= predicted["hi"]
+    print(f"hero {hero.size_name}{_shape(hero_dir)}{_repetition(hero_dir)}")
+    print(f"hero: predicted {predicted['point']:.4f} [{predicted['lo']:.4f}, {predicted['hi']:.4f}] at "
+          f"{predicted['flops']:.3g} FLOPs ({predicted['flops'] / top:.0f}x the top rung), measured "
+          f"{measured:.4f}: error {error:+.2f}%, inside the 90% interval: {covered}")
+    print("hero curve (fraction of training: predicted, measured, error, inside the band):")
+    curve = hero_curve_errors(fit, hero_dir)
+    for fraction, point, actual, inside in curve:
+        print(f"  {fraction:4.0%}: {point:.4f} vs {actual:.4f}  {100 * (point - actual) / actual:+6.2f}%  {inside}")
+    rollbacks = count_rollbacks([*rung_dirs, hero_dir])
+    print(f"rollbacks: {rollbacks or 'none'}")
+    print(f"long ladder: {wall / 60:.1f} min in this call; steps span {_span_minutes(folders):.1f} min "
+          f"(load average now {os.getloadavg()[0]:.1f})")
+    late = [abs(100 * (p - a) / a) for f, p, a, _ in curve if f >= 0.5]
+    return {"extrapolation": predicted["flops"] / top, "rel_error_pct": error, "covered": covered,
+            "rollbacks": sum(rollbacks.values()), "minutes": _span_minutes(folders),
+            "curve_max_abs_error_pct_after_half": max(late) if late else float("nan")}
+
+
+def isoflop_report(lab: Path, jobs: int, smoke: bool = False) -> dict[str, float]:
+    """Train (or reuse) isoflop_ladder (its smoke size with ``smoke``) in ``lab``; print approach 3 and its
+    prediction of the long hero (the long smoke hero with ``smoke``)."""
+    folders, wall = run_experiment("isoflop_ladder", lab, jobs, smoke)
+    suffix = "-smoke" if smoke else ""
+    fit = read_fit(folders[f"isoflop{suffix}-fit"] / FIT_FILE)
+    a3 = fit["approach3"]
+    if not a3["fitted"]:
+        raise SystemExit(f"isoflop ladder: approach 3 not fitted ({a3['reason']})")
+    for rung in fit["rungs"]:
+        print(f"rung {rung['name']} ({rung['size_name']}): {rung['tokens'] / rung['params_active']:.1f} tokens/param, "
+              f"loss {rung['loss_mean']:.4f} over {len(rung['losses'])} seeds")
+    p, se = a3["params"], a3["param_se"]
+    print("approach 3: L(N,D) = " + ", ".join(f"{k} {p[k]:.4g} ± {se.get(k, float('nan')):.2g}" for k in p))
+    optimal = a3["compute_optimal"]
+    low, high = optimal["tokens_per_param_interval"]
+    print(f"compute-optimal at {optimal['flops']:.3g} FLOPs: N {optimal['params_active']:.3g}, "
+          f"D {optimal['tokens']:.3g}, {optimal['tokens_per_param']:.1f} tokens/param [90%: {low:.1f}, {high:.1f}]")
+    headlines = {"tokens_per_param": optimal["tokens_per_param"], "tokens_per_param_lo": low,
+                 "tokens_per_param_hi": high, "hero_error_pct": float("nan")}
+    long_hero = next(iter(sorted(lab.glob(f"long{suffix}-hero-*"))), None)
+    if long_hero is None or not (long_hero / RESULT_FILE).is_file():
+        print("long ladder hero: not in this lab (run --long first to compare)")
+    else:
+        record = track.read_record(long_hero)
+        tokens = float(record["steps"]) * float(record["batch_size"]) * float(record["seq_len"])
+        law = Approach3Law(*(p[k] for k in ("E", "A", "B", "alpha", "beta")),
+                           bootstrap=tuple(map(tuple, a3["bootstrap"])), residual_sigma=a3["residual_sigma"])
+        point, low, high = law.predict_run(float(record["params_active"]), tokens)
+        measured = read_rungs([long_hero])[0].loss_mean
+        headlines["hero_error_pct"] = 100 * (point - measured) / measured
+        print(f"long hero ({record['size_name']}, {tokens / float(record['params_active']):.1f} tokens/param): "
+              f"approach 3 predicts {point:.4f} [{low:.4f}, {high:.4f}], measured {measured:.4f}: "
+              f"error {headlines['hero_error_pct']:+.2f}%")
+        long_fit = next(iter(sorted(lab.glob(f"long{suffix}-fit-*"))), None)
+        if long_fit is not None:
+            lc = read_fit(long_fit / FIT_FILE)["prediction"]
+            print(f"  beside L(C) from the long ladder: {lc['point']:.4f} [{lc['lo']:.4f}, {lc['hi']:.4f}], "
+                  f"error {100 * (lc['point'] - measured) / measured:+.2f}%")
+    frontier = fit["prediction"]
+    print(f"  and L(C) from the isoFLOP frontier ({len(fit['law']['fitted_on'])} best sizes): {frontier['point']:.4f} "
+          f"[{frontier['lo']:.4f}, {frontier['hi']:.4f}] at {frontier['flops']:.3g} FLOPs")
+    print(f"isoflop ladder: {wall / 60:.1f} min in this call; steps span {_span_minutes(folders):.1f} min "
+          f"(load average now {os.getloadavg()[0]:.1f})")
+    return headlines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--lab", type=Path, default=None, help="lab root holding a trained ladder")
-    parser.add_argument("--ladder", default=None, help="ladder name (default: every rung in the lab)")
-    parser.add_argument("--L-inf", dest="L_inf", default="free", help="asymptote to pin, or 'free'")
+    parser.add_argument("--lab", type=Path, default=None, help="lab root holding (or to hold) trained ladders")
+    parser.add_argument("--ladder", default=None, help="back-test this ladder of --lab")
+    parser.add_argument("--L-inf", dest="L_inf", default="free", help="asymptote to pin for --ladder, or 'free'")
     parser.add_argument("--sweep", nargs="*", type=float, default=[])
-    parser.add_argument("--smoke", action="store_true", help="few coverage ladders: check that the bench runs")
+    parser.add_argument("--long", action="store_true", help="train (or reuse) long_ladder in --lab and report")
+    parser.add_argument("--isoflop", action="store_true", help="train (or reuse) isoflop_ladder in --lab and report")
+    parser.add_argument("--jobs", type=int, default=2, help="steps at once for --long/--isoflop (default 2)")
+    parser.add_argument("--estimate", action="store_true",
+                        help="with --long/--isoflop: measure each planned run's step time and project the "
+                        "ladder's minutes instead of training it")
+    parser.add_argument("--smoke", action="store_true",
+                        help="seconds: small synthetic checks; with --long/--isoflop, the ladders at 0.5 tokens "
+                        "per parameter or budgets / 20 (minutes)")
     args = parser.parse_args()
-    pinned_ladders, free_ladders = (20, 20) if args.smoke else (1000, 200)
+    if (args.long or args.isoflop or args.ladder) and args.lab is None and not args.estimate:
+        parser.error("--long, --isoflop and --ladder need --lab (or --estimate)")
 
+    estimates = {}
+    if args.estimate:
+        for flag, name in ((args.long, "long_ladder"), (args.isoflop, "isoflop_ladder")):
+            if flag:
+                estimates[name] = estimate_minutes(name, args.jobs, args.smoke)
+        args.long = args.isoflop = False
+    long = long_report(args.lab, args.jobs, args.smoke) if args.long else None  # training first: it takes the hour
+    iso = isoflop_report(args.lab, args.jobs, args.smoke) if args.isoflop else None
+    error = None
+    if args.ladder is not None:
+        error = trained_ladder_report(args.lab, args.ladder, None if args.L_inf == "free" else float(args.L_inf),
+                                      args.sweep)
+    replicates = 40 if args.smoke else 1000
     rungs = synthetic_ladder(np.random.default_rng(0))
     full_fit = time_full_fit(rungs)
-    chinchilla = time_chinchilla()
-    vectorised, looped = bootstrap_speedup(rungs)
-    coverage_pinned, coverage_free = coverage(1.8, pinned_ladders), coverage(None, free_ladders)
-    error = None
-    if args.lab is not None:
-        L_inf = None if args.L_inf == "free" else float(args.L_inf)
-        error = trained_ladder_report(args.lab, args.ladder, L_inf, args.sweep)
+    chinchilla = None if args.smoke else time_chinchilla()
+    vectorised, looped = bootstrap_speedup(rungs, replicates=30 if args.smoke else 300)
+    coverage_exact = coverage("exact", replicates)
+    coverage_free = coverage("free", replicates // 5)
+    coverage_misspecified = coverage("misspecified", replicates)
 
     print(f"bootstrap refit: {vectorised * 1e6:.0f} us/replicate vectorised, {looped * 1e6:.0f} us/replicate "
           "with one scipy least_squares per replicate")
@@ -164,13 +431,28 @@ def main() -> None:
     if chinchilla is not None:
         print(f"ladder_approach3_chinchilla_seconds: {chinchilla:.2f}  (target: seconds, not minutes)")
     print(f"ladder_bootstrap_vectorised_speedup: {looped / vectorised:.0f}  (vs one scipy fit per replicate)")
-    print(f"ladder_interval_coverage_pinned: {coverage_pinned:.3f}  (target 0.85-0.95; {pinned_ladders} ladders)")
-    print(f"ladder_interval_coverage_free: {coverage_free:.3f}  (target 0.85-0.95; {free_ladders} ladders)")
-    if error is not None:
-        print(f"ladder_backtest_rel_error_pct: {error:.2f}  (target <= 1.5)")
-    else:
-        print("ladder_backtest_rel_error_pct: n/a  "
-              "(needs a trained ladder: --lab LAB after `glasslab run tiny_ladder --lab LAB`)")
+    print(f"ladder_interval_coverage_pinned: {coverage_exact:.3f}  (target 0.85-0.95; L∞ known exactly; "
+          f"{replicates} ladders)")
+    print(f"ladder_interval_coverage_free: {coverage_free:.3f}  (target 0.85-0.95; {replicates // 5} ladders)")
+    print(f"ladder_interval_coverage_misspecified_L_inf: {coverage_misspecified:.3f}  (target 0.85-0.95; true L∞ "
+          f"within ±0.3 of the pinned value, default interval; {replicates} ladders)")
+    if args.ladder is not None:
+        print(f"ladder_backtest_rel_error_pct: {'n/a' if error is None else f'{error:.2f}'}  (target <= 1.5)")
+    for name, minutes in estimates.items():
+        print(f"ladder_{name.removesuffix('_ladder')}_estimated_training_minutes: {minutes:.0f}  (target <= "
+              f"{60 if name == 'long_ladder' else 30} in all; measured step times, quiet machine)")
+    if long is not None:
+        print(f"ladder_long_extrapolation: {long['extrapolation']:.0f}  (target >= 30)")
+        print(f"ladder_long_rel_error_pct: {long['rel_error_pct']:+.2f}  (target |E| <= 2.0, stretch <= 1.0; "
+              f"inside the 90% interval: {long['covered']})")
+        print(f"ladder_long_curve_max_abs_error_pct_second_half: {long['curve_max_abs_error_pct_after_half']:.2f}  "
+              "(context: the predicted curve from 50% of training on)")
+        print(f"ladder_long_rollbacks: {long['rollbacks']}  (target 0)")
+        print(f"ladder_long_minutes: {long['minutes']:.1f}  (target <= 60 on 2 cores with 2 jobs)")
+    if iso is not None:
+        print(f"ladder_approach3_tokens_per_param: {iso['tokens_per_param']:.1f}  (90% interval "
+              f"{iso['tokens_per_param_lo']:.1f}-{iso['tokens_per_param_hi']:.1f}; at the long hero's compute)")
+        print(f"ladder_approach3_long_hero_rel_error_pct: {iso['hero_error_pct']:+.2f}  (context: L(C)'s above)")
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from glasslab.data import (
     eval_bytes_per_token,
     plan_mixture,
 )
+from glasslab.data.loader import DomainStream
 from glasslab.data.shards import open_shard
 from glasslab.errors import UserError
 
@@ -135,11 +136,24 @@ def test_one_epoch_packs_every_document_once_in_shuffled_order(ds):
     counts = np.bincount(stream, minlength=512)
     assert np.all(counts <= all_counts) and all_counts.sum() - counts.sum() < 64
     assert not np.array_equal(stream, np.asarray(shard.tokens[: stream.size]))  # documents reordered
-    # The stream is whole documents back to back: every EOT is followed by the start of some document.
+    # Each sequence is whole documents back to back: every EOT is followed by the start of some document.
     eot = json.loads((ds / "manifest.json").read_text())["eot_id"]
     starts = {int(shard.document(i)[0]) for i in range(len(shard.ends))}
-    after_eot = stream[1:][stream[:-1] == eot]
+    rows = stream.reshape(steps, 64)
+    after_eot = rows[:, 1:][rows[:, :-1] == eot]
     assert set(after_eot.tolist()) <= starts
+
+
+def test_windows_are_read_in_a_shuffled_order_that_covers_the_epoch(ds):
+    """One long document must not fill consecutive batches: a domain's sequences are its epoch's windows
+    in a shuffled order, each window once."""
+    stream = DomainStream(open_shard(ds, "alpha", "train"), seed=0, domain="alpha")
+    count = stream.tokens_per_epoch // 64
+    position_of = {stream.read(k * 64, 64).tobytes(): k for k in range(count)}
+    order = [position_of[stream.read_window(i, 64).tobytes()] for i in range(count)]
+    assert len(set(order)) >= 0.99 * count  # every window once (identical windows aside)
+    assert np.mean(np.diff(order) == 1) < 0.05  # consecutive sequences are rarely neighbours
+    assert stream.read_window(count, 64).tobytes() != stream.read_window(0, 64).tobytes()  # next epoch
 
 
 def test_bad_mixtures_fail_before_any_compute(ds, tmp_path):

@@ -50,7 +50,8 @@ def test_noiseless_ladder_is_fitted_exactly():
 @pytest.mark.parametrize("seeds_per_rung,seeds_at_target", [(3, None), (1, None), (3, 1)])
 def test_nominal_90_percent_interval_covers_truth_85_to_95_percent(seeds_per_rung, seeds_at_target):
     """Over 300 replicate ladders (0.5% noise), the pinned-L∞ 90% interval at 10x the largest rung
-    covers the true expected loss (or, with seeds_at_target=1, a fresh single-seed hero loss)."""
+    covers the true expected loss (or, with seeds_at_target=1, a fresh single-seed hero loss) when the
+    asymptote is known exactly (a point prior): the noise part of the interval alone."""
     rng = np.random.default_rng(2024)
     target = 1e18
     covered = 0
@@ -60,11 +61,34 @@ def test_nominal_90_percent_interval_covers_truth_85_to_95_percent(seeds_per_run
         truth = true_loss(target)
         if seeds_at_target:
             truth *= np.exp(0.005 * rng.standard_normal())
-        p = predict(rungs, target, L_inf=TRUE_L_INF, num_bootstrap=400, seeds_at_target=seeds_at_target,
-                    seed=rep)
+        p = predict(rungs, target, L_inf=TRUE_L_INF, L_inf_prior=(TRUE_L_INF, TRUE_L_INF), num_bootstrap=400,
+                    seeds_at_target=seeds_at_target, seed=rep)
         assert p.lo < p.point < p.hi
         covered += p.lo <= truth <= p.hi
     assert 0.85 <= covered / replicates <= 0.95
+
+
+def test_default_interval_covers_a_misspecified_asymptote_85_to_95_percent():
+    """The true L∞ lies anywhere within ± 0.3 nats of the pinned value: the default interval (pinned
+    value ± 0.3 as a prior) still covers the truth at 10x about 90% of the time; an interval that
+    trusts the pinned value covers it about a quarter of the time."""
+    rng = np.random.default_rng(11)
+    covered = {"default": 0, "certain": 0}
+    replicates = 300
+    for rep in range(replicates):
+        true_L_inf = TRUE_L_INF + rng.uniform(-0.3, 0.3)
+        flops = np.geomspace(1e15, 1e17, 5)
+        rungs = [Rung(f"r{i}", float(c), tuple((true_L_inf + TRUE_A * c**-TRUE_ALPHA)
+                                               * np.exp(0.005 * rng.standard_normal(3))))
+                 for i, c in enumerate(flops)]
+        truth = true_L_inf + TRUE_A * 1e18**-TRUE_ALPHA
+        for name, prior in (("default", None), ("certain", (TRUE_L_INF, TRUE_L_INF))):
+            p = predict(rungs, 1e18, L_inf=TRUE_L_INF, L_inf_prior=prior, num_bootstrap=300, seeds_at_target=None,
+                        seed=rep)
+            covered[name] += p.lo <= truth <= p.hi
+    assert p.prior.to_dict() == {"kind": "uniform", "low": 1.8, "high": 1.8, "source": "given"}
+    assert 0.85 <= covered["default"] / replicates <= 0.95
+    assert covered["certain"] / replicates < 0.5
 
 
 def test_pinned_asymptote_is_stable_where_free_is_not():
@@ -83,14 +107,23 @@ def test_pinned_asymptote_is_stable_where_free_is_not():
     assert abs(np.mean(pinned_pred) / true_loss(1e17) - 1) < 0.005
 
 
-def test_sweep_tabulates_and_widens_the_interval():
+def test_sweep_tabulates_and_its_span_is_the_prior():
     rungs = synthetic_ladder(np.random.default_rng(0), 0.005)
-    plain = predict(rungs, 1e18, L_inf=1.8, seed=1)
+    certain = predict(rungs, 1e18, L_inf=1.8, L_inf_prior=(1.8, 1.8), seed=1)
     swept = predict(rungs, 1e18, L_inf=1.8, sweep=(1.6, 2.0), seed=1)
+    default = predict(rungs, 1e18, L_inf=1.8, seed=1)
     assert [row.L_inf for row in swept.sweep] == [1.6, 2.0]
-    assert swept.sweep[0].point < plain.point < swept.sweep[1].point  # higher floor, higher loss
-    assert swept.lo <= plain.lo and swept.hi >= plain.hi
-    assert swept.hi - swept.lo > 1.5 * (plain.hi - plain.lo)
+    assert swept.sweep[0].point < certain.point < swept.sweep[1].point  # higher floor, higher loss
+    assert (swept.prior.low, swept.prior.high, swept.prior.source) == (1.6, 2.0, "sweep span")
+    assert (default.prior.low, default.prior.high) == pytest.approx((1.5, 2.1))
+    assert swept.point == certain.point == default.point
+    # The band holds the swept points' range, and widens with the prior: certain < ±0.2 < ±0.3.
+    assert swept.lo < swept.sweep[0].point and swept.hi > swept.sweep[1].point
+    assert certain.hi - certain.lo < 0.6 * (swept.hi - swept.lo) < 0.6 * (default.hi - default.lo)
+    # The prior stops short of the lowest rung's loss: a law cannot put its floor at a rung.
+    lowest = min(r.loss_mean for r in rungs)
+    near = predict(rungs, 1e18, L_inf=lowest - 0.1, seed=1)
+    assert near.prior.high == pytest.approx(lowest - 0.01)
 
 
 def test_curve_predicts_every_five_percent():

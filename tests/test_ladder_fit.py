@@ -11,6 +11,7 @@ import pytest
 from cli_runner import run_cli
 from glasslab import track
 from glasslab.errors import UserError
+from glasslab.ladder.approach3 import Approach3Law
 from glasslab.ladder.figures import draw_fit
 from glasslab.ladder.fit import fit_ladder, read_fit, rungs_from_fit, write_fit
 from glasslab.ladder.predict import CURVE_FRACTIONS
@@ -83,12 +84,23 @@ def test_isoflop_ladder_fits_approach3_and_frontier():
             loss = 1.7 + 400 / n**0.34 + 1200 / d**0.3
             rungs.append(Rung(f"C{budget:.0e}-N{n:.2g}", budget * (1 + 0.001 * len(rungs) % 3), tuple(
                 loss * np.exp(0.003 * rng.standard_normal(2))), params_active=n, tokens=d))
-    fit = fit_ladder(rungs, ladder="iso", target_flops=1e20, L_inf=None, num_bootstrap=100)
+    fit = fit_ladder(rungs, ladder="iso", target_flops=1e20, L_inf=None, num_bootstrap=100,
+                     target_size=(1e9, 2e10))
     a3 = fit["approach3"]
     assert a3["fitted"]
     assert a3["params"]["E"] == pytest.approx(1.7, rel=0.1)
     assert a3["compute_optimal"]["flops_per_param_token"] == pytest.approx(6.0, rel=0.01)
     assert len(fit["law"]["fitted_on"]) == 4  # L(C) sees the best size of each budget
+    # Intervals from the kept bootstrap refits: the optimum's tokens per parameter and a run's loss.
+    truth = Approach3Law(1.7, 400, 1200, 0.34, 0.3)
+    n_true, d_true = truth.compute_optimal(1e20)
+    low, high = a3["compute_optimal"]["tokens_per_param_interval"]
+    assert low < a3["compute_optimal"]["tokens_per_param"] < high
+    assert a3["compute_optimal"]["tokens_per_param"] == pytest.approx(d_true / n_true, rel=0.5)  # 10x beyond
+    target = a3["target"]
+    assert target["lo"] < target["point"] < target["hi"]
+    assert target["lo"] < truth(1e9, 2e10) < target["hi"]
+    assert len(a3["bootstrap"]) == 100 and a3["residual_sigma"] < 0.01
 
 
 def test_read_rungs_rejects_a_run_the_planner_did_not_make(tmp_path):
@@ -106,7 +118,8 @@ def test_cli_fit_writes_fit_json_and_figures(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "prediction at 1e+18 FLOPs" in done.stdout and "back-test" in done.stdout
     fit = json.loads((out / "fit.json").read_text())
-    assert fit["L_inf"] == {"mode": "pinned", "value": 1.8, "sweep": [1.7, 1.9]}
+    assert fit["L_inf"] == {"mode": "pinned", "value": 1.8, "sweep": [1.7, 1.9],
+                            "prior": {"kind": "uniform", "low": 1.7, "high": 1.9, "source": "sweep span"}}
     assert (out / "ladder.png").is_file() and (out / "ladder.svg").is_file()
 
 

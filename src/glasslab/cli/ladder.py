@@ -44,7 +44,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     fit.add_argument("--L-inf", dest="L_inf", required=True, metavar="NATS|free",
                      help="the asymptote: a value to pin (nats/token) or 'free' to fit it")
     fit.add_argument("--sweep", nargs="+", type=float, default=[], metavar="NATS",
-                     help="assumed asymptotes to tabulate; their intervals widen the reported one")
+                     help="assumed asymptotes to tabulate; their span is the range a pinned L-inf is spread "
+                     "over for the interval (default without a sweep: pinned value ± 0.3 nats)")
     fit.add_argument("--spec", default=None, metavar="SPEC",
                      help="ladder spec: predict its planned hero (and name the ladder after it)")
     fit.add_argument("--target-flops", type=float, default=None,

@@ -270,6 +270,7 @@ def build_dataset(cfg: BuildConfig, out_dir: Path, progress: bool = True) -> Pat
         entries = _write_shards(cfg, tmp, stage_dir, domains, tokenizer.to_str(), eot_id, vocab_size)
         timings["shards_s"] = time.perf_counter() - mark
         shutil.rmtree(stage_dir)
+        described = [sources.describe(s) for s in cfg.sources]  # name, version, licence: a rebuildable corpus
         manifest = {
             "format": "glasslab-dataset/1",
             "python_version": platform.python_version(),
@@ -283,6 +284,7 @@ def build_dataset(cfg: BuildConfig, out_dir: Path, progress: bool = True) -> Pat
                 "sha256": file_sha256(tmp / TOKENIZER_DIR / "tokenizer.json"),
             },
             "domains": entries,
+            "sources": described,
         }
         _write_json(tmp / MANIFEST_FILE, manifest)
         tokens = {"documents": 0, "bytes": 0, "tokens": 0}
@@ -292,7 +294,7 @@ def build_dataset(cfg: BuildConfig, out_dir: Path, progress: bool = True) -> Pat
         timings["total_s"] = time.perf_counter() - started
         record = {
             "python_version": platform.python_version(),
-            "sources": [sources.describe(s) for s in cfg.sources],
+            "sources": described,
             "funnel": funnel.to_list() + [{"stage": "tokens", **tokens}],
             "funnel_by_domain": {domain: stages + [{"stage": "tokens", **_sum_splits(entries.get(domain, {}))}]
                                  for domain, stages in funnel.by_domain().items()},

@@ -1,34 +1,68 @@
-"""Built-in corpora taken only from Python's own distribution, so they need no network.
+"""Built-in corpora from what every glasslab install already has: Python's standard library and the
+packages glasslab itself depends on. They need no network.
 
-The same Python version yields the same documents everywhere: files are visited in sorted order and
-nothing depends on the machine beyond the standard library that ships with the interpreter (the
-version is recorded in the dataset manifest). Three domains of real text:
+The same Python and package versions yield the same documents everywhere: files are visited in sorted
+order and nothing depends on the machine beyond the installed versions, which the dataset manifest
+records with each corpus's licence. Corpora (``SourceConfig.path`` of a ``builtin`` source):
 
 - ``stdlib_code``: standard-library modules, one document per source file;
 - ``stdlib_prose``: English prose from docstrings and comment blocks of standard-library modules;
-- ``pydoc_topics``: the language reference topics that ``help()`` shows (``pydoc_data.topics``).
+- ``pydoc_topics``: the language reference topics that ``help()`` shows (``pydoc_data.topics``);
+- ``<package>_code`` and ``<package>_prose`` for each of glasslab's own dependencies
+  (:data:`PACKAGES`: ``numpy_code``, ``torch_prose``, …): the package's Python source files as its
+  installation lists them (its RECORD), and the docstrings and comment blocks of those files.
 
-Files describing how this particular interpreter was built (``_sysconfigdata*``, ``config-*/``)
-are left out, as are tests and anything installed into site-packages.
+Tests, files describing how this particular interpreter was built (``_sysconfigdata*``, ``config-*/``),
+anything installed into the standard library's site-packages, and machine-generated modules (a
+generator's note in the first lines: the codec tables of ``encodings/``, ``pydoc_data/topics.py``,
+serialized patterns) are left out. Generated tables are not language, and the loader reads a document
+as consecutive sequences: a 13 KB codec table filled every code row of three consecutive batches of a
+tiny rung, out of the spike guard's band each time, and rolled it back. Code and prose of one
+package come from disjoint halves of its module list, so a held-out docstring cannot leak into the
+training code domain (and the other way round) and decontamination has nothing to remove there.
 
-Code and prose come from disjoint halves of the module list, so a held-out docstring cannot leak into
-the training code domain (and the other way round) and decontamination has nothing to remove there.
+A corpus whose files are not there fails in one line: some distributions ship parts of the standard
+library (``pydoc_data``, tests, docs) as separate packages, and a dependency may be missing from a
+hand-made environment.
 """
 
 from __future__ import annotations
 
 import ast
+import importlib.metadata
 import os
 import platform
+import re
 import sysconfig
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
-LICENCE = "PSF-2.0"
+from glasslab.errors import UserError
+
+STDLIB_LICENCE = "PSF-2.0"
+STDLIB_CORPORA = ("stdlib_code", "stdlib_prose", "pydoc_topics")
+PACKAGES = {
+    "datasketch": "datasketch",
+    "matplotlib": "matplotlib",
+    "numpy": "numpy",
+    "pyarrow": "pyarrow",
+    "pyyaml": "PyYAML",
+    "rich": "rich",
+    "safetensors": "safetensors",
+    "scipy": "scipy",
+    "starlette": "starlette",
+    "tokenizers": "tokenizers",
+    "torch": "torch",
+    "uvicorn": "uvicorn",
+    "zstandard": "zstandard",
+}
+"""Corpus prefix → distribution name: glasslab's required dependencies (pyproject.toml), so every
+install that can run glasslab has their sources."""
 EXCLUDED_DIRS = {
     "test",
     "tests",
+    "testing",
     "idle_test",
     "site-packages",
     "dist-packages",
@@ -37,21 +71,27 @@ EXCLUDED_DIRS = {
     "ensurepip",
     "turtledemo",
 }
+KIND_WORDS = {
+    "code": "source files",
+    "prose": "docstrings and comments",
+    "topics": "pydoc_data.topics (language reference topics)",
+}
+GENERATED_NOTE = re.compile(r"auto-?generated|automatically generated|generated (from|by) \S+\.(py|txt)\b|"
+                            r"with gencodec\.py|do not edit", re.IGNORECASE)
+"""How generators mark their output near the top of a module."""
+GENERATED_HEAD_CHARS = 600
 MIN_PROSE_CHARS = 200
 """Prose documents shorter than this (a module with one short docstring) are skipped."""
 
 
+def corpus_names() -> tuple[str, ...]:
+    """Every built-in corpus name, the standard library's first."""
+    packages = tuple(f"{prefix}_{kind}" for prefix in PACKAGES for kind in ("code", "prose"))
+    return STDLIB_CORPORA + packages
+
+
 def stdlib_dir() -> Path:
     return Path(sysconfig.get_paths()["stdlib"])
-
-
-def provenance(corpus: str) -> str:
-    where = {
-        "stdlib_code": "standard-library source files",
-        "stdlib_prose": "standard-library docstrings and comments",
-        "pydoc_topics": "pydoc_data.topics (language reference topics)",
-    }[corpus]
-    return f"CPython {platform.python_version()} {where} ({stdlib_dir()})"
 
 
 def stdlib_modules() -> list[Path]:
@@ -70,15 +110,62 @@ def stdlib_modules() -> list[Path]:
     return sorted(files, key=lambda p: p.relative_to(root).as_posix())
 
 
-def _half(path: Path, which: int) -> bool:
-    """Whether ``path`` belongs to half ``which`` (0 = code, 1 = prose) by a stable hash of its name."""
-    return zlib.crc32(path.relative_to(stdlib_dir()).as_posix().encode()) % 2 == which
+def _distribution(corpus: str) -> importlib.metadata.Distribution:
+    name = PACKAGES[corpus.rpartition("_")[0]]
+    try:
+        return importlib.metadata.distribution(name)
+    except importlib.metadata.PackageNotFoundError:
+        raise UserError(f"built-in corpus {corpus}: package {name} is not installed "
+                        f"(pip install {name}, or drop the source)") from None
 
 
-def code_documents() -> Iterator[str]:
-    for path in stdlib_modules():
-        if _half(path, 0):
-            yield path.read_text(encoding="utf-8", errors="replace")
+def package_modules(corpus: str) -> list[tuple[str, Path]]:
+    """(path inside site-packages, file) of every ``.py`` file the package's installation lists, tests
+    left out, sorted by that path. A listed file that is missing fails: the install is damaged."""
+    dist = _distribution(corpus)
+    if dist.files is None:
+        raise UserError(f"built-in corpus {corpus}: {dist.metadata['Name']} {dist.version} lists no files "
+                        "(no RECORD in its installation); reinstall it with pip")
+    modules = []
+    for file in dist.files:
+        parts = file.parts
+        if file.suffix != ".py" or parts[0] == ".." or set(parts[:-1]) & EXCLUDED_DIRS:
+            continue
+        path = Path(file.locate())
+        if not path.is_file():
+            raise UserError(f"built-in corpus {corpus}: {path} is listed by {dist.metadata['Name']} "
+                            f"{dist.version} but missing; reinstall it")
+        modules.append((file.as_posix(), path))
+    if not modules:
+        raise UserError(f"built-in corpus {corpus}: {dist.metadata['Name']} {dist.version} has no Python files")
+    return sorted(modules)
+
+
+def _stdlib_files() -> list[tuple[str, Path]]:
+    root = stdlib_dir()
+    files = [(p.relative_to(root).as_posix(), p) for p in stdlib_modules()]
+    if not files:
+        raise UserError(f"built-in corpus stdlib_code/stdlib_prose: no standard-library sources under {root} "
+                        "(this Python ships without them)")
+    return files
+
+
+def _generated(source: str) -> bool:
+    """Whether a module says near its top that a program wrote it."""
+    return GENERATED_NOTE.search(source[:GENERATED_HEAD_CHARS]) is not None
+
+
+def _half(relative: str, which: int) -> bool:
+    """Whether a file belongs to half ``which`` (0 = code, 1 = prose) by a stable hash of its path."""
+    return zlib.crc32(relative.encode()) % 2 == which
+
+
+def _code_documents(files: list[tuple[str, Path]]) -> Iterator[str]:
+    for relative, path in files:
+        if _half(relative, 0):
+            source = path.read_text(encoding="utf-8", errors="replace")
+            if not _generated(source):
+                yield source
 
 
 def _docstrings(source: str) -> list[str]:
@@ -111,25 +198,66 @@ def _comment_blocks(source: str) -> list[str]:
     return blocks
 
 
-def prose_documents() -> Iterator[str]:
-    for path in stdlib_modules():
-        if not _half(path, 1):
+def _prose_documents(files: list[tuple[str, Path]]) -> Iterator[str]:
+    for relative, path in files:
+        if not _half(relative, 1):
             continue
         source = path.read_text(encoding="utf-8", errors="replace")
+        if _generated(source):
+            continue
         text = "\n\n".join(_docstrings(source) + _comment_blocks(source))
         if len(text) >= MIN_PROSE_CHARS:
             yield text
 
 
 def topic_documents() -> Iterator[str]:
-    from pydoc_data.topics import topics
-
+    try:
+        from pydoc_data.topics import topics
+    except ImportError:
+        raise UserError("built-in corpus pydoc_topics: this Python has no pydoc_data module (some "
+                        "distributions ship it as a separate package); install it or drop the source") from None
     for name in sorted(topics):
         yield topics[name]
 
 
+def _check(corpus: str) -> None:
+    if corpus not in corpus_names():
+        raise UserError(f"built-in corpus {corpus!r}: expected one of {', '.join(corpus_names())}")
+
+
 def documents(corpus: str) -> Iterator[str]:
-    """Documents of built-in ``corpus`` (stdlib_code, stdlib_prose or pydoc_topics), in a fixed order."""
-    return {"stdlib_code": code_documents, "stdlib_prose": prose_documents, "pydoc_topics": topic_documents}[
-        corpus
-    ]()
+    """Documents of built-in ``corpus`` (see the module docstring), in a fixed order."""
+    _check(corpus)
+    if corpus == "pydoc_topics":
+        return topic_documents()
+    files = _stdlib_files() if corpus in STDLIB_CORPORA else package_modules(corpus)
+    return _code_documents(files) if corpus.endswith("_code") else _prose_documents(files)
+
+
+def describe(corpus: str) -> dict[str, str]:
+    """``{"package", "version", "licence", "provenance"}`` of a built-in corpus: what the manifest records
+    so the corpus can be rebuilt (same package versions, same documents)."""
+    _check(corpus)
+    contents = KIND_WORDS[corpus.rpartition("_")[2]]
+    if corpus in STDLIB_CORPORA:
+        version = platform.python_version()
+        contents = contents if corpus == "pydoc_topics" else f"standard-library {contents}"
+        return {"package": "python", "version": version, "licence": STDLIB_LICENCE,
+                "provenance": f"CPython {version} {contents} ({stdlib_dir()})"}
+    dist = _distribution(corpus)
+    name = dist.metadata["Name"]
+    return {"package": name, "version": dist.version, "licence": _licence(dist),
+            "provenance": f"{name} {dist.version} {contents} ({dist.locate_file('')})"}
+
+
+def _licence(dist: importlib.metadata.Distribution) -> str:
+    """The distribution's SPDX ``License-Expression``, else a one-line ``License`` field, else its licence
+    classifier (some projects paste the whole licence text into ``License``)."""
+    meta = dist.metadata
+    if meta.get("License-Expression"):
+        return meta["License-Expression"]
+    field = (meta.get("License") or "").strip()
+    if field and "\n" not in field and len(field) <= 64:
+        return field
+    classifiers = [c.rpartition(" :: ")[2] for c in meta.get_all("Classifier") or [] if c.startswith("License ::")]
+    return "; ".join(classifiers) or "unknown"

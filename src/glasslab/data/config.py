@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from glasslab.config import UNVERSIONED, apply_overrides, from_dict, read_file, require
+from glasslab.data.builtin import corpus_names
 
 DOMAIN_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
-BUILTIN_CORPORA = ("stdlib_code", "stdlib_prose", "pydoc_topics")
 
 
 @dataclass(frozen=True)
@@ -31,8 +31,9 @@ class SourceConfig:
     """jsonl (plain, .gz, .zst), parquet, text (a folder of text files), builtin, hf (a locally cached
     Hugging Face dataset)."""
     path: str = ""
-    """File, folder or glob (jsonl/parquet/text); dataset name (hf); corpus name (builtin: one of
-    stdlib_code, stdlib_prose, pydoc_topics)."""
+    """File, folder or glob (jsonl/parquet/text); dataset name (hf); corpus name (builtin: stdlib_code,
+    stdlib_prose, pydoc_topics, or <package>_code / <package>_prose of a glasslab dependency such as
+    numpy_code; see glasslab.data.builtin)."""
     text_field: str = "text"
     """Field (JSONL key or Parquet column) holding the document text."""
     pattern: str = "**/*.txt"
@@ -61,9 +62,7 @@ class SourceConfig:
         require(self.max_bytes >= 0, "source.max_bytes", self.max_bytes, "an integer >= 0")
         require(bool(self.path), "source.path", self.path, "a path, dataset or corpus name")
         if self.kind == "builtin":
-            require(
-                self.path in BUILTIN_CORPORA, "source.path", self.path, "one of " + ", ".join(BUILTIN_CORPORA)
-            )
+            require(self.path in corpus_names(), "source.path", self.path, "one of " + ", ".join(corpus_names()))
 
     @property
     def label(self) -> str:

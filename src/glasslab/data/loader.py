@@ -2,10 +2,14 @@
 
 The global stream is defined without reference to ranks. For optimiser step ``s`` a generator seeded
 by ``(seed, s)`` draws a domain for each of the ``global_batch`` sequences from the weights in force
-(domains at their epoch cap drop out). A sequence is the next ``seq_len + 1`` tokens of its domain's
-stream: the domain's documents (each ending in ``<|endoftext|>``) concatenated in an order shuffled
-afresh every epoch, so sequences pack documents back to back and span document boundaries. A domain's
-cursor is the number of its stream tokens consumed; sequences do not overlap.
+(domains at their epoch cap drop out). A domain's stream is its documents (each ending in
+``<|endoftext|>``) concatenated in an order shuffled afresh every epoch, cut into windows of
+``seq_len + 1`` tokens, so sequences pack documents back to back and span document boundaries. A
+domain's next sequence is the next window in a second per-epoch shuffle, of the windows: read in
+order, one long unusual document (a table of numbers, a codec map) filled the rows of several
+consecutive batches, each out of the spike guard's band, and rolled small runs back; shuffled, its
+windows are spread over the epoch. A domain's cursor is the number of its stream tokens consumed;
+sequences do not overlap, and the few tokens after an epoch's last whole window are not read.
 
 State is therefore global — the step and one cursor per domain — and every rank computes the whole
 step's draw and takes rows ``[rank * B, (rank + 1) * B)``. Ranks get disjoint, gap-free slices of the
@@ -46,6 +50,7 @@ class DomainStream:
         self._key = zlib.crc32(domain.encode())
         self._seed = seed
         self._orders: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._window_orders: dict[tuple[int, int], np.ndarray] = {}
 
     def _order(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
         """Document permutation of ``epoch`` and the cumulative token ends in that order."""
@@ -55,6 +60,20 @@ class DomainStream:
             perm = np.random.default_rng([self._seed, self._key, epoch]).permutation(len(self._lengths))
             self._orders[epoch] = (perm, np.cumsum(self._lengths[perm]))
         return self._orders[epoch]
+
+    def read_window(self, index: int, window: int) -> np.ndarray:
+        """The ``index``-th sequence of ``window`` tokens: a window of its epoch's stream, in the epoch's
+        shuffled window order."""
+        per_epoch = self.tokens_per_epoch // window
+        epoch, rank = divmod(index, per_epoch)
+        key = (epoch, window)
+        if key not in self._window_orders:
+            if len(self._window_orders) >= 2:
+                self._window_orders.pop(min(self._window_orders))
+            rng = np.random.default_rng([self._seed, self._key, epoch, window])
+            self._window_orders[key] = rng.permutation(per_epoch)
+        start = epoch * self.tokens_per_epoch + int(self._window_orders[key][rank]) * window
+        return self.read(start, window)
 
     def read(self, position: int, count: int) -> np.ndarray:
         """``count`` tokens of the stream starting at stream position ``position``."""
@@ -167,7 +186,8 @@ class Loader:
         """This rank's rows of the next step: LongTensor ``(global_batch // world_size, seq_len + 1)``."""
         plan = self._draw()
         mine = plan[self.rank * self.rows_per_rank : (self.rank + 1) * self.rows_per_rank]
-        batch = np.stack([self._streams[d].read(pos, self.seq_len + 1) for d, pos in mine])
+        window = self.seq_len + 1
+        batch = np.stack([self._streams[d].read_window(pos // window, window) for d, pos in mine])
         self.last_batch_domains = [d for d, _ in mine]
         return torch.from_numpy(batch)
 

@@ -308,11 +308,14 @@ def read_source(source: SourceConfig, errors: InputErrors, strict: bool = False,
 
 
 def describe(source: SourceConfig) -> dict:
-    """The report's entry for a source: name, domain, kind, path, provenance and licence."""
-    provenance, licence = source.provenance, source.licence
+    """The report's entry for a source: name, domain, kind, path, provenance and licence (built-in
+    corpora add the package and version they were read from)."""
+    provenance, licence, extra = source.provenance, source.licence, {}
     if source.kind == "builtin":
-        provenance = provenance or builtin.provenance(source.path)
-        licence = licence if licence != "unknown" else builtin.LICENCE
+        corpus = builtin.describe(source.path)
+        provenance = provenance or corpus["provenance"]
+        licence = licence if licence != "unknown" else corpus["licence"]
+        extra = {"package": corpus["package"], "version": corpus["version"]}
     return {
         "name": source.label,
         "domain": source.domain,
@@ -320,4 +323,5 @@ def describe(source: SourceConfig) -> dict:
         "path": source.path,
         "provenance": provenance or source.path,
         "licence": licence,
+        **extra,
     }

@@ -5,7 +5,8 @@ The fit follows Hoffmann et al. 2022 as corrected by Besiroglu et al. 2024 (Epoc
 and observed log loss, with the prediction written as a log-sum-exp so the optimiser works on
 ``a = log A, b = log B, e = log E``; L-BFGS runs from the best points of a grid of starts. Standard
 errors come from a bootstrap over points (approach 3 has many points, unlike the four rungs of a
-compute ladder, so resampling them is sound).
+compute ladder, so resampling them is sound); the refits are kept, so anything derived from the law
+(the compute-optimal tokens per parameter, a predicted loss) gets an interval from them too.
 
 On a ladder with a fixed tokens-per-parameter rule D ∝ N, so N and D cannot be told apart and
 approach 3 is not identifiable; :func:`identifiable` says so and the ladder fits only ``L(C)``.
@@ -13,6 +14,7 @@ approach 3 is not identifiable; :func:`identifiable` says so and the ladder fits
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import Sequence
@@ -36,6 +38,9 @@ START_GRID = {
 }
 NUM_OPTIMISED_STARTS = 64
 """L-BFGS runs from this many of the grid's starts with the lowest objective (all 4,500 cost minutes)."""
+BOUNDS = ((-10.0, 100.0), (-10.0, 100.0), (-10.0, 10.0), (0.0, 10.0), (0.0, 10.0))
+"""Box for (a, b, e, alpha, beta), far outside any fitted ladder's values: on points that barely
+constrain a term (a handful of tiny isoFLOP runs) L-BFGS otherwise walks log A past what exp can hold."""
 
 
 @dataclass(frozen=True)
@@ -49,6 +54,10 @@ class Approach3Law:
     beta: float
     param_se: dict[str, float] = field(default_factory=dict)
     objective: float = math.nan
+    bootstrap: tuple[tuple[float, float, float, float, float], ...] = ()
+    """(E, A, B, alpha, beta) refitted on resampled points: intervals of anything derived from the law."""
+    residual_sigma: float = 0.0
+    """Standard deviation of the fitted points' log-loss residuals (one run's scatter about the law)."""
 
     form = "L(N,D) = E + A / N^alpha + B / D^beta"
 
@@ -58,6 +67,22 @@ class Approach3Law:
     @property
     def params(self) -> dict[str, float]:
         return {"E": self.E, "A": self.A, "B": self.B, "alpha": self.alpha, "beta": self.beta}
+
+    def replicates(self) -> list[Approach3Law]:
+        """The bootstrap refits as laws (empty when the fit skipped the bootstrap)."""
+        return [Approach3Law(*values) for values in self.bootstrap]
+
+    def predict_run(self, params: float, tokens: float, *, level: float = 0.9,
+                    seed: int = 0) -> tuple[float, float, float]:
+        """Loss (nats/token) of one run of ``params`` parameters on ``tokens`` tokens: the point and a
+        ``level`` interval from the bootstrap refits plus the residual scatter of one run."""
+        point = float(self(params, tokens))
+        if not self.bootstrap:
+            return point, math.nan, math.nan
+        replicate_B = np.array([law(params, tokens) for law in self.replicates()], dtype=float)
+        rng = np.random.default_rng(seed)
+        replicate_B *= np.exp(self.residual_sigma * rng.standard_normal(len(replicate_B)))
+        return (point, *interval(replicate_B, level))
 
     def compute_optimal(self, flops: float, flops_per_param_token: float = 6.0) -> tuple[float, float]:
         """The (N, D) minimising loss at ``flops`` FLOPs when C = k·N·D (k = 6 for dense training).
@@ -120,7 +145,8 @@ def _optimise(starts: Sequence[np.ndarray], log_n: np.ndarray, log_d: np.ndarray
     with single_blas_thread():
         for start in starts:
             result = minimize(huber_objective, start, args=(log_n, log_d, log_loss), jac=True,
-                              method="L-BFGS-B", options={"maxiter": 5000, "ftol": 1e-15, "gtol": 1e-12})
+                              method="L-BFGS-B", bounds=BOUNDS,
+                              options={"maxiter": 5000, "ftol": 1e-15, "gtol": 1e-12})
             if result.fun < best_value:
                 best_theta, best_value = result.x, float(result.fun)
     return best_theta, best_value
@@ -153,19 +179,29 @@ def fit_approach3(params_n: Sequence[float], tokens_n: Sequence[float], loss_n: 
     starts_S5 = np.array(list(itertools.product(*START_GRID.values())))
     order = np.argsort(_grid_objectives(starts_S5, log_n, log_d, log_loss))
     theta, value = _optimise(list(starts_S5[order[:NUM_OPTIMISED_STARTS]]), log_n, log_d, log_loss)
-    param_se = _bootstrap_se(theta, log_n, log_d, log_loss, num_bootstrap, seed) if num_bootstrap else {}
-    return _to_law(theta, value, param_se)
+    law = _to_law(theta, value, {})
+    residual_sigma = float(np.std(np.log(law(np.exp(log_n), np.exp(log_d))) - log_loss, ddof=0))
+    draws_B5 = _bootstrap(theta, log_n, log_d, log_loss, num_bootstrap, seed) if num_bootstrap else np.zeros((0, 5))
+    names = ("E", "A", "B", "alpha", "beta")
+    param_se = {name: float(np.std(draws_B5[:, i], ddof=1)) for i, name in enumerate(names)} if num_bootstrap else {}
+    return dataclasses.replace(law, param_se=param_se, bootstrap=tuple(tuple(map(float, row)) for row in draws_B5),
+                               residual_sigma=residual_sigma)
 
 
-def _bootstrap_se(theta: np.ndarray, log_n: np.ndarray, log_d: np.ndarray, log_loss: np.ndarray,
-                  num_bootstrap: int, seed: int) -> dict[str, float]:
-    """Standard deviation of each parameter over refits on points resampled with replacement."""
+def _bootstrap(theta: np.ndarray, log_n: np.ndarray, log_d: np.ndarray, log_loss: np.ndarray,
+               num_bootstrap: int, seed: int) -> np.ndarray:
+    """(E, A, B, alpha, beta) of refits on points resampled with replacement, one row per replicate."""
     rng = np.random.default_rng(seed)
     draws = []
     for _ in range(num_bootstrap):
         idx = rng.integers(0, len(log_loss), len(log_loss))
         refit, value = _optimise([theta], log_n[idx], log_d[idx], log_loss[idx])
         draws.append(list(_to_law(refit, value, {}).params.values()))
-    draws_B5 = np.array(draws)
-    names = ("E", "A", "B", "alpha", "beta")
-    return {name: float(np.std(draws_B5[:, i], ddof=1)) for i, name in enumerate(names)}
+    return np.array(draws)
+
+
+def interval(values: Sequence[float], level: float = 0.9) -> tuple[float, float]:
+    """The central ``level`` interval of bootstrap values (of anything derived from the law)."""
+    tail = 100 * (1 - level) / 2
+    low, high = np.percentile(np.asarray(values, dtype=float), [tail, 100 - tail])
+    return float(low), float(high)

@@ -16,7 +16,8 @@ from glasslab.ladder.rungs import Rung
 
 
 def roll_forward(rungs: Sequence[Rung], *, L_inf: float | None = None, sweep: Sequence[float] = (),
-                 level: float = 0.9, num_bootstrap: int = 400, seed: int = 0) -> dict:
+                 L_inf_prior: tuple[float, float] | None = None, level: float = 0.9, num_bootstrap: int = 400,
+                 seed: int = 0) -> dict:
     """Leave-last-rung-out roll-forward back-test of ``L(C)`` on ``rungs`` (any order).
 
     Returns ``{"method", "steps": [{"fit_rungs", "held_out", "flops", "extrapolation", "measured",
@@ -30,7 +31,7 @@ def roll_forward(rungs: Sequence[Rung], *, L_inf: float | None = None, sweep: Se
     for k in range(min_fit, len(ordered)):
         held_out = ordered[k]
         try:
-            p = predict(ordered[:k], held_out.flops, L_inf=L_inf, sweep=sweep, level=level,
+            p = predict(ordered[:k], held_out.flops, L_inf=L_inf, sweep=sweep, L_inf_prior=L_inf_prior, level=level,
                         num_bootstrap=num_bootstrap, seeds_at_target=len(held_out.losses), seed=seed)
         except UserError:
             # Too few rungs to measure noise with at this k: the next k may have enough.

@@ -76,13 +76,14 @@ def fit_compute_law(rungs: Sequence[Rung], L_inf: float | None = None) -> Comput
 
 
 def fit_batch(log_flops_n: np.ndarray, loss_Bn: np.ndarray, weight_n: np.ndarray,
-              L_inf: float | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+              L_inf: float | np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Fit B loss vectors at once; returns ``(L_inf_B, log_A_B, alpha_B)`` (NaN where a fit failed).
 
-    ``weight_n`` is each point's weight in the log-loss least squares (its number of seeds).
+    ``weight_n`` is each point's weight in the log-loss least squares (its number of seeds). ``L_inf``
+    pins the asymptote of every row (a float) or of each row (an array of B values); None fits it.
     """
     if L_inf is not None:
-        L_inf_B = np.full(loss_Bn.shape[0], float(L_inf))
+        L_inf_B = np.broadcast_to(np.asarray(L_inf, dtype=float), loss_Bn.shape[:1]).copy()
         log_A_B, alpha_B, _ = _fit_pinned(log_flops_n, loss_Bn, weight_n, L_inf_B)
         return L_inf_B, log_A_B, alpha_B
     L_inf_B = _profile_asymptote(log_flops_n, loss_Bn, weight_n)

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from glasslab.errors import UserError
-from glasslab.ladder.approach3 import fit_approach3, identifiable
+from glasslab.ladder.approach3 import fit_approach3, identifiable, interval
 from glasslab.ladder.backtest import roll_forward
 from glasslab.ladder.predict import predict, predict_curve
 from glasslab.ladder.rungs import Rung, check_rungs
@@ -33,22 +33,27 @@ LAW_LINE_POINTS = 64
 
 
 def fit_ladder(rungs: Sequence[Rung], *, ladder: str, target_flops: float, L_inf: float | None,
-               sweep: Sequence[float] = (), level: float = 0.9,
-               num_bootstrap: int = 1000, seed: int = 0,
+               sweep: Sequence[float] = (), L_inf_prior: tuple[float, float] | None = None,
+               target_size: tuple[float, float] | None = None,
+               level: float = 0.9, num_bootstrap: int = 1000, seed: int = 0,
                tasks: dict[str, TaskSeries] | None = None) -> dict[str, Any]:
     """Fit ``rungs`` and predict ``target_flops`` (FLOPs); returns the ``fit.json`` dict.
 
-    ``L_inf`` pins the asymptote (nats per token; None fits it) and ``sweep`` lists the assumed
-    asymptotes whose predictions are tabulated and widen the interval. ``tasks`` (the rungs' task
-    evaluations, :func:`glasslab.ladder.task_law.read_task_points`) adds the task laws under ``tasks``.
+    ``L_inf`` pins the asymptote (nats per token; None fits it), ``sweep`` lists the assumed
+    asymptotes whose predictions are tabulated, and ``L_inf_prior`` (low, high) is the range a pinned
+    asymptote is spread over for the intervals (default: the sweep's span, else ± 0.3 nats; see
+    :func:`glasslab.ladder.predict.asymptote_prior`). The prior used is recorded under ``L_inf``.
+    ``target_size`` (active parameters, training tokens) of the target run lets approach 3 predict it.
+    ``tasks`` (the rungs' task evaluations, :func:`glasslab.ladder.task_law.read_task_points`) adds the
+    task laws under ``tasks``.
     """
     if not (math.isfinite(target_flops) and target_flops > 0):
         raise UserError(f"target compute {target_flops!r} FLOPs: expected a finite positive number")
     check_rungs(rungs, 1, distinct_compute=False)
     isoflop = _varies_tokens_per_param(rungs)
     law_rungs = compute_frontier(rungs) if isoflop else list(rungs)
-    options = {"L_inf": L_inf, "sweep": tuple(sweep), "level": level, "num_bootstrap": num_bootstrap,
-               "seed": seed}
+    options = {"L_inf": L_inf, "sweep": tuple(sweep), "L_inf_prior": L_inf_prior, "level": level,
+               "num_bootstrap": num_bootstrap, "seed": seed}
     prediction = predict(law_rungs, target_flops, seeds_at_target=1, **options)
     law = prediction.law
     param_se = law_param_se(law_rungs, law, prediction.noise, num_bootstrap=num_bootstrap,
@@ -59,16 +64,17 @@ def fit_ladder(rungs: Sequence[Rung], *, ladder: str, target_flops: float, L_inf
     return {
         "ladder": ladder,
         "target": TARGET_METRIC,
-        "L_inf": {"mode": law.L_inf_mode, "value": law.L_inf, "sweep": [float(x) for x in sweep]},
+        "L_inf": {"mode": law.L_inf_mode, "value": law.L_inf, "sweep": [float(x) for x in sweep],
+                  "prior": prediction.prior.to_dict() if prediction.prior else None},
         "rungs": [_rung_record(r) for r in rungs],
         "law": {"form": law.form, "params": law.params, "param_se": param_se,
                 "noise": prediction.noise.to_dict(), "fitted_on": [r.name for r in law_rungs]},
         "sweep_table": [vars(row) for row in prediction.sweep],
         "prediction": prediction.to_dict(),
         "curve": predict_curve(law_rungs, target_flops, seeds_at_target=1, **options),
-        "backtest": roll_forward(law_rungs, L_inf=L_inf, sweep=sweep, level=level,
+        "backtest": roll_forward(law_rungs, L_inf=L_inf, sweep=sweep, L_inf_prior=L_inf_prior, level=level,
                                  num_bootstrap=min(num_bootstrap, 400), seed=seed),
-        "approach3": _approach3_record(rungs, target_flops, isoflop, seed),
+        "approach3": _approach3_record(rungs, target_flops, target_size, isoflop, level, seed),
         "law_line": law_line,
         "tasks": fit_task_laws(tasks, target_flops, level=level, num_bootstrap=num_bootstrap, seed=seed)
         if tasks else None,
@@ -93,7 +99,8 @@ def compute_frontier(rungs: Sequence[Rung]) -> list[Rung]:
     return [min(group, key=lambda r: r.loss_mean) for group in groups]
 
 
-def _approach3_record(rungs: Sequence[Rung], target_flops: float, isoflop: bool, seed: int) -> dict:
+def _approach3_record(rungs: Sequence[Rung], target_flops: float, target_size: tuple[float, float] | None,
+                      isoflop: bool, level: float, seed: int) -> dict:
     if not isoflop:
         return {"fitted": False, "reason": "every rung has the same tokens per parameter (D ∝ N), so N and D "
                 "cannot be told apart; only L(C) is fitted. Plan an isoFLOP ladder to fit approach 3."}
@@ -102,10 +109,19 @@ def _approach3_record(rungs: Sequence[Rung], target_flops: float, isoflop: bool,
     law = fit_approach3(params_n, tokens_n, loss_n, names=names, seed=seed)
     flops_per_param_token = float(np.median([r.flops / (r.params_active * r.tokens) for r in rungs]))
     n_opt, d_opt = law.compute_optimal(target_flops, flops_per_param_token)
-    return {"fitted": True, "form": law.form, "params": law.params, "param_se": law.param_se,
-            "compute_optimal": {"flops": target_flops, "params_active": n_opt, "tokens": d_opt,
-                                "tokens_per_param": d_opt / n_opt, "loss": float(law(n_opt, d_opt)),
-                                "flops_per_param_token": flops_per_param_token}}
+    optimal_ratio_B = [d / n for n, d in (b.compute_optimal(target_flops, flops_per_param_token)
+                                          for b in law.replicates())]
+    record = {"fitted": True, "form": law.form, "params": law.params, "param_se": law.param_se,
+              "residual_sigma": law.residual_sigma, "bootstrap": [list(b) for b in law.bootstrap],
+              "compute_optimal": {"flops": target_flops, "params_active": n_opt, "tokens": d_opt,
+                                  "tokens_per_param": d_opt / n_opt,
+                                  "tokens_per_param_interval": list(interval(optimal_ratio_B, level)),
+                                  "loss": float(law(n_opt, d_opt)), "flops_per_param_token": flops_per_param_token}}
+    if target_size is not None:
+        point, low, high = law.predict_run(*target_size, level=level, seed=seed)
+        record["target"] = {"params_active": target_size[0], "tokens": target_size[1], "point": point, "lo": low,
+                            "hi": high}
+    return record
 
 
 def _rung_record(rung: Rung) -> dict[str, Any]:

@@ -226,6 +226,12 @@ def _width_for_budget(spec: LadderSpec, budget: float) -> int:
     return above if miss(above) < miss(width) else width
 
 
+def budget_label(budget: float) -> str:
+    """``C1.8e12``: a compute budget as a rung-name prefix (two significant figures; no '+', which step
+    and folder names cannot hold)."""
+    return "C" + f"{budget:.2g}".replace("e+", "e")
+
+
 def plan_ladder(spec: LadderSpec) -> LadderPlan:
     """The rungs and the hero of ``spec``, smallest first."""
     hero = plan_run(spec, spec.hero_width, name=f"hero-d{spec.hero_width}", role="hero")
@@ -239,7 +245,7 @@ def plan_ladder(spec: LadderSpec) -> LadderPlan:
         for i, budget in enumerate(budgets):
             width = _width_for_budget(spec, budget)
             tokens = budget / model_at_width(spec, width).flops_per_token(spec.seq_len)
-            rungs.append(plan_run(spec, width, name=f"C{budget:.0e}-d{width}", tokens=tokens,
+            rungs.append(plan_run(spec, width, name=f"{budget_label(budget)}-d{width}", tokens=tokens,
                                   seeds=_seeds(spec, i)))
         return LadderPlan(spec, "budgets", tuple(rungs), hero, _FIXED_RATIO_NOTE)
     rungs = []
@@ -252,7 +258,7 @@ def plan_ladder(spec: LadderSpec) -> LadderPlan:
         widths = sorted({max(head, head * round(center * s / head)) for s in scales})
         for width in widths:
             tokens = budget / model_at_width(spec, width).flops_per_token(spec.seq_len)
-            rung = plan_run(spec, width, name=f"C{budget:.0e}-d{width}", tokens=tokens, seeds=_seeds(spec, i))
+            rung = plan_run(spec, width, name=f"{budget_label(budget)}-d{width}", tokens=tokens, seeds=_seeds(spec, i))
             if MIN_TOKENS_PER_PARAM <= rung.tokens_per_param <= MAX_TOKENS_PER_PARAM:
                 rungs.append(rung)
     note = ("isoFLOP: several sizes per budget, so approach 3 (L(N,D)) can be fitted and gives the "
@@ -281,14 +287,19 @@ def plan_table(plan: LadderPlan):  # -> rich.table.Table (rich is imported here 
                   caption=f"{plan.note}\nbatch and LR rule {rule.name} ({rule.hash()}): "
                   f"B = {rule.batch_coefficient:g}·C^{rule.batch_exponent:g} tokens, "
                   f"η = {rule.lr_coefficient:g}·C^{rule.lr_exponent:g} × {plan.spec.lr_multiplier:g}")
-    for column in ("rung", "d_model", "layers", "heads", "experts", "size", "active", "tokens", "tok/param",
-                   "batch", "lr", "steps", "FLOPs", "seeds"):
+    for column in ("rung", "d_model", "layers", "heads", "experts", "size", "active", "emb", "head", "tokens",
+                   "tok/param", "batch", "lr", "steps", "FLOPs", "seeds"):
         table.add_column(column, justify="left" if column in ("rung", "size") else "right")
     for rung in (*plan.rungs, plan.hero):
         m = rung.model
         experts = f"{m.moe.top_k}/{m.moe.num_experts}" if m.moe else "dense"
+        # Rungs whose parameters are mostly embeddings follow a different law: show how much they are.
+        embedding_share = m.param_counts()["embedding"] / rung.params_active
+        head_share = 6 * m.vocab_size * m.d_model / m.flops_per_token(rung.seq_len)
         table.add_row(rung.name, str(m.d_model), str(m.n_layers), str(m.n_heads), experts, rung.size_name,
-                      f"{rung.params_active:.3g}", f"{rung.tokens:.3g}", f"{rung.tokens_per_param:.1f}",
-                      str(rung.batch_size), f"{rung.learning_rate:.2e}", str(rung.steps), f"{rung.flops:.3g}",
-                      str(len(rung.seeds)), style="bold" if rung.role == "hero" else None)
+                      f"{rung.params_active:.3g}", f"{embedding_share:.0%}", f"{head_share:.0%}", f"{rung.tokens:.3g}",
+                      f"{rung.tokens_per_param:.1f}", str(rung.batch_size), f"{rung.learning_rate:.2e}",
+                      str(rung.steps), f"{rung.flops:.3g}", str(len(rung.seeds)),
+                      style="bold" if rung.role == "hero" else None)
+    table.caption += "\nemb: embedding share of active parameters; head: LM head share of FLOPs per token"
     return table

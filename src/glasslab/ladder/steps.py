@@ -55,6 +55,8 @@ class FitStepConfig:
     """Rungs given as data (read from run folders or a points file by the command): the hash covers
     the measurements themselves."""
     num_bootstrap: int = 1000
+    target_size: tuple[float, float] | None = None
+    """(active parameters, training tokens) of the target run, for approach 3's prediction of it."""
 
 
 @dataclass(frozen=True)
@@ -98,7 +100,9 @@ def ladder_steps(plan: LadderPlan, data_step: Step, mixture: MixtureConfig, trai
                                    resources=resources))
     fit = Step(f"{ladder}-fit", fit_step, FitStepConfig(ladder, plan.hero.flops, L_inf, tuple(sweep),
                                                         tuple(s.name for s in rung_steps),
-                                                        num_bootstrap=num_bootstrap),
+                                                        num_bootstrap=num_bootstrap,
+                                                        target_size=(float(plan.hero.params_active),
+                                                                     float(plan.hero.tokens))),
                deps=tuple(rung_steps))
     hero_train = TrainStepConfig(run_config_for(plan.hero, 0, mixture, train), rung_record_extra(plan.hero, 0, ladder),
                                  data_step.name, device=device, threads=hero_threads)
@@ -114,7 +118,7 @@ def fit_step(ctx: StepContext) -> dict[str, Any]:
     cfg: FitStepConfig = ctx.config
     rungs = [*cfg.rungs, *read_rungs(ctx.inputs[name] for name in cfg.rung_steps)]
     fit = fit_ladder(rungs, ladder=cfg.ladder, target_flops=cfg.target_flops, L_inf=cfg.L_inf, sweep=cfg.sweep,
-                     num_bootstrap=cfg.num_bootstrap,
+                     target_size=cfg.target_size, num_bootstrap=cfg.num_bootstrap,
                      tasks=read_task_points(ctx.inputs[name] for name in cfg.rung_steps))
     write_fit(ctx.output_dir / FIT_FILE, fit)
     draw_fit(fit, ctx.output_dir)

@@ -7,6 +7,11 @@ Replicate ladders are drawn around the fitted law at that noise and refitted in 
 the percentiles of their predictions give the interval. Because a handful of seeds estimates the
 noise itself only roughly, the drawn noise is scaled by the ratio of Student-t to normal quantiles at
 the pooled degrees of freedom, which keeps the nominal coverage honest with few seeds.
+
+A pinned asymptote is an assumption, not a measurement, so a pinned-``L∞`` interval also carries an
+:class:`AsymptotePrior`: each replicate is refitted at its own ``L∞`` drawn uniformly from the prior's
+range, and the interval is taken over that mixture. Refitting a public lab's published ladder showed
+why: its pinned 90% interval without that doubt excluded both held-out points.
 """
 
 from __future__ import annotations
@@ -52,13 +57,30 @@ def estimate_noise(rungs: Sequence[Rung], law: ComputeLaw) -> NoiseEstimate:
     return NoiseEstimate(math.sqrt((seed_ss + misfit_ss) / dof), dof, seed_dof)
 
 
+@dataclass(frozen=True)
+class AsymptotePrior:
+    """Where a pinned ``L∞`` (nats/token) may really lie: uniform on ``[low, high]``; a point when equal."""
+
+    low: float
+    high: float
+    source: str
+    """Why this range: the sweep's span, the default half-width around the pinned value, or given."""
+
+    def draw(self, num: int, rng: np.random.Generator) -> np.ndarray:
+        return rng.uniform(self.low, self.high, num) if self.high > self.low else np.full(num, self.low)
+
+    def to_dict(self) -> dict[str, float | str]:
+        return {"kind": "uniform", "low": self.low, "high": self.high, "source": self.source}
+
+
 def bootstrap_laws(rungs: Sequence[Rung], law: ComputeLaw, noise: NoiseEstimate, *, level: float = 0.9,
-                   num_bootstrap: int = 1000,
+                   num_bootstrap: int = 1000, prior: AsymptotePrior | None = None,
                    rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Refit B replicate ladders drawn around ``law``: ``(L_inf_B, log_A_B, alpha_B)``, NaN where failed.
 
-    Each replicate keeps the rungs' seed counts and the law's asymptote mode (a pinned ``L_inf`` stays
-    pinned); its mean losses scatter around the law by the noise, inflated for its few dof at ``level``.
+    Each replicate keeps the rungs' seed counts and the law's asymptote mode; its mean losses scatter
+    around the law by the noise, inflated for its few dof at ``level``. A pinned ``L_inf`` stays pinned,
+    at the law's value or, with ``prior``, at a value drawn from it for each replicate.
     """
     log_flops_n = np.log([r.flops for r in rungs])
     seeds_n = np.array([len(r.losses) for r in rungs], dtype=float)
@@ -66,20 +88,23 @@ def bootstrap_laws(rungs: Sequence[Rung], law: ComputeLaw, noise: NoiseEstimate,
     fitted_n = np.asarray(law(np.exp(log_flops_n)))
     draws_Bn = rng.standard_normal((num_bootstrap, len(rungs)))
     loss_Bn = fitted_n[None, :] * np.exp(draws_Bn * sigma / np.sqrt(seeds_n)[None, :])
-    pinned = law.L_inf if law.L_inf_mode == "pinned" else None
-    return fit_batch(log_flops_n, loss_Bn, seeds_n, pinned)
+    if law.L_inf_mode == "free":
+        return fit_batch(log_flops_n, loss_Bn, seeds_n, None)
+    L_inf_B = prior.draw(num_bootstrap, rng) if prior is not None else np.full(num_bootstrap, law.L_inf)
+    return fit_batch(log_flops_n, loss_Bn, seeds_n, L_inf_B)
 
 
 def bootstrap_predictions(rungs: Sequence[Rung], law: ComputeLaw, noise: NoiseEstimate,
                           flops_T: Sequence[float], *, level: float = 0.9, num_bootstrap: int = 1000,
-                          seeds_at_target: int | None = None, rng: np.random.Generator) -> np.ndarray:
+                          seeds_at_target: int | None = None, prior: AsymptotePrior | None = None,
+                          rng: np.random.Generator) -> np.ndarray:
     """Predicted losses (B, T) at ``flops_T`` FLOPs from :func:`bootstrap_laws` replicates.
 
     ``seeds_at_target`` adds the noise of averaging that many seeds at the target (1 for a single hero
-    run); None predicts the law itself. Failed replicates are dropped.
+    run); None predicts the law itself. ``prior`` spreads a pinned ``L∞``. Failed replicates are dropped.
     """
     L_inf_B, log_A_B, alpha_B = bootstrap_laws(rungs, law, noise, level=level, num_bootstrap=num_bootstrap,
-                                               rng=rng)
+                                               prior=prior, rng=rng)
     pred_BT = predict_batch(L_inf_B, log_A_B, alpha_B, np.asarray(flops_T, dtype=float))
     if seeds_at_target:
         sigma = noise.sigma * t_inflation(noise.dof, level)

@@ -56,15 +56,27 @@
     return lines;
   }
 
+  function approach3Line(a3) {
+    if (!a3 || !a3.fitted) return null;
+    const opt = a3.compute_optimal || {}, [lo, hi] = opt.tokens_per_param_interval || [null, null];
+    return el("p", { id: "approach3" }, el("code", {}, a3.form || ""), ": compute-optimal ",
+      el("b", {}, fmt(opt.tokens_per_param)), ` tokens per parameter [${fmt(lo)}, ${fmt(hi)}] at ${fmt(opt.flops, "flops")} FLOPs`,
+      a3.target ? ` · the target run (${fmt(a3.target.params_active)} params, ${fmt(a3.target.tokens)} tokens): ` +
+        `${fmt(a3.target.point)} [${fmt(a3.target.lo)}, ${fmt(a3.target.hi)}]` : "");
+  }
+
   function drawLadder(d) {
     app.append(el("h1", {}, d.title));
     app.append(verdictLine(d));
     const fit = d.fit || {};
     const p = d.prediction;
     const hero = d.hero;
+    // How far the prediction reaches: the hero's compute over the top rung's.
+    const topRung = Math.max(0, ...(fit.rungs || []).map((r) => r.flops || 0));
+    const reach = p && p.flops && topRung ? ` (${Math.round(p.flops / topRung)}× the top rung's compute)` : "";
     if (p) {
-      app.append(el("p", {}, `Pre-registered prediction of ${d.target}: `, el("b", {}, fmt(p.point)),
-        ` [${fmt(p.lo)}, ${fmt(p.hi)}] (${Math.round((p.level || 0.9) * 100)}%) at ${fmt(p.flops, "flops")} FLOPs`,
+      app.append(el("p", { id: "prediction" }, `Pre-registered prediction of ${d.target}: `, el("b", {}, fmt(p.point)),
+        ` [${fmt(p.lo)}, ${fmt(p.hi)}] (${Math.round((p.level || 0.9) * 100)}%) at ${fmt(p.flops, "flops")} FLOPs${reach}`,
         p.registered_at ? ` · registered ${p.registered_at}` : "",
         hero ? " · hero " : "", hero ? link("run", hero.id, hero.id) : "", d.hero_size ? ` (${d.hero_size})` : ""));
     }
@@ -90,7 +102,8 @@
       table(["parameter", "value ± standard error", ""], d.parameters.map((r) => [r.name, r.text, r.note]), { class: "law" }),
       noise.sigma != null ? el("p", { class: "muted" }, `residual noise σ ${fmt(noise.sigma)} (${noise.dof ?? "?"} degrees of freedom)`) : null,
       fit.approach3 && fit.approach3.fitted === false && fit.approach3.reason
-        ? el("p", { class: "muted" }, `Approach 3 not fitted: ${fit.approach3.reason}`) : null);
+        ? el("p", { class: "muted" }, `Approach 3 not fitted: ${fit.approach3.reason}`) : null,
+      approach3Line(fit.approach3));
 
     const rungs = fit.rungs || [];
     section("Rungs", table(["rung", "size", "active params", "tokens", "FLOPs", "loss per seed", "mean ± std"],

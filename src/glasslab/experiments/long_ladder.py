@@ -1,0 +1,104 @@
+"""``glasslab run long_ladder``: a ladder whose hero has ~54× the top rung's compute, within the hour.
+
+The tiny ladder predicts its top rung at 4.8× extrapolation; this one reaches an order of magnitude
+further on the same 2-core CPU: four rungs spanning ~19× in compute (widths 16–40, 4–6 seeds each)
+and a hero at width 80 with ~54× the top rung's compute, trained to one recipe (the demo's, with the
+rules that make tiny ladders predict: 20 tokens per active parameter, ≥ 1,000 optimiser steps per
+rung, batch and learning rate from the planner's rule, the asymptote fixed before training). Why
+these shapes (``docs/ladder.md``):
+
+- **Vocabulary 512.** At vocabulary 1,024 the tiny ladder's rungs are 52–82% embedding parameters
+  and their LM head is 31–60% of their FLOPs, a different law from the hero's. At 512 the LM head is
+  at most 43% of any rung's FLOPs (57–76% of every rung's compute is non-embedding).
+- **Depth = width / 12, head width 8.** Depth grows with width from the smallest rung on (2, 2, 3,
+  3 layers; the hero 7), instead of sitting at the two-layer floor for most rungs.
+- **A d80 hero.** Measured step times (``bench/ladder_bench.py --long --estimate``: one thread's CPU
+  seconds per step) put the rungs at ~12 minutes of one core and the hero at ~36 minutes on one
+  thread (~18 on two at ideal scaling), so the whole ladder fits the hour; a d96 hero would not.
+- **More data.** The hero reads 13.4M tokens; the stdlib corpora alone (~2M) would be read 6 times.
+  Code and docstrings of glasslab's own dependencies (numpy, scipy, matplotlib, torch) bring the
+  corpus to 6.7M training tokens (4.8M code, 1.9M prose), so no run reads a domain more than ~2 times.
+
+``bench/ladder_bench.py --long --lab LAB`` trains it (or reuses a lab that has it), fits, and
+reports the hero's error at every 5% of its training.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from glasslab.data import BuildConfig, MixtureConfig, SourceConfig
+from glasslab.data.build import STEP_NAME, build_step
+from glasslab.data.config import EvalSplitConfig, TokenizerConfig
+from glasslab.experiments.demo import FULL, train_recipe
+from glasslab.lab import Step
+from glasslab.ladder.plan import LadderSpec, plan_ladder
+from glasslab.ladder.steps import ladder_steps
+from glasslab.model import ModelConfig, MoEConfig
+from glasslab.train import TrainConfig
+
+LADDER = "long"
+VOCAB_SIZE = 512
+WORD_SHAPE_FILTERS = ("mean_word_length", "symbol_ratio", "alpha_ratio", "top_ngram", "duplicate_ngrams")
+"""Word-shape filters are for prose; code fails them by design."""
+CODE_CORPORA = ("stdlib_code", "numpy_code", "scipy_code", "matplotlib_code")
+PROSE_CORPORA = ("stdlib_prose", "pydoc_topics", "numpy_prose", "scipy_prose", "matplotlib_prose", "torch_prose")
+MIXTURE = MixtureConfig(weights={"code": 0.73, "prose": 0.27})
+"""The domains' shares of the training tokens (4.8M code, 1.9M prose at vocabulary 512), so every run
+reads both about equally often: the hero each about 2.0 times, the top rung 0.3 times."""
+L_INF = 0.8
+"""Assumed irreducible eval loss (nats/token), fixed before training: ~0.4 nats per byte of Python
+code and docstrings (the demo's 1.0 at vocabulary 1,024) at ~2.1 bytes per token of this vocabulary.
+The interval spreads it over ± 0.3 nats."""
+EVAL_MAX_TOKENS = 16384
+"""Eval tokens per domain (the demo's 4,096 are cut for time)."""
+
+
+def build_config() -> BuildConfig:
+    """Two domains, code and prose, from the standard library and glasslab's dependencies."""
+    code = tuple(SourceConfig(name=c, domain="code", kind="builtin", path=c, skip_filters=WORD_SHAPE_FILTERS)
+                 for c in CODE_CORPORA)
+    prose = tuple(SourceConfig(name=c, domain="prose", kind="builtin", path=c) for c in PROSE_CORPORA)
+    return BuildConfig(sources=code + prose, eval=EvalSplitConfig(min_bytes=100_000),
+                       tokenizer=TokenizerConfig(vocab_size=VOCAB_SIZE))
+
+
+def spec() -> LadderSpec:
+    """Rungs d16–d40 and a d80 hero: one MoE recipe, depth and heads from width."""
+    base = ModelConfig(vocab_size=VOCAB_SIZE, n_heads=2, n_kv_heads=2,
+                       moe=MoEConfig(num_experts=8, top_k=2, num_shared_experts=1, router="sigmoid",
+                                     balancing="sign"))
+    return LadderSpec(name=LADDER, base_model=base, widths=(16, 24, 32, 40), hero_width=80, head_dim=8,
+                      width_per_layer=12, seq_len=64, tokens_per_param=20.0, min_steps=1000,
+                      lr_multiplier=0.35, seeds_per_rung=(6, 6, 4, 4))
+
+
+def recipe() -> TrainConfig:
+    """The demo's training recipe with a larger eval set."""
+    return dataclasses.replace(train_recipe(FULL), eval_max_tokens=EVAL_MAX_TOKENS)
+
+
+def steps() -> list[Step]:
+    """The data build, every rung and seed, the fit, and the hero (pre-registered, 2 threads)."""
+    data = Step(STEP_NAME, build_step, build_config())
+    return [data, *ladder_steps(plan_ladder(spec()), data, MIXTURE, recipe(), L_inf=L_INF, threads=1,
+                                hero_threads=2)]
+
+
+def smoke_spec() -> LadderSpec:
+    """The same shapes at 0.5 tokens per parameter, one seed, ≥ 20 steps a run."""
+    return dataclasses.replace(spec(), name=f"{LADDER}-smoke", tokens_per_param=0.5, min_steps=20,
+                               seeds_per_rung=(1,))
+
+
+def smoke_recipe() -> TrainConfig:
+    """The recipe with a small eval set."""
+    return dataclasses.replace(train_recipe(FULL), eval_max_tokens=1024, checkpoint_interval=50)
+
+
+def smoke_steps() -> list[Step]:
+    """The same DAG and data at :func:`smoke_spec`: every path (fit at the full extrapolation,
+    registration, hero, report) in minutes, with no claim on the numbers
+    (``bench/ladder_bench.py --long --smoke``)."""
+    data = Step(STEP_NAME, build_step, build_config())
+    return [data, *ladder_steps(plan_ladder(smoke_spec()), data, MIXTURE, smoke_recipe(), L_inf=L_INF, threads=1,
+                                hero_threads=2, num_bootstrap=200)]
