@@ -19,12 +19,16 @@ BENCH = Path(__file__).resolve().parents[1] / "bench"
 
 HEADLINES = {
     "data_bench.py": ["demo_build_seconds", "tokenize_to_shards_vs_encode_batch_ratio", "peak_rss_growth_ratio"],
+    "eval_bench.py": ["eval_items_per_second_ratio_vs_lm_eval", "eval_cost_fraction_of_training",
+                      "eval_task_backtest_abs_error_points"],
     "lab_bench.py": ["lab/overhead_per_step_s", "lab/jobs2_speedup", "lab/plan_1000_steps_s"],
-    "ladder_bench.py": ["ladder_full_fit_seconds", "ladder_interval_coverage_pinned", "ladder_backtest_rel_error_pct"],
+    "ladder_bench.py": ["ladder_full_fit_seconds", "ladder_interval_coverage_pinned",
+                        "ladder_interval_coverage_misspecified_L_inf"],
     "model_bench.py": ["cpu_moe_model_flops_fraction_of_matmul", "cpu_moe_train_speedup_vs_qwen3moe_grouped_mm_experts",
                        "cpu_dense_model_flops_fraction_of_matmul"],
     "observatory_bench.py": ["series_1M_to_2000_http_ms", "live_latency_p95_s", "log_cost_pct_of_50ms_step"],
     "screenshot.py": ["pages_shot"],
+    "sft_bench.py": ["sft_packed_vs_padded_tokens_per_s_ratio"],
     "track_bench.py": ["track_log_cost_fraction_of_50ms_step"],
     "train_bench.py": ["train_overhead_percent"],
 }

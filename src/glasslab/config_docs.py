@@ -12,6 +12,7 @@ import ast
 import dataclasses
 import functools
 import inspect
+import json
 import textwrap
 import typing
 from collections.abc import Mapping
@@ -69,16 +70,20 @@ def _emit(cfg: Any, indent: int, lines: list[str]) -> None:
         if unused is not None:  # an empty section or list still shows its keys, as comments
             what = "Each item" if value == () else "Set it to a mapping"
             lines.append(f"{pad}# {what} with these keys (defaults shown):")
-            _emit_commented(unused(), indent, lines)
+            _emit_commented(unused, indent, lines)
         lines.append(f"{pad}{field.name}: {_flow(to_dict(value))}")
 
 
-def _emit_commented(cfg: Any, indent: int, lines: list[str]) -> None:
-    """Every key of ``cfg`` as a comment line ``#   key: default  # doc``."""
-    docs = field_docs(type(cfg))
-    for field in dataclasses.fields(cfg):
+def _emit_commented(cls: type, indent: int, lines: list[str]) -> None:
+    """Every key of the config class ``cls`` as a comment line ``#   key: default  # doc`` (the defaults
+    are read from the fields, not from an instance: a class may refuse its own defaults, as a task that
+    must name a built-in or a file does)."""
+    docs = field_docs(cls)
+    for field in dataclasses.fields(cls):
+        default = field.default_factory() if field.default is dataclasses.MISSING else field.default
         doc = docs.get(field.name, "")
-        lines.append(f"{' ' * indent}#   {field.name}: {_flow(to_dict(getattr(cfg, field.name)))}  # {doc}".rstrip())
+        value = json.dumps(to_dict(default), ensure_ascii=False)  # JSON is YAML flow, on one line ("\n" escaped)
+        lines.append(f"{' ' * indent}#   {field.name}: {value}  # {doc}".rstrip())
 
 
 def _dataclass_in(annotation: Any) -> type | None:
