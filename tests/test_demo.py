@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from cli_runner import run_cli
+from glasslab.layout import EXPORT_MANIFEST, MODEL_CARD
 
 pytestmark = pytest.mark.slow  # the session's demo lab takes about a minute and a half to build
 
@@ -136,7 +137,9 @@ def test_every_run_scores_the_tasks_and_the_ladder_predicts_the_heros_accuracy(d
     assert row["verdict"]["state"] == "final"
     assert row["verdict"]["actual"] == pytest.approx(hero["eval/task/macro/acc"])
     # The hero's export: its model card's task table, chance beside each accuracy.
-    card = (only(lab, "export-*") / "README.md").read_text()
+    (hero_export,) = [p for p in lab.glob("export-*")
+                      if json.loads((p / EXPORT_MANIFEST).read_text())["run"] == only(lab, "demo-hero-*").name]
+    card = (hero_export / MODEL_CARD).read_text()
     assert "Downstream tasks" in card and "| next_word_code | " in card and "| 25.0% |" in card
 
 
@@ -173,7 +176,7 @@ def test_demo_ends_with_sft_of_the_hero_and_a_chat_export(demo_lab):
     after = json.loads((sft / "result.json").read_text())["eval/sft/loss"]
     assert after < before  # held-out assistant tokens: the fine-tuned hero beats its base
     assert "held-out SFT loss" in demo_lab.stdout and "chat export-" in demo_lab.stdout
-    exports = {json.loads((p / "export.json").read_text())["run"]: p for p in lab.glob("export-*")}
+    exports = {json.loads((p / EXPORT_MANIFEST).read_text())["run"]: p for p in lab.glob("export-*")}
     assert set(exports) == {hero.name, sft.name}
     assert "chat_template" in json.loads((exports[sft.name] / "tokenizer_config.json").read_text())
     reply = run_cli("chat", exports[sft.name].name, "--lab", str(lab), "--prompt", "What does `len` do?",
