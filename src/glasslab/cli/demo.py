@@ -19,7 +19,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "all live in the observatory. Ends with a table of rungs, fit and predicted-vs-actual loss, and "
         "publishes the static site into LAB/site. A second run reuses finished steps.",
     )
-    p.add_argument("--quick", action="store_true", help="tiny sizes: the whole DAG in about a minute")
+    p.add_argument("--quick", action="store_true", help="tiny sizes: the whole DAG in about two minutes")
     p.add_argument("--no-serve", action="store_true", help="do not serve the live page")
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     add_lab_option(p)

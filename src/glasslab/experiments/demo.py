@@ -21,7 +21,7 @@
 At this scale the ladder is illustrative: rungs of tens of thousands of parameters trained for a few
 hundred steps are noisy, and the demo reports its prediction error as it comes out. Everything the
 demo's size decides is one :class:`DemoSize`: :data:`FULL` (``glasslab demo``) or :data:`QUICK`
-(``--quick``: the whole DAG in about a minute; the test suite runs it).
+(``--quick``: the whole DAG in about two minutes; the test suite runs it).
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ FULL = DemoSize(max_source_bytes=0, seq_len=64, tokens_per_param=10.0, min_steps
 QUICK = DemoSize(max_source_bytes=400_000, seq_len=32, tokens_per_param=1.0, min_steps=30, seeds_per_rung=(1,),
                  eval_max_tokens=1024, checkpoint_interval=100, num_bootstrap=300, task_eval_every=10, sft_steps=40,
                  sft_seq_len=128, sft_max_modules=120)
-"""``glasslab demo --quick``: the whole DAG in about a minute (the test suite's demo lab)."""
+"""``glasslab demo --quick``: the whole DAG in about two minutes (the test suite's demo lab)."""
 
 
 def build_config(size: DemoSize) -> BuildConfig:
