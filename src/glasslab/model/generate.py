@@ -30,6 +30,15 @@ def next_token_probs(logits_V: torch.Tensor, temperature: float = 1.0, top_k: in
     return probs_V
 
 
+def draw(logits_V: torch.Tensor, temperature: float, top_k: int, top_p: float,
+         generator: torch.Generator) -> int:
+    """The next token id from one position's logits: greedy at ``temperature <= 0``, else sampled from
+    :func:`next_token_probs` with ``generator``."""
+    if temperature <= 0:
+        return int(logits_V.argmax())
+    return int(torch.multinomial(next_token_probs(logits_V, temperature, top_k, top_p), 1, generator=generator))
+
+
 @torch.no_grad()
 def stream(
     model: Transformer,
@@ -58,12 +67,7 @@ def stream(
     tokens_BT = torch.tensor([prompt_ids], device=device)
     try:
         for _ in range(max_new_tokens):
-            logits_V = model(tokens_BT, caches)[0, -1]
-            if temperature <= 0:
-                next_id = int(logits_V.argmax())
-            else:
-                next_id = int(torch.multinomial(next_token_probs(logits_V, temperature, top_k, top_p), 1,
-                                                generator=generator))
+            next_id = draw(model(tokens_BT, caches)[0, -1], temperature, top_k, top_p, generator)
             yield next_id
             if next_id in stop:
                 break

@@ -3,7 +3,7 @@ stream replies.
 
 ``glasslab chat`` is a thin terminal around :class:`ChatSession`. A checkpoint runs as our own
 :class:`~glasslab.model.Transformer`; an export folder (``glasslab export``) runs as what it is, a
-``transformers`` model, through the same sampler (:func:`~glasslab.model.generate.next_token_probs`).
+``transformers`` model, through the same sampler (:func:`~glasslab.model.generate.draw`).
 
 A reply is the continuation of the whole conversation so far in the chat format, sampled until
 ``<|im_end|>`` (or ``<|endoftext|>``); text streams out as soon as it decodes to whole characters.
@@ -25,7 +25,7 @@ from glasslab.data.tokenizer import EOT, load_tokenizer
 from glasslab.errors import UserError
 from glasslab.layout import EXPORT_MANIFEST, MODEL_STATE, read_json
 from glasslab.model import Transformer
-from glasslab.model.generate import next_token_probs, stream
+from glasslab.model.generate import draw, stream
 from glasslab.track import read_record
 from glasslab.train import checkpoint as ckpt
 from glasslab.train.run_config import RunConfig
@@ -101,12 +101,8 @@ def load_export_chat_model(folder: Path, device: str = "cpu") -> ChatModel:
         ids_BT, past = torch.tensor([prompt], device=device), None
         for _ in range(max_new):
             out = hf(ids_BT, cache=past, use_cache=True)
-            logits_V, past = out.logits[0, -1], out.cache
-            if temperature <= 0:
-                next_id = int(logits_V.argmax())
-            else:
-                next_id = int(torch.multinomial(next_token_probs(logits_V, temperature, top_k, top_p), 1,
-                                                generator=generator))
+            past = out.cache
+            next_id = draw(out.logits[0, -1], temperature, top_k, top_p, generator)
             yield next_id
             if next_id in stop:
                 return
