@@ -1,7 +1,6 @@
 """``python -m glasslab`` is the ``glasslab`` command (torchrun runs it this way)."""
 
-import sys
-
 from glasslab.cli import main
+from glasslab.torchrun_exit import exit_process
 
-sys.exit(main())
+exit_process(main())

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from glasslab.lab.attempt import PARENT_PID_ENV, WorkerSpec, one_line_error, small_json
 from glasslab.layout import write_json_atomic
+from glasslab.torchrun_exit import exit_process
 
 ORPHAN_GRACE_S = 30.0
 WATCHDOG_INTERVAL_S = 0.5
@@ -115,4 +116,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    exit_process(main(sys.argv[1:]))
