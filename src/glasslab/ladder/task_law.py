@@ -98,23 +98,42 @@ def sigmoid(bpb: np.ndarray | float, k: float, b0: float, chance: float) -> np.n
     return chance + (1 - chance) / (1 + np.exp(np.clip(k * (np.asarray(bpb) - b0), -50, 50)))
 
 
-def fit_sigmoid(bpb: Sequence[float], acc: Sequence[float], chance: float) -> tuple[float, float]:
-    """Least-squares ``(k, b0)`` of :func:`sigmoid` through the points (``k > 0``: accuracy falls with bpb)."""
+def fit_sigmoid(bpb: Sequence[float], acc: Sequence[float], chance: float,
+                start: tuple[float, float] | None = None) -> tuple[float, float]:
+    """Least-squares ``(k, b0)`` of :func:`sigmoid` through the points (``k > 0``: accuracy falls with bpb).
+
+    ``start`` is where the search begins (a refit on resampled points starts from the full fit's answer);
+    without it, from where the points cross halfway between chance and 1, with the slope their spread suggests.
+    """
     bpb_n, acc_n = np.asarray(bpb, dtype=float), np.asarray(acc, dtype=float)
     if len(bpb_n) < 3:
         raise UserError(f"{len(bpb_n)} task evaluations: expected at least 3 to fit accuracy against bpb")
-    # Start where the points cross halfway between chance and 1, with the slope their spread suggests.
-    start_b0 = float(np.median(bpb_n)) if np.ptp(bpb_n) == 0 else float(np.interp(
-        (1 + chance) / 2, np.sort(acc_n), bpb_n[np.argsort(acc_n)]))
-    start_k = 4.0 / max(float(np.ptp(bpb_n)), 1e-3)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", OptimizeWarning)
-        try:
-            (k, b0), _ = curve_fit(lambda b, k, b0: sigmoid(b, k, b0, chance), bpb_n, acc_n, p0=(start_k, start_b0),
-                                   bounds=((1e-6, -np.inf), (np.inf, np.inf)), maxfev=5000)
-        except RuntimeError:
-            raise UserError("accuracy against task bpb: the sigmoid fit did not converge") from None
-    return float(k), float(b0)
+    if start is None:
+        start = (4.0 / max(float(np.ptp(bpb_n)), 1e-3),
+                 float(np.median(bpb_n)) if np.ptp(bpb_n) == 0 else float(np.interp(
+                     (1 + chance) / 2, np.sort(acc_n), bpb_n[np.argsort(acc_n)])))
+    # Levenberg-Marquardt (MINPACK) first, several times faster than the bounded trust-region search; the
+    # bound k > 0 is only imposed when the unbounded answer breaks it.
+    for bounds in ((-np.inf, np.inf), ((1e-6, -np.inf), (np.inf, np.inf))):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", OptimizeWarning)
+            try:
+                (k, b0), _ = curve_fit(lambda b, k, b0: sigmoid(b, k, b0, chance), bpb_n, acc_n, p0=start,
+                                       jac=lambda b, k, b0: _sigmoid_jacobian(b, k, b0, chance), bounds=bounds,
+                                       maxfev=5000)
+            except RuntimeError:
+                continue
+        if k > 1e-6:
+            return float(k), float(b0)
+    raise UserError("accuracy against task bpb: the sigmoid fit did not converge")
+
+
+def _sigmoid_jacobian(bpb: np.ndarray, k: float, b0: float, chance: float) -> np.ndarray:
+    """d sigmoid / d(k, b0) at each point, shape (points, 2): the fit's exact derivatives (a numerical
+    Jacobian cost a third of every fit's time)."""
+    z = np.clip(k * (bpb - b0), -50, 50)
+    slope = -(1 - chance) * np.exp(z) / (1 + np.exp(z)) ** 2  # d acc / d z
+    return np.stack([slope * (bpb - b0), -slope * k], axis=1)
 
 
 def _bpb_rungs(points: Sequence[TaskPoint]) -> list[Rung]:
@@ -157,7 +176,7 @@ def _accuracy_prediction(series: TaskSeries, points: Sequence[TaskPoint], flops:
     for _ in range(NUM_SIGMOID_REFITS):
         pick = rng.integers(len(points), size=len(points))
         try:
-            refits.append(fit_sigmoid(bpb_n[pick], acc_n[pick], series.chance))
+            refits.append(fit_sigmoid(bpb_n[pick], acc_n[pick], series.chance, start=(k, b0)))
         except UserError:
             continue
     params_B = np.array(refits)[rng.integers(len(refits), size=len(bpb_B))]
