@@ -91,9 +91,7 @@ def ladder_steps(plan: LadderPlan, data_step: Step, mixture: MixtureConfig, trai
     ladder = plan.spec.name
     resources = Resources(cpus=max(1, threads), gpus=1 if device.startswith("cuda") else 0)
     rung_steps = []
-    # Largest rung first: the executor starts ready steps in list order, so the longest run does not start
-    # last and leave the other lanes idle while it finishes (the full demo's rungs end 20% sooner).
-    for rung in reversed(plan.rungs):
+    for rung in plan.rungs:
         for seed in rung.seeds:
             config = TrainStepConfig(run_config_for(rung, seed, mixture, train),
                                      rung_record_extra(rung, seed, ladder), data_step.name, device=device,
@@ -111,7 +109,9 @@ def ladder_steps(plan: LadderPlan, data_step: Step, mixture: MixtureConfig, trai
     hero_resources = dataclasses.replace(resources, cpus=max(1, hero_threads))
     hero = Step(f"{ladder}-hero", hero_step, HeroStepConfig(hero_train, fit.name), deps=(data_step, fit),
                 resources=hero_resources)
-    return [*rung_steps, fit, hero]
+    # Largest rung first: the executor starts ready steps in list order, so the longest run does not start
+    # last and leave the other lanes idle while it finishes (the fit lists them smallest first, as before).
+    return [*reversed(rung_steps), fit, hero]
 
 
 def fit_step(ctx: StepContext) -> dict[str, Any]:
