@@ -13,6 +13,7 @@ import pytest
 from cli_runner import run_cli
 from glasslab.experiments.demo import QUICK
 from glasslab.layout import EXPORT_MANIFEST, MODEL_CARD
+from glasslab.train.sft import sft_outcome
 
 pytestmark = pytest.mark.slow  # the session's demo lab takes about a minute and a half to build
 
@@ -177,6 +178,12 @@ def test_demo_ends_with_sft_of_the_hero_and_a_chat_export(demo_lab):
     before = record["base"]["metrics"]["eval/sft/loss"]
     after = json.loads((sft / "result.json").read_text())["eval/sft/loss"]
     assert after < before  # held-out assistant tokens: the fine-tuned hero beats its base
+    # The tasks, plain and posed as chat turns, scored on the base and after SFT (the demo's table shows both).
+    tasks = sft_outcome(sft)["tasks"]
+    assert set(tasks) == {"next_word_code", "next_word_prose", "next_word_code_chat", "next_word_prose_chat",
+                          "macro"}
+    assert all(0 <= acc <= 1 for pair in tasks.values() for acc in pair)
+    assert "next_word_code_chat accuracy" in demo_lab.stdout
     assert "held-out SFT loss" in demo_lab.stdout and "chat export-" in demo_lab.stdout
     exports = {json.loads((p / EXPORT_MANIFEST).read_text())["run"]: p for p in lab.glob("export-*")}
     assert set(exports) == {hero.name, sft.name}

@@ -119,6 +119,29 @@ def test_tokens_split_as_lm_eval_splits_them(tokenizer):
     assert encoded[3].continuations[1] == tuple(tokenizer.encode("x").ids)
 
 
+def test_a_chat_form_task_scores_the_tokens_of_the_conversation(tmp_path, tokenizer):
+    from glasslab.data.chat import ChatEncoder
+
+    rows = [{"context": "Name a fruit.", "choices": ["apple", "chair"], "answer": 0},
+            {"context": "Name a colour.", "choices": ["green", "seven"], "answer": 0}]
+    path = _write(tmp_path / "fruit.jsonl", rows)
+    task = load_task(TaskConfig(path=str(path), chat=True, num_fewshot=1))
+    assert task.name == "fruit_chat" and task.sha256 != load_task(TaskConfig(path=str(path))).sha256
+    chat = ChatEncoder(tokenizer)
+    (first, _) = encode_task(task, tokenizer, prefix_id=0)
+    example = [{"role": "user", "content": "Name a colour."}, {"role": "assistant", "content": "green"}]
+    asked = [{"role": "user", "content": "Name a fruit."}]
+    # The solved example is a whole exchange; the item's prompt ends with the assistant header (its newline
+    # moves into the continuation, as lm-eval moves trailing whitespace), and the right choice is the reply
+    # the chat template renders (everything but its closing <|im_end|>).
+    header = chat.prompt_ids(example + asked)
+    assert list(first.context) == header[:len(first.context)] and len(header) - len(first.context) == 1
+    conversation = chat.encode(example + asked + [{"role": "assistant", "content": "apple"}]).ids.tolist()
+    closing = [chat.im_end_id, *tokenizer.encode("\n", add_special_tokens=False).ids]
+    assert conversation[-len(closing):] == closing
+    assert list(first.context + first.continuations[0]) == conversation[:-len(closing)]
+
+
 def _model(moe: bool = False) -> Transformer:
     torch.manual_seed(0)
     moe_cfg = {"num_experts": 4, "top_k": 2, "d_expert": 16} if moe else None

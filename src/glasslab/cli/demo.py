@@ -86,17 +86,21 @@ def run(args: argparse.Namespace) -> int:
 
 
 def sft_table(sft_folder: Path):
-    """The demo table's last rows: held-out SFT loss of the hero before and after SFT, and one reply of each."""
+    """The demo table's last rows: held-out SFT loss and task accuracies (plain and in chat form) of the hero
+    before and after SFT, and one reply of each."""
     from rich.table import Table
 
     from glasslab.train.sft import sft_outcome
 
     out = sft_outcome(sft_folder)
-    table = Table(title=f"SFT of the hero ({sft_folder.name}): held-out loss on assistant tokens, nats/token")
+    table = Table(title=f"SFT of the hero ({sft_folder.name}): held-out loss on assistant tokens (nats/token), "
+                        "task accuracy")
     for column in ("", "hero (base)", "after SFT", "change"):
         table.add_column(column)
     change = f"{out['relative']:+.1%}" if out["relative"] is not None else ""
     table.add_row("held-out SFT loss", _num(out["before"]), _num(out["after"]), change)
+    for task, (before, after) in out["tasks"].items():
+        table.add_row(f"{task} accuracy", _num(before), _num(after), f"{100 * (after - before):+.1f} points")
     table.add_row(f"reply to {out['prompt']!r}", out["base_reply"], out["reply"], "")
     return table
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer
 
+from glasslab.data.tokenizer import IM_END, IM_START
 from glasslab.errors import UserError
 from glasslab.evals.builtin import make_builtin, resolve_domain
 from glasslab.evals.formats import DEFAULT_TEMPLATES, read_items
@@ -45,10 +46,16 @@ def load_task(cfg: TaskConfig, dataset_dir: str | Path | None = None) -> Task:
         raise UserError(f"task {name}: no items left (source: {source})")
     if cfg.num_fewshot >= len(items):
         raise UserError(f"task.num_fewshot={cfg.num_fewshot}: expected fewer than the task's {len(items)} items")
-    return Task(name=name, items=tuple(items),
-                template=cfg.template if cfg.template is not None else template,
-                target_delimiter=cfg.target_delimiter if cfg.target_delimiter is not None else delimiter,
-                fewshot_delimiter=cfg.fewshot_delimiter, num_fewshot=cfg.num_fewshot, metric=cfg.metric,
+    template = cfg.template if cfg.template is not None else template
+    delimiter = cfg.target_delimiter if cfg.target_delimiter is not None else delimiter
+    fewshot_delimiter = cfg.fewshot_delimiter
+    if cfg.chat:
+        # The reply starts right after the assistant header, so the header takes the delimiter's place.
+        template = f"{IM_START}user\n{template}{IM_END}\n{IM_START}assistant\n"
+        delimiter, fewshot_delimiter = "", f"{IM_END}\n"
+        name = cfg.name or f"{name}_chat"
+    return Task(name=name, items=tuple(items), template=template, target_delimiter=delimiter,
+                fewshot_delimiter=fewshot_delimiter, num_fewshot=cfg.num_fewshot, metric=cfg.metric,
                 source=source, dropped=dropped)
 
 

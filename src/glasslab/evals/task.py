@@ -53,6 +53,10 @@ class TaskConfig:
     """The task's headline accuracy, the one ``eval/task/macro/acc`` averages."""
     max_items: int = 0
     """Score only the first this-many items (0 = all)."""
+    chat: bool = False
+    """Pose every item as a chat turn (ChatML, as the chat template renders it): the prompt is the user's
+    message, each choice begins the assistant's reply, and a solved example ends its reply with
+    ``<|im_end|>``. The default name gets ``_chat``. For a model fine-tuned on conversations (SFT)."""
 
     def __post_init__(self) -> None:
         require(bool(self.builtin) != bool(self.path), "task.builtin", self.builtin or self.path,

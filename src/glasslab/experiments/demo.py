@@ -168,8 +168,13 @@ def train_recipe(size: DemoSize, sinks: tuple[str, ...] = ()) -> TrainConfig:
                                                decay_fraction=0.2, min_lr_ratio=0.0),
                        guard=GuardConfig(sigma=8.0), eval_max_tokens=size.eval_max_tokens, eval_batch_size=32,
                        sample_max_new_tokens=24, checkpoint_interval=size.checkpoint_interval, sinks=sinks,
-                       eval_tasks=tuple(dataclasses.replace(task, max_items=size.task_items) for task in TASKS),
-                       task_eval_every=size.task_eval_every)
+                       eval_tasks=demo_tasks(size), task_eval_every=size.task_eval_every)
+
+
+def demo_tasks(size: DemoSize, chat: bool = False) -> tuple[TaskConfig, ...]:
+    """:data:`TASKS` at ``size.task_items`` items each; with ``chat``, also posed as chat turns."""
+    plain = tuple(dataclasses.replace(task, max_items=size.task_items) for task in TASKS)
+    return plain + tuple(dataclasses.replace(task, chat=True) for task in plain) if chat else plain
 
 
 def plan(size: DemoSize = FULL) -> LadderPlan:
@@ -195,7 +200,8 @@ def sft_steps(size: DemoSize, data: Step, hero: Step, device: str = "cpu", threa
     conversations = Step(CONVERSATIONS_STEP, conversations_step,
                          ConversationsConfig(builtin_max_modules=size.sft_max_modules), deps=(data,))
     train = dataclasses.replace(default_sft_train(), seq_len=size.sft_seq_len, max_steps=size.sft_steps,
-                                global_batch_tokens=size.sft_seq_len * 16, checkpoint_interval=size.sft_steps)
+                                global_batch_tokens=size.sft_seq_len * 16, checkpoint_interval=size.sft_steps,
+                                eval_tasks=demo_tasks(size, chat=True))
     sft = Step(SFT_STEP, sft_step, SFTStepConfig(train=train, sft=SFTConfig(eval_max_conversations=256),
                                                  base_from=hero.name, conversations_from=CONVERSATIONS_STEP,
                                                  device=device, threads=threads), deps=(hero, conversations))

@@ -32,6 +32,7 @@ from glasslab.data.conversations import read_conversation_split
 from glasslab.data.packing import ConversationLoader, heldout_batches
 from glasslab.data.tokenizer import PAD, load_tokenizer
 from glasslab.errors import UserError
+from glasslab.evals.load import MACRO_ACC
 from glasslab.layout import MODEL_STATE, RESULT_FILE, read_json
 from glasslab.model import Transformer, generate
 from glasslab.track import RunReader, read_record
@@ -192,7 +193,8 @@ def turn_text(sample_text: str) -> str:
 
 def sft_outcome(run_dir: str | Path) -> dict[str, Any]:
     """A finished SFT run in numbers: held-out SFT loss of the base and after (nats per assistant token) and
-    its relative change, and the last sample's first prompt with the base's and the run's replies."""
+    its relative change, each task's accuracy before and after (``tasks``: name -> (before, after), the
+    macro average as ``macro``), and the last sample's first prompt with the base's and the run's replies."""
     record = read_record(run_dir) or {}
     result = read_json(Path(run_dir) / RESULT_FILE) or {}
     base = record.get("base", {})
@@ -203,17 +205,23 @@ def sft_outcome(run_dir: str | Path) -> dict[str, Any]:
     last = [s for s in samples if samples and s["step"] == samples[-1]["step"]]
     prompt = turn_text(last[0]["prompt"]) if last else ""
     base_reply = next((turn_text(s["text"]) for s in base.get("samples", []) if turn_text(s["prompt"]) == prompt), "")
+    keys = [key for key in result if key.startswith("eval/task/") and key.endswith("/acc")
+            and key in base.get("metrics", {})]
+    tasks = {key.split("/")[2]: (base["metrics"][key], result[key])
+             for key in sorted(keys, key=lambda k: (k == MACRO_ACC, k))}  # the macro average last
     return {"before": before, "after": after,
             "relative": (after - before) / before if before and after is not None else None,
-            "prompt": prompt, "base_reply": base_reply, "reply": turn_text(last[0]["text"]) if last else ""}
+            "tasks": tasks, "prompt": prompt, "base_reply": base_reply,
+            "reply": turn_text(last[0]["text"]) if last else ""}
 
 
 def sft_baseline(run_cfg: RunConfig, device: str = "cpu") -> dict[str, Any]:
-    """The base model's metrics (domain losses, ``eval/sft/loss``) and its replies to the sample prompts."""
+    """The base model's metrics (domain losses, ``eval/sft/loss``, the tasks) and its replies to the sample
+    prompts: evaluated as the run's last evaluation will be, so every final metric has its before."""
     torch_device = torch.device(device)
     parts = build_sft_parts(run_cfg, torch_device)
     model = parts.model.to(torch_device)
-    metrics = parts.evaluate(model, 0)
+    metrics = parts.evaluate(model, run_cfg.train.total_steps)
     samples = parts.sample(model, 0) if parts.sample is not None else []
     return {"metrics": metrics, "samples": [{"prompt": p, "text": t} for p, t in samples]}
 
