@@ -13,7 +13,7 @@ from typing import Any
 
 from glasslab.layout import RUN_RECORD
 from glasslab.observatory.lab_scan import Lab
-from glasslab.observatory.runs import TOKENS_KEY, flops_per_token, open_run, run_status
+from glasslab.observatory.runs import TOKENS_KEY, flops_per_token, open_run, run_status, store_files
 from glasslab.observatory.series import clean, interpolate, read_series
 
 DEFAULT_KEYS = ("train/loss", "eval/macro/loss")
@@ -30,17 +30,29 @@ def run_choices(lab: Lab) -> tuple[list[dict[str, Any]], dict[str, int]]:
         entry = {"id": run_id, "role": record.get("role"), "ladder": record.get("ladder"),
                  "size_name": record.get("size_name"), "flops_per_token": flops_per_token(record),
                  "started": record.get("started"), "status": None, "keys": []}
-        with open_run(folder) as reader:
-            if reader is not None:
-                try:
-                    entry["keys"] = reader.scalar_keys()
-                    entry["status"] = run_status(reader.meta("writer"), reader.meta("status"), None)
-                except sqlite3.Error:
-                    pass
+        facts = store_keys(lab, run_id)
+        if facts is not None:
+            entry["keys"] = list(facts["keys"])
+            entry["status"] = run_status(facts["writer"], facts["status"], None)
         for key in entry["keys"]:
             metrics[key] = metrics.get(key, 0) + 1
         runs.append(entry)
     return runs, dict(sorted(metrics.items()))
+
+
+def store_keys(lab: Lab, run_id: str) -> dict[str, Any] | None:
+    """The scalar names a run logged, its writer lease and recorded status; None when its store cannot
+    be read. Kept while the store's files are unchanged (``Lab.memo``): the picker lists every run."""
+    def read() -> dict[str, Any] | None:
+        with open_run(lab.index().runs[run_id]) as reader:
+            if reader is None:
+                return None
+            try:
+                return {"keys": reader.scalar_keys(), "writer": reader.meta("writer"), "status": reader.meta("status")}
+            except sqlite3.Error:
+                return None
+
+    return lab.memo("store-keys", run_id, store_files(lab.index().runs[run_id]), read)
 
 
 def default_runs(runs: list[dict[str, Any]]) -> list[str]:
