@@ -3,7 +3,7 @@ scalar metric the lab logged, and the series of the picked runs for the picked m
 
 The view (runs, metrics, x axis, log scales, smoothing) lives in the page's URL, so a link
 reproduces it. The live server answers each view with its series; the static site writes one data
-file per metric with every run's series (``metric_series``), which the page loads as it needs them.
+file per run with all its series (``all_series``), which the page loads for the runs it shows.
 """
 
 from __future__ import annotations
@@ -108,20 +108,11 @@ def compare_page(lab: Lab, run_ids: list[str] | None = None, keys: list[str] | N
     return clean(data)
 
 
-def metric_series(lab: Lab) -> dict[str, dict[str, Any]]:
-    """{metric: {run: series with tokens at each point}} over the whole lab, each store opened once
-    (the static site writes one file per metric)."""
-    out: dict[str, dict[str, Any]] = {}
-    for run_id, folder in lab.index().runs.items():
-        with open_run(folder) as reader:
-            if reader is None:
-                continue
-            try:
-                keys = reader.scalar_keys()
-            except sqlite3.Error:
-                continue
-        series, _ = run_series(lab, run_id, keys)
-        for key in keys:
-            if series.get(key, {}).get("steps"):
-                out.setdefault(key, {})[run_id] = series[key]
-    return clean(out)
+def all_series(lab: Lab, run_id: str) -> dict[str, Any]:
+    """{metric: series with tokens at each point} for every scalar the run logged (the static site writes
+    one file per run); empty when its store cannot be read."""
+    facts = store_keys(lab, run_id)
+    if facts is None:
+        return {}
+    series, _ = run_series(lab, run_id, list(facts["keys"]))
+    return clean({key: value for key, value in series.items() if value.get("steps")})
