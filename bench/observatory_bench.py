@@ -226,17 +226,16 @@ def disk_bytes(folder: Path) -> int:
     return sum(p.stat().st_blocks * 512 for p in folder.rglob("*") if p.is_file())
 
 
-def page_ms(port: int, path: str, repeats: int = 5) -> float:
-    """Median milliseconds of ``repeats`` GETs of ``path`` after one warm-up (which fills the caches a
-    server keeps, as a page open in a browser would have)."""
+def page_ms(port: int, path: str, repeats: int = 5) -> tuple[float, float]:
+    """(milliseconds of the first GET of ``path``, median of the next ``repeats``): the first one reads
+    the stores; the server then keeps what it read while they are unchanged, as for a page reloaded."""
     url = f"http://127.0.0.1:{port}{path}"
-    httpx.get(url, timeout=120).raise_for_status()
     times = []
-    for _ in range(repeats):
+    for _ in range(1 + repeats):
         start = time.perf_counter()
-        httpx.get(url, timeout=120).raise_for_status()
+        httpx.get(url, timeout=300).raise_for_status()
         times.append(time.perf_counter() - start)
-    return 1e3 * statistics.median(times)
+    return 1e3 * times[0], 1e3 * statistics.median(times[1:])
 
 
 def publish_one_changed_run(lab: Path, out: Path, run_id: str, new_steps: int = 10) -> dict[str, float]:
@@ -275,10 +274,12 @@ def lab_at_scale(args: argparse.Namespace) -> dict[str, float]:
         compared = short_ids[:6] + long_ids[:2]
         with served(lab) as port:
             result = {
-                "overview_ms": page_ms(port, "/api/page/overview"),
-                "run_ms": page_ms(port, f"/api/page/run?id={(long_ids or short_ids)[0]}"),
-                "compare_ms": page_ms(port, f"/api/page/compare?runs={','.join(compared)}"),
+                "overview": page_ms(port, "/api/page/overview"),
+                "run": page_ms(port, f"/api/page/run?id={(long_ids or short_ids)[0]}"),
+                "compare": page_ms(port, f"/api/page/compare?runs={','.join(compared)}"),
             }
+        for name, (first, _) in result.items():
+            print(f"# {name} page, first load after the server started: {first:.0f} ms", flush=True)
         publish = publish_one_changed_run(lab, tmp / "site", short_ids[len(short_ids) // 2])
         print(f"# first export of the lab: {publish['first_s']:.1f} s; after one run changed, "
               f"the next round wrote {publish['pages']} file(s)", flush=True)
@@ -298,7 +299,7 @@ def served(lab: Path):
     try:
         for _ in range(100):
             try:
-                httpx.get(f"http://127.0.0.1:{port}/", timeout=1)
+                httpx.get(f"http://127.0.0.1:{port}/static/observatory.css", timeout=1)  # no page read yet
                 break
             except httpx.TransportError:
                 time.sleep(0.1)
@@ -358,9 +359,9 @@ def main() -> None:
                 f"{args.lab_metrics} metrics")
         print(f"lab_disk_gb: {scale['disk_gb']:.2f}  ({size}; target <= 10)")
         print(f"lab_write_s: {scale['write_s']:.0f}  ({args.writers} writers)")
-        print(f"lab_overview_ms: {scale['overview_ms']:.0f}  (target < 300)")
-        print(f"lab_run_page_ms: {scale['run_ms']:.0f}  (a {args.long_steps}-step run; target < 300)")
-        print(f"lab_compare_page_ms: {scale['compare_ms']:.0f}  ({scale['compared']}; target < 300)")
+        print(f"lab_overview_ms: {scale['overview'][1]:.0f}  (median of 5 after the first load; target < 300)")
+        print(f"lab_run_page_ms: {scale['run'][1]:.0f}  (a {args.long_steps}-step run; target < 300)")
+        print(f"lab_compare_page_ms: {scale['compare'][1]:.0f}  ({scale['compared']}; target < 300)")
         print(f"publish_watch_one_run_s: {scale['publish_s']:.2f}  (one watch round after one run changed; "
               "target < 1)")
 

@@ -20,6 +20,7 @@ DEFAULT_KEYS = ("train/loss", "eval/macro/loss")
 DEFAULT_RUNS = 12
 MAX_RUNS = 48
 MAX_KEYS = 12
+COMPARE_SERIES_KEPT = 2 * MAX_RUNS  # (run, metrics) views whose series are kept
 
 
 def run_choices(lab: Lab) -> tuple[list[dict[str, Any]], dict[str, int]]:
@@ -102,10 +103,21 @@ def compare_page(lab: Lab, run_ids: list[str] | None = None, keys: list[str] | N
                             "picked": picked, "keys": chosen, "series": {}, "cursors": {}, "watch": picked}
     if with_series:
         for run_id in picked:
-            data["series"][run_id], cursor = run_series(lab, run_id, chosen)
+            data["series"][run_id], cursor = kept_run_series(lab, run_id, chosen)
             if cursor is not None:
                 data["cursors"][run_id] = cursor
     return clean(data)
+
+
+def kept_run_series(lab: Lab, run_id: str, keys: list[str]) -> tuple[dict[str, Any], dict[str, int] | None]:
+    """:func:`run_series`, kept while the run's store is unchanged (a view is often loaded again)."""
+    def read() -> tuple[dict[str, Any], dict[str, int]] | None:
+        series, cursor = run_series(lab, run_id, keys)
+        return None if cursor is None else (series, cursor)  # not kept: a store being created
+
+    kept = lab.memo("compare-series", (run_id, tuple(keys)), store_files(lab.index().runs[run_id]), read,
+                    limit=COMPARE_SERIES_KEPT)
+    return kept if kept is not None else ({}, None)
 
 
 def all_series(lab: Lab, run_id: str) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from glasslab.layout import RUN_RECORD
 from glasslab.observatory.lab_scan import Lab, read_redacted
 from glasslab.observatory.relations import Relations
 from glasslab.observatory.runs import LOSS_KEY, open_run, planned_steps, run_summary, store_files
-from glasslab.observatory.series import DEFAULT_POINTS, clean, read_series, thin_vectors
+from glasslab.observatory.series import DEFAULT_POINTS, EncodedSeries, clean, read_series, thin_vectors
 from glasslab.track.lab_events import read_lab_events
 
 MAX_SAMPLES = 200
@@ -168,7 +168,7 @@ def store_part(lab: Lab, run_id: str, max_points: int = DEFAULT_POINTS) -> dict[
             try:
                 keys, vector_keys = reader.scalar_keys(), reader.vector_keys()
                 return {"keys": keys, "vector_keys": vector_keys,
-                        "series": {key: read_series(reader, key, max_points) for key in keys},
+                        "series": EncodedSeries({key: read_series(reader, key, max_points) for key in keys}),
                         "vectors": {key: thin_vectors(*reader.vectors(key)) for key in vector_keys},
                         "events": reader.events(), "samples": reader.samples()[-MAX_SAMPLES:],
                         "cursor": reader.cursor()}

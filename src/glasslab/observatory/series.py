@@ -7,6 +7,7 @@ down to ``max_points`` here, so a million-point series costs a few thousand rows
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -35,6 +36,16 @@ def clean(data: Any) -> Any:
     if isinstance(data, (list, tuple)):
         return [clean(v) for v in data]
     return data
+
+
+class EncodedSeries(dict):
+    """A page's series (finite already) with their JSON text, encoded once: a 100k-step run's page
+    spends most of its time encoding them, and keeps them while the store is unchanged. Not to be
+    changed after it is made (the text would no longer say what it holds)."""
+
+    def __init__(self, series: dict[str, Any]) -> None:
+        super().__init__(series)
+        self.json = json.dumps(self, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
 def read_series(reader: RunReader, key: str, max_points: int = DEFAULT_POINTS) -> dict[str, list]:
