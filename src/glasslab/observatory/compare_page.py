@@ -3,7 +3,7 @@ scalar metric the lab logged, and the series of the picked runs for the picked m
 
 The view (runs, metrics, x axis, log scales, smoothing) lives in the page's URL, so a link
 reproduces it. The live server answers each view with its series; the static site writes one data
-file per run with all its series (``all_series``), which the page loads for the runs it shows.
+file per run with all its series (``publish.with_tokens``), which the page loads for the runs it shows.
 """
 
 from __future__ import annotations
@@ -118,13 +118,3 @@ def kept_run_series(lab: Lab, run_id: str, keys: list[str]) -> tuple[dict[str, A
     kept = lab.memo("compare-series", (run_id, tuple(keys)), store_files(lab.index().runs[run_id]), read,
                     limit=COMPARE_SERIES_KEPT)
     return kept if kept is not None else ({}, None)
-
-
-def all_series(lab: Lab, run_id: str) -> dict[str, Any]:
-    """{metric: series with tokens at each point} for every scalar the run logged (the static site writes
-    one file per run); empty when its store cannot be read."""
-    facts = store_keys(lab, run_id)
-    if facts is None:
-        return {}
-    series, _ = run_series(lab, run_id, list(facts["keys"]))
-    return clean({key: value for key, value in series.items() if value.get("steps")})

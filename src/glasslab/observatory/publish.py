@@ -30,10 +30,11 @@ from glasslab.layout import (
     write_bytes_atomic,
     write_text_atomic,
 )
-from glasslab.observatory.compare_page import all_series
 from glasslab.observatory.lab_scan import Lab, file_stamp
 from glasslab.observatory.page_data import build_page
 from glasslab.observatory.relations import Relations
+from glasslab.observatory.runs import TOKENS_KEY
+from glasslab.observatory.series import interpolate
 from glasslab.observatory.shell import STATIC_FILES, render_shell, script_json, static_file
 
 WATCH_SECONDS = 3.0
@@ -134,6 +135,19 @@ class SiteInputs:
         return (self.group("runs"), self.group("lab"), self.group("lab_events"))
 
 
+def with_tokens(series: dict[str, Any]) -> dict[str, Any]:
+    """A run's series (as on its page) with tokens at each point, for the static compare page's x axes."""
+    tokens = series.get(TOKENS_KEY) or {"steps": []}
+    out = {}
+    for key, one in series.items():
+        if not one["steps"]:
+            continue
+        if tokens["steps"] and key != TOKENS_KEY:
+            one = one | {"tokens": interpolate(one["steps"], tokens["steps"], tokens["values"])}
+        out[key] = one
+    return out
+
+
 def series_file(run_id: str) -> str:
     """The script holding every series of a run for the static compare page."""
     return f"data/{page_file('series', run_id).removesuffix('.html')}.js"
@@ -173,20 +187,22 @@ class Publisher:
             stamp = inputs.page(page, item_id)
             if self.stamps.get((page, item_id)) == stamp:
                 continue
-            if self._export_page(page, item_id):
+            data = self._export_page(page, item_id)
+            if data is not None:
                 written.append(page_file(page, item_id))
             self.stamps[(page, item_id)] = stamp
-        for run_id in self.lab.index().runs:
-            stamp = inputs.page("series", run_id)
-            if self.stamps.get(("series", run_id)) != stamp:
-                written.append(self._export_series(run_id))
-                self.stamps[("series", run_id)] = stamp
+            # A run's series change only with its store, which its page is drawn from too.
+            series_stamp = inputs.page("series", item_id) if page == "run" else None
+            if data is not None and series_stamp and self.stamps.get(("series", item_id)) != series_stamp:
+                written.append(self._export_series(item_id, data["series"]))
+                self.stamps[("series", item_id)] = series_stamp
         return written
 
-    def _export_page(self, page: str, item_id: str | None) -> bool:
+    def _export_page(self, page: str, item_id: str | None) -> dict[str, Any] | None:
+        """Write one page and its data script; returns the page's data (None: no such page now)."""
         data = build_page(self.lab, page, item_id, with_series=False)
         if data is None:
-            return False
+            return None
         if page == "compare":
             data["series_files"] = {run["id"]: series_file(run["id"]) for run in data["runs"]}
         name = page_file(page, item_id)
@@ -197,14 +213,14 @@ class Publisher:
         html = render_shell(data["title"], boot, assets="static/", home="index.html",
                             data_scripts=("data/site.js", data_name))
         write_text_atomic(self.out / name, html)
-        return True
+        return data
 
-    def _export_series(self, run_id: str) -> str:
+    def _export_series(self, run_id: str, series: dict[str, Any]) -> str:
         """One script per run with every series it logged (the compare page loads the runs it shows),
-        so a run that changed rewrites its own file only."""
+        so a run that changed rewrites its own file only. ``series``: as on the run's page."""
         name = series_file(run_id)
         holder = "(window.GLASSLAB_SERIES = window.GLASSLAB_SERIES || {})"
-        series = script_json(all_series(self.lab, run_id))
+        series = script_json(with_tokens(series))
         write_text_atomic(self.out / name, f"{holder}[{script_json(run_id)}] = {series};\n")
         return name
 
