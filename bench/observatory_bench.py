@@ -1,7 +1,12 @@
 """Observatory benchmarks: a 1M-point series drawn from rollups, live latency with 20 open pages,
-and what keeping the rollups costs the trainer.
+what keeping the rollups costs the trainer, and the lab at scale: a synthetic lab of 1,000 runs x
+1,000 steps x 50 metrics plus 10 runs x 100,000 steps, written in bulk in the real run format, with
+the time of its overview, run and compare pages through ``glasslab serve`` and of the round of
+``publish --watch`` that re-exports one changed run.
 
     python bench/observatory_bench.py [--points 1000000] [--pages 20] [--seconds 6]
+        [--lab-runs 1000 --lab-steps 1000 --lab-metrics 50 --long-runs 10 --long-steps 100000]
+        [--lab-dir /tmp] [--skip-lab]
 
 Prints headline figures one per line as ``name: value  (target …)``.
 """
@@ -10,19 +15,26 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import multiprocessing
 import os
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 
 from glasslab import track
+from glasslab.layout import STEP_RECORD, write_json_atomic
+from glasslab.observatory.publish import Publisher, page_file
 from glasslab.observatory.series import read_series
+from glasslab.track.run_record import build_record, write_record
 from glasslab.track.store import RunStore
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -148,21 +160,138 @@ def logging_cost(tmp: Path, steps: int = 3000, scalars: int = 50) -> tuple[float
     return results[0], results[1]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--points", type=int, default=1_000_000)
-    parser.add_argument("--pages", type=int, default=20)
-    parser.add_argument("--seconds", type=float, default=6.0)
-    parser.add_argument("--smoke", action="store_true", help="a quick check: 100k points, 3 pages, 2 s")
-    args = parser.parse_args()
-    if args.smoke:
-        args.points, args.pages, args.seconds = 100_000, 3, 2.0
-    tmp = Path(tempfile.mkdtemp(prefix="observatory-bench-"))
+# --- the lab at scale ---------------------------------------------------------------------------
+
+# What every synthetic run logs first (the names the pages look for); the rest are filler metrics.
+LAB_KEYS = ("train/loss", "train/tokens", "optim/learning_rate", "grad/norm/total", "eval/macro/loss")
+EVAL_EVERY = 50  # eval/macro/loss is logged every 50 steps, as a trainer's evals are
+CHUNK_STEPS = 20_000  # steps per transaction: a long run is written in a few commits, not millions
+TOKENS_PER_STEP = 4096
+
+
+def lab_keys(metrics: int) -> list[str]:
+    return [*LAB_KEYS[:metrics], *(f"bench/metric_{i:02d}" for i in range(metrics - len(LAB_KEYS)))]
+
+
+def write_synthetic_run(spec: tuple[Path, int, int, int, dict]) -> int:
+    """One run in the real format: ``run.json``, ``step.json`` and a ``metrics.db`` written through
+    :class:`RunStore` with its buffer made large, so each transaction holds ``CHUNK_STEPS`` steps and
+    the store keeps its rollups exactly as for a trainer. Returns the scalar rows written."""
+    folder, steps, metrics, seed, record = spec
+    write_record(folder, record | {"steps": steps, "seed": seed})
+    write_json_atomic(folder / STEP_RECORD, {"name": folder.name, "status": "succeeded", "attempts": 1,
+                                              "error": None, "timings": {"created": time.time()}})
+    keys = lab_keys(metrics)
+    train_keys = [k for k in keys if k != "eval/macro/loss"]
+    scale = 1.0 + (seed % 7) / 10
+    store = RunStore(folder, flush_rows=sys.maxsize, flush_seconds=math.inf)
+    store.conn.execute("PRAGMA cache_size=-262144")  # 256 MiB: a long run's index stays in memory
+    rows = 0
+    for step in range(steps):
+        loss = 2.0 + 3.0 * scale / math.sqrt(1.0 + step)
+        values = [loss, float((step + 1) * TOKENS_PER_STEP), 3e-3 * min(1.0, (step + 1) / 100), 1.0 / (1 + step),
+                  *(loss * (1.0 + 0.01 * i) for i in range(len(train_keys) - 4))]
+        logged = dict(zip(train_keys, values, strict=True))
+        if "eval/macro/loss" in keys and step % EVAL_EVERY == EVAL_EVERY - 1:
+            logged["eval/macro/loss"] = loss + 0.1
+        store.log(logged, step)
+        rows += len(logged)
+        if step % CHUNK_STEPS == CHUNK_STEPS - 1:
+            store.flush()
+    if seed % 10 == 0:
+        store.annotate("spike_skipped", "loss spike skipped", step=steps // 2, severity="warning")
+    store.close()
+    return rows
+
+
+def write_lab(lab: Path, runs: int, steps: int, metrics: int, long_runs: int, long_steps: int,
+              writers: int) -> tuple[list[str], list[str], int]:
+    """Write the synthetic lab with ``writers`` processes; returns (short run ids, long run ids, rows)."""
+    template = build_record({"bench": "lab-scale", "train": {"lr": 3e-3}}, None)
+    template |= {"size_name": "3.2M-A0.9M", "flops_per_token": 6.0e6}
+    long_ids = [f"long-{i:02d}" for i in range(long_runs)]
+    short_ids = [f"run-{i:04d}" for i in range(runs)]
+    # Long runs first, so no writer is left alone with one at the end.
+    specs = [(lab / run_id, long_steps, metrics, i, template | {"role": "hero"}) for i, run_id in enumerate(long_ids)]
+    specs += [(lab / run_id, steps, metrics, i, template | {"role": "rung", "ladder": f"ladder-{i // 100}"})
+              for i, run_id in enumerate(short_ids)]
+    lab.mkdir(parents=True, exist_ok=True)
+    with multiprocessing.get_context("fork").Pool(writers) as pool:
+        rows = sum(pool.imap_unordered(write_synthetic_run, specs))
+    return short_ids, long_ids, rows
+
+
+def disk_bytes(folder: Path) -> int:
+    """Bytes the folder takes on disk (allocated blocks, as ``du`` counts them)."""
+    return sum(p.stat().st_blocks * 512 for p in folder.rglob("*") if p.is_file())
+
+
+def page_ms(port: int, path: str, repeats: int = 5) -> tuple[float, float]:
+    """(milliseconds of the first GET of ``path``, median of the next ``repeats``): the first one reads
+    the stores; the server then keeps what it read while they are unchanged, as for a page reloaded."""
+    url = f"http://127.0.0.1:{port}{path}"
+    times = []
+    for _ in range(1 + repeats):
+        start = time.perf_counter()
+        httpx.get(url, timeout=300).raise_for_status()
+        times.append(time.perf_counter() - start)
+    return 1e3 * times[0], 1e3 * statistics.median(times[1:])
+
+
+def publish_one_changed_run(lab: Path, out: Path, run_id: str, new_steps: int = 10) -> dict[str, float]:
+    """Seconds of the first export of the lab, and of the watcher's next round after ``run_id`` logged
+    ``new_steps`` more steps (``publish --watch`` calls :meth:`Publisher.export` every few seconds;
+    the round is what we time, the sleep between rounds is not)."""
+    publisher = Publisher(lab, out)
+    start = time.perf_counter()
+    publisher.export()
+    first_s = time.perf_counter() - start
+    assert not publisher.export(), "an unchanged lab must export nothing"
+    store = RunStore(lab / run_id, reason="resume")
+    last = store.conn.execute("SELECT MAX(step) FROM scalars").fetchone()[0]
+    for step in range(last + 1, last + 1 + new_steps):
+        store.log({"train/loss": 2.0, "train/tokens": float((step + 1) * TOKENS_PER_STEP)}, step)
+    store.close()
+    start = time.perf_counter()
+    written = publisher.export()
+    round_s = time.perf_counter() - start
+    assert page_file("run", run_id) in written, f"the changed run's page was not re-exported: {written}"
+    return {"first_s": first_s, "round_s": round_s, "pages": len(written)}
+
+
+def lab_at_scale(args: argparse.Namespace) -> dict[str, float]:
+    tmp = Path(tempfile.mkdtemp(prefix="observatory-lab-scale-", dir=args.lab_dir))
     lab = tmp / "lab"
-    log_s = build_long_run(lab / "long-run", args.points)
-    print(f"# logged {args.points} steps in {log_s:.1f} s", flush=True)
+    try:
+        start = time.perf_counter()
+        short_ids, long_ids, rows = write_lab(lab, args.lab_runs, args.lab_steps, args.lab_metrics, args.long_runs,
+                                              args.long_steps, args.writers)
+        write_s = time.perf_counter() - start
+        size = disk_bytes(lab)
+        print(f"# lab written: {len(short_ids)} runs x {args.lab_steps} steps + {len(long_ids)} x "
+              f"{args.long_steps} steps, {args.lab_metrics} metrics, {rows:,} scalar rows in {write_s:.0f} s "
+              f"({rows / write_s / 1e3:.0f}k rows/s, {args.writers} writers); {size / 1e9:.2f} GB on disk", flush=True)
+        compared = short_ids[:6] + long_ids[:2]
+        with served(lab) as port:
+            result = {
+                "overview": page_ms(port, "/api/page/overview"),
+                "run": page_ms(port, f"/api/page/run?id={(long_ids or short_ids)[0]}"),
+                "compare": page_ms(port, f"/api/page/compare?runs={','.join(compared)}"),
+            }
+        for name, (first, _) in result.items():
+            print(f"# {name} page, first load after the server started: {first:.0f} ms", flush=True)
+        publish = publish_one_changed_run(lab, tmp / "site", short_ids[len(short_ids) // 2])
+        print(f"# first export of the lab: {publish['first_s']:.1f} s; after one run changed, "
+              f"the next round wrote {publish['pages']} file(s)", flush=True)
+        return {**result, "publish_s": publish["round_s"], "disk_gb": size / 1e9, "write_s": write_s,
+                "compared": f"{len(compared)} runs, {len(compared) - 6} of them long"}
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextmanager
+def served(lab: Path):
+    """``glasslab serve`` on ``lab`` in a subprocess, as a user starts it; yields its port."""
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(SRC)}
     command = [sys.executable, "-m", "glasslab", "serve", "--lab", str(lab), "--port", str(port)]
@@ -170,16 +299,49 @@ def main() -> None:
     try:
         for _ in range(100):
             try:
-                httpx.get(f"http://127.0.0.1:{port}/", timeout=1)
+                httpx.get(f"http://127.0.0.1:{port}/static/observatory.css", timeout=1)  # no page read yet
                 break
             except httpx.TransportError:
                 time.sleep(0.1)
-        series = long_series(lab / "long-run", port)
-        latencies = sorted(live_latency(lab, port, args.pages, args.seconds))
+        yield port
     finally:
         server.terminate()
         server.wait(timeout=10)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--points", type=int, default=1_000_000)
+    parser.add_argument("--pages", type=int, default=20)
+    parser.add_argument("--seconds", type=float, default=6.0)
+    parser.add_argument("--lab-runs", type=int, default=1000, help="runs of the synthetic lab")
+    parser.add_argument("--lab-steps", type=int, default=1000, help="steps of each of those runs")
+    parser.add_argument("--lab-metrics", type=int, default=50, help="scalars each run logs (>= 5)")
+    parser.add_argument("--long-runs", type=int, default=10, help="long runs added to the lab")
+    parser.add_argument("--long-steps", type=int, default=100_000, help="steps of each long run")
+    parser.add_argument("--writers", type=int, default=os.cpu_count() or 1, help="processes writing the lab")
+    parser.add_argument("--lab-dir", default=None, help="where the synthetic lab goes (deleted after)")
+    parser.add_argument("--skip-lab", action="store_true", help="leave the lab-at-scale part out")
+    parser.add_argument("--smoke", action="store_true", help="a quick check: 100k points, 3 pages, 2 s, "
+                        "a lab of 20 runs x 200 steps plus one of 5,000 steps")
+    args = parser.parse_args()
+    if args.smoke:
+        args.points, args.pages, args.seconds = 100_000, 3, 2.0
+        args.lab_runs, args.lab_steps, args.long_runs, args.long_steps = 20, 200, 1, 5000
+    if args.lab_metrics < len(LAB_KEYS):
+        parser.error(f"--lab-metrics {args.lab_metrics}: expected at least {len(LAB_KEYS)}")
+    tmp = Path(tempfile.mkdtemp(prefix="observatory-bench-"))
+    lab = tmp / "lab"
+    log_s = build_long_run(lab / "long-run", args.points)
+    print(f"# logged {args.points} steps in {log_s:.1f} s", flush=True)
+    with served(lab) as port:
+        series = long_series(lab / "long-run", port)
+        latencies = sorted(live_latency(lab, port, args.pages, args.seconds))
     with_us, without_us = logging_cost(tmp)
+    shutil.rmtree(tmp, ignore_errors=True)
+    scale = None if args.skip_lab else lab_at_scale(args)
     expected = args.pages * int(args.seconds * 10)
     p95 = latencies[int(0.95 * (len(latencies) - 1))]
     print(f"series_points_drawn: {series['points']}  (from {args.points} logged)")
@@ -192,6 +354,16 @@ def main() -> None:
     print(f"live_steps_received: {len(latencies)}  (of ~{expected})")
     print(f"log_50_scalars_cpu_us: {with_us:.0f}  (without rollups {without_us:.0f})")
     print(f"log_cost_pct_of_50ms_step: {100 * with_us / 50_000:.2f}  (target < 1)")
+    if scale is not None:
+        size = (f"{args.lab_runs} x {args.lab_steps} steps + {args.long_runs} x {args.long_steps}, "
+                f"{args.lab_metrics} metrics")
+        print(f"lab_disk_gb: {scale['disk_gb']:.2f}  ({size}; target <= 10)")
+        print(f"lab_write_s: {scale['write_s']:.0f}  ({args.writers} writers)")
+        print(f"lab_overview_ms: {scale['overview'][1]:.0f}  (median of 5 after the first load; target < 300)")
+        print(f"lab_run_page_ms: {scale['run'][1]:.0f}  (a {args.long_steps}-step run; target < 300)")
+        print(f"lab_compare_page_ms: {scale['compare'][1]:.0f}  ({scale['compared']}; target < 300)")
+        print(f"publish_watch_one_run_s: {scale['publish_s']:.2f}  (one watch round after one run changed; "
+              "target < 1)")
 
 
 if __name__ == "__main__":

@@ -3,6 +3,8 @@ the links between runs, datasets, ladders and exports, read from the synthetic l
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from glasslab.observatory.lab_scan import Lab
@@ -102,3 +104,35 @@ def test_overview_counts_incidents_and_data_page_warns(lab):
                                                "fork-eeee5555"}
     hero = next(r for r in data["runs"] if r["id"] == "hero-dddd4444")
     assert hero["domains"]["web"]["weight"] == 0.7 and hero["domains"]["web"]["epochs"] == pytest.approx(6.0)
+
+
+def test_pages_read_again_only_the_stores_that_changed(tmp_path, monkeypatch):
+    """The overview, the compare picker and the run page keep what they read from a store while its files
+    are unchanged (a lab of a thousand runs), and read a store again once it changed."""
+    from glasslab import track
+    from glasslab.observatory import runs as runs_module
+    from observatory_lab import log_step
+
+    root = build_lab(tmp_path / "lab")
+    for db in root.glob("*/metrics.db*"):  # written over a second ago: past the racy window
+        os.utime(db, ns=(db.stat().st_atime_ns, db.stat().st_mtime_ns - 5_000_000_000))
+    lab = Lab(root)
+    opened = []
+    real_reader = runs_module.RunReader
+    monkeypatch.setattr(runs_module, "RunReader", lambda folder: opened.append(folder.name) or real_reader(folder))
+    first = build_page(lab, "overview")
+    build_page(lab, "compare", with_series=False)
+    build_page(lab, "run", "rung-s-aaaa1111")
+    assert len(opened) >= 4
+    opened.clear()
+    assert build_page(lab, "overview") == first
+    build_page(lab, "compare", with_series=False)
+    build_page(lab, "run", "rung-s-aaaa1111")
+    assert opened == ["hero-dddd4444"]  # the ladder's verdict on the overview reads its hero each time
+    opened.clear()
+    run = track.init(root / "rung-s-aaaa1111", {}, reason="resume")
+    log_step(run, 30)
+    run.finish()
+    steps = {r["id"]: r["step"] for r in build_page(lab, "overview")["runs"]}
+    assert steps["rung-s-aaaa1111"] == 30 and set(opened) == {"rung-s-aaaa1111", "hero-dddd4444"}
+    assert build_page(lab, "run", "rung-s-aaaa1111")["series"]["train/loss"]["steps"][-1] == 30

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from glasslab import track
-from glasslab.observatory.publish import Publisher, page_file
+from glasslab.observatory.publish import Publisher, page_file, series_file
 from observatory_lab import SECRET, build_lab, log_step
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
@@ -54,6 +54,8 @@ def test_watch_reexports_only_changed_pages(tmp_path):
     assert page_file("run", "rung-s-aaaa1111") in again
     assert page_file("run", "hero-dddd4444") not in again and page_file("provenance", "hero-dddd4444") not in again
     assert page_file("data", "data-abc12345") in again  # the rung trained on it: its per-domain evals show there
+    # The static compare page's series: one file per run, only the changed run's is written again.
+    assert series_file("rung-s-aaaa1111") in again and series_file("hero-dddd4444") not in again
     data_name = page_file("run", "rung-s-aaaa1111").replace(".html", ".js")
     data_js = (tmp_path / "site" / "data" / data_name).read_text()
     assert data_js.startswith("window.GLASSLAB_DATA = ") and '"steps":[0,1,2' in data_js and ",30]" in data_js

@@ -14,6 +14,7 @@ Ids come from the lab scan, so unknown ids and traversal attempts (``..``, ``%2e
 from __future__ import annotations
 
 import errno
+import json
 import socket
 from pathlib import Path
 from typing import Any
@@ -28,11 +29,24 @@ from glasslab.errors import UserError
 from glasslab.observatory.lab_scan import Lab
 from glasslab.observatory.live import RunWatch, event_stream, parse_cursors
 from glasslab.observatory.page_data import build_page
+from glasslab.observatory.series import EncodedSeries
 from glasslab.observatory.shell import STATIC_FILES, content_security_policy, render_shell, static_file
 
 PAGES = ("overview", "run", "compare", "ladder", "data", "provenance", "experiment")
 CONTENT_TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8"}
 NO_STORE = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
+
+
+class PageResponse(JSONResponse):
+    """Page data as JSON; a top-level value encoded already (:class:`EncodedSeries`) goes in as it is."""
+
+    def render(self, content: Any) -> bytes:
+        encoded = {k: v.json for k, v in content.items() if isinstance(v, EncodedSeries)}
+        if not encoded:
+            return super().render(content)
+        rest = super().render({k: v for k, v in content.items() if k not in encoded})
+        parts = [json.dumps(k, ensure_ascii=False).encode() + b":" + text.encode() for k, text in encoded.items()]
+        return rest[:-1] + (b"," if rest != b"{}" else b"") + b",".join(parts) + b"}"
 
 
 def create_app(lab_root: str | Path) -> Starlette:
@@ -75,7 +89,7 @@ def create_app(lab_root: str | Path) -> Starlette:
 
     async def api_page(request: Request) -> Response:
         data = load(request.path_params["page"], request.query_params.get("id"), request)
-        return JSONResponse(data, headers=NO_STORE)
+        return PageResponse(data, headers=NO_STORE)
 
     def watch_for(request: Request) -> tuple[RunWatch, str]:
         page = request.query_params.get("page", "")

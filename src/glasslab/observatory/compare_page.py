@@ -3,7 +3,7 @@ scalar metric the lab logged, and the series of the picked runs for the picked m
 
 The view (runs, metrics, x axis, log scales, smoothing) lives in the page's URL, so a link
 reproduces it. The live server answers each view with its series; the static site writes one data
-file per metric with every run's series (``metric_series``), which the page loads as it needs them.
+file per run with all its series (``publish.with_tokens``), which the page loads for the runs it shows.
 """
 
 from __future__ import annotations
@@ -13,13 +13,14 @@ from typing import Any
 
 from glasslab.layout import RUN_RECORD
 from glasslab.observatory.lab_scan import Lab
-from glasslab.observatory.runs import TOKENS_KEY, flops_per_token, open_run, run_status
+from glasslab.observatory.runs import TOKENS_KEY, flops_per_token, open_run, run_status, store_files
 from glasslab.observatory.series import clean, interpolate, read_series
 
 DEFAULT_KEYS = ("train/loss", "eval/macro/loss")
 DEFAULT_RUNS = 12
 MAX_RUNS = 48
 MAX_KEYS = 12
+COMPARE_SERIES_KEPT = 2 * MAX_RUNS  # (run, metrics) views whose series are kept
 
 
 def run_choices(lab: Lab) -> tuple[list[dict[str, Any]], dict[str, int]]:
@@ -30,17 +31,29 @@ def run_choices(lab: Lab) -> tuple[list[dict[str, Any]], dict[str, int]]:
         entry = {"id": run_id, "role": record.get("role"), "ladder": record.get("ladder"),
                  "size_name": record.get("size_name"), "flops_per_token": flops_per_token(record),
                  "started": record.get("started"), "status": None, "keys": []}
-        with open_run(folder) as reader:
-            if reader is not None:
-                try:
-                    entry["keys"] = reader.scalar_keys()
-                    entry["status"] = run_status(reader.meta("writer"), reader.meta("status"), None)
-                except sqlite3.Error:
-                    pass
+        facts = store_keys(lab, run_id)
+        if facts is not None:
+            entry["keys"] = list(facts["keys"])
+            entry["status"] = run_status(facts["writer"], facts["status"], None)
         for key in entry["keys"]:
             metrics[key] = metrics.get(key, 0) + 1
         runs.append(entry)
     return runs, dict(sorted(metrics.items()))
+
+
+def store_keys(lab: Lab, run_id: str) -> dict[str, Any] | None:
+    """The scalar names a run logged, its writer lease and recorded status; None when its store cannot
+    be read. Kept while the store's files are unchanged (``Lab.memo``): the picker lists every run."""
+    def read() -> dict[str, Any] | None:
+        with open_run(lab.index().runs[run_id]) as reader:
+            if reader is None:
+                return None
+            try:
+                return {"keys": reader.scalar_keys(), "writer": reader.meta("writer"), "status": reader.meta("status")}
+            except sqlite3.Error:
+                return None
+
+    return lab.memo("store-keys", run_id, store_files(lab.index().runs[run_id]), read)
 
 
 def default_runs(runs: list[dict[str, Any]]) -> list[str]:
@@ -90,26 +103,18 @@ def compare_page(lab: Lab, run_ids: list[str] | None = None, keys: list[str] | N
                             "picked": picked, "keys": chosen, "series": {}, "cursors": {}, "watch": picked}
     if with_series:
         for run_id in picked:
-            data["series"][run_id], cursor = run_series(lab, run_id, chosen)
+            data["series"][run_id], cursor = kept_run_series(lab, run_id, chosen)
             if cursor is not None:
                 data["cursors"][run_id] = cursor
     return clean(data)
 
 
-def metric_series(lab: Lab) -> dict[str, dict[str, Any]]:
-    """{metric: {run: series with tokens at each point}} over the whole lab, each store opened once
-    (the static site writes one file per metric)."""
-    out: dict[str, dict[str, Any]] = {}
-    for run_id, folder in lab.index().runs.items():
-        with open_run(folder) as reader:
-            if reader is None:
-                continue
-            try:
-                keys = reader.scalar_keys()
-            except sqlite3.Error:
-                continue
-        series, _ = run_series(lab, run_id, keys)
-        for key in keys:
-            if series.get(key, {}).get("steps"):
-                out.setdefault(key, {})[run_id] = series[key]
-    return clean(out)
+def kept_run_series(lab: Lab, run_id: str, keys: list[str]) -> tuple[dict[str, Any], dict[str, int] | None]:
+    """:func:`run_series`, kept while the run's store is unchanged (a view is often loaded again)."""
+    def read() -> tuple[dict[str, Any], dict[str, int]] | None:
+        series, cursor = run_series(lab, run_id, keys)
+        return None if cursor is None else (series, cursor)  # not kept: a store being created
+
+    kept = lab.memo("compare-series", (run_id, tuple(keys)), store_files(lab.index().runs[run_id]), read,
+                    limit=COMPARE_SERIES_KEPT)
+    return kept if kept is not None else ({}, None)

@@ -11,15 +11,21 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from glasslab.config import redact
 from glasslab.layout import CARDS_DIR, FIT_FILE, LAB_EVENTS_DB, METRICS_DB, REPORT_FILE, RUN_RECORD, STEP_RECORD
 
 SCAN_DEPTH = 2  # <lab>/<step>/ and one level below (a step holding several runs)
 SKIP_DIRS = frozenset({"checkpoints", "tokenizer", "shards", "__pycache__"})
+# A file changed this close (ns) before a value was computed from it may change again within one tick
+# of the file system's mtime clock, keeping size and mtime: such a value is computed again next time.
+RACY_NS = 1_000_000_000
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -98,6 +104,28 @@ class Lab:
         self._index: LabIndex | None = None
         self._scanned_at = 0.0
         self._json: dict[Path, tuple[tuple[int, int], dict[str, Any] | None]] = {}
+        self._memo: dict[str, OrderedDict[Hashable, tuple[tuple, int, Any]]] = {}
+
+    def memo(self, kind: str, item: Hashable, paths: Sequence[Path], compute: Callable[[], T],
+             limit: int = 100_000) -> T:
+        """``compute()``, reused while every file in ``paths`` keeps its size and mtime (a lab of a
+        thousand runs has a thousand stores to read for the overview; most have not changed since the
+        last look). None is never kept (a store being created). Each ``kind`` keeps its ``limit`` most
+        recently used values. Callers must not change what they get."""
+        stamps = tuple(file_stamp(p) for p in paths)
+        cache = self._memo.setdefault(kind, OrderedDict())
+        held = cache.get(item)
+        if held is not None and held[0] == stamps and max(s[0] for s in stamps) + RACY_NS < held[1]:
+            cache.move_to_end(item)
+            return held[2]
+        computed_at = time.time_ns()
+        value = compute()
+        if value is not None:
+            cache[item] = (stamps, computed_at, value)
+            cache.move_to_end(item)
+            while len(cache) > limit:
+                cache.popitem(last=False)
+        return value
 
     def json(self, path: Path) -> dict[str, Any] | None:
         """:func:`read_json` of ``path``, parsed again only when its size or mtime changed (the

@@ -3,7 +3,8 @@
 Browsers refuse ``fetch`` on file:// pages, so each page's data is a script that sets
 ``window.GLASSLAB_DATA`` and the links between pages are a script that sets ``GLASSLAB_SITE``.
 Every file is written to a temp name and renamed, so a host serving the folder while ``--watch``
-re-exports never serves half a file. ``watch`` re-exports only the pages whose files changed.
+re-exports never serves half a file. ``watch`` re-exports only the pages whose files changed, so one
+run that logged a step costs its own pages and the lab-wide ones (overview, compare), not the lab.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import re
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +30,11 @@ from glasslab.layout import (
     write_bytes_atomic,
     write_text_atomic,
 )
-from glasslab.observatory.compare_page import metric_series
 from glasslab.observatory.lab_scan import Lab, file_stamp
 from glasslab.observatory.page_data import build_page
 from glasslab.observatory.relations import Relations
+from glasslab.observatory.runs import TOKENS_KEY
+from glasslab.observatory.series import interpolate
 from glasslab.observatory.shell import STATIC_FILES, render_shell, script_json, static_file
 
 WATCH_SECONDS = 3.0
@@ -69,31 +72,85 @@ def site_pages(lab: Lab) -> list[tuple[str, str | None]]:
     return pages
 
 
-def page_inputs(lab: Lab, page: str, item_id: str | None) -> list[Path]:
-    """The files a page is drawn from: when none changed, the exported page is still current."""
-    index = lab.index()
-    run_files = (METRICS_DB, f"{METRICS_DB}-wal", RUN_RECORD, STEP_RECORD)
-    lab_events = [lab.root / LAB_EVENTS_DB, lab.root / f"{LAB_EVENTS_DB}-wal"]
-    # Links between pages (forks, exports, datasets) come from every record in the lab.
-    records = [*(f / RUN_RECORD for f in index.runs.values()), *(f / STEP_RECORD for f in index.steps.values()),
-               *(f / REPORT_FILE for f in index.reports.values())]
-    if page == "run":
-        return [*(index.runs[item_id] / n for n in run_files), *lab_events, *records]
-    if page == "provenance":
-        return [index.runs[item_id] / n for n in run_files]
-    if page == "data":
-        users = Relations(lab).runs_using(item_id)
-        return [index.reports[item_id] / REPORT_FILE, *(index.runs[r] / n for r in users for n in run_files), *records]
-    runs = [folder / n for folder in index.runs.values() for n in run_files]
-    if page == "ladder":
-        return [index.fits[item_id] / FIT_FILE, lab.root / PREDICTIONS_FILE, *runs]
-    if page == "compare":
-        return runs
-    jsons = [f / n for f in (*index.steps.values(), *index.fits.values()) for n in (STEP_RECORD, FIT_FILE)]
-    # Cards (overview and card pages): every stored version, run and conclusion, and the registry.
-    cards = sorted((lab.root / CARDS_DIR).glob("*/*")) + [lab.root / PREDICTIONS_FILE]
-    results = [f / RESULT_FILE for f in index.runs.values()]
-    return [*runs, *jsons, *lab_events, *cards, *results]
+class SiteInputs:
+    """The files each page of the site is drawn from, stamped once per export round: when none of a
+    page's files changed, the exported page is still current.
+
+    Pages share most of their inputs (every run page links through every record of the lab), so the
+    shared groups are stamped once a round, not once a page: a lab of a thousand runs has a few
+    thousand files and a few thousand pages.
+    """
+
+    RUN_FILES = (METRICS_DB, f"{METRICS_DB}-wal", RUN_RECORD, STEP_RECORD)
+
+    def __init__(self, lab: Lab) -> None:
+        self.lab = lab
+        self.index = lab.index()
+        self._groups: dict[str, tuple] = {}
+
+    def stamps(self, paths: Iterable[Path]) -> tuple:
+        return tuple(file_stamp(p) for p in paths)
+
+    def run(self, run_id: str) -> tuple:
+        """Stamps of one run's files (its store, ``run.json``, ``step.json``)."""
+        return self.stamps(self.index.runs[run_id] / n for n in self.RUN_FILES)
+
+    def group(self, name: str) -> tuple:
+        """Stamps of a group of files many pages are drawn from, taken once this round."""
+        if name not in self._groups:
+            index, root = self.index, self.lab.root
+            if name == "runs":  # every run's files
+                stamps = tuple(self.run(r) for r in index.runs)
+            elif name == "records":  # links between pages (forks, exports, datasets) come from these
+                stamps = self.stamps([*(f / RUN_RECORD for f in index.runs.values()),
+                                      *(f / STEP_RECORD for f in index.steps.values()),
+                                      *(f / REPORT_FILE for f in index.reports.values())])
+            elif name == "lab_events":
+                stamps = self.stamps([root / LAB_EVENTS_DB, root / f"{LAB_EVENTS_DB}-wal"])
+            elif name == "lab":  # what the overview and the card pages add: steps, fits, cards, results
+                jsons = [f / n for f in (*index.steps.values(), *index.fits.values()) for n in (STEP_RECORD, FIT_FILE)]
+                # Cards: every stored version, run and conclusion, and the registry.
+                cards = sorted((root / CARDS_DIR).glob("*/*")) + [root / PREDICTIONS_FILE]
+                stamps = self.stamps([*jsons, *cards, *(f / RESULT_FILE for f in index.runs.values())])
+            else:
+                raise ValueError(name)
+            self._groups[name] = stamps
+        return self._groups[name]
+
+    def page(self, page: str, item_id: str | None) -> tuple:
+        """The stamp of everything ``page`` is drawn from."""
+        if page == "run":
+            return (self.run(item_id), self.group("lab_events"), self.group("records"))
+        if page in ("provenance", "series"):
+            return self.run(item_id)
+        if page == "data":
+            users = Relations(self.lab).runs_using(item_id)
+            return (self.stamps([self.index.reports[item_id] / REPORT_FILE]), tuple(self.run(r) for r in users),
+                    self.group("records"))
+        if page == "ladder":
+            return (self.stamps([self.index.fits[item_id] / FIT_FILE, self.lab.root / PREDICTIONS_FILE]),
+                    self.group("runs"))
+        if page == "compare":
+            return self.group("runs")
+        return (self.group("runs"), self.group("lab"), self.group("lab_events"))
+
+
+def with_tokens(series: dict[str, Any]) -> dict[str, Any]:
+    """A run's series (as on its page) with tokens at each point, for the static compare page's x axes."""
+    tokens = series.get(TOKENS_KEY) or {"steps": []}
+    out = {}
+    for key, one in series.items():
+        if not one["steps"]:
+            continue
+        if tokens["steps"] and key != TOKENS_KEY:
+            one = one | {"tokens": interpolate(one["steps"], tokens["steps"], tokens["values"])}
+        out[key] = one
+    return out
+
+
+def series_file(run_id: str) -> str:
+    """The script holding every series of a run for the static compare page."""
+    return f"data/{page_file('series', run_id).removesuffix('.html')}.js"
 
 
 class Publisher:
@@ -125,21 +182,29 @@ class Publisher:
                 write_bytes_atomic(self.out / name, source.read_bytes())
                 self.stamps[("figure", name)] = stamp
                 written.append(name)
+        inputs = SiteInputs(self.lab)
         for page, item_id in pages:
-            stamp = tuple(file_stamp(p) for p in page_inputs(self.lab, page, item_id))
+            stamp = inputs.page(page, item_id)
             if self.stamps.get((page, item_id)) == stamp:
                 continue
-            if self._export_page(page, item_id):
+            data = self._export_page(page, item_id)
+            if data is not None:
                 written.append(page_file(page, item_id))
             self.stamps[(page, item_id)] = stamp
+            # A run's series change only with its store, which its page is drawn from too.
+            series_stamp = inputs.page("series", item_id) if page == "run" else None
+            if data is not None and series_stamp and self.stamps.get(("series", item_id)) != series_stamp:
+                written.append(self._export_series(item_id, data["series"]))
+                self.stamps[("series", item_id)] = series_stamp
         return written
 
-    def _export_page(self, page: str, item_id: str | None) -> bool:
+    def _export_page(self, page: str, item_id: str | None) -> dict[str, Any] | None:
+        """Write one page and its data script; returns the page's data (None: no such page now)."""
         data = build_page(self.lab, page, item_id, with_series=False)
         if data is None:
-            return False
+            return None
         if page == "compare":
-            data["metric_files"] = self._export_metrics()
+            data["series_files"] = {run["id"]: series_file(run["id"]) for run in data["runs"]}
         name = page_file(page, item_id)
         data_name = f"data/{name.removesuffix('.html')}.js"
         write_text_atomic(self.out / data_name, f"window.GLASSLAB_DATA = {script_json(data)};\n")
@@ -148,19 +213,16 @@ class Publisher:
         html = render_shell(data["title"], boot, assets="static/", home="index.html",
                             data_scripts=("data/site.js", data_name))
         write_text_atomic(self.out / name, html)
-        return True
+        return data
 
-
-    def _export_metrics(self) -> dict[str, str]:
-        """One script per metric with every run's series (the compare page loads those it shows)."""
-        files = {}
-        for key, runs in metric_series(self.lab).items():
-            name = f"data/{page_file('metric', key).removesuffix('.html')}.js"
-            holder = "(window.GLASSLAB_METRICS = window.GLASSLAB_METRICS || {})"
-            text = f"{holder}[{script_json(key)}] = {script_json(runs)};\n"
-            write_text_atomic(self.out / name, text)
-            files[key] = name
-        return files
+    def _export_series(self, run_id: str, series: dict[str, Any]) -> str:
+        """One script per run with every series it logged (the compare page loads the runs it shows),
+        so a run that changed rewrites its own file only. ``series``: as on the run's page."""
+        name = series_file(run_id)
+        holder = "(window.GLASSLAB_SERIES = window.GLASSLAB_SERIES || {})"
+        series = script_json(with_tokens(series))
+        write_text_atomic(self.out / name, f"{holder}[{script_json(run_id)}] = {series};\n")
+        return name
 
 
 def publish(lab_root: str | Path, out_dir: str | Path) -> Path:

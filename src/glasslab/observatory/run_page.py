@@ -11,11 +11,12 @@ from typing import Any
 from glasslab.layout import RUN_RECORD
 from glasslab.observatory.lab_scan import Lab, read_redacted
 from glasslab.observatory.relations import Relations
-from glasslab.observatory.runs import LOSS_KEY, open_run, planned_steps, run_summary
-from glasslab.observatory.series import DEFAULT_POINTS, clean, read_series, thin_vectors
+from glasslab.observatory.runs import LOSS_KEY, open_run, planned_steps, run_summary, store_files
+from glasslab.observatory.series import DEFAULT_POINTS, EncodedSeries, clean, read_series, thin_vectors
 from glasslab.track.lab_events import read_lab_events
 
 MAX_SAMPLES = 200
+RUN_PAGES_KEPT = 16  # run pages whose store reads are kept (a 100k-step run's are ~10 MB)
 MOE_KEY = re.compile(r"^moe/layer_(\d+)/")
 TASK_KEY = re.compile(r"^eval/task/([^/]+)/(acc|acc_norm)$")
 
@@ -143,22 +144,36 @@ def run_page(lab: Lab, run_id: str, max_points: int = DEFAULT_POINTS) -> dict[st
         "band": band_on_steps(record), "chance": {}, "reproduce": relations.reproduce(run_id),
         "lab_name": lab.root.resolve().name,
     }
-    with open_run(folder) as reader:
-        if reader is None:
-            return clean(data)
-        try:
-            keys = reader.scalar_keys()
-            vector_keys = reader.vector_keys()
-            data["panels"] = group_panels(keys)
-            data["series"] = {key: read_series(reader, key, max_points) for key in keys}
-            data["chance"] = chance_levels(record, keys)
-            for key in vector_keys:
-                steps, vectors = reader.vectors(key)
-                data["vectors"][key] = thin_vectors(steps, vectors)
-            data["layers"] = moe_layers(keys, vector_keys)
-            data["events"] = reader.events() + lab_events
-            data["samples"] = reader.samples()[-MAX_SAMPLES:]
-            data["cursors"] = {run_id: reader.cursor()}
-        except sqlite3.Error:
-            data["summary"]["unreadable"] = True
-    return clean(data)
+    stored = store_part(lab, run_id, max_points)
+    if stored is None:
+        data["summary"]["unreadable"] = True
+        return clean(data)
+    keys, vector_keys = stored["keys"], stored["vector_keys"]
+    data.update(panels=group_panels(keys), chance=chance_levels(record, keys), vectors=stored["vectors"],
+                layers=moe_layers(keys, vector_keys), events=stored["events"] + lab_events,
+                samples=stored["samples"], cursors={run_id: stored["cursor"]})
+    # The series are finite already (read_series): cleaning them again cost as much as reading them.
+    return clean(data) | {"series": stored["series"]}
+
+
+def store_part(lab: Lab, run_id: str, max_points: int = DEFAULT_POINTS) -> dict[str, Any] | None:
+    """What the run page reads from the run's store: scalar and vector names, series, vectors, events,
+    samples and the live cursor; None when the store cannot be read. Kept while the store's files are
+    unchanged, for the last few runs looked at: a finished 100k-step run's page reads ~300k rollup rows
+    (docs/LOG.md, the lab at scale)."""
+    def read() -> dict[str, Any] | None:
+        with open_run(lab.index().runs[run_id]) as reader:
+            if reader is None:
+                return None
+            try:
+                keys, vector_keys = reader.scalar_keys(), reader.vector_keys()
+                return {"keys": keys, "vector_keys": vector_keys,
+                        "series": EncodedSeries({key: read_series(reader, key, max_points) for key in keys}),
+                        "vectors": {key: thin_vectors(*reader.vectors(key)) for key in vector_keys},
+                        "events": reader.events(), "samples": reader.samples()[-MAX_SAMPLES:],
+                        "cursor": reader.cursor()}
+            except sqlite3.Error:
+                return None
+
+    return lab.memo("run-page", (run_id, max_points), store_files(lab.index().runs[run_id]), read,
+                    limit=RUN_PAGES_KEPT)

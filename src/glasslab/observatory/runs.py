@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from glasslab.layout import RUN_RECORD, STEP_RECORD
+from glasslab.layout import METRICS_DB, RUN_RECORD, STEP_RECORD
 from glasslab.observatory.lab_scan import Lab
 from glasslab.observatory.series import DEFAULT_POINTS, finite, interpolate, read_series
 from glasslab.observatory.verdict import verdict
@@ -92,33 +92,51 @@ def run_summary(lab: Lab, run_id: str, lab_events: list[dict[str, Any]] | None =
     prediction = record.get("prediction")
     if isinstance(prediction, dict):
         summary["predicted"] = {k: finite(prediction.get(k)) for k in ("point", "lo", "hi")}
-    with open_run(folder) as reader:
-        if reader is None:
-            summary["unreadable"] = True
-            return summary
-        try:
-            summary["status"] = run_status(reader.meta("writer"), reader.meta("status"), summary["status"])
-            for key in TRAIN_LOSS_KEYS:
-                last = reader.last(key)
-                if last is not None:
-                    summary.update(step=last[0], loss=finite(last[1]), loss_key=key)
-                    break
-            for field, key in (("tokens", TOKENS_KEY), ("eval_loss", LOSS_KEY)):
-                last = reader.last(key)
-                if last is not None:
-                    summary[field] = finite(last[1])
-            counts = Counter(summary["incidents"])
-            counts.update(incident_counts(reader.events()))
-            summary["incidents"] = dict(counts)
-            if isinstance(prediction, dict):
-                target = prediction.get("target") or LOSS_KEY
-                last = reader.last(target)
-                summary["verdict"] = verdict(prediction, last[0] if last else None,
-                                             finite(last[1]) if last else None, summary["planned_steps"],
-                                             summary["status"])
-        except sqlite3.Error:
-            summary["unreadable"] = True
+    target = (prediction.get("target") or LOSS_KEY) if isinstance(prediction, dict) else LOSS_KEY
+    facts = store_facts(lab, run_id, target)
+    if facts is None:
+        summary["unreadable"] = True
+        return summary
+    summary["status"] = run_status(facts["writer"], facts["status"], summary["status"])
+    last = facts["last"]
+    for key in TRAIN_LOSS_KEYS:
+        if last[key] is not None:
+            summary.update(step=last[key][0], loss=finite(last[key][1]), loss_key=key)
+            break
+    for field, key in (("tokens", TOKENS_KEY), ("eval_loss", LOSS_KEY)):
+        if last[key] is not None:
+            summary[field] = finite(last[key][1])
+    counts = Counter(summary["incidents"])
+    counts.update(facts["incidents"])
+    summary["incidents"] = dict(counts)
+    if isinstance(prediction, dict):
+        summary["verdict"] = verdict(prediction, last[target][0] if last[target] else None,
+                                     finite(last[target][1]) if last[target] else None, summary["planned_steps"],
+                                     summary["status"])
     return summary
+
+
+def store_files(folder: Path) -> tuple[Path, Path]:
+    """The files a run's store lives in: when neither changed, nothing read from it changed."""
+    return folder / METRICS_DB, folder / f"{METRICS_DB}-wal"
+
+
+def store_facts(lab: Lab, run_id: str, target: str = LOSS_KEY) -> dict[str, Any] | None:
+    """What the overview shows from a run's store: the writer lease, the recorded status, the last
+    ``(step, value)`` of the losses, tokens and ``target`` (None when not logged), incidents by kind;
+    None when the store cannot be read. Kept while the store's files are unchanged (``Lab.memo``)."""
+    def read() -> dict[str, Any] | None:
+        with open_run(lab.index().runs[run_id]) as reader:
+            if reader is None:
+                return None
+            try:
+                return {"writer": reader.meta("writer"), "status": reader.meta("status"),
+                        "last": {key: reader.last(key) for key in (*TRAIN_LOSS_KEYS, TOKENS_KEY, LOSS_KEY, target)},
+                        "incidents": incident_counts(reader.events())}
+            except sqlite3.Error:
+                return None
+
+    return lab.memo("store-facts", (run_id, target), store_files(lab.index().runs[run_id]), read)
 
 
 def run_curve(lab: Lab, run_id: str, keys: tuple[str, ...], max_points: int = DEFAULT_POINTS) -> dict[str, Any]:

@@ -7,8 +7,11 @@ down to ``max_points`` here, so a million-point series costs a few thousand rows
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
+
+import numpy as np
 
 from glasslab.track.reader import RunReader
 from glasslab.track.store import ROLLUP_WIDTHS
@@ -35,6 +38,16 @@ def clean(data: Any) -> Any:
     return data
 
 
+class EncodedSeries(dict):
+    """A page's series (finite already) with their JSON text, encoded once: a 100k-step run's page
+    spends most of its time encoding them, and keeps them while the store is unchanged. Not to be
+    changed after it is made (the text would no longer say what it holds)."""
+
+    def __init__(self, series: dict[str, Any]) -> None:
+        super().__init__(series)
+        self.json = json.dumps(self, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
 def read_series(reader: RunReader, key: str, max_points: int = DEFAULT_POINTS) -> dict[str, list]:
     """``{"steps", "values"}`` for ``key``, plus ``"min"``/``"max"`` per point when downsampled.
 
@@ -51,18 +64,28 @@ def read_series(reader: RunReader, key: str, max_points: int = DEFAULT_POINTS) -
 
 
 def merge_buckets(rows: list[tuple], max_points: int) -> dict[str, list]:
-    """Merge consecutive ``(n, last_step, min, max, last)`` rows into at most ``max_points`` points."""
+    """Merge consecutive ``(n, last_step, min, max, last)`` rows into at most ``max_points`` points.
+
+    In numpy: a 100k-step run's page merges ~6k rows for each of its metrics, which per-row Python
+    made the slowest part of the page (docs/LOG.md, the lab at scale).
+    """
+    if not rows:
+        return {"steps": [], "values": [], "min": [], "max": []}
     group = max(1, math.ceil(len(rows) / max_points))
-    steps, lows, highs, lasts = [], [], [], []
-    for start in range(0, len(rows), group):
-        chunk = rows[start:start + group]
-        mins = [r[2] for r in chunk if finite(r[2]) is not None]
-        maxs = [r[3] for r in chunk if finite(r[3]) is not None]
-        steps.append(chunk[-1][1])
-        lows.append(min(mins) if mins else None)
-        highs.append(max(maxs) if maxs else None)
-        lasts.append(finite(chunk[-1][4]))
-    return {"steps": steps, "values": lasts, "min": lows, "max": highs}
+    table = np.array(rows, dtype=np.float64)  # None (NaN is stored as NULL) becomes nan
+    starts = np.arange(0, len(rows), group)
+    ends = np.minimum(starts + group, len(rows)) - 1
+    lows, highs = table[:, 2], table[:, 3]
+    lows[~np.isfinite(lows)] = np.nan  # an infinite value never wins a min or max, as NaN never does
+    highs[~np.isfinite(highs)] = np.nan
+    with np.errstate(invalid="ignore"):  # a chunk with no finite value gives nan, then None
+        merged_lows, merged_highs = np.fmin.reduceat(lows, starts), np.fmax.reduceat(highs, starts)
+    return {"steps": table[ends, 1].astype(np.int64).tolist(), "values": _finite_list(table[ends, 4]),
+            "min": _finite_list(merged_lows), "max": _finite_list(merged_highs)}
+
+
+def _finite_list(values: np.ndarray) -> list[float | None]:
+    return [v if math.isfinite(v) else None for v in values.tolist()]
 
 
 def thin_vectors(steps: list[int], vectors: list[list[float]], max_columns: int = 240) -> dict[str, list]:

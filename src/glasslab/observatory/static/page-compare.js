@@ -181,12 +181,12 @@
         && (runsById[r].keys || []).includes(k));
       if (!want.length) return false;
       if (G.STATIC) {
-        window.GLASSLAB_METRICS = window.GLASSLAB_METRICS || {};
-        for (const key of new Set(want.map(([, k]) => k))) {
-          if (!window.GLASSLAB_METRICS[key] && d.metric_files && d.metric_files[key]) await loadScript(d.metric_files[key]);
-          for (const [runId, series] of Object.entries(window.GLASSLAB_METRICS[key] || {})) {
-            (cache[runId] || (cache[runId] = {}))[key] = series;
-          }
+        // One file per run with all its series: a run that changed rewrites only its own file.
+        window.GLASSLAB_SERIES = window.GLASSLAB_SERIES || {};
+        for (const runId of new Set(want.map(([r]) => r))) {
+          const file = (d.series_files || {})[runId];
+          if (!window.GLASSLAB_SERIES[runId] && file) await loadScript(file);
+          cache[runId] = Object.assign(cache[runId] || {}, window.GLASSLAB_SERIES[runId] || {});
         }
         return false;
       }
