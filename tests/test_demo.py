@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from cli_runner import run_cli
-from glasslab.experiments.demo import QUICK
 from glasslab.layout import EXPORT_MANIFEST, MODEL_CARD
 from glasslab.train.sft import sft_outcome
 
@@ -120,8 +119,7 @@ def test_every_run_scores_the_tasks_and_the_ladder_predicts_the_heros_accuracy(d
     assert len(runs) == 5
     for run in runs:
         record = json.loads((run / "run.json").read_text())
-        assert set(record["tasks"]) == set(tasks)
-        assert all(record["tasks"][t]["items"] == QUICK.task_items for t in tasks)
+        assert set(record["tasks"]) == set(tasks) and all(record["tasks"][t]["items"] >= 500 for t in tasks)
         with sqlite3.connect(run / "metrics.db") as conn:
             scored = conn.execute("SELECT COUNT(*) FROM scalars WHERE key = 'eval/task/macro/acc'").fetchone()[0]
         assert scored >= 2, run.name  # half-way and at the end

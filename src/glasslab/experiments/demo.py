@@ -116,8 +116,8 @@ class DemoSize:
     """Bootstrap replicates of the fit's intervals."""
     task_eval_every: int
     """Score :data:`TASKS` at every this-many-th evaluation (a run evaluates 20 times) and at the end."""
-    task_items: int
-    """Items of each task scored (0 = all, about 600 each)."""
+    sft_task_items: int
+    """Items of each task scored before and after SFT (0 = all, about 600 each)."""
     sft_steps: int
     """Optimiser steps of the SFT of the hero (rows of ``sft_seq_len`` tokens, 16 per step)."""
     sft_seq_len: int
@@ -127,12 +127,12 @@ class DemoSize:
 
 
 FULL = DemoSize(max_source_bytes=0, seq_len=64, tokens_per_param=10.0, min_steps=200, seeds_per_rung=(2, 2, 1),
-                eval_max_tokens=4096, checkpoint_interval=200, num_bootstrap=1000, task_eval_every=5, task_items=0,
-                sft_steps=150, sft_seq_len=128, sft_max_modules=0)
+                eval_max_tokens=4096, checkpoint_interval=200, num_bootstrap=1000, task_eval_every=5,
+                sft_task_items=0, sft_steps=150, sft_seq_len=128, sft_max_modules=0)
 """``glasslab demo``: two seeds on the small rungs, about 10 minutes on a laptop CPU."""
 QUICK = DemoSize(max_source_bytes=400_000, seq_len=32, tokens_per_param=1.0, min_steps=30, seeds_per_rung=(1,),
-                 eval_max_tokens=1024, checkpoint_interval=100, num_bootstrap=300, task_eval_every=10, task_items=200,
-                 sft_steps=40, sft_seq_len=128, sft_max_modules=120)
+                 eval_max_tokens=1024, checkpoint_interval=100, num_bootstrap=300, task_eval_every=10,
+                 sft_task_items=200, sft_steps=40, sft_seq_len=128, sft_max_modules=120)
 """``glasslab demo --quick``: the whole DAG in about two minutes (the test suite's demo lab)."""
 
 
@@ -168,13 +168,14 @@ def train_recipe(size: DemoSize, sinks: tuple[str, ...] = ()) -> TrainConfig:
                                                decay_fraction=0.2, min_lr_ratio=0.0),
                        guard=GuardConfig(sigma=8.0), eval_max_tokens=size.eval_max_tokens, eval_batch_size=32,
                        sample_max_new_tokens=24, checkpoint_interval=size.checkpoint_interval, sinks=sinks,
-                       eval_tasks=demo_tasks(size), task_eval_every=size.task_eval_every)
+                       eval_tasks=TASKS, task_eval_every=size.task_eval_every)
 
 
-def demo_tasks(size: DemoSize, chat: bool = False) -> tuple[TaskConfig, ...]:
-    """:data:`TASKS` at ``size.task_items`` items each; with ``chat``, also posed as chat turns."""
-    plain = tuple(dataclasses.replace(task, max_items=size.task_items) for task in TASKS)
-    return plain + tuple(dataclasses.replace(task, chat=True) for task in plain) if chat else plain
+def sft_tasks(size: DemoSize) -> tuple[TaskConfig, ...]:
+    """What SFT is scored on before and after: :data:`TASKS` as they are and posed as chat turns, at
+    ``size.sft_task_items`` items each."""
+    plain = tuple(dataclasses.replace(task, max_items=size.sft_task_items) for task in TASKS)
+    return plain + tuple(dataclasses.replace(task, chat=True) for task in plain)
 
 
 def plan(size: DemoSize = FULL) -> LadderPlan:
@@ -201,7 +202,7 @@ def sft_steps(size: DemoSize, data: Step, hero: Step, device: str = "cpu", threa
                          ConversationsConfig(builtin_max_modules=size.sft_max_modules), deps=(data,))
     train = dataclasses.replace(default_sft_train(), seq_len=size.sft_seq_len, max_steps=size.sft_steps,
                                 global_batch_tokens=size.sft_seq_len * 16, checkpoint_interval=size.sft_steps,
-                                eval_tasks=demo_tasks(size, chat=True))
+                                eval_tasks=sft_tasks(size))
     sft = Step(SFT_STEP, sft_step, SFTStepConfig(train=train, sft=SFTConfig(eval_max_conversations=256),
                                                  base_from=hero.name, conversations_from=CONVERSATIONS_STEP,
                                                  device=device, threads=threads), deps=(hero, conversations))
