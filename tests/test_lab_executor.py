@@ -48,6 +48,10 @@ def fail_until_marker(ctx) -> None:
     (ctx.output_dir / "value.json").write_text(json.dumps({"value": 100}))
 
 
+def threads_given(ctx) -> dict:
+    return {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS")}
+
+
 def calls(tmp_path) -> list[str]:
     path = tmp_path / "calls.txt"
     return sorted(line.split()[0] for line in path.read_text().splitlines()) if path.exists() else []
@@ -147,3 +151,16 @@ def test_bad_jobs_and_backend_are_user_errors(tmp_path):
         Executor(tmp_path, jobs=0)
     with pytest.raises(UserError, match="--backend 'slurm'"):
         Executor(tmp_path, backend="slurm")
+
+
+def test_a_step_process_gets_the_threads_its_step_asks_for(tmp_path, monkeypatch):
+    from glasslab.lab import Resources
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    steps = [Step("one", threads_given, {}), Step("two", threads_given, {}, resources=Resources(cpus=2))]
+    report = Executor(tmp_path / "lab", jobs=2).run(steps)
+    assert {n.name: read_step_record(n.folder)["result"] for n in report.plan.steps} == {
+        "one": {"OMP_NUM_THREADS": "1"}, "two": {"OMP_NUM_THREADS": "2"}}
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")  # what the user exported wins
+    report = Executor(tmp_path / "lab2", jobs=2).run(steps)
+    assert all(read_step_record(n.folder)["result"] == {"OMP_NUM_THREADS": "3"} for n in report.plan.steps)

@@ -10,6 +10,7 @@ imports too. The Ray backend starts the very same process inside its task (:func
 from __future__ import annotations
 
 import json
+import math
 import os
 import pickle
 import signal
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from glasslab.lab.attempt import PARENT_PID_ENV, AttemptResult, WorkerSpec
+from glasslab.lab.step import Resources
 
 STEP_LOG = "step.log"
 
@@ -65,6 +67,15 @@ def start_worker(
     return proc, result_path
 
 
+def thread_env(resources: Resources) -> dict[str, str]:
+    """``OMP_NUM_THREADS`` for a step process: the CPUs its step asks for (as Ray sets it for a task), so
+    steps side by side do not each start one thread per core and oversubscribe the machine (the demo's
+    hero export beside its SFT: two 2-thread pools on two cores). A value the user exported is kept."""
+    if "OMP_NUM_THREADS" in os.environ:
+        return {}
+    return {"OMP_NUM_THREADS": str(max(1, math.ceil(resources.cpus)))}
+
+
 def finish_result(proc: subprocess.Popen, result_path: Path) -> AttemptResult:
     """The attempt's result once ``proc`` has exited (a crash without a result is a failure)."""
     try:
@@ -95,8 +106,8 @@ class LocalBackend:
         self.env = dict(os.environ)
         self.env["PYTHONPATH"] = user_pythonpath()
 
-    def launch(self, spec: WorkerSpec, resources: object) -> LocalHandle:
-        proc, result_path = start_worker(spec, self.scratch, self.env)
+    def launch(self, spec: WorkerSpec, resources: Resources) -> LocalHandle:
+        proc, result_path = start_worker(spec, self.scratch, {**self.env, **thread_env(resources)})
         return LocalHandle(proc, result_path)
 
     def worker_pid(self, handle: LocalHandle) -> int | None:
