@@ -33,7 +33,8 @@ HASH_CHARS = 8
 
 @dataclass(frozen=True)
 class Resources:
-    """What one step asks of the machine. ``cpus``/``gpus`` are per worker process.
+    """What one step asks of the machine. ``cpus``/``gpus`` are per worker process; ``cpus`` is also the
+    process's ``OMP_NUM_THREADS`` (the local backend sets it unless the user exported one; Ray sets it).
 
     ``workers > 1`` runs the step function on that many processes of one node through torchrun
     (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT`` set; the function
