@@ -62,14 +62,16 @@ def test_gpu_check_script_plumbing_runs_on_cpu(tmp_path):
     """bench/gpu_check.sh needs CUDA to run in full; on this machine it says so in one line and exits 1,
     and its FSDP2 section (the one that drives the CLI end to end) runs on the CPU and prints its lines."""
     script = str(BENCH / "gpu_check.sh")
+    python = {"PYTHON": sys.executable}  # the script's interpreter: this one, activated venv or not
     if not torch.cuda.is_available():
-        done = subprocess.run([script, str(tmp_path / "gpu.log")], env=subprocess_env(), capture_output=True,
-                              text=True, timeout=120)
+        done = subprocess.run([script, str(tmp_path / "gpu.log")], env=subprocess_env(**python),
+                              capture_output=True, text=True, timeout=120)
         assert done.returncode == 1
         assert "torch.cuda.is_available() is False" in done.stdout + done.stderr
         assert "gpu_check_environment_rc: 1" in (tmp_path / "gpu.log").read_text()
-    done = subprocess.run([script, str(tmp_path / "fsdp.log")], env=subprocess_env(GPU_CHECK_ONLY="fsdp_on_cpu"),
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run([script, str(tmp_path / "fsdp.log")],
+                          env=subprocess_env(GPU_CHECK_ONLY="fsdp_on_cpu", **python), capture_output=True, text=True,
+                          timeout=300)
     assert done.returncode == 0, done.stdout[-3000:]
     printed = dict(HEADLINE.findall(done.stdout))
     assert printed["gpu_fsdp2_one_gpu_steps"] == "20" and printed["gpu_check_fsdp2_one_gpu_rc"] == "0"
