@@ -5,12 +5,11 @@ from __future__ import annotations
 import random
 
 import pytest
+import transformers
 
 from data_helpers import topic_texts
 from glasslab.data.chat import ChatEncoder
 from glasslab.data.tokenizer import IM_END, save_tokenizer, train_tokenizer
-
-transformers = pytest.importorskip("transformers")
 
 CONVERSATIONS = [
     [{"role": "user", "content": "What does `json.dumps` do?"},

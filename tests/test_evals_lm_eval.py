@@ -44,7 +44,6 @@ def test_the_yaml_reads_the_same_jsonl(tmp_path):
 @pytest.mark.slow
 def test_lm_eval_agrees_with_our_scorer_on_every_item(tmp_path):
     pytest.importorskip("lm_eval", reason="lm-eval is not installed (pip install 'glasslab[eval]')")
-    pytest.importorskip("transformers", reason="transformers is not installed (pip install 'glasslab[hf]')")
     from glasslab.evals.harness import lm_eval_items
 
     dataset = build_tiny_dataset(tmp_path)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import transformers
 
 from glasslab.cli import main as cli_main
 from glasslab.config import from_dict
@@ -21,7 +22,6 @@ from glasslab.train import RunConfig, train
 from glasslab.train import checkpoint as ckpt
 from train_data import build_tiny_dataset, tiny_run_config
 
-transformers = pytest.importorskip("transformers")
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 

@@ -5,11 +5,10 @@ import warnings
 
 import pytest
 import torch
+import transformers
 
 from glasslab.errors import UserError
 from glasslab.model import ModelConfig, MoEConfig, Transformer, export_hf
-
-transformers = pytest.importorskip("transformers")
 
 BASE = dict(vocab_size=96, d_model=32, n_heads=4, n_kv_heads=2, d_ff=48, init_std=0.2, rope_theta=500.0)
 CASES = {

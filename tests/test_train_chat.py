@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import transformers
 
 from glasslab.cli import main as cli_main
 from glasslab.config import from_dict
@@ -16,7 +17,6 @@ from glasslab.train import RunConfig, train
 from glasslab.train.chat import ChatSession, Sampling, load_chat_model, load_export_chat_model
 from train_data import build_tiny_dataset, tiny_run_config
 
-transformers = pytest.importorskip("transformers")
 MESSAGES = [{"role": "system", "content": "Answer briefly."},
             {"role": "user", "content": "What does `os.path.join` do?"}]
 

@@ -69,10 +69,8 @@ def model_kind(path: str | Path) -> str:
         return "run"
     if (path / EXPORT_MANIFEST).is_file():
         return "export"
-    try:
-        from transformers.utils import CONFIG_NAME
-    except ImportError:
-        raise UserError("scoring a model folder needs 'transformers': pip install 'glasslab[hf]'") from None
+    from transformers.utils import CONFIG_NAME
+
     if (path / CONFIG_NAME).is_file():
         return "hf"
     raise UserError(f"{path}: neither a run folder ({RUN_RECORD}, {CHECKPOINTS_DIR}/) nor a model folder "

@@ -197,10 +197,8 @@ def write_hf_files(model: Transformer, cfg: ModelConfig, tokenizer_dir: Path | N
     """Save ``model`` under its ``transformers`` class into the new folder ``folder`` (plus every file of
     ``tokenizer_dir``); return the class name. Raises ExportError (one line) when no class fits."""
     architecture = hf_architecture(cfg)
-    try:
-        import transformers
-    except ImportError:
-        raise UserError("export needs the 'transformers' package: pip install 'glasslab[hf]'") from None
+    import transformers
+
     if tokenizer_dir is not None and not Path(tokenizer_dir).is_dir():
         raise UserError(f"{tokenizer_dir}: tokenizer folder not found")
     hf_cfg = _hf_config(cfg, architecture)
