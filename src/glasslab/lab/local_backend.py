@@ -67,13 +67,13 @@ def start_worker(
     return proc, result_path
 
 
-def thread_env(resources: Resources) -> dict[str, str]:
-    """``OMP_NUM_THREADS`` for a step process: the CPUs its step asks for (as Ray sets it for a task), so
-    steps side by side do not each start one thread per core and oversubscribe the machine (the demo's
-    hero export beside its SFT: two 2-thread pools on two cores). A value the user exported is kept."""
-    if "OMP_NUM_THREADS" in os.environ:
-        return {}
-    return {"OMP_NUM_THREADS": str(max(1, math.ceil(resources.cpus)))}
+def with_threads(env: dict[str, str], resources: Resources) -> dict[str, str]:
+    """``env`` with ``OMP_NUM_THREADS`` = the CPUs the step asks for (as Ray sets it for a task), so steps
+    side by side do not each start one thread per core and oversubscribe the machine (the demo's hero
+    export beside its SFT: two 2-thread pools on two cores). A value already in ``env`` is kept."""
+    if "OMP_NUM_THREADS" in env:
+        return env
+    return {**env, "OMP_NUM_THREADS": str(max(1, math.ceil(resources.cpus)))}
 
 
 def finish_result(proc: subprocess.Popen, result_path: Path) -> AttemptResult:
@@ -107,7 +107,7 @@ class LocalBackend:
         self.env["PYTHONPATH"] = user_pythonpath()
 
     def launch(self, spec: WorkerSpec, resources: Resources) -> LocalHandle:
-        proc, result_path = start_worker(spec, self.scratch, {**self.env, **thread_env(resources)})
+        proc, result_path = start_worker(spec, self.scratch, with_threads(self.env, resources))
         return LocalHandle(proc, result_path)
 
     def worker_pid(self, handle: LocalHandle) -> int | None:
