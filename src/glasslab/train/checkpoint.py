@@ -79,6 +79,19 @@ def list_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
+def intact_checkpoint(run_dir: Path, step: int) -> Path:
+    """The checkpoint of ``run_dir`` at ``step``; a one-line UserError naming the steps there are, or what
+    is wrong with it when its files do not match its manifest."""
+    path = checkpoint_path(run_dir, step)
+    if not path.is_dir():
+        available = ", ".join(str(s) for s, _ in list_checkpoints(run_dir)) or "none"
+        raise UserError(f"{run_dir.name}@{step}: no checkpoint at step {step} (available: {available})")
+    problem = problem_with(path)
+    if problem is not None:
+        raise UserError(f"{path}: damaged checkpoint ({problem})")
+    return path
+
+
 def problem_with(path: Path) -> str | None:
     """Why the checkpoint at ``path`` cannot be trusted, or None when its files match the manifest."""
     try:

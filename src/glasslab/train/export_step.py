@@ -121,14 +121,7 @@ def checkpoint_folder(run_dir: Path, step: int) -> Path:
     """The intact checkpoint of ``run_dir`` at ``step``; a one-line UserError naming the steps there are."""
     if read_record(run_dir) is None:
         raise UserError(f"{run_dir}: not a training run (no run.json)")
-    path = ckpt.checkpoint_path(run_dir, step)
-    if not path.is_dir():
-        available = ", ".join(str(s) for s, _ in ckpt.list_checkpoints(run_dir)) or "none"
-        raise UserError(f"{run_dir.name}@{step}: no checkpoint at step {step} (available: {available})")
-    problem = ckpt.problem_with(path)
-    if problem is not None:
-        raise UserError(f"{path}: damaged checkpoint ({problem})")
-    return path
+    return ckpt.intact_checkpoint(run_dir, step)
 
 
 def dataset_folder(lab_root: Path, run_cfg: RunConfig, record: dict[str, Any]) -> Path:

@@ -59,14 +59,7 @@ def resolve_base(ref: str) -> tuple[Path, int, Path]:
     head, sep, tail = ref.rpartition("@")
     if sep and tail.isdigit():
         run_dir, step = Path(head), int(tail)
-        path = ckpt.checkpoint_path(run_dir, step)
-        if not path.is_dir():
-            available = ", ".join(str(s) for s, _ in ckpt.list_checkpoints(run_dir)) or "none"
-            raise UserError(f"sft.base={ref!r}: no checkpoint at step {step} in {run_dir} (available: {available})")
-        problem = ckpt.problem_with(path)
-        if problem is not None:
-            raise UserError(f"sft.base={ref!r}: checkpoint {path} is damaged: {problem}")
-        return run_dir, step, path
+        return run_dir, step, ckpt.intact_checkpoint(run_dir, step)
     found = ckpt.latest_valid(Path(ref))
     if found is None:
         raise UserError(f"sft.base={ref!r}: no intact checkpoint in {ref}")
