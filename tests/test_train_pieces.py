@@ -106,6 +106,17 @@ def test_guard_skips_spikes_and_nonfinite_and_asks_for_rollback_on_repeats():
     assert restored.judge(6.0, 1.0) == guard.judge(6.0, 1.0)
 
 
+def test_guard_follows_a_steadily_rising_grad_norm_but_not_a_jump():
+    """The long ladder's d40 rolled back to step 0 three times on the climb of its grad norm out of the
+    loss plateau (0.31 flat for 20 steps, then +5% a step): a trend, not a spike."""
+    guard = SpikeGuard(GuardConfig(window=50, min_history=10, sigma=8.0, grad_norm_sigma=10.0))
+    for i in range(20):
+        assert guard.judge(6.2 - 0.001 * i, 0.31 + 0.005 * (-1) ** i).apply
+    for i in range(1, 21):
+        assert guard.judge(6.2 - 0.02 * i, 0.31 * 1.05 ** i).apply, i
+    assert not guard.judge(5.8, 0.31 * 1.05 ** 20 * 3).apply
+
+
 def test_guard_off_still_refuses_nonfinite():
     guard = SpikeGuard(GuardConfig(enabled=False, min_history=2))
     for _ in range(5):

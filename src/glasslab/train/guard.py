@@ -21,6 +21,10 @@ from glasslab.train.config import GuardConfig
 # The deviation used is at least this fraction of the mean, so a perfectly flat window (a tiny
 # model that has converged) does not turn every rounding-level wobble into a "spike".
 MIN_RELATIVE_DEVIATION = 0.01
+RECENT_STEPS = 5
+"""The band's centre is the window's mean, or the mean of its last few steps where that is higher: a
+grad norm that climbs steadily for a few dozen steps (where the loss leaves its unigram plateau, the
+attention updates turn coherent) is a trend the window's mean lags behind, not a spike."""
 
 
 @dataclass(frozen=True)
@@ -76,13 +80,15 @@ class SpikeGuard:
 
 
 def _limit(history: deque[float], sigma: float, log_scale: bool) -> float:
-    """mean + sigma × deviation of ``history`` (of its logs when ``log_scale``, mapped back).
+    """centre + sigma × deviation of ``history`` (of its logs when ``log_scale``, mapped back).
 
     The deviation is estimated from successive differences (σ ≈ RMS(x_t − x_{t−1}) / √2), so the
-    steady fall of an early loss curve does not pass for noise and widen the band.
+    steady fall of an early loss curve does not pass for noise and widen the band; the centre
+    (:data:`RECENT_STEPS`) follows a steady rise.
     """
     values = [math.log(max(x, 1e-12)) for x in history] if log_scale else list(history)
-    mean = sum(values) / len(values)
+    recent = values[-RECENT_STEPS:]
+    mean = max(sum(values) / len(values), sum(recent) / len(recent))
     steps = [b - a for a, b in zip(values, values[1:], strict=False)]
     deviation = math.sqrt(sum(d * d for d in steps) / (2 * len(steps)))
     floor = MIN_RELATIVE_DEVIATION if log_scale else MIN_RELATIVE_DEVIATION * abs(mean)
