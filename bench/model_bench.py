@@ -31,6 +31,8 @@ import torch
 import torch.nn.functional as F
 
 from glasslab.model import ModelConfig, MoEConfig, Transformer
+from glasslab.model.grouped_mm import grouped_mm, grouped_mm_weight_grad
+from glasslab.model.moe import GroupedExperts, Router
 from glasslab.train.compile_rule import CompileChoice, choose_compile
 from glasslab.train.throughput import matmul_flops_per_s, synchronize
 
@@ -111,6 +113,41 @@ def hf_step_fn(cfg: ModelConfig, batch: int, seq: int, experts_implementation: s
     return step
 
 
+def matmul_ceiling(cfg: ModelConfig, batch: int, seq: int, peak: float, repeats: int = 5) -> float:
+    """The fraction of ``peak`` that this model's own matmuls reach on their own: every weight matmul of
+    a training step (forward, input gradient, weight gradient) at the step's shapes — linear layers,
+    router, LM head, and the experts as the trainer runs them (``glasslab::grouped_mm`` over 16
+    equal groups of expert-sorted rows) — timed alone, best of ``repeats``. No implementation of
+    the model reaches more than this; its model-FLOPs fraction over this ceiling is how much of
+    what BLAS allows at these shapes it gets (attention's FLOPs and all elementwise work count
+    against the step, not here)."""
+    tokens = batch * seq
+    calls = []
+    for module in Transformer(cfg).modules():
+        if isinstance(module, (torch.nn.Linear, Router)):
+            w = module.weight.detach().float()  # (out, in)
+            x, g = torch.randn(tokens, w.shape[1]), torch.randn(tokens, w.shape[0])
+            calls += [lambda x=x, w=w: x @ w.t(), lambda g=g, w=w: g @ w, lambda g=g, x=x: g.t() @ x]
+        elif isinstance(module, GroupedExperts):
+            moe = cfg.moe
+            rows = tokens * moe.top_k
+            ends = torch.linspace(rows / moe.num_experts, rows, moe.num_experts).round().to(torch.int32)
+            for w in (module.gate_up_EDF2.detach(), module.down_EFD.detach()):
+                x, g = torch.randn(rows, w.shape[1]), torch.randn(rows, w.shape[2])
+                calls += [lambda x=x, w=w, e=ends: grouped_mm(x, w, e),
+                          lambda g=g, w=w, e=ends: grouped_mm(g, w.transpose(-2, -1), e),
+                          lambda x=x, g=g, e=ends: grouped_mm_weight_grad(x, g, e)]
+    best = float("inf")
+    for _ in range(repeats + 1):
+        start = time.perf_counter()
+        for call in calls:
+            call()
+        best = min(best, time.perf_counter() - start)
+    lm_head = cfg.vocab_size * cfg.d_model
+    matmul_flops = 6 * (cfg._matmul_params(active=True) + lm_head) * tokens
+    return matmul_flops / best / peak
+
+
 def default_compile(cfg: ModelConfig) -> CompileChoice:
     """What ``train.compile=null`` picks on CPU for a run of ``cfg`` trained on 20 tokens per parameter
     (the compute-optimal length these models would be trained for): the trainer's default path."""
@@ -131,6 +168,7 @@ def cpu_section(steps: int, compile: bool, smoke: bool) -> list[str]:
         steps_by_name[f"{name}_compiled"] = ours_step_fn(cfgs[name], batch, seq, "cpu", torch.float32, compile=True)
     rate = train_tokens_per_s(steps_by_name, steps, batch * seq, "cpu")
     peak = max(peak, matmul_flops_per_s("cpu", torch.float32, matmul, repeats=30))  # best seen, before and after
+    ceiling = {name: matmul_ceiling(cfg, batch, seq, peak) for name, cfg in cfgs.items()}
     frac = {name: cfgs[name.removesuffix("_compiled")].flops_per_token(seq) * r / peak
             for name, r in rate.items() if name != "hf"}
     path = {name: f"{name}_compiled" if default[name].compile else name for name in cfgs}
@@ -151,6 +189,10 @@ def cpu_section(steps: int, compile: bool, smoke: bool) -> list[str]:
         "(target 1.0: an MoE step as efficient as a dense one)",
         f"cpu_moe_eager_model_flops_fraction_of_matmul: {frac['moe']:.2f}  (context: train.compile=false)",
         f"cpu_dense_eager_model_flops_fraction_of_matmul: {frac['dense']:.2f}  (context: train.compile=false)",
+        f"cpu_moe_matmul_ceiling_fraction_of_matmul: {ceiling['moe']:.2f}  (context: its weight matmuls alone)",
+        f"cpu_dense_matmul_ceiling_fraction_of_matmul: {ceiling['dense']:.2f}  (context: its weight matmuls alone)",
+        f"cpu_moe_fraction_of_its_matmul_ceiling: {frac[path['moe']] / ceiling['moe']:.2f}  "
+        f"(context: dense {frac[path['dense']] / ceiling['dense']:.2f})",
     ]
     lines += [f"cpu_{name}_compiled_model_flops_fraction_of_matmul: {frac[f'{name}_compiled']:.2f}  "
               "(context: train.compile=true)" for name in compiled]
