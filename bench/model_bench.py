@@ -8,7 +8,9 @@ shared, noisy CPU (absolute numbers are not):
   layers, 4 heads, 16 experts of hidden size 256, top-2, softmax routing, QK-norm — the same function:
   our model exports to that class exactly), its experts run by ``grouped_mm`` (transformers' default);
 - model FLOP/s (``cfg.flops_per_token`` × tokens/s) of our dense and MoE models as a fraction of this
-  machine's fp32 2048×2048 matmul FLOP/s measured in the same run. The headline is the trainer's
+  machine's fp32 2048×2048 matmul FLOP/s, timed in the same round-robin as the steps (so a machine
+  that slows down mid-run slows both), and as a fraction of what each model's weight matmuls reach
+  alone at the step's shapes (:func:`matmul_ceiling`). The headline is the trainer's
   default path: eager or compiled as ``train.compile=null`` chooses (``train/compile_rule.py``) for a
   run of that model on 20 tokens per parameter; eager figures follow as context, and with
   ``--compile`` the compiled ones too;
@@ -26,6 +28,7 @@ import argparse
 import dataclasses
 import time
 import warnings
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -53,20 +56,20 @@ SMOKE_MOE = ModelConfig(vocab_size=512, d_model=64, n_layers=2, n_heads=2, d_ff=
 SMOKE_DENSE = ModelConfig(vocab_size=512, d_model=64, n_layers=2, n_heads=2, d_ff=192)
 
 
-def train_tokens_per_s(steps_by_name: dict, repeats: int, tokens_per_step: int, device: str) -> dict:
-    """Tokens/s of each ``step()`` after one warm-up step each: best of ``repeats`` timed steps, taken
-    round-robin so that load from others on a shared machine hits every model alike."""
-    for step in steps_by_name.values():
-        step()
-    best = dict.fromkeys(steps_by_name, float("inf"))
+def best_seconds(fns: dict, repeats: int, device: str) -> dict:
+    """Seconds of each ``fn()`` after one warm-up call each: best of ``repeats`` timed calls, taken
+    round-robin so that load from others on a shared machine hits every entry alike."""
+    for fn in fns.values():
+        fn()
+    best = dict.fromkeys(fns, float("inf"))
     for _ in range(repeats):
-        for name, step in steps_by_name.items():
+        for name, fn in fns.items():
             synchronize(device)
             t0 = time.perf_counter()
-            step()
+            fn()
             synchronize(device)
             best[name] = min(best[name], time.perf_counter() - t0)
-    return {name: tokens_per_step / seconds for name, seconds in best.items()}
+    return best
 
 
 def ours_step_fn(cfg: ModelConfig, batch: int, seq: int, device: str, dtype: torch.dtype, compile: bool = False):
@@ -113,14 +116,13 @@ def hf_step_fn(cfg: ModelConfig, batch: int, seq: int, experts_implementation: s
     return step
 
 
-def matmul_ceiling(cfg: ModelConfig, batch: int, seq: int, peak: float, repeats: int = 5) -> float:
-    """The fraction of ``peak`` that this model's own matmuls reach on their own: every weight matmul of
-    a training step (forward, input gradient, weight gradient) at the step's shapes — linear layers,
-    router, LM head, and the experts as the trainer runs them (``glasslab::grouped_mm`` over 16
-    equal groups of expert-sorted rows) — timed alone, best of ``repeats``. No implementation of
-    the model reaches more than this; its model-FLOPs fraction over this ceiling is how much of
-    what BLAS allows at these shapes it gets (attention's FLOPs and all elementwise work count
-    against the step, not here)."""
+def matmul_ceiling(cfg: ModelConfig, batch: int, seq: int) -> tuple[Callable[[], None], float]:
+    """This model's own matmuls on their own, and their FLOPs: every weight matmul of a training step
+    (forward, input gradient, weight gradient) at the step's shapes — linear layers, router, LM head,
+    and the experts as the trainer runs them (``glasslab::grouped_mm`` over equal groups of
+    expert-sorted rows). No implementation of the model runs faster than these alone; its step's
+    model FLOP/s over theirs is how much of what BLAS gives at these shapes it gets (attention's
+    FLOPs and all elementwise work count against the step, not here)."""
     tokens = batch * seq
     calls = []
     for module in Transformer(cfg).modules():
@@ -137,15 +139,13 @@ def matmul_ceiling(cfg: ModelConfig, batch: int, seq: int, peak: float, repeats:
                 calls += [lambda x=x, w=w, e=ends: grouped_mm(x, w, e),
                           lambda g=g, w=w, e=ends: grouped_mm(g, w.transpose(-2, -1), e),
                           lambda x=x, g=g, e=ends: grouped_mm_weight_grad(x, g, e)]
-    best = float("inf")
-    for _ in range(repeats + 1):
-        start = time.perf_counter()
+
+    def run() -> None:
         for call in calls:
             call()
-        best = min(best, time.perf_counter() - start)
+
     lm_head = cfg.vocab_size * cfg.d_model
-    matmul_flops = 6 * (cfg._matmul_params(active=True) + lm_head) * tokens
-    return matmul_flops / best / peak
+    return run, 6 * (cfg._matmul_params(active=True) + lm_head) * tokens
 
 
 def default_compile(cfg: ModelConfig) -> CompileChoice:
@@ -158,17 +158,23 @@ def default_compile(cfg: ModelConfig) -> CompileChoice:
 def cpu_section(steps: int, compile: bool, smoke: bool) -> list[str]:
     moe_cfg, dense_cfg = (SMOKE_MOE, SMOKE_DENSE) if smoke else (MOE_CPU, DENSE_CPU)
     batch, seq, matmul = (2, 32, 256) if smoke else (BATCH, SEQ, 2048)
-    peak = matmul_flops_per_s("cpu", torch.float32, matmul, repeats=30)
     cfgs = {"moe": moe_cfg, "dense": dense_cfg}
     default = {name: default_compile(cfg) for name, cfg in cfgs.items()}
-    steps_by_name = {name: ours_step_fn(cfg, batch, seq, "cpu", torch.float32) for name, cfg in cfgs.items()}
-    steps_by_name["hf"] = hf_step_fn(moe_cfg, batch, seq, "grouped_mm")
+    timed = {name: ours_step_fn(cfg, batch, seq, "cpu", torch.float32) for name, cfg in cfgs.items()}
+    timed["hf"] = hf_step_fn(moe_cfg, batch, seq, "grouped_mm")
     compiled = [name for name in cfgs if compile or default[name].compile]
     for name in compiled:
-        steps_by_name[f"{name}_compiled"] = ours_step_fn(cfgs[name], batch, seq, "cpu", torch.float32, compile=True)
-    rate = train_tokens_per_s(steps_by_name, steps, batch * seq, "cpu")
-    peak = max(peak, matmul_flops_per_s("cpu", torch.float32, matmul, repeats=30))  # best seen, before and after
-    ceiling = {name: matmul_ceiling(cfg, batch, seq, peak) for name, cfg in cfgs.items()}
+        timed[f"{name}_compiled"] = ours_step_fn(cfgs[name], batch, seq, "cpu", torch.float32, compile=True)
+    models = list(timed)
+    a, b = torch.randn(matmul, matmul), torch.randn(matmul, matmul)
+    timed["matmul"] = lambda: a @ b
+    ceiling_flops = {}
+    for name, cfg in cfgs.items():
+        timed[f"{name}_ceiling"], ceiling_flops[name] = matmul_ceiling(cfg, batch, seq)
+    seconds = best_seconds(timed, steps, "cpu")
+    peak = 2 * matmul**3 / seconds["matmul"]
+    rate = {name: batch * seq / seconds[name] for name in models}
+    ceiling = {name: flops / seconds[f"{name}_ceiling"] / peak for name, flops in ceiling_flops.items()}
     frac = {name: cfgs[name.removesuffix("_compiled")].flops_per_token(seq) * r / peak
             for name, r in rate.items() if name != "hf"}
     path = {name: f"{name}_compiled" if default[name].compile else name for name in cfgs}
@@ -229,7 +235,7 @@ def gpu_section(steps: int, smoke: bool, compile: bool) -> list[str]:
         out.append(f"gpu_moe_compile_seconds: {time.perf_counter() - start:.0f}  "
                    "(context: train/compile_rule.py assumes ~90)")
         steps_by_name["moe_compiled"] = compiled_step
-    rate = train_tokens_per_s(steps_by_name, steps, batch * seq, "cuda")
+    rate = {name: batch * seq / sec for name, sec in best_seconds(steps_by_name, steps, "cuda").items()}
     if compile:
         out.append(f"gpu_moe_compiled_speedup_vs_eager: {rate['moe_compiled'] / rate['moe']:.2f}x  "
                    "(context: train/compile_rule.py assumes 1.25x)")
@@ -259,7 +265,8 @@ def profile_moe_step(smoke: bool, rows: int = 25) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--steps", type=int, default=4, help="timed training steps per model (best of, round-robin)"
+        "--steps", type=int, default=10,
+        help="timed rounds (best of, round-robin); a compiled step reaches its speed only after a few"
     )
     parser.add_argument("--compile", action="store_true",
                         help="also time our models under torch.compile (train.compile=true; compiles first)")
