@@ -124,12 +124,13 @@ def matmul_ceiling(cfg: ModelConfig, batch: int, seq: int) -> tuple[Callable[[],
     model FLOP/s over theirs is how much of what BLAS gives at these shapes it gets (attention's
     FLOPs and all elementwise work count against the step, not here)."""
     tokens = batch * seq
-    calls = []
+    calls, flops = [], 0
     for module in Transformer(cfg).modules():
         if isinstance(module, (torch.nn.Linear, Router)):
             w = module.weight.detach().float()  # (out, in)
             x, g = torch.randn(tokens, w.shape[1]), torch.randn(tokens, w.shape[0])
             calls += [lambda x=x, w=w: x @ w.t(), lambda g=g, w=w: g @ w, lambda g=g, x=x: g.t() @ x]
+            flops += 3 * 2 * tokens * w.numel()
         elif isinstance(module, GroupedExperts):
             moe = cfg.moe
             rows = tokens * moe.top_k
@@ -139,13 +140,13 @@ def matmul_ceiling(cfg: ModelConfig, batch: int, seq: int) -> tuple[Callable[[],
                 calls += [lambda x=x, w=w, e=ends: grouped_mm(x, w, e),
                           lambda g=g, w=w, e=ends: grouped_mm(g, w.transpose(-2, -1), e),
                           lambda x=x, g=g, e=ends: grouped_mm_weight_grad(x, g, e)]
+                flops += 3 * 2 * rows * w[0].numel()
 
     def run() -> None:
         for call in calls:
             call()
 
-    lm_head = cfg.vocab_size * cfg.d_model
-    return run, 6 * (cfg._matmul_params(active=True) + lm_head) * tokens
+    return run, flops
 
 
 def default_compile(cfg: ModelConfig) -> CompileChoice:

@@ -107,8 +107,8 @@ def test_guard_skips_spikes_and_nonfinite_and_asks_for_rollback_on_repeats():
 
 
 def test_guard_follows_a_steadily_rising_grad_norm_but_not_a_jump():
-    """The long ladder's d40 rolled back to step 0 three times on the climb of its grad norm out of the
-    loss plateau (0.31 flat for 20 steps, then +5% a step): a trend, not a spike."""
+    """A long-ladder d40 rolled back to step 0 twice on the climb of its grad norm out of the loss
+    plateau (0.31 flat for 20 steps, then +5% a step): a trend, not a spike."""
     guard = SpikeGuard(GuardConfig(window=50, min_history=10, sigma=8.0, grad_norm_sigma=10.0))
     for i in range(20):
         assert guard.judge(6.2 - 0.001 * i, 0.31 + 0.005 * (-1) ** i).apply

@@ -79,9 +79,9 @@ class GuardConfig:
     min_history: int = 10
     """Steps of history needed before the guard judges anything."""
     sigma: float = 6.0
-    """A step whose loss is above mean + sigma × deviation (nats/token) is not applied."""
+    """A step whose loss is above the window's centre + sigma × deviation (nats/token) is not applied."""
     grad_norm_sigma: float = 10.0
-    """A step whose log grad norm is above mean + this × deviation of log grad norms is not applied
+    """A step whose log grad norm is above the centre + this × deviation of log grad norms is not applied
     (0 = judge the loss only). Grad norms are heavy-tailed, so they are judged multiplicatively."""
     max_consecutive: int = 3
     """This many rejected steps in a row roll back to the last good checkpoint."""

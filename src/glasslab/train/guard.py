@@ -1,10 +1,11 @@
 """The spike guard: decide, before an update is applied, whether the step looks like a loss spike.
 
 It keeps a rolling window of the loss and global gradient norm of recently *applied* steps. A step
-whose loss is above ``mean + sigma × deviation`` of its window, or whose grad norm is likewise out
-of band on a log scale (grad norms of small batches swing by factors of a few; real blow-ups by
-orders of magnitude), is not applied (the trainer records ``spike_skipped``); a non-finite loss or
-grad norm is never applied (``nonfinite``).
+whose loss is above ``centre + sigma × deviation`` of its window (the centre: its mean, or its last
+few steps' mean where higher), or whose grad norm is likewise out of band on a log scale (grad
+norms of small batches swing by factors of a few; real blow-ups by orders of magnitude), is not
+applied (the trainer records ``spike_skipped``); a non-finite loss or grad norm is never applied
+(``nonfinite``).
 After ``max_consecutive`` rejected steps in a row the guard asks for a rollback to the last good
 checkpoint; the trainer then skips the offending data window and records a ``rollback`` incident.
 The window is part of every checkpoint so a resumed run judges exactly as the original would.
@@ -57,7 +58,7 @@ class SpikeGuard:
             for name, value, history, sigma, log_scale in checks:
                 limit = _limit(history, sigma, log_scale) if sigma else math.inf
                 if value > limit:
-                    return self._reject("spike_skipped", f"{name} {value:.4g} > {limit:.4g} (mean + {sigma:g}σ"
+                    return self._reject("spike_skipped", f"{name} {value:.4g} > {limit:.4g} (centre + {sigma:g}σ"
                                         f"{' in log space' if log_scale else ''} of the last {len(history)} steps)")
         self.losses.append(loss)
         self.grad_norms.append(grad_norm)
@@ -88,9 +89,9 @@ def _limit(history: deque[float], sigma: float, log_scale: bool) -> float:
     """
     values = [math.log(max(x, 1e-12)) for x in history] if log_scale else list(history)
     recent = values[-RECENT_STEPS:]
-    mean = max(sum(values) / len(values), sum(recent) / len(recent))
+    centre = max(sum(values) / len(values), sum(recent) / len(recent))
     steps = [b - a for a, b in zip(values, values[1:], strict=False)]
     deviation = math.sqrt(sum(d * d for d in steps) / (2 * len(steps)))
-    floor = MIN_RELATIVE_DEVIATION if log_scale else MIN_RELATIVE_DEVIATION * abs(mean)
-    limit = mean + sigma * max(deviation, floor)
+    floor = MIN_RELATIVE_DEVIATION if log_scale else MIN_RELATIVE_DEVIATION * abs(centre)
+    limit = centre + sigma * max(deviation, floor)
     return math.exp(limit) if log_scale else limit
