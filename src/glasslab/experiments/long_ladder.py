@@ -5,8 +5,7 @@ further on the same 2-core CPU: four rungs spanning ~19× in compute (widths 16�
 and a hero at width 80 with ~54× the top rung's compute, trained to one recipe (the demo's, with the
 rules that make tiny ladders predict: 20 tokens per active parameter, ≥ 1,000 optimiser steps per
 rung, batch and learning rate from the planner's rule with its constant swept on the rungs, the
-asymptote fixed before training). Why
-these shapes (``docs/ladder.md``):
+asymptote fixed before training). Why these shapes (``docs/ladder.md``):
 
 - **Vocabulary 512.** At vocabulary 1,024 the tiny ladder's rungs are 52–82% embedding parameters
   and their LM head is 31–60% of their FLOPs, a different law from the hero's. At 512 the LM head is
@@ -50,10 +49,10 @@ PROSE_CORPORA = ("stdlib_prose", "pydoc_topics", "numpy_prose", "scipy_prose", "
 LR_MULTIPLIER = 0.6
 """On the planner's LR rule, for every rung and the hero. Swept on seed 0 at widths 16, 24, 40 and 48
 (× 0.5–4 of the demo's 0.35, ``docs/LOG.md``): the final loss is lowest at × 1.6–2.8 of 0.35 at every
-width (no drift with size), 1–2.4% below × 1, and within 0.5% of that from × 1.4 to × 2.8; at × 4 the
+width (no drift with size), 1–2.4% below × 1; × 2 is within 0.3% of it, × 1.4 within 1.3%. At × 4 the
 d48 rung rolled back twice, and a whole ladder at 0.75 (× 2.1) had one rollback in 21 runs (a grad-norm
-jump × 5 where one rung left its unigram plateau). 0.6 (× 1.7) keeps the optimum's loss with a margin
-from that edge."""
+jump × 5 where one rung left its unigram plateau): 0.6 (× 1.7) sits on the low side of a broad optimum,
+with a margin from that edge."""
 MIXTURE = MixtureConfig(weights={"code": 0.855, "prose": 0.145})
 """The domains' shares of the training tokens (11.05M code, 1.86M prose at vocabulary 512), so every
 run reads both equally often: the hero each ~1.05 times (measured 1.05 and 1.06), the top rung 0.15."""
