@@ -306,8 +306,8 @@ def long_report(lab: Path, jobs: int, smoke: bool = False) -> dict[str, float]:
     rung_dirs = [folder for name, folder in folders.items()
                  if name not in ("data", f"{ladder}-fit", f"{ladder}-hero")]
     for rung in read_rungs(rung_dirs):
-        print(f"rung {rung.name} ({rung.size_name}): {rung.flops:.3g} FLOPs, loss {rung.loss_mean:.4f} "
-              f"± {rung.loss_std:.4f} over {len(rung.losses)} seeds{_shape(lab / rung.run_ids[0])}"
+        print(f"rung {rung.name} ({rung.size_name}): {rung.flops:.3g} FLOPs outside the LM head, loss "
+              f"{rung.loss_mean:.4f} ± {rung.loss_std:.4f} over {len(rung.losses)} seeds{_shape(lab / rung.run_ids[0])}"
               f"{_repetition(lab / rung.run_ids[0])}")
     law = fit["law"]["params"]
     prior = fit["L_inf"]["prior"]
@@ -318,11 +318,13 @@ def long_report(lab: Path, jobs: int, smoke: bool = False) -> dict[str, float]:
     hero = read_rungs([hero_dir])[0]
     measured = hero.loss_mean
     top = max(r["flops"] for r in fit["rungs"])
+    top_total = max(r["total_flops"] for r in fit["rungs"])
     error = 100 * (predicted["point"] - measured) / measured
     covered = predicted["lo"] <= measured <= predicted["hi"]
     print(f"hero {hero.size_name}{_shape(hero_dir)}{_repetition(hero_dir)}")
     print(f"hero: predicted {predicted['point']:.4f} [{predicted['lo']:.4f}, {predicted['hi']:.4f}] at "
-          f"{predicted['flops']:.3g} FLOPs ({predicted['flops'] / top:.0f}x the top rung), measured "
+          f"{predicted['flops']:.3g} FLOPs outside the LM head ({predicted['flops'] / top:.0f}x the top rung; "
+          f"{hero.total_flops / top_total:.0f}x in all FLOPs), measured "
           f"{measured:.4f}: error {error:+.2f}%, inside the 90% interval: {covered}")
     print("hero curve (fraction of training: predicted, measured, error, inside the band):")
     curve = hero_curve_errors(fit, hero_dir)

@@ -143,7 +143,8 @@ def build_lab(root: Path, hero_steps: int = 20) -> Path:
         "backtest": {"held_out": "rung-m", "error": 0.02}, "hero_run": "hero-dddd4444",
     })
     log_run(root / "hero-dddd4444", hero_steps, 1.0,
-            {"role": "hero", "ladder": "demo", "steps": hero_steps - 1, "dataset": "data-abc12345",
+            {"role": "hero", "ladder": "demo", "steps": hero_steps - 1, "tokens": 40 * TOKENS_PER_STEP,
+             "dataset": "data-abc12345",
              "tasks": {"copy": {"chance": 0.25}},
              "prediction": {**pred, "target": "eval/macro/loss", "registered_at": "2026-11-30T00:00:00Z",
                             "code": {"commit": "abc"}}})

@@ -250,7 +250,7 @@ def rung_runs(folder: Path, shared: Path) -> dict:
         extra = {"role": "rung", "ladder": "t", "rung": f"r{i}", "seed": 0, "size_name": "1M-A1M",
                  "params_active": 1e5 * 2**i, "flops": flops, "steps": steps, "batch_size": 8, "seq_len": 32,
                  "tokens": steps * 8 * 32}
-        run = track.init(run_dir, {"model": {"d_model": 32 * 2**i}}, record_extra=extra)
+        run = track.init(run_dir, {"model": {"d_model": 32 * 2**i, "vocab_size": 64}}, record_extra=extra)
         loss = 2.0 + 50.0 * flops**-0.1
         for step in (steps // 2, steps):
             run.log({"eval/macro/loss": loss + (0.1 if step < steps else 0.0)}, step=step)

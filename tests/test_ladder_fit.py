@@ -35,7 +35,7 @@ def write_rung_runs(lab: Path, rng, noise=0.004, widths=(64, 96, 128, 192, 256))
                      "size_name": f"{width}K-A{width}K", "params_active": 1000.0 * width,
                      "flops": flops, "steps": steps, "batch_size": 10 * width, "seq_len": 2,
                      "tokens": steps * 10 * width * 2}
-            run = track.init(run_dir, {"model": {"d_model": width}}, record_extra=extra)
+            run = track.init(run_dir, {"model": {"d_model": width, "vocab_size": 32}}, record_extra=extra)
             offset = noise * rng.standard_normal()  # a seed's offset persists along its run
             for step in range(100, steps + 1, 100):
                 loss = float(true_loss(flops * step / steps) * np.exp(offset))
@@ -148,7 +148,7 @@ def test_cli_fit_predicts_the_spec_hero(tmp_path):
 
     fit = json.loads((out / "fit.json").read_text())
     assert fit["ladder"] == "tiny" and fit["L_inf"]["mode"] == "free"
-    assert fit["prediction"]["flops"] == pytest.approx(plan_ladder(LadderSpec(hero_width=256)).hero.flops)
+    assert fit["prediction"]["flops"] == pytest.approx(plan_ladder(LadderSpec(hero_width=256)).hero.law_flops)
 
 
 def test_unfinished_rung_run_is_refused(tmp_path):
@@ -166,7 +166,8 @@ def test_seeds_of_two_recipes_are_not_pooled_into_one_rung(tmp_path):
     extra = {"role": "rung", "ladder": "tiny", "rung": "d64", "params_active": 1e5, "flops": 1e15, "steps": 100,
              "batch_size": 4, "seq_len": 64, "tokens": 100 * 4 * 64}
     for seed, weights in ((0, {"code": 0.5}), (1, {"code": 0.5}), (2, {"code": 0.75})):
-        cfg = {"data": {"seed": seed, "mixture": {"weights": weights}}, "train": {"seed": seed}}
+        cfg = {"data": {"seed": seed, "mixture": {"weights": weights}}, "train": {"seed": seed},
+               "model": {"vocab_size": 32}}
         run = track.init(tmp_path / f"s{seed}", cfg, record_extra={**extra, "seed": seed})
         run.finish()
         (tmp_path / f"s{seed}" / "result.json").write_text(json.dumps({"eval/macro/loss": 3.0}))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -91,11 +92,13 @@ def test_record_extra_survives_the_run_store(tmp_path):
     plan = plan_ladder(LadderSpec())
     rung = plan.rungs[0]
     for seed in rung.seeds:
-        run = track.init(tmp_path / f"r{seed}", {"x": 1}, record_extra=rung_record_extra(rung, seed, "tiny"))
+        run = track.init(tmp_path / f"r{seed}", {"model": dataclasses.asdict(rung.model)},
+                         record_extra=rung_record_extra(rung, seed, "tiny"))
         run.log({"eval/macro/loss": 3.0 + 0.01 * seed}, step=rung.steps)
         run.finish()
     (read,) = read_rungs(sorted(tmp_path.iterdir()))
-    assert read.name == rung.name and read.tokens == rung.tokens and read.flops == rung.flops
+    assert read.name == rung.name and read.tokens == rung.tokens and read.total_flops == rung.flops
+    assert read.flops == pytest.approx(rung.law_flops) and read.flops < rung.flops  # the law leaves the LM head out
     assert read.losses == pytest.approx((3.0, 3.01, 3.02))
 
 

@@ -28,9 +28,9 @@ def _write_ladder(root, rng, noise=0.01):
     for rung, flops, seeds in RUNGS:
         for seed in range(seeds):
             run_dir = root / f"{rung}-s{seed}"
-            extra = {"role": "rung", "rung": rung, "flops": flops, "steps": 100,
+            extra = {"role": "rung", "rung": rung, "flops": flops, "steps": 100, "tokens": flops / 1e6,
                      "tasks": {"next_word_code": {"chance": CHANCE, "items": 600, "metric": "acc", "sha256": "ab"}}}
-            run = track.init(run_dir, {"model": {}}, record_extra=extra)
+            run = track.init(run_dir, {"model": {"vocab_size": 32, "d_model": 16}}, record_extra=extra)
             for step in (25, 50, 75, 100):
                 bpb = true_bpb(flops * step / 100) * np.exp(noise * rng.standard_normal())
                 acc = sigmoid(bpb, K, B0, CHANCE) + 0.01 * rng.standard_normal()
@@ -47,7 +47,10 @@ def test_the_laws_recover_a_known_ladder_and_predict_the_hero_inside_the_interva
     (task,) = series.values()
     assert task.name == "next_word_code" and task.chance == CHANCE and task.items == 600
     assert len(task.points) == 7 * 4 and sum(p.final for p in task.points) == 7
-    assert {p.flops for p in task.points if p.rung == "d16"} == {2.5e9, 5e9, 7.5e9, 1e10}
+    # Compute outside the LM head: 6 · vocabulary 32 · width 16 FLOPs for each of the 1e-6 · flops tokens.
+    law_flops = 1e10 * (1 - 6 * 32 * 16 / 1e6)
+    assert sorted({p.flops for p in task.points if p.rung == "d16"}) == pytest.approx(
+        [law_flops * f for f in (0.25, 0.5, 0.75, 1.0)])
 
     out = fit_task_laws(series, HERO_FLOPS, num_bootstrap=400)
     law = out["by_task"]["next_word_code"]

@@ -125,7 +125,7 @@ def test_ladder_page_draws_band_over_hero(lab, page):
         assert any(label.startswith("hero hero-dddd4444") for label in chart["labels"])
         hero_index = next(i for i, s in enumerate(chart["labels"]) if s.startswith("hero"))
         hero = [p for p in chart_points(page, "ladder", hero_index) if p[1] is not None]
-        assert hero and abs(hero[0][0] - 5 * 4096 * 6.0e6) < 1  # x = tokens × FLOPs per token
+        assert hero and abs(hero[0][0] - 5 * 4096 * 6.0e6) < 1  # x = tokens × the law's FLOPs per token
         # How far the prediction reaches (this fit predicts at its top rung's compute).
         assert "(1× the top rung's compute)" in page.locator("#prediction").inner_text()
 

@@ -105,7 +105,7 @@ def run_fit(args: argparse.Namespace) -> int:
 
         spec = config.load(LadderSpec, args.spec)
         ladder = ladder or spec.name
-        target = target or plan_ladder(spec).hero.flops
+        target = target or plan_ladder(spec).hero.law_flops
     points = [r for r in args.runs if is_points_file(r)]
     if points:
         if len(args.runs) > 1:

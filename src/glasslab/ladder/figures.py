@@ -59,7 +59,7 @@ def draw_fit(fit: dict[str, Any], out_dir: str | Path, *, stem: str = "ladder",
     # Losses span less than a decade, so the labelled ticks are log-scale minor ticks (2, 3, 4, …).
     ax.yaxis.set_major_formatter(FormatStrFormatter("%.1f"))
     ax.yaxis.set_minor_formatter(FormatStrFormatter("%.1f"))
-    ax.set_xlabel("training compute C (FLOPs)")
+    ax.set_xlabel("training compute C outside the LM head (FLOPs)")
     ax.set_ylabel(f"{fit['target']} (nats/token)")
     ax.set_title(f"ladder {fit['ladder']}")
     ax.grid(True, which="both", alpha=0.25)

@@ -88,15 +88,20 @@ def _varies_tokens_per_param(rungs: Sequence[Rung]) -> bool:
 
 
 def compute_frontier(rungs: Sequence[Rung]) -> list[Rung]:
-    """The lowest-loss rung of each compute budget (rungs within 2% compute share a budget)."""
-    ordered = sorted(rungs, key=lambda r: r.flops)
+    """The lowest-loss rung of each compute budget (rungs within 2% total compute share a budget)."""
+    ordered = sorted(rungs, key=_budget)
     groups: list[list[Rung]] = []
     for rung in ordered:
-        if groups and rung.flops <= groups[-1][0].flops * (1 + ISOFLOP_TOLERANCE):
+        if groups and _budget(rung) <= _budget(groups[-1][0]) * (1 + ISOFLOP_TOLERANCE):
             groups[-1].append(rung)
         else:
             groups.append([rung])
     return [min(group, key=lambda r: r.loss_mean) for group in groups]
+
+
+def _budget(rung: Rung) -> float:
+    """The compute an isoFLOP budget fixes: all training FLOPs (a points file gives only one compute)."""
+    return rung.total_flops or rung.flops
 
 
 def _approach3_record(rungs: Sequence[Rung], target_flops: float, target_size: tuple[float, float] | None,
@@ -127,14 +132,16 @@ def _approach3_record(rungs: Sequence[Rung], target_flops: float, target_size: t
 def _rung_record(rung: Rung) -> dict[str, Any]:
     return {"name": rung.name, "run_ids": list(rung.run_ids), "size_name": rung.size_name,
             "params_active": rung.params_active, "tokens": rung.tokens, "flops": rung.flops,
-            "losses": list(rung.losses), "loss_mean": rung.loss_mean, "loss_std": rung.loss_std,
+            "total_flops": rung.total_flops, "losses": list(rung.losses), "loss_mean": rung.loss_mean,
+            "loss_std": rung.loss_std,
             "partial": {f"{f:.2f}": list(v) for f, v in sorted(rung.partial.items())}}
 
 
 def rungs_from_fit(fit: dict[str, Any]) -> list[Rung]:
     """The rungs recorded in a ``fit.json`` dict (to refit or re-plot without the runs)."""
     return [Rung(r["name"], r["flops"], tuple(r["losses"]), r["params_active"], r["tokens"], r["size_name"],
-                 tuple(r["run_ids"]), {float(f): tuple(v) for f, v in r.get("partial", {}).items()})
+                 tuple(r["run_ids"]), {float(f): tuple(v) for f, v in r.get("partial", {}).items()},
+                 r.get("total_flops", 0.0))
             for r in fit["rungs"]]
 
 

@@ -21,7 +21,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from glasslab.config import config_hash, require
+from glasslab import config
+from glasslab.config import ConfigError, config_hash, require
+from glasslab.errors import UserError
 from glasslab.model import ModelConfig, MoEConfig
 
 MIN_TOKENS_PER_PARAM = 1.0
@@ -149,6 +151,11 @@ class PlannedRung:
     @property
     def tokens_per_param(self) -> float:
         return self.tokens / self.params_active
+
+    @property
+    def law_flops(self) -> float:
+        """Training compute outside the LM head: the compute axis the ladder's law is fitted on."""
+        return self.flops - self.tokens * self.model.head_flops_per_token()
 
 
 @dataclass(frozen=True)
@@ -278,6 +285,18 @@ def rung_record_extra(rung: PlannedRung, seed: int, ladder: str) -> dict:
             "batch_size": rung.batch_size, "seq_len": rung.seq_len, "learning_rate": rung.learning_rate}
 
 
+def record_law_flops(record: dict, where: str) -> float:
+    """A rung's (or the hero's) training FLOPs outside the LM head, from its ``run.json`` record (the
+    fields above and the model config): the compute axis of the ladder's law. ``where`` names the
+    record in the one-line error when its model config cannot say the LM head's size."""
+    try:
+        model = config.from_dict(ModelConfig, (record.get("config") or {}).get("model") or {}, "model")
+        head = model.head_flops_per_token()
+    except ConfigError as exc:
+        raise UserError(f"{where}: {exc}; expected the config of a run planned as a ladder rung") from None
+    return float(record["flops"]) - float(record["tokens"]) * head
+
+
 def plan_table(plan: LadderPlan):  # -> rich.table.Table (rich is imported here to keep imports light)
     """The plan as a rich table, one row per rung and one for the hero."""
     from rich.table import Table
@@ -295,7 +314,7 @@ def plan_table(plan: LadderPlan):  # -> rich.table.Table (rich is imported here 
         experts = f"{m.moe.top_k}/{m.moe.num_experts}" if m.moe else "dense"
         # Rungs whose parameters are mostly embeddings follow a different law: show how much they are.
         embedding_share = m.param_counts()["embedding"] / rung.params_active
-        head_share = 6 * m.vocab_size * m.d_model / m.flops_per_token(rung.seq_len)
+        head_share = m.head_flops_per_token() / m.flops_per_token(rung.seq_len)
         table.add_row(rung.name, str(m.d_model), str(m.n_layers), str(m.n_heads), experts, rung.size_name,
                       f"{rung.params_active:.3g}", f"{embedding_share:.0%}", f"{head_share:.0%}", f"{rung.tokens:.3g}",
                       f"{rung.tokens_per_param:.1f}", str(rung.batch_size), f"{rung.learning_rate:.2e}",

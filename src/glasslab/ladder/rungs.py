@@ -1,9 +1,13 @@
 """What a ladder measured: one :class:`Rung` per model size, with a final loss per seed.
 
 A rung is one recipe at one size, trained with one or more seeds; the fits use the mean and the
-spread of its seeds. Losses are ``eval/macro/loss`` in nats per token; compute is training FLOPs
-(tokens × FLOPs per token, as ``model/`` counts them). Partial-training losses (at fractions of the
-rung's own training) let the fit predict a whole curve, not just an end point.
+spread of its seeds. Losses are ``eval/macro/loss`` in nats per token. Compute, the law's axis, is
+training FLOPs outside the LM head (tokens × FLOPs per token, as ``model/`` counts them, less the
+vocabulary projection): small rungs spend a quarter to half of their FLOPs there and a large hero a
+few percent, so on total FLOPs the rungs and the hero follow different laws (Kaplan et al. count
+non-embedding compute for the same reason; ``docs/ladder.md`` has the measurements). Partial-training
+losses (at fractions of the rung's own training) let the fit predict a whole curve, not just an end
+point.
 
 Everything that reaches a fit passes :func:`check_rungs`, which turns bad input into one line
 naming the rung.
@@ -22,9 +26,12 @@ from glasslab.errors import UserError
 class Rung:
     """One model size of a ladder and what its seeds reached.
 
-    ``flops`` is training compute in FLOPs, ``losses`` the final ``eval/macro/loss`` per seed (nats per
+    ``flops`` is the compute the law is fitted on (training FLOPs outside the LM head for glasslab's
+    runs; a points file's compute as given), ``losses`` the final ``eval/macro/loss`` per seed (nats per
     token), ``params_active`` active parameters (what approach 3 calls N), ``tokens`` training tokens (D).
     ``partial`` maps a fraction of training (0 < f ≤ 1) to the per-seed losses at that point.
+    ``total_flops`` is all the training FLOPs, LM head included (0 when unknown): what an isoFLOP
+    budget fixes.
     """
 
     name: str
@@ -35,6 +42,7 @@ class Rung:
     size_name: str = ""
     run_ids: tuple[str, ...] = ()
     partial: dict[float, tuple[float, ...]] = field(default_factory=dict)
+    total_flops: float = 0.0
 
     @property
     def loss_mean(self) -> float:
@@ -55,7 +63,7 @@ class Rung:
         if fraction not in self.partial:
             raise UserError(f"rung {self.name}: no loss recorded at {fraction:.0%} of training")
         return Rung(self.name, self.flops * fraction, self.partial[fraction], self.params_active,
-                    self.tokens * fraction, self.size_name, self.run_ids)
+                    self.tokens * fraction, self.size_name, self.run_ids, total_flops=self.total_flops * fraction)
 
 
 def check_rungs(rungs: Sequence[Rung], num_free_params: int, *, distinct_compute: bool = True) -> None:

@@ -2,7 +2,8 @@
 
 A rung's runs carry in ``run.json`` the fields the planner put there (``role``, ``ladder``, ``rung``,
 ``seed``, ``size_name``, ``params_active``, ``tokens``, ``flops``, ``steps``, ``batch_size``,
-``seq_len``; see :func:`glasslab.ladder.plan.rung_record_extra`). The final loss
+``seq_len``; see :func:`glasslab.ladder.plan.rung_record_extra`); the law's compute leaves out the LM
+head's FLOPs, counted from the model config the record also carries. The final loss
 is ``eval/macro/loss`` from ``result.json``, else the eval logged at the last planned step (an
 unfinished run is an error, not a data point); losses logged along the way give the rung's loss at
 every 5% of its training (linear in steps between evals), which the curve fit uses. Seeds of one
@@ -20,6 +21,7 @@ import numpy as np
 from glasslab import config, track
 from glasslab.errors import UserError
 from glasslab.ladder.fit import TARGET_METRIC
+from glasslab.ladder.plan import record_law_flops
 from glasslab.ladder.predict import CURVE_FRACTIONS
 from glasslab.ladder.rungs import Rung
 from glasslab.layout import METRICS_DB, RESULT_FILE
@@ -58,11 +60,12 @@ def read_rungs(run_dirs: Iterable[str | Path]) -> list[Rung]:
         record = seeds[0][1]
         common = set.intersection(*(set(p) for *_, p in seeds))
         rungs.append(Rung(
-            name=name, flops=float(record["flops"]), losses=tuple(s[2] for s in seeds),
+            name=name, flops=record_law_flops(record, f"{seeds[0][0]}/run.json"), losses=tuple(s[2] for s in seeds),
             params_active=float(record["params_active"]),
             tokens=float(record["tokens"]),
             size_name=str(record.get("size_name", "")), run_ids=tuple(s[0].name for s in seeds),
             partial={f: tuple(s[3][f] for s in seeds) for f in sorted(common)},
+            total_flops=float(record["flops"]),
         ))
     return sorted(rungs, key=lambda r: r.flops)
 

@@ -98,7 +98,7 @@ def ladder_steps(plan: LadderPlan, data_step: Step, mixture: MixtureConfig, trai
                                      threads=threads)
             rung_steps.append(Step(f"{ladder}-{rung.name}-s{seed}", train_step, config, deps=(data_step,),
                                    resources=resources))
-    fit = Step(f"{ladder}-fit", fit_step, FitStepConfig(ladder, plan.hero.flops, L_inf, tuple(sweep),
+    fit = Step(f"{ladder}-fit", fit_step, FitStepConfig(ladder, plan.hero.law_flops, L_inf, tuple(sweep),
                                                         tuple(s.name for s in rung_steps),
                                                         num_bootstrap=num_bootstrap,
                                                         target_size=(float(plan.hero.params_active),

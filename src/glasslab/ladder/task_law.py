@@ -32,6 +32,7 @@ from scipy.optimize import OptimizeWarning, curve_fit
 
 from glasslab import track
 from glasslab.errors import UserError
+from glasslab.ladder.plan import record_law_flops
 from glasslab.ladder.predict import predict
 from glasslab.ladder.rungs import Rung
 from glasslab.ladder.uncertainty import bootstrap_predictions, percentile_interval
@@ -65,7 +66,8 @@ class TaskSeries:
 def read_task_points(run_dirs: Iterable[str | Path]) -> dict[str, TaskSeries]:
     """The tasks the runs scored (``run.json``'s ``tasks``) and each evaluation of them, by task name.
 
-    A run's compute at an evaluation is its planned compute (``flops``) × step / planned ``steps``;
+    A run's compute at an evaluation is its law compute (:func:`glasslab.ladder.plan.record_law_flops`, the
+    planned FLOPs outside the LM head) × step / planned ``steps``;
     the accuracy is each task's headline metric (``acc`` or ``acc_norm``).
     """
     series: dict[str, dict[str, Any]] = {}
@@ -74,6 +76,7 @@ def read_task_points(run_dirs: Iterable[str | Path]) -> dict[str, TaskSeries]:
         tasks, steps_total = record.get("tasks") or {}, record.get("steps")
         if not tasks or not steps_total:
             continue
+        flops = record_law_flops(record, f"{run_dir}/run.json")
         with track.RunReader(run_dir) as reader:
             for name, about in tasks.items():
                 entry = series.setdefault(name, {"about": about, "points": []})
@@ -86,7 +89,7 @@ def read_task_points(run_dirs: Iterable[str | Path]) -> dict[str, TaskSeries]:
                 for step, bpb in zip(steps, bpbs, strict=True):
                     if step in by_step and step > 0:
                         entry["points"].append(TaskPoint(str(record.get("rung", run_dir.name)), run_dir.name,
-                                                         float(record["flops"]) * step / steps_total, bpb,
+                                                         flops * step / steps_total, bpb,
                                                          by_step[step], step >= steps_total))
     return {name: TaskSeries(name, float(s["about"]["chance"]), int(s["about"]["items"]),
                              s["about"].get("metric", "acc"), tuple(s["points"]))

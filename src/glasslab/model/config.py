@@ -235,6 +235,11 @@ class ModelConfig:
         matmul = self._matmul_params(active=True) + lm_head
         return float(6 * matmul + 12 * self.n_layers * self.d_attn * seq_len)
 
+    def head_flops_per_token(self) -> float:
+        """Of :meth:`flops_per_token`, the LM head's: the vocabulary projection, forward and backward."""
+        self.require_vocab()
+        return float(6 * self.vocab_size * self.d_model)
+
     def size_name(self) -> str:
         """``<total>-A<active>`` with 2–3 significant figures, e.g. ``1.6B-A61M`` or ``3.2M-A0.9M``."""
         counts = self.param_counts()

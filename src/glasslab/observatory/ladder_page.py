@@ -158,6 +158,10 @@ def ladder_page(lab: Lab, fit_id: str) -> dict[str, Any] | None:
     if isinstance(prediction, dict) and not prediction.get("curve") and fit.get("curve"):
         prediction = {**prediction, "curve": fit["curve"]}
     cursors = {hero_id: hero.pop("cursor")} if hero and "cursor" in hero else {}
+    planned_tokens = finite((hero_record or {}).get("tokens"))
+    if hero and isinstance(prediction, dict) and finite(prediction.get("flops")) and planned_tokens:
+        # The law's compute (the prediction's, at the hero's planned tokens) per token: the x of the hero's curve.
+        hero["law_flops_per_token"] = prediction["flops"] / planned_tokens
     return clean({
         "page": "ladder", "id": fit_id, "title": f"Ladder {fit.get('ladder') or fit_id}", "fit": fit,
         "target": target, "prediction": prediction, "hero": hero,

@@ -8,8 +8,9 @@
   const { LineChart } = window.GlasslabCharts;
   const { verdictCell } = window.GlasslabOverview;
 
+  // The law's compute: training FLOPs outside the LM head, per token for the hero (from its prediction).
   function xOfFlops(run, step, tokens) {
-    return tokens == null || !run.flops_per_token ? null : tokens * run.flops_per_token;
+    return tokens == null || !run.law_flops_per_token ? null : tokens * run.law_flops_per_token;
   }
 
   function interval(p) { return `${fmt(p.point)} [${fmt(p.lo)}, ${fmt(p.hi)}]`; }
@@ -91,7 +92,7 @@
     const grid = section("Fit and prediction", el("div", {})).lastChild;
     const chart = new LineChart(grid, { title: `${d.target} against training compute`, lines, logx: true, logy: true,
       xlabel: "FLOPs", xunit: "flops", height: 440,
-      subtitle: "x: training FLOPs = tokens × FLOPs per token; dots: each rung's seeds; whiskers: spread over seeds and the 90% interval at the hero" });
+      subtitle: "x: training FLOPs outside the LM head = tokens × (FLOPs per token − the vocabulary projection's); dots: each rung's seeds; whiskers: spread over seeds and the 90% interval at the hero" });
     G.charts.ladder = chart.plot;
     chart.root.dataset.bands = String(chart.bandCount);
     if (!hero) app.append(el("p", { class: "muted" }, "No hero run yet."));
@@ -106,7 +107,7 @@
       approach3Line(fit.approach3));
 
     const rungs = fit.rungs || [];
-    section("Rungs", table(["rung", "size", "active params", "tokens", "FLOPs", "loss per seed", "mean ± std"],
+    section("Rungs", table(["rung", "size", "active params", "tokens", "FLOPs (no LM head)", "loss per seed", "mean ± std"],
       rungs.map((r) => [r.name || "", r.size_name || "", r.params_active, r.tokens, r.flops,
         el("span", {}, ...(r.losses || []).flatMap((loss, j) => [j ? ", " : "",
           (r.run_ids || [])[j] ? link("run", r.run_ids[j], fmt(loss)) : fmt(loss)])),
