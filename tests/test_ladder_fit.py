@@ -13,7 +13,7 @@ from glasslab import track
 from glasslab.errors import UserError
 from glasslab.ladder.approach3 import Approach3Law
 from glasslab.ladder.figures import draw_fit
-from glasslab.ladder.fit import fit_ladder, read_fit, rungs_from_fit, write_fit
+from glasslab.ladder.fit import compute_frontier, fit_ladder, read_fit, rungs_from_fit, write_fit
 from glasslab.ladder.predict import CURVE_FRACTIONS
 from glasslab.ladder.rungs import Rung
 from glasslab.ladder.runs import find_ladder_runs, read_rungs
@@ -73,6 +73,14 @@ def test_rungs_read_from_run_folders_fit_and_round_trip(tmp_path):
     png, svg = draw_fit(again, tmp_path / "fit", hero_losses=[(1e17, 2.7), (1e18, 2.4)])
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     assert "<svg" in svg.read_text()[:500]
+
+
+def test_an_isoflop_budget_is_its_total_compute_not_the_laws():
+    """Sizes of one budget spend the same FLOPs but different shares in the LM head: one budget each."""
+    rungs = [Rung(f"C{budget:.0e}-d{width}", budget * (1 - head), (loss,), total_flops=budget)
+             for budget, losses in ((1e12, (3.3, 3.2, 3.25)), (4e12, (3.0, 2.9, 2.95)))
+             for (width, head), loss in zip(((24, 0.35), (32, 0.28), (48, 0.2)), losses, strict=True)]
+    assert [r.name for r in compute_frontier(rungs)] == ["C1e+12-d32", "C4e+12-d32"]
 
 
 def test_isoflop_ladder_fits_approach3_and_frontier():
