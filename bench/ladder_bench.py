@@ -165,8 +165,9 @@ def trained_ladder_report(lab: Path, ladder: str | None, L_inf: float | None,
     """Print the back-test of the ladder trained in ``lab``; returns the headline error in percent."""
     rungs = read_rungs(find_ladder_runs(lab, ladder))
     for rung in rungs:
-        print(f"rung {rung.name} ({rung.size_name}): {rung.flops:.3g} FLOPs, loss {rung.loss_mean:.4f} "
-              f"± {rung.loss_std:.4f} over {len(rung.losses)} seeds{_repetition(lab / rung.run_ids[0])}")
+        print(f"rung {rung.name} ({rung.size_name}): {rung.flops:.3g} FLOPs outside the LM head, loss "
+              f"{rung.loss_mean:.4f} ± {rung.loss_std:.4f} over {len(rung.losses)} seeds"
+              f"{_repetition(lab / rung.run_ids[0])}")
     fit = fit_ladder(rungs, ladder=ladder or "ladder", target_flops=10 * max(r.flops for r in rungs),
                      L_inf=L_inf, sweep=sweep)
     return _print_backtest(fit)
