@@ -7,7 +7,7 @@ rungs and four on the others (single tiny runs differ by 1–2% in final loss), 
 no rung sees any domain more than about 3 times, learning rate decayed to zero, a larger eval set
 than the demo's, and the asymptote fixed (and swept) before any rung was trained. It trains the rungs
 and fits them; the hero is left out (``bench/ladder_bench.py --lab LAB --ladder tiny --L-inf 1.0
---sweep 0.5 1.5`` reads the leave-last-rung-out back-test from the lab). About 10 minutes on 2 CPU
+--sweep 0.5 1.5`` reads the leave-last-rung-out back-test from the lab). About 20 minutes on 2 CPU
 cores with ``--jobs 2``.
 """
 
