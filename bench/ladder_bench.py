@@ -156,7 +156,7 @@ def _shape(run_dir: Path) -> str:
 
     cfg = from_dict(ModelConfig, model)
     counts = cfg.param_counts()
-    head = 6 * cfg.vocab_size * cfg.d_model / cfg.flops_per_token(int(record.get("seq_len", 64)))
+    head = cfg.head_flops_per_token() / cfg.flops_per_token(int(record.get("seq_len", 64)))
     return f"; embeddings {counts['embedding'] / counts['active']:.0%} of params, LM head {head:.0%} of FLOPs"
 
 

@@ -231,9 +231,8 @@ class ModelConfig:
     def flops_per_token(self, seq_len: int) -> float:
         """Training FLOPs per token at context ``seq_len`` (forward + backward; see module docstring)."""
         self.require_vocab()
-        lm_head = self.vocab_size * self.d_model
-        matmul = self._matmul_params(active=True) + lm_head
-        return float(6 * matmul + 12 * self.n_layers * self.d_attn * seq_len)
+        matmul = 6 * self._matmul_params(active=True) + self.head_flops_per_token()
+        return float(matmul + 12 * self.n_layers * self.d_attn * seq_len)
 
     def head_flops_per_token(self) -> float:
         """Of :meth:`flops_per_token`, the LM head's: the vocabulary projection, forward and backward."""
