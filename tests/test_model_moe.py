@@ -12,7 +12,7 @@ from glasslab.model.moe import MoEFeedForward
 
 
 def _layer(**moe_kwargs) -> MoEFeedForward:
-    moe = MoEConfig(num_experts=6, top_k=2, d_expert=12, **moe_kwargs)
+    moe = MoEConfig(num_experts=6, top_k=2, d_expert=16, **moe_kwargs)
     cfg = ModelConfig(vocab_size=32, d_model=16, n_layers=1, n_heads=2, n_kv_heads=2, d_ff=8, moe=moe)
     torch.manual_seed(0)
     layer = MoEFeedForward(cfg, 0)

@@ -3,7 +3,11 @@
 A checkpoint is ``<run>/checkpoints/step-XXXXXXX/`` holding one ``torch.save`` file per part
 (``model.pt``, ``optimizer.pt``, ``trainer.pt``…), the run's full config as ``config.json`` (so a
 resume, a fork or an export reads the config without unpickling anything), and ``manifest.json``
-listing each file's size and sha256. It is written under a hidden temp name and renamed into place
+listing each file's size and sha256. A sharded (FSDP2) run writes its model and optimiser as
+torch distributed checkpoint folders instead (``model/``, ``optimizer/``: every rank writes its own
+shard, and any number of ranks, or one process, reads them back: :func:`save_sharded_checkpoint`);
+the trainer's own state (``trainer.pt``: loader, balancer, guard, RNG) is small and host-side and
+stays one file written by rank 0. It is written under a hidden temp name and renamed into place
 only when complete, so a process killed mid-write leaves either the previous state or a temp folder
 that is ignored and swept. A folder whose manifest is missing or whose files do not match it
 (truncated, corrupted) is skipped by :func:`latest_valid`, which reports it so the trainer records
@@ -21,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
 from glasslab.errors import UserError
 from glasslab.layout import (
@@ -28,15 +33,27 @@ from glasslab.layout import (
     CHECKPOINT_PREFIX,
     CHECKPOINTS_DIR,
     MANIFEST_FILE,
+    MODEL_STATE,
     TEMP_PREFIX,
     atomic_path,
     checkpoint_path,
     file_sha256,
+    move_into_place,
     read_json,
+    remove,
+    temp_path,
     write_json_atomic,
 )
+from glasslab.train.distributed import DistContext
 
 PART_SUFFIX = ".pt"
+HOST_PARTS = frozenset({"trainer"})
+"""Parts read onto the CPU whatever device the rest goes to: the trainer's loader, guard and RNG states
+(generators take their state as CPU tensors, and the rest is bookkeeping)."""
+SHARDED_MODEL = "model"
+"""The folder of a sharded run's model state (torch distributed checkpoint), beside ``trainer.pt``."""
+SHARDED_OPTIMIZER = "optimizer"
+"""The folder of a sharded run's optimiser state; absent before the first optimiser step."""
 
 
 def save_checkpoint(run_dir: Path, step: int, parts: dict[str, Any], config: dict[str, Any] | None = None) -> Path:
@@ -45,19 +62,94 @@ def save_checkpoint(run_dir: Path, step: int, parts: dict[str, Any], config: dic
     final = checkpoint_path(run_dir, step)
     with atomic_path(final) as tmp:
         tmp.mkdir()
-        files = {}
-        for name, state in parts.items():
-            path = tmp / f"{name}{PART_SUFFIX}"
-            with open(path, "wb") as f:
-                torch.save(state, f)
-                f.flush()
-                os.fsync(f.fileno())
-            files[path.name] = {"bytes": path.stat().st_size, "sha256": file_sha256(path)}
-        if config is not None:
-            path = write_json_atomic(tmp / CHECKPOINT_CONFIG, config)
-            files[path.name] = {"bytes": path.stat().st_size, "sha256": file_sha256(path)}
-        write_json_atomic(tmp / MANIFEST_FILE, {"step": step, "time": time.time(), "files": files})
+        _finish_folder(tmp, step, parts, config, {})
     return final
+
+
+def save_sharded_checkpoint(run_dir: Path, step: int, ctx: DistContext, shards: dict[str, dict | None],
+                            parts: dict[str, Any] | None, config: dict[str, Any] | None = None) -> Path:
+    """The checkpoint for ``step`` of a sharded run; every rank calls it (a collective).
+
+    ``shards``: folder name → a state dict of this rank's shards (DTensors), written with torch
+    distributed checkpoint by every rank at once (None: nothing to write yet). ``parts`` and
+    ``config`` are rank 0's, as in :func:`save_checkpoint`. Each rank hashes the files it wrote;
+    rank 0 writes the manifest and renames the folder into place, so a job killed mid-write leaves a
+    temp folder that :func:`sweep_temp` removes.
+    """
+    import torch.distributed.checkpoint as dcp
+
+    final = checkpoint_path(run_dir, step)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(ctx.all_gather_object(str(temp_path(final)) if ctx.is_main else None)[0])
+    try:
+        written: dict[str, dict] = {}
+        for name, state in shards.items():
+            if state is not None:
+                dcp.save(state, checkpoint_id=tmp / name)
+                written.update(_files_of_rank(tmp, name, ctx.rank))
+        shard_files = {k: v for files in ctx.all_gather_object(written) for k, v in files.items()}
+        if ctx.is_main:
+            for name, state in shards.items():
+                if state is not None:
+                    shard_files.update(_described(tmp, f"{name}/.metadata"))
+            _finish_folder(tmp, step, parts or {}, config, shard_files)
+            move_into_place(tmp, final)
+    except BaseException:
+        if ctx.is_main:
+            remove(tmp)
+        raise
+    ctx.barrier()
+    return final
+
+
+def _files_of_rank(tmp: Path, folder: str, rank: int) -> dict[str, dict]:
+    """The shard files torch distributed checkpoint wrote for ``rank`` (``__<rank>_<i>.distcp``), described."""
+    described: dict[str, dict] = {}
+    for path in sorted((tmp / folder).glob(f"__{rank}_*.distcp")):
+        described.update(_described(tmp, f"{folder}/{path.name}"))
+    return described
+
+
+def _described(root: Path, name: str) -> dict[str, dict]:
+    path = root / name
+    return {name: {"bytes": path.stat().st_size, "sha256": file_sha256(path)}}
+
+
+def _finish_folder(tmp: Path, step: int, parts: dict[str, Any], config: dict[str, Any] | None,
+                   files: dict[str, dict]) -> None:
+    """Write ``parts`` and ``config`` into ``tmp``, then the manifest over them and ``files``."""
+    files = dict(files)
+    for name, state in parts.items():
+        path = tmp / f"{name}{PART_SUFFIX}"
+        with open(path, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        files.update(_described(tmp, path.name))
+    if config is not None:
+        path = write_json_atomic(tmp / CHECKPOINT_CONFIG, config)
+        files.update(_described(tmp, path.name))
+    write_json_atomic(tmp / MANIFEST_FILE, {"step": step, "time": time.time(), "files": files})
+
+
+def is_sharded(path: Path) -> bool:
+    """Whether the checkpoint folder ``path`` holds its model as shards (a sharded run's) or one file."""
+    return (Path(path) / SHARDED_MODEL).is_dir()
+
+
+def load_model_weights(model: nn.Module, path: Path) -> None:
+    """Load the model state (parameters and buffers) of the checkpoint folder ``path`` into ``model``,
+    a plain (unsharded) model in this process, whichever way the checkpoint was written."""
+    path = Path(path)
+    if not is_sharded(path):
+        model.load_state_dict(torch.load(path / MODEL_STATE, map_location="cpu", weights_only=True))
+        return
+    import torch.distributed.checkpoint as dcp
+
+    state = model.state_dict()
+    # no_dist: this process reads every shard itself, inside a torchrun job or not.
+    dcp.load(state, checkpoint_id=path / SHARDED_MODEL, no_dist=True)
+    model.load_state_dict(state)
 
 
 def checkpoint_config(path: Path) -> dict[str, Any]:
@@ -126,15 +218,18 @@ def latest_valid(
     return None
 
 
-def load_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    """Every part of a verified checkpoint folder, by name (``model``, ``optimizer``, ...)."""
+def load_checkpoint(path: Path, map_location: str | torch.device = "cpu",
+                    only: frozenset[str] | None = None) -> dict[str, Any]:
+    """The single-file parts of a verified checkpoint folder, by name (``model``, ``optimizer``,
+    ``trainer``; ``only`` those named); tensors go to ``map_location`` except in :data:`HOST_PARTS`."""
     manifest = json.loads((Path(path) / MANIFEST_FILE).read_text(encoding="utf-8"))
     parts = {}
     for name in manifest["files"]:
-        if name.endswith(PART_SUFFIX):
+        part = name.removesuffix(PART_SUFFIX)
+        if name.endswith(PART_SUFFIX) and (only is None or part in only):
             # Our own files, checked against their sha256 first; they hold NumPy RNG state, hence full unpickling.
-            parts[name.removesuffix(PART_SUFFIX)] = torch.load(Path(path) / name, map_location=map_location,
-                                                               weights_only=False)
+            parts[part] = torch.load(Path(path) / name, weights_only=False,
+                                     map_location="cpu" if part in HOST_PARTS else map_location)
     return parts
 
 
