@@ -23,7 +23,7 @@ from glasslab import config as configs
 from glasslab.data.chat import ChatEncoder
 from glasslab.data.tokenizer import EOT, load_tokenizer
 from glasslab.errors import UserError
-from glasslab.layout import EXPORT_MANIFEST, MODEL_STATE, read_json
+from glasslab.layout import EXPORT_MANIFEST, read_json
 from glasslab.model import Transformer
 from glasslab.model.generate import draw, stream
 from glasslab.track import read_record
@@ -73,7 +73,7 @@ def load_chat_model(ref: str, device: str = "cpu") -> ChatModel:
     run_dir, step, path = resolve_base(ref)
     run_cfg = configs.from_dict(RunConfig, ckpt.checkpoint_config(path))
     model = Transformer(run_cfg.model)
-    model.load_state_dict(torch.load(path / MODEL_STATE, map_location="cpu", weights_only=True))
+    ckpt.load_model_weights(model, path)
     model = model.to(device).eval()
     record = read_record(run_dir) or {}
 

@@ -27,7 +27,6 @@ from glasslab.errors import UserError
 from glasslab.layout import (
     EXPORT_MANIFEST,
     MANIFEST_FILE,
-    MODEL_STATE,
     REPORT_FILE,
     RESULT_FILE,
     STEP_RECORD,
@@ -85,7 +84,7 @@ def export_step(ctx: Any) -> dict[str, Any]:
                         "run `glasslab export` again")
     run_cfg = configs.from_dict(RunConfig, ckpt.checkpoint_config(checkpoint))
     model = Transformer(run_cfg.model)
-    model.load_state_dict(torch.load(checkpoint / MODEL_STATE, map_location="cpu", weights_only=True))
+    ckpt.load_model_weights(model, checkpoint)
     record = read_record(run_dir) or {}
     dataset = dataset_folder(ctx.lab_root, run_cfg, record)
     facts = export_facts(run_dir, cfg, run_cfg, record, dataset)

@@ -5,8 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from glasslab import config as configs
 from glasslab.errors import UserError
 from glasslab.model import ModelConfig, Transformer
@@ -36,5 +34,5 @@ def load_run_model(run_dir: str | Path, step: int | None = None) -> tuple[Transf
     config = ckpt.checkpoint_config(path)
     model = Transformer(configs.from_dict(ModelConfig, config["model"], "model"))
     # The model's weights only: the optimiser's state and the RNGs are the trainer's business.
-    model.load_state_dict(torch.load(path / f"model{ckpt.PART_SUFFIX}", map_location="cpu", weights_only=True))
+    ckpt.load_model_weights(model, path)
     return model.eval(), config, step

@@ -33,7 +33,7 @@ from glasslab.data.packing import ConversationLoader, heldout_batches
 from glasslab.data.tokenizer import PAD, load_tokenizer
 from glasslab.errors import UserError
 from glasslab.evals.load import MACRO_ACC
-from glasslab.layout import MODEL_STATE, RESULT_FILE, read_json
+from glasslab.layout import RESULT_FILE, read_json
 from glasslab.model import Transformer, generate
 from glasslab.track import RunReader, read_record
 from glasslab.train import checkpoint as ckpt
@@ -73,7 +73,7 @@ def load_base_weights(model: nn.Module, run_cfg: RunConfig) -> None:
     if changed:
         fields = ", ".join(f"model.{key}" for key in changed)
         raise UserError(f"sft.base={run_cfg.sft.base!r}: SFT keeps the base's model, but {fields} differ")
-    model.load_state_dict(torch.load(path / MODEL_STATE, map_location="cpu", weights_only=True))
+    ckpt.load_model_weights(model, path)
 
 
 def base_record(run_cfg: RunConfig) -> dict[str, Any]:
