@@ -144,11 +144,23 @@ def full_model_state(model: nn.Module, sharded: bool) -> dict:
     return get_model_state_dict(model, options=_full_options(cpu_offload=False))
 
 
+def _reshard(model: nn.Module) -> None:
+    """Put every FSDP2 module back to its shards. After a forward without backward (an eval, a
+    sample) the root keeps its gathered parameters, and the state-dict helpers would then see other
+    tensors than the ones the optimiser holds."""
+    from torch.distributed.fsdp import FSDPModule
+
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.reshard()
+
+
 def sharded_state(model: nn.Module, optimizers: list[torch.optim.Optimizer]) -> dict[str, dict | None]:
     """This rank's shards of the model and of every optimiser (by index), for a sharded checkpoint;
     the optimisers' entry is None before their first step."""
     from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
 
+    _reshard(model)
     # torch's getter would initialise an unstepped optimiser by taking a zero-gradient step, which
     # advances AdamW's step count and changes the bias correction of the real first step.
     stepped = all(opt.state for opt in optimizers)
@@ -169,6 +181,7 @@ def load_sharded_state(model: nn.Module, optimizers: list[torch.optim.Optimizer]
         set_optimizer_state_dict,
     )
 
+    _reshard(model)
     state = get_model_state_dict(model)
     dcp.load(state, checkpoint_id=model_dir, no_dist=not sharded)
     set_model_state_dict(model, state)
