@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 
 import numpy as np
 import pytest
@@ -51,6 +52,34 @@ def test_resume_mid_run_gives_identical_batches(ds):
         assert torch.equal(want, got)
     other_seed = Loader(_cfg(ds, seed=1), seq_len=64, global_batch=16)
     assert not torch.equal(_batches(other_seed, 8)[-1], expected[0])
+
+
+def test_the_next_batch_is_read_ahead_in_another_thread_without_touching_the_state(ds, monkeypatch):
+    """The thread reads step s+1 while step s trains; the state counts only returned batches, and a
+    read-ahead that no longer follows the state (after a load or a skip) is dropped: every batch is
+    the one a loader without read-ahead returns."""
+    readers: list[str] = []
+    read_window = DomainStream.read_window
+
+    def recording(self, index, window):
+        readers.append(threading.current_thread().name)
+        return read_window(self, index, window)
+
+    monkeypatch.setattr(DomainStream, "read_window", recording)
+    plain = Loader(_cfg(ds), seq_len=16, global_batch=8, prefetch=False)
+    ahead = Loader(_cfg(ds), seq_len=16, global_batch=8)
+    assert torch.equal(ahead.next_batch(), plain.next_batch())
+    assert ahead.state_dict() == plain.state_dict()  # the read-ahead of step 2 is not in the state
+    want = plain.next_batch()
+    readers.clear()
+    assert torch.equal(ahead.next_batch(), want)
+    assert readers and all(name.startswith("glasslab-loader") for name in readers)  # read before it was asked
+    state = plain.state_dict()
+    expected = _batches(plain, 4)
+    ahead.skip(3)  # drops the read-ahead of the step it skips
+    ahead.load_state_dict(state)  # back: the read-ahead (now of a later step) is dropped again
+    assert [torch.equal(a, b) for a, b in zip(_batches(ahead, 4), expected, strict=True)] == [True] * 4
+    assert ahead.state_dict() == plain.state_dict()
 
 
 def test_ranks_split_each_global_batch_without_overlap_or_gaps(ds):

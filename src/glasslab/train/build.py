@@ -63,7 +63,8 @@ def check_inputs(run_cfg: RunConfig) -> None:
 
 def _loader_and_tokenizer(run_cfg: RunConfig, ctx: DistContext):
     cfg = run_cfg.train
-    loader = Loader(run_cfg.data, cfg.seq_len, cfg.global_batch_size, rank=ctx.rank, world_size=ctx.world_size)
+    loader = Loader(run_cfg.data, cfg.seq_len, cfg.global_batch_size, rank=ctx.rank, world_size=ctx.world_size,
+                    pin_memory=ctx.device.type == "cuda")
     return loader, load_tokenizer(run_cfg.data.path)
 
 
