@@ -206,7 +206,8 @@ def load_model_state(model: nn.Module, state: dict, sharded: bool) -> None:
 
 def load_optimizer_state(model: nn.Module, sharded: bool, optimizer: torch.optim.Optimizer,
                          state: dict | None) -> None:
-    """Load one optimiser's full state dict (every rank passes the whole of it; None: not stepped yet)."""
+    """Load one optimiser's full state dict, as ``optimizer.state_dict()`` wrote it in an unsharded run
+    (every rank passes the whole of it; None: not stepped yet)."""
     if state is None:
         return
     if not sharded:
@@ -214,7 +215,19 @@ def load_optimizer_state(model: nn.Module, sharded: bool, optimizer: torch.optim
         return
     from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
 
-    set_optimizer_state_dict(model, optimizer, state, options=_full_options(cpu_offload=False))
+    _reshard(model)
+    set_optimizer_state_dict(model, optimizer, _keyed_by_name(model, optimizer, state),
+                             options=_full_options(cpu_offload=False))
+
+
+def _keyed_by_name(model: nn.Module, optimizer: torch.optim.Optimizer, state: dict) -> dict:
+    """``state`` keyed by parameter names instead of positions, as torch's sharded loader reads it. The
+    positions are those of ``optimizer``'s parameters: it was built from the same model's groups."""
+    names = {id(p): n for n, p in model.named_parameters()}
+    ordered = [names[id(p)] for group in optimizer.param_groups for p in group["params"]]
+    return {"state": {ordered[index]: value for index, value in state["state"].items()},
+            "param_groups": [{**group, "params": [ordered[i] for i in group["params"]]}
+                             for group in state["param_groups"]]}
 
 
 def full_value(tensor: torch.Tensor) -> torch.Tensor:
