@@ -93,7 +93,8 @@ class Trainer:
             # once (eager: it asks autograd whether it is recomputing); compiled, the checkpointed
             # region may keep those side effects only if dynamo is told not to replay them, else it
             # runs the whole model eagerly.
-            torch._dynamo.config.skip_fwd_side_effects_in_bwd_under_checkpoint = True
+            if hasattr(torch._dynamo.config, "skip_fwd_side_effects_in_bwd_under_checkpoint"):  # not in every 2.x
+                torch._dynamo.config.skip_fwd_side_effects_in_bwd_under_checkpoint = True
             self.net = torch.compile(self.net)
         groups = self.model.param_groups()
         self.params_by_group = unique_groups(groups)
