@@ -7,14 +7,14 @@
 #
 #   bench/gpu_check.sh [--dry-run] [LOG]      # everything also goes to LOG (default: gpu_check.log)
 #
-#   environment (15 s)  device, torch build, bf16, the experts' grouped-matmul kernel, NCCL: whether the
+#   environment (25 s)  device, torch build, bf16, the experts' grouped-matmul kernel, NCCL: whether the
 #                       rest can run (without CUDA the check stops here, exit status 1);
 #   cuda_tests (45 s)   pytest -m cuda (tests/test_model_cuda.py): the MoE on the GPU equals the CPU's,
 #                       a compiled step, the pinned loader, the syncs of a trainer step;
 #   model_bench (110 s) bf16 MFU of a 1.2B MoE and a dense model of its active size, what compiling a
 #                       4-layer cut of the MoE costs and buys (bench/model_bench.py, COMPILED_LAYERS, says
 #                       how that size was measured to fit), the trainer's host syncs and recompiles;
-#   demo_quick (70 s)   glasslab demo --quick --device cuda with its steps run JOBS at a time: half the
+#   demo_quick (60 s)   glasslab demo --quick --device cuda with its steps run JOBS at a time: half the
 #                       CPU cores, at most 8 (its models are tiny, so a step is bound by its process's CPU
 #                       time and many share the GPU); prints how many of its steps finished in the box;
 #   fsdp2 (40 s)        a 20-step FSDP2 job on two GPUs over NCCL (torchrun, 2 processes); with fewer
@@ -154,7 +154,7 @@ PYTHON
 }
 export -f environment demo_quick demo_steps fsdp2
 
-section environment 15 bash -c environment
+section environment 25 bash -c environment
 if [ "${summary[0]}" != "gpu_check_environment_rc: 0  (target 0)" ]; then
   printf '%s\n' "${summary[@]}"
   exit 1
@@ -171,7 +171,7 @@ else
   section model_bench 110 "$PY" bench/model_bench.py --gpu-only --compile --steps 3
 fi
 
-section demo_quick 70 bash -c demo_quick
+section demo_quick 60 bash -c demo_quick
 demo_steps
 
 if [ "$dry_run" = 1 ] || [ "$gpu_count" -ge 2 ]; then
