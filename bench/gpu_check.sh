@@ -91,7 +91,10 @@ print(f"gpu_bf16: {int(bf16)}  (target 1)", flush=True)
 # Without the kernel the experts run one matmul per expert with a host sync per call: slow but right.
 print(f"gpu_grouped_mm_kernel_bf16: {int(kernel_runs(device, torch.bfloat16))}  (target 1)", flush=True)
 nccl = dist.is_available() and dist.is_nccl_available()
-version = ".".join(map(str, torch.cuda.nccl.version())) if nccl and count else "-"
+version = "-"
+if nccl and count:
+    found = torch.cuda.nccl.version()  # a tuple in recent builds, an int in older ones
+    version = ".".join(map(str, found)) if isinstance(found, tuple) else str(found)
 print(f"gpu_nccl: {int(nccl)}  (context; version {version}; FSDP2 over several GPUs needs it)", flush=True)
 with open(sys.argv[1], "w") as f:
     f.write(f"gpu_count={count}\n")
