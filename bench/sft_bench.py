@@ -22,12 +22,12 @@ import time
 import torch
 
 from glasslab.data.chat import ChatEncoder
-from glasslab.posttrain.conversations import problem_with
-from glasslab.posttrain.instructions import instruction_conversations
-from glasslab.posttrain.packing import ConversationLoader, SFTBatch
 from glasslab.data.tokenizer import PAD, train_tokenizer
 from glasslab.experiments.demo import VOCAB_SIZE, plan
 from glasslab.model import Transformer
+from glasslab.posttrain.conversations import problem_with
+from glasslab.posttrain.instructions import instruction_conversations
+from glasslab.posttrain.packing import ConversationLoader, SFTBatch
 from glasslab.train.objectives import AssistantOnly
 
 

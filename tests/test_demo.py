@@ -9,10 +9,10 @@ import time
 from pathlib import Path
 
 import pytest
+from glasslab.train.sft import sft_outcome
 
 from cli_runner import run_cli
 from glasslab.layout import EXPORT_MANIFEST, MODEL_CARD
-from glasslab.train.sft import sft_outcome
 
 pytestmark = pytest.mark.slow  # the session's demo lab takes about a minute and a half to build
 

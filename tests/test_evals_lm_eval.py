@@ -19,9 +19,9 @@ from glasslab.evals.load import TaskScorer, load_task
 from glasslab.evals.task import Item, Task
 from glasslab.lab import Step, run_one_step
 from glasslab.layout import EXPORT_MANIFEST
+from glasslab.model.load import find_model, load_model
 from glasslab.train import RunConfig, train
 from glasslab.train.export_step import ExportConfig, export_step
-from glasslab.model.load import find_model, load_model
 from train_data import build_tiny_dataset, tiny_run_config
 
 EXTRA = (
