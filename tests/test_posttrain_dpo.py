@@ -18,7 +18,6 @@ from glasslab.config import from_dict
 from glasslab.posttrain.conversations import ConversationsConfig, build_conversations, read_conversation_split
 from glasslab.posttrain.pairs import PairsConfig, build_pairs, builtin_pairs, problem_with, read_pair_split
 from glasslab.posttrain.preference import IGNORE_INDEX, PairBatch, Preference
-from glasslab.posttrain.records import RecordProblems
 from glasslab.track import RunReader, read_record
 from glasslab.train import RunConfig, train
 from train_data import build_tiny_dataset, tiny_run_config
@@ -103,7 +102,8 @@ def test_dpo_loss_and_gradients_equal_values_worked_out_by_hand():
 
 
 PAIR = {"prompt": [{"role": "user", "content": "What does `f` do?"}],
-        "chosen": {"role": "assistant", "content": "It returns one."}, "rejected": {"role": "assistant", "content": "No."}}
+        "chosen": {"role": "assistant", "content": "It returns one."},
+        "rejected": {"role": "assistant", "content": "No."}}
 
 
 @pytest.mark.parametrize(("record", "problem"), [

@@ -97,6 +97,8 @@ class ChatSession:
         """The exchanges so far (user, assistant, …): a page that keeps the history hands it back each time."""
         self._stop = {chat.encoder.im_end_id, chat.encoder.tokenizer.token_to_id(EOT)}
         self._turn = len(self.messages) // 2  # each reply draws with the seed of its turn
+        self.last_reply_tokens = 0
+        """Tokens the last reply drew (its end-of-turn token not counted)."""
 
     def reset(self) -> None:
         """Forget the conversation (the system message stays)."""
@@ -127,6 +129,7 @@ class ChatSession:
             if not decoded.endswith("\ufffd"):  # wait for the rest of a character split over tokens
                 yield decoded[len(shown):]
                 shown = decoded
+        self.last_reply_tokens = len(ids)
         final = self.chat.encoder.decode_reply(ids)
         if final != shown:
             yield final[len(shown):]
