@@ -26,7 +26,7 @@ import re
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -126,37 +126,58 @@ class ChatService:
                 "sampling": sampling}
 
     async def reply_lines(self, ask: dict[str, Any]) -> AsyncIterator[bytes]:
-        """The reply as JSON lines, or ``{"error": "busy…"}`` while another is being generated. The lock is
-        taken here, where the stream begins, and released however it ends (a page closed mid-reply too),
-        once the token being drawn is done."""
-        from glasslab.posttrain.chat import ChatSession
+        """The reply as JSON lines, or ``{"error": "busy…"}`` while another is being generated.
 
+        One worker thread loads the model (first use) and draws the whole reply, handing each piece of text
+        to the event loop as it decodes; pieces that pile up while a line is being sent go out together. The
+        lock is taken here, where the stream begins, and released however it ends — a page closed mid-reply
+        stops the worker at its next token, and the lock waits for it."""
         if not self._busy.acquire(blocking=False):
             yield _line({"error": BUSY})
             return
-        pending: asyncio.Future | None = None
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        stop = threading.Event()
+        worker = loop.run_in_executor(None, self._generate, ask, lambda item: loop.call_soon_threadsafe(
+            queue.put_nowait, item), stop)
+        try:
+            while True:
+                items = [await queue.get()]
+                while not queue.empty():
+                    items.append(queue.get_nowait())
+                text = "".join(value for kind, value in items if kind == "text")
+                if text:
+                    yield _line({"text": text})
+                end = next((value for kind, value in items if kind != "text"), None)
+                if end is not None:
+                    yield _line(end)
+                    return
+        finally:
+            stop.set()
+            await asyncio.shield(worker)  # the worker draws its token to the end before the next reply starts
+            self._busy.release()
+
+    def _generate(self, ask: dict[str, Any], put: Callable[[tuple[str, Any]], None], stop: threading.Event) -> None:
+        """Draw the reply in this (worker) thread: ``("text", piece)`` items, then ``("end", done or error)``."""
+        from glasslab.posttrain.chat import ChatSession
+
         started = time.perf_counter()
         try:
-            chat = await asyncio.to_thread(self.load, ask["ref"])
+            chat = self.load(ask["ref"])
             session = ChatSession(chat, ask["sampling"], ask["system"], ask["messages"])
-            pieces = session.reply(ask["text"])
             first = None
-            while True:
-                pending = asyncio.ensure_future(asyncio.to_thread(next, pieces, None))
-                piece = await asyncio.shield(pending)
-                pending = None
-                if piece is None:
-                    break
+            for piece in session.reply(ask["text"]):
                 first = first if first is not None else time.perf_counter() - started
-                yield _line({"text": piece})
-            yield _line({"done": True, "model": chat.name, "role": chat.role, "tokens": session.last_reply_tokens,
-                         "first_token_s": first, "seconds": time.perf_counter() - started})
+                put(("text", piece))
+                if stop.is_set():
+                    return
+            put(("end", {"done": True, "model": chat.name, "role": chat.role, "tokens": session.last_reply_tokens,
+                         "first_token_s": first, "seconds": time.perf_counter() - started}))
         except UserError as exc:
-            yield _line({"error": str(exc)})
-        finally:
-            if pending is not None:
-                await asyncio.shield(pending)  # the thread draws its token to the end before the next reply
-            self._busy.release()
+            put(("end", {"error": str(exc)}))
+        except Exception as exc:  # the page says what went wrong; the server keeps serving
+            put(("end", {"error": f"the reply failed: {type(exc).__name__}: {exc}"}))
+            raise
 
 
 def _line(data: dict[str, Any]) -> bytes:
