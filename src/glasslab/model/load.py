@@ -69,7 +69,8 @@ class ModelSource:
     dataset: Path | None
     """The dataset the model trained on, when it is at hand (held-out domains, built-in tasks)."""
     context: int
-    """Tokens per training sequence: the longest context it has seen."""
+    """Tokens per training sequence: the longest context it has seen (0 for an export made without a run,
+    which does not say)."""
     run: str
     """The run id of the run that made it (an export's manifest names it)."""
 
@@ -165,7 +166,7 @@ def _export_source(folder: Path, lab: str | Path | None) -> ModelSource:
         kind="export", folder=folder, step=int(manifest.get("step") or 0),
         model_config=configs.from_dict(ModelConfig, manifest["model_config"], "model_config"), config={},
         weights=folder, sha256=file_sha256(folder / EXPORT_MANIFEST), tokenizer=folder, dataset=dataset,
-        context=int(manifest.get("seq_len") or 0) or _hf_context(folder), run=str(manifest.get("run") or ""))
+        context=int(manifest.get("seq_len") or 0), run=str(manifest.get("run") or ""))
 
 
 def _export_dataset(folder: Path, manifest: dict[str, Any], lab: str | Path | None) -> Path | None:
@@ -184,10 +185,6 @@ def _holds_tokenizer(folder: Path) -> bool:
 
 def _tokenizer_folder(home: Path) -> Path:
     return home / TOKENIZER_DIR if (home / TOKENIZER_DIR / "tokenizer.json").is_file() else home
-
-
-def _hf_context(folder: Path) -> int:
-    return int((read_json(folder / "config.json") or {}).get("max_position_embeddings") or 0)
 
 
 def _hf_weights(folder: Path) -> dict[str, torch.Tensor]:
