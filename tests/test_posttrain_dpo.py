@@ -177,6 +177,7 @@ def test_glasslab_dpo_starts_at_ln2_widens_the_margin_and_records_the_bases_pref
     (run_dir,) = (tmp_path / "lab").glob("dpo-*")
     record = read_record(run_dir)
     assert record["role"] == "dpo" and record["parent"]["run"] == "base" and record["beta"] == 0.1
+    assert record["command"].startswith(f"glasslab dpo {lab['base']} ")  # the run page's Reproduce box
     counts = record["pairs"]
     assert counts["train"]["pairs"] == len(pairs["train"]) and counts["heldout"]["pairs"] == len(pairs["heldout"])
     assert f"{len(pairs['train']):,} training pairs: " in done.stderr

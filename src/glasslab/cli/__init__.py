@@ -95,6 +95,7 @@ def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.N
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if extra:
         getattr(args, dest).extend(extra)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # the command as typed, for what records it
     return args
 
 

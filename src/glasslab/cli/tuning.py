@@ -4,6 +4,7 @@ the steps, and the summary they end with. The steps themselves are ``posttrain.p
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,7 @@ def step_config(cls: type, args: argparse.Namespace, overrides: list[str]) -> An
     if args.steps is not None:
         train["max_steps"] = args.steps
     values["device"] = args.device
+    values["command"] = shlex.join(["glasslab", *args.argv])  # for the run page's Reproduce box
     allowed = {f"{key}." for key in ("train", "sft", "dpo") if key in values}
     for item in overrides:
         if not any(item.startswith(prefix) for prefix in allowed):

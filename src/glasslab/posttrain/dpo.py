@@ -163,6 +163,9 @@ class DPOStepConfig:
     """Dependency whose output folder is the pairs folder."""
     record_extra: dict[str, Any] = field(default_factory=dict)
     """More ``run.json`` fields."""
+    command: str = field(default="", metadata=UNVERSIONED)
+    """The command that planned the step (``glasslab dpo …``), recorded in ``run.json`` for the run page's
+    Reproduce box; not part of what the step computes."""
     device: str = field(default="cpu", metadata=UNVERSIONED)
     """Where to train (``cpu``, ``cuda``)."""
     threads: int = field(default=0, metadata=UNVERSIONED)
@@ -185,7 +188,7 @@ def dpo_step(ctx: Any) -> dict[str, Any]:
         torch.set_num_threads(cfg.threads)
     recipe = dpo_recipe(cfg, ctx.inputs, getattr(ctx, "lab_root", None))
     recipe.say_counts()
-    record_extra = dict(cfg.record_extra)
+    record_extra = {**cfg.record_extra, **({"command": cfg.command} if cfg.command else {})}
     if not has_started(ctx.output_dir):  # the base's preference accuracy and replies, beside the run's own
         record_extra["base"] = baseline(recipe, cfg.device)
     return train_in_folder(recipe, ctx.output_dir, device=cfg.device, record_extra=record_extra)

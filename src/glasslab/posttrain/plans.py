@@ -54,8 +54,8 @@ def sft_steps(base: str, conversations: Sequence[str], lab: str | Path, *, heldo
                 ConversationsConfig(builtin=builtin, files=files, heldout_files=held,
                                     file_hashes=file_hashes(files + held)))
     config = SFTStepConfig(train=cfg.train, sft=cfg.sft, base=base_name(source, lab), base_sha256=source.sha256,
-                           conversations_from=data.name, record_extra=cfg.record_extra, device=cfg.device,
-                           threads=cfg.threads)
+                           conversations_from=data.name, record_extra=cfg.record_extra, command=cfg.command,
+                           device=cfg.device, threads=cfg.threads)
     tuned = Step("sft", sft_step, config, deps=(data,))
     return [data, tuned, *_export(tuned, source, cfg.train.total_steps)]
 
@@ -70,7 +70,8 @@ def dpo_steps(base: str, pairs: Sequence[str], lab: str | Path, *, heldout: Sequ
     data = Step("pairs", pairs_step,
                 PairsConfig(builtin=builtin, files=files, heldout_files=held, file_hashes=file_hashes(files + held)))
     config = DPOStepConfig(train=cfg.train, dpo=cfg.dpo, base=base_name(source, lab), base_sha256=source.sha256,
-                           pairs_from=data.name, record_extra=cfg.record_extra, device=cfg.device, threads=cfg.threads)
+                           pairs_from=data.name, record_extra=cfg.record_extra, command=cfg.command,
+                           device=cfg.device, threads=cfg.threads)
     tuned = Step("dpo", dpo_step, config, deps=(data,))
     return [data, tuned, *_export(tuned, source, cfg.train.total_steps)]
 
