@@ -223,3 +223,30 @@ def test_glasslab_sft_accounts_for_every_conversation_and_resumes_bit_identical_
             assert b.scalars(key) == a.scalars(key), key  # bit for bit
         assert b.scalars("sft/loss")[0][-1] == 16 and any(e["kind"] == "resume" for e in b.events())
     assert read_record(killed_run)["base"] == read_record(run_dir)["base"]  # measured once, before step 0
+
+
+@pytest.mark.slow
+def test_sft_from_an_export_with_no_dataset_at_hand_trains_exports_and_chats(lab, tmp_path):
+    from glasslab.cli import main as cli_main
+    from glasslab.layout import read_json, write_json_atomic
+    from glasslab.posttrain.chat import ChatSession, Sampling, load_chat_model
+    from glasslab.train.export_step import ExportConfig, export_step
+
+    given = tmp_path / "given"  # an export as someone downloads it: no dataset beside it, none named
+    assert cli_main(["export", str(lab["base"]), "--lab", str(tmp_path / "made"), "--out", str(given)]) == 0
+    manifest = read_json(given / EXPORT_MANIFEST)
+    write_json_atomic(given / EXPORT_MANIFEST, {**manifest, "dataset": None, "dataset_path": None})
+    cfg = SFTStepConfig(train=_sft_train_config(max_steps=4, checkpoint_interval=4), base=str(given),
+                        conversations_from="conversations")
+    out = tmp_path / "lab" / "sft-from-export"
+    out.mkdir(parents=True)
+    result = sft_step(StepContext("sft", out, cfg, {"conversations": lab["conversations"]}, tmp_path / "lab"))
+    record = read_record(out)
+    assert record["parent"]["export"] == "given" and record["parent"]["run"] == "base"
+    assert record["config"]["data"] == {"path": str(given.resolve())} and "dataset" not in record
+    assert "eval/sft/loss" in result and not any(k.endswith("/bpb") for k in result)  # no forgetting to measure
+    done = export_step(StepContext("export", tmp_path / "lab" / "export-x", ExportConfig(run=str(out), step=4), {},
+                                   tmp_path / "lab"))
+    assert done["max_logit_diff"] < 1e-3 and (tmp_path / "lab" / "export-x" / "tokenizer.json").is_file()
+    reply = "".join(ChatSession(load_chat_model(str(out)), Sampling(temperature=0, max_new_tokens=4)).reply("Hi?"))
+    assert isinstance(reply, str)
