@@ -29,7 +29,9 @@ HEADLINES = {
     "observatory_bench.py": ["series_1M_to_2000_http_ms", "live_latency_p95_s", "log_cost_pct_of_50ms_step",
                              "lab_overview_ms", "lab_run_page_ms", "lab_compare_page_ms", "publish_watch_one_run_s"],
     "screenshot.py": ["pages_shot"],
-    "sft_bench.py": ["sft_packed_vs_padded_tokens_per_s_ratio"],
+    "sft_bench.py": ["sft_packed_vs_padded_tokens_per_s_ratio", "sft_heldout_loss_drop_percent",
+                     "dpo_heldout_pref_accuracy_gain_points", "chat_page_vs_cli_first_token_ratio",
+                     "chat_page_vs_cli_tokens_per_s_ratio"],
     "track_bench.py": ["track_log_cost_fraction_of_50ms_step"],
     "train_bench.py": ["train_overhead_percent", "peak_rss_chunked_ce_vs_full"],
 }

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from glasslab import track
-from glasslab.train.sft import chat_turns
+from glasslab.posttrain.samples import chat_turns
 from observatory_lab import CHROMIUM_ARGS, build_lab, chromium_path, serve_lab
 
 pytestmark = pytest.mark.skipif(chromium_path() is None, reason="chromium is not installed")

@@ -8,6 +8,7 @@ import random
 import numpy as np
 import torch
 
+from glasslab.layout import checkpoint_problem, latest_checkpoint
 from glasslab.train import checkpoint as ckpt
 from glasslab.train.rng import capture_rng, restore_rng, seed_everything
 
@@ -21,7 +22,7 @@ def test_save_writes_a_manifest_and_loads_back(tmp_path):
     path = _save(tmp_path, 5)
     manifest = json.loads((path / "manifest.json").read_text())
     assert path.name == "step-0000005" and set(manifest["files"]) == {"model.pt", "trainer.pt"}
-    assert ckpt.problem_with(path) is None
+    assert checkpoint_problem(path) is None
     state = ckpt.load_checkpoint(path)
     assert state["trainer"]["step"] == 5 and torch.equal(state["model"]["w"], torch.full((64,), 5.0))
     assert not list((tmp_path / "checkpoints").glob(".tmp-*"))
@@ -43,7 +44,7 @@ def test_truncated_or_corrupt_latest_falls_back_to_the_previous(tmp_path):
     blob[len(blob) // 2] ^= 0xFF  # same size, one flipped byte
     (ckpt.checkpoint_path(tmp_path, 20) / "model.pt").write_bytes(bytes(blob))
     seen = []
-    step, path = ckpt.latest_valid(tmp_path, on_fallback=lambda s, p: seen.append((s, p)))
+    step, path = latest_checkpoint(tmp_path, on_fallback=lambda s, p: seen.append((s, p)))
     assert step == 10 and path == ckpt.checkpoint_path(tmp_path, 10)
     assert [s for s, _ in seen] == [30, 20] and "truncated" in seen[0][1] and "corrupted" in seen[1][1]
 
@@ -61,7 +62,7 @@ def test_half_written_temp_folders_are_ignored_and_swept(tmp_path):
 def test_missing_manifest_is_a_problem(tmp_path):
     path = _save(tmp_path, 3)
     (path / "manifest.json").unlink()
-    assert "manifest" in ckpt.problem_with(path) and ckpt.latest_valid(tmp_path) is None
+    assert "manifest" in checkpoint_problem(path) and latest_checkpoint(tmp_path) is None
 
 
 def _draws() -> tuple:

@@ -18,11 +18,14 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from glasslab.layout import checkpoint_problem
+from glasslab.model import Transformer
+from glasslab.model.load import load_checkpoint_weights
 from glasslab.train import checkpoint as ckpt
 from glasslab.train import distributed
 from glasslab.train.config import ScheduleConfig, TrainConfig
 from glasslab.train.distributed import DistContext
-from train_fakes import make_trainer
+from train_fakes import make_trainer, tiny_model_config
 
 pytestmark = pytest.mark.slow  # two spawned ranks each: ~30 s per test on 2 shared cores
 
@@ -148,7 +151,7 @@ def test_sharded_checkpoints_resume_on_another_number_of_ranks(tmp_path):
     assert sharded[3] == losses[3]  # the resumed weights, bit for bit
     assert sharded[4] == pytest.approx(losses[4], rel=1e-5)
     path = ckpt.checkpoint_path(tmp_path / "sharded", 4)
-    assert ckpt.is_sharded(path) and not (path / "model.pt").exists() and ckpt.problem_with(path) is None
+    assert ckpt.is_sharded(path) and not (path / "model.pt").exists() and checkpoint_problem(path) is None
     assert sorted(p.name for p in (path / ckpt.SHARDED_MODEL).glob("*.distcp")) == ["__0_0.distcp", "__1_0.distcp"]
 
     whole = make_trainer(tmp_path / "whole", cfg, moe=True, log=False)  # two ranks → one process
@@ -157,5 +160,8 @@ def test_sharded_checkpoints_resume_on_another_number_of_ranks(tmp_path):
     state = whole.model.state_dict()
     assert set(state) == set(reference)
     assert [k for k, v in reference.items() if not torch.equal(state[k], v)] == []
+    evaluated = Transformer(tiny_model_config(moe=True))  # evals, export and chat read the shards too
+    load_checkpoint_weights(evaluated, path)
+    assert [k for k, v in evaluated.state_dict().items() if not torch.equal(reference[k], v)] == []
     assert whole.train_step()["train/loss"] == sharded[5]
     assert whole.train_step()["train/loss"] == pytest.approx(sharded[6], rel=1e-5)

@@ -10,6 +10,7 @@ from typing import Any
 
 from glasslab.layout import RUN_RECORD
 from glasslab.observatory.lab_scan import Lab, read_redacted
+from glasslab.observatory.posttrain_page import POSTTRAIN_PANELS, chat_models
 from glasslab.observatory.relations import Relations
 from glasslab.observatory.runs import LOSS_KEY, open_run, planned_steps, run_summary, store_files
 from glasslab.observatory.series import DEFAULT_POINTS, EncodedSeries, clean, read_series, thin_vectors
@@ -22,7 +23,7 @@ TASK_KEY = re.compile(r"^eval/task/([^/]+)/(acc|acc_norm)$")
 
 # Run-page panels: (title, test on the metric name, log-scale y). First match wins; what no panel
 # claims lands in a panel named after its prefix (or after the metric, when it is alone there).
-PANELS = (
+PANELS = POSTTRAIN_PANELS + (
     ("Loss", lambda k: k in ("train/loss", LOSS_KEY), True),
     ("SFT loss (assistant tokens only)", lambda k: k == "sft/loss", True),
     ("Learning rate", lambda k: k.startswith("optim/"), False),
@@ -142,7 +143,7 @@ def run_page(lab: Lab, run_id: str, max_points: int = DEFAULT_POINTS) -> dict[st
         "layers": [], "events": [], "samples": [], "cursors": {}, "watch": [run_id],
         "has_report": run_id in index.reports, "links": run_links(relations, run_id),
         "band": band_on_steps(record), "chance": {}, "reproduce": relations.reproduce(run_id),
-        "lab_name": lab.root.resolve().name,
+        "lab_name": lab.root.resolve().name, "chat_models": chat_models(relations, run_id),
     }
     stored = store_part(lab, run_id, max_points)
     if stored is None:

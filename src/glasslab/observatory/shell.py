@@ -18,7 +18,7 @@ STYLES = ("uPlot.min.css", "observatory.css")
 # In load order: the chart library, the formatter and charts, what pages share, one module per page,
 # then the script that draws the page.
 SCRIPTS = ("uPlot.iife.min.js", "format.js", "charts.js", "heatmap.js", "common.js", "page-overview.js",
-           "page-run.js", "page-compare.js", "page-ladder.js", "page-data.js", "page-provenance.js",
+           "page-chat.js", "page-run.js", "page-compare.js", "page-ladder.js", "page-data.js", "page-provenance.js",
            "page-experiment.js", "observatory.js")
 STATIC_FILES = STYLES + SCRIPTS
 # Inline, so no page asks the server (or the disk, from file://) for a /favicon.ico that is not there.

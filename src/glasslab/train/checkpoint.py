@@ -10,8 +10,10 @@ the trainer's own state (``trainer.pt``: loader, balancer, guard, RNG) is small 
 stays one file written by rank 0. It is written under a hidden temp name and renamed into place
 only when complete, so a process killed mid-write leaves either the previous state or a temp folder
 that is ignored and swept. A folder whose manifest is missing or whose files do not match it
-(truncated, corrupted) is skipped by :func:`latest_valid`, which reports it so the trainer records
-``checkpoint_fallback``.
+(truncated, corrupted) is skipped by ``layout.latest_checkpoint``, which reports it so the trainer records
+``checkpoint_fallback``. Reading checkpoints back (listing, verifying, their config) is the lab's file
+contract in :mod:`glasslab.layout`, and a model's weights are read by :mod:`glasslab.model.load`, so
+loading a model needs nothing of the trainer; this module writes checkpoints and restores the trainer.
 """
 
 from __future__ import annotations
@@ -20,38 +22,40 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
 
-from glasslab.errors import UserError
 from glasslab.layout import (
     CHECKPOINT_CONFIG,
-    CHECKPOINT_PREFIX,
     CHECKPOINTS_DIR,
     MANIFEST_FILE,
-    MODEL_STATE,
+    SHARDED_MODEL,
     TEMP_PREFIX,
     atomic_path,
+    checkpoint_config,
     checkpoint_path,
     file_sha256,
+    intact_checkpoint,
+    is_sharded,
+    list_checkpoints,
     move_into_place,
-    read_json,
     remove,
     temp_path,
     write_json_atomic,
 )
 from glasslab.train.distributed import DistContext
 
+# The read side, from the file contract, for the trainer's callers that reach checkpoints through here.
+__all__ = ["HOST_PARTS", "SHARDED_MODEL", "SHARDED_OPTIMIZER", "apply_retention", "checkpoint_config",
+           "intact_checkpoint", "is_sharded", "list_checkpoints", "load_checkpoint", "save_checkpoint",
+           "save_sharded_checkpoint", "sweep_temp"]
+
 PART_SUFFIX = ".pt"
 HOST_PARTS = frozenset({"trainer"})
 """Parts read onto the CPU whatever device the rest goes to: the trainer's loader, guard and RNG states
 (generators take their state as CPU tensors, and the rest is bookkeeping)."""
-SHARDED_MODEL = "model"
-"""The folder of a sharded run's model state (torch distributed checkpoint), beside ``trainer.pt``."""
 SHARDED_OPTIMIZER = "optimizer"
 """The folder of a sharded run's optimiser state; absent before the first optimiser step."""
 
@@ -130,92 +134,6 @@ def _finish_folder(tmp: Path, step: int, parts: dict[str, Any], config: dict[str
         path = write_json_atomic(tmp / CHECKPOINT_CONFIG, config)
         files.update(_described(tmp, path.name))
     write_json_atomic(tmp / MANIFEST_FILE, {"step": step, "time": time.time(), "files": files})
-
-
-def is_sharded(path: Path) -> bool:
-    """Whether the checkpoint folder ``path`` holds its model as shards (a sharded run's) or one file."""
-    return (Path(path) / SHARDED_MODEL).is_dir()
-
-
-def load_model_weights(model: nn.Module, path: Path) -> None:
-    """Load the model state (parameters and buffers) of the checkpoint folder ``path`` into ``model``,
-    a plain (unsharded) model in this process, whichever way the checkpoint was written."""
-    path = Path(path)
-    if not is_sharded(path):
-        model.load_state_dict(torch.load(path / MODEL_STATE, map_location="cpu", weights_only=True))
-        return
-    import torch.distributed.checkpoint as dcp
-
-    state = model.state_dict()
-    # no_dist: this process reads every shard itself, inside a torchrun job or not.
-    dcp.load(state, checkpoint_id=path / SHARDED_MODEL, no_dist=True)
-    model.load_state_dict(state)
-
-
-def checkpoint_config(path: Path) -> dict[str, Any]:
-    """The run's full (unredacted) config stored beside the checkpoint in folder ``path``."""
-    config = read_json(Path(path) / CHECKPOINT_CONFIG)
-    if config is None:
-        raise UserError(f"{path}: no {CHECKPOINT_CONFIG} (a checkpoint from before configs were stored as JSON)")
-    return config
-
-
-def list_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
-    """Completed checkpoint folders of a run as (step, path), oldest first."""
-    root = Path(run_dir) / CHECKPOINTS_DIR
-    found = []
-    for path in root.glob(f"{CHECKPOINT_PREFIX}*") if root.is_dir() else ():
-        suffix = path.name[len(CHECKPOINT_PREFIX):]
-        if path.is_dir() and suffix.isdigit():
-            found.append((int(suffix), path))
-    return sorted(found)
-
-
-def intact_checkpoint(run_dir: Path, step: int) -> Path:
-    """The checkpoint of ``run_dir`` at ``step``; a one-line UserError naming the steps there are, or what
-    is wrong with it when its files do not match its manifest."""
-    path = checkpoint_path(run_dir, step)
-    if not path.is_dir():
-        available = ", ".join(str(s) for s, _ in list_checkpoints(run_dir)) or "none"
-        raise UserError(f"{run_dir.name}@{step}: no checkpoint at step {step} (available: {available})")
-    problem = problem_with(path)
-    if problem is not None:
-        raise UserError(f"{path}: damaged checkpoint ({problem})")
-    return path
-
-
-def problem_with(path: Path) -> str | None:
-    """Why the checkpoint at ``path`` cannot be trusted, or None when its files match the manifest."""
-    try:
-        manifest = json.loads((path / MANIFEST_FILE).read_text(encoding="utf-8"))
-        files = manifest["files"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        return f"unreadable {MANIFEST_FILE} ({type(exc).__name__})"
-    for name, expected in files.items():
-        file = path / name
-        if not file.is_file():
-            return f"{name} is missing"
-        size = file.stat().st_size
-        if size != expected["bytes"]:
-            return f"{name} has {size} bytes, manifest says {expected['bytes']} (truncated?)"
-        if file_sha256(file) != expected["sha256"]:
-            return f"{name} does not match its sha256 in the manifest (corrupted)"
-    return None
-
-
-def latest_valid(
-    run_dir: Path, on_fallback: Callable[[int, str], None] | None = None, at_most: int | None = None,
-) -> tuple[int, Path] | None:
-    """The newest intact checkpoint (at step ``<= at_most`` when given), reporting each damaged one."""
-    for step, path in reversed(list_checkpoints(run_dir)):
-        if at_most is not None and step > at_most:
-            continue
-        problem = problem_with(path)
-        if problem is None:
-            return step, path
-        if on_fallback is not None:
-            on_fallback(step, problem)
-    return None
 
 
 def load_checkpoint(path: Path, map_location: str | torch.device = "cpu",

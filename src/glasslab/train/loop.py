@@ -30,6 +30,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from glasslab.layout import latest_checkpoint
 from glasslab.track import Run
 from glasslab.train import checkpoint as ckpt
 from glasslab.train import distributed
@@ -293,7 +294,7 @@ class Trainer:
         if self.rollbacks > self.cfg.guard.max_rollbacks:
             raise TrainingDiverged(f"still spiking after {self.cfg.guard.max_rollbacks} rollbacks: {reason}")
         spiked_at = self.step
-        found = ckpt.latest_valid(self.run_dir, self.record_fallback, at_most=spiked_at)
+        found = latest_checkpoint(self.run_dir, self.record_fallback, at_most=spiked_at)
         if found is None:
             raise TrainingDiverged(f"no intact checkpoint to roll back to at step {spiked_at}: {reason}")
         good_step, path = found

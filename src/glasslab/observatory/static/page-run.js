@@ -42,7 +42,7 @@
     if (L.ladder) add("ladder", link("ladder", L.ladder, d.record.ladder || L.ladder));
     if (L.parent) {
       const name = L.parent.run ? link("run", L.parent.run, L.parent.run) : el("span", {}, L.parent.name || "?");
-      add(d.record.role === "sft" ? "fine-tuned from" : "forked from", name, L.parent.step != null ? ` at step ${fmt(L.parent.step, "count")}` : "");
+      add({ sft: "fine-tuned from", dpo: "preference-tuned from" }[d.record.role] || "forked from", name, L.parent.step != null ? ` at step ${fmt(L.parent.step, "count")}` : "");
     }
     if (L.children && L.children.length) {
       add("forks", ...L.children.flatMap((c, i) => [i ? ", " : "", link("run", c.run, c.run),
@@ -121,6 +121,7 @@
     const verdict = verdictLine(s.verdict, d.band || {});
     if (verdict) app.append(verdict);
     if (s.unreadable) app.append(el("p", { class: "warn" }, "The run store could not be read right now; showing what is available."));
+    window.GlasslabPosttrain(d);  // SFT, DPO: data counts, before and after, the chat panel (page-chat.js)
     const events = d.events.slice();
     const charts = {};   // key -> [chart, line index]
     let livePoints = 0;  // raw points appended since the page was drawn from downsampled data
