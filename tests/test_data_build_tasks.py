@@ -57,17 +57,23 @@ def test_three_workers_and_small_tasks_build_the_same_dataset(reference, tmp_pat
 
 def test_caps_follow_the_canonical_order_across_tasks(tmp_path, monkeypatch):
     path = write_jsonl(tmp_path / "a.jsonl", topic_texts())
+    with open(path, "a") as out:
+        out.write('{"text": broken}\n')  # past the cap: whether a task read it must not show
     capped = SourceConfig(domain="a", kind="jsonl", path=str(path), max_documents=40, max_bytes=150_000)
     serial = list(read_source(capped, InputErrors()))
     monkeypatch.setattr(inputs_module, "TASK_BYTES", 8_000)
     cfg = small_build_config(tmp_path, sources=(capped,), progress=False)
-    out = build_dataset(dataclasses.replace(cfg, num_workers=2), tmp_path / "ds")
+    out = build_dataset(dataclasses.replace(cfg, num_workers=2), tmp_path / "two")
     record = json.loads((out / BUILD_RECORD).read_text())
     assert record["funnel"][0] == {"stage": "raw", "documents": len(serial),
                                    "bytes": sum(len(t.encode()) for t in serial)}
     assert len(serial) < 40 and sum(len(t.encode()) for t in serial[:-1]) < 150_000  # the bytes cap cut it
+    assert record["errors"]["malformed_count"] == 0
     # tasks past the cap were not read at all
     assert next(s for s in record["stages"] if s["stage"] == "read")["documents_in"] < len(topic_texts())
+    one = build_dataset(cfg, tmp_path / "one")  # one worker: no task past the cap runs
+    assert manifest_hash(one) == manifest_hash(out)
+    assert (one / REPORT_FILE).read_bytes() == (out / REPORT_FILE).read_bytes()
 
 
 def _kill_group(process: subprocess.Popen) -> None:

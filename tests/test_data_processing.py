@@ -95,14 +95,16 @@ def test_lsh_bands_give_a_pair_at_the_threshold_its_recall():
         assert rows == num_perm or more_rows < dedup.CANDIDATE_RECALL  # the most rows that keep the recall
 
 
-def test_buckets_pair_their_members_and_clusters_keep_the_lowest_key():
+def test_buckets_pair_their_members_and_every_removed_document_keeps_a_duplicate():
     records = np.zeros(7, dtype=dedup.BAND_RECORD)
     records["hash"] = [5, 9, 5, 5, 9, 1, 7]
     records["key"] = [40, 11, 12, 30, 3, 8, 2]
     pairs = {(int(a), int(b)) for a, b in dedup.bucket_pairs(records)}
     assert pairs == {(12, 30), (12, 40), (30, 40), (3, 11)}  # lowest with each, and each with the next
-    verified = np.array([(3, 11), (11, 20), (12, 40), (50, 60)], dtype=dedup.PAIR)
-    assert dedup.cluster_removals(verified).tolist() == [11, 20, 40, 60]
+    star = np.array([(3, 11), (11, 20), (12, 40), (50, 60)], dtype=dedup.PAIR)
+    assert dedup.cluster_removals(star).tolist() == [3, 20, 40, 60]  # the centre of 3~11~20 stays
+    chain = np.array([(1, 2), (2, 3), (3, 4), (4, 5)], dtype=dedup.PAIR)  # versions: 1 is no duplicate of 5
+    assert dedup.cluster_removals(chain).tolist() == [1, 3, 5]  # 2 and 4 stay, each removed one next to one
     digests = np.zeros(4, dtype=dedup.EXACT_RECORD)
     digests["hi"], digests["lo"], digests["key"] = [1, 2, 1, 1], [7, 7, 7, 8], [9, 4, 5, 1]
     assert dedup.duplicate_keys(digests).tolist() == [9]

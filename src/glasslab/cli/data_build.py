@@ -24,10 +24,12 @@ def data_build_step(spec: str, overrides: Iterable[str] = (), *, relative_to: Pa
     from glasslab import config
     from glasslab.data.build import data_step as build_data_step
     from glasslab.data.config import load_build_config
-    from glasslab.experiments.demo import FULL, QUICK, data_step
 
     path = Path(spec) if relative_to is None or Path(spec).is_absolute() else Path(relative_to) / spec
     if spec == DEMO and not path.exists():
+        # imported only here: the demo brings the trainer and torch, which a data build's workers need not hold
+        from glasslab.experiments.demo import FULL, QUICK, data_step
+
         demo = data_step(QUICK if quick else FULL)
         return build_data_step(config.replace(demo.config, list(overrides)), folder=folder)
     if quick:

@@ -123,8 +123,9 @@ class Funnel:
                 for domain, counts in sorted(self.domains.items())}
 
 
-class _Build:
-    """One build's driver state: the config, its read tasks and what each stage left for the next."""
+class Build:
+    """One build's driver: the config, its read tasks and what each stage left for the next. Its stages run in
+    order (:func:`build_dataset` calls them all; the bench times some of them alone)."""
 
     def __init__(self, cfg: BuildConfig, work: Path, tasks: list[ReadTask], runner: TaskRunner,
                  progress: Progress) -> None:
@@ -147,19 +148,21 @@ class _Build:
                  for t in self.tasks]
         results = self.runner.run("read", tasks, skip=self._past_cap)
         self.read_results = {t.index: results[f"{t.index:06d}"] for t in self.tasks if f"{t.index:06d}" in results}
+        self.raw_limits, inside = self._cap()
+        # What a task past its source's cap met is not part of the build (whether it ran depends on timing).
+        self.read_results = {i: r for i, r in self.read_results.items() if i in inside}
         by_source: dict[int, sources.InputErrors] = defaultdict(sources.InputErrors)
-        for index, result in self.read_results.items():
+        for index, result in sorted(self.read_results.items()):
+            source_errors = by_source[self.tasks[index].source]
             self.errors.merge(result["errors"])
-            by_source[self.tasks[index].source].merge(result["errors"])
-            by_source[self.tasks[index].source].last_problem = (result["last_problem"]
-                                                               or by_source[self.tasks[index].source].last_problem)
-        self.raw_limits = self._cap()
+            source_errors.merge(result["errors"])
+            source_errors.last_problem = result["last_problem"] or source_errors.last_problem
         for number, source in enumerate(self.cfg.sources):
             if not any(self.raw_limits.get(t.index, 0) for t in self.tasks if t.source == number):
                 errors = by_source[number]
                 raise sources.empty_source(source, errors, errors.skipped())
         self.kept_limits = {}
-        for index, result in self.read_results.items():
+        for index, result in sorted(self.read_results.items()):
             limit = self.raw_limits[index]
             self.kept_limits[index] = (result["documents_kept"] if limit >= result["documents_in"] else
                                        TaskDocuments(task_folder(self.work, "read", index)).kept_limit(limit))
@@ -179,9 +182,11 @@ class _Build:
         return bool((source.max_documents and documents >= source.max_documents)
                     or (source.max_bytes and nbytes >= source.max_bytes))
 
-    def _cap(self) -> dict[int, int]:
-        """Raw documents of each read task inside its source's caps, in canonical order."""
+    def _cap(self) -> tuple[dict[int, int], set[int]]:
+        """Raw documents of each read task inside its source's caps, in canonical order, and the tasks that
+        start inside them."""
         limits: dict[int, int] = {}
+        inside_tasks: set[int] = set()
         taken: dict[int, list[int]] = defaultdict(lambda: [0, 0])
         for task in self.tasks:
             result = self.read_results.get(task.index)
@@ -189,6 +194,9 @@ class _Build:
             if result is None:
                 continue
             documents, nbytes = taken[task.source]
+            if not ((source.max_documents and documents >= source.max_documents)
+                    or (source.max_bytes and nbytes >= source.max_bytes)):
+                inside_tasks.add(task.index)
             count = result["documents_in"]
             if source.max_documents or source.max_bytes:
                 raw = np.load(task_folder(self.work, "read", task.index) / "raw.npy")
@@ -204,7 +212,7 @@ class _Build:
                 nbytes += result["raw_bytes"]
             limits[task.index] = count
             taken[task.source] = [documents + count, nbytes]
-        return limits
+        return limits, inside_tasks
 
     # --- dedup -------------------------------------------------------------------------------------
 
@@ -331,15 +339,20 @@ class _Build:
         return bases
 
     def _reference_table(self) -> tuple[list, dict[int, tuple[int, ...]]]:
-        """Every task's references in one table, in canonical order (a file cut into ranges listed once),
-        and each task's local → global ids."""
+        """The references of the documents in the shards, in canonical order (a file cut into ranges listed
+        once), and each task's local → global ids (-1: no document of the shards comes from it)."""
         table: list[list] = []
         where: dict[tuple[int, str], int] = {}
         mapping = {}
         for index in sorted(self.read_results):
             source = self.tasks[index].source
+            piece = task_folder(self.work, "tokenize", index)
+            used = set(np.concatenate([np.load(piece / f"{split}.prov.npy")["ref"] for split in SPLITS]).tolist())
             ids = []
-            for ref in TaskDocuments(task_folder(self.work, "read", index)).refs():
+            for local, ref in enumerate(TaskDocuments(task_folder(self.work, "read", index)).refs()):
+                if local not in used:
+                    ids.append(-1)
+                    continue
                 key = (source, ref)
                 if key not in where:
                     where[key] = len(table)
@@ -347,7 +360,6 @@ class _Build:
                 ids.append(where[key])
             mapping[index] = tuple(ids)
         return table, mapping
-
 
 def _link(source: Path, target: Path) -> None:
     """``target`` as a hard link to ``source`` (the task outputs stay whole for a resume), else a copy."""
@@ -358,7 +370,7 @@ def _link(source: Path, target: Path) -> None:
         shutil.copy2(source, target)
 
 
-def _final_folder(build: _Build, made: dict, final: Path) -> dict:
+def _final_folder(build: Build, made: dict, final: Path) -> dict:
     """Lay the dataset out in ``final`` (tokenizer, shards, refs); returns the manifest's domain entries."""
     remove(final)
     tokenizer_dir = made["tokenizer_json"].parent
@@ -461,7 +473,7 @@ def build_dataset(cfg: BuildConfig, out_dir: Path, progress: bool = True) -> Pat
 
 def _build(cfg: BuildConfig, work: Path, tasks: list[ReadTask], runner: TaskRunner, status: Progress) -> dict:
     started = time.perf_counter()
-    build = _Build(cfg, work, tasks, runner, status)
+    build = Build(cfg, work, tasks, runner, status)
     build.read()
     build.dedup()
     build.survivors()

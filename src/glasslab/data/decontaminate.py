@@ -54,19 +54,36 @@ def choose_eval(num_documents: int, smallest_sizes: np.ndarray, cfg: EvalSplitCo
 
 
 def text_ngrams(words: list[str], n: int) -> np.ndarray:
-    """Distinct uint64 hashes of the word n-grams (the whole text when it has fewer than n words)."""
+    """uint64 hashes of the word n-grams in text order, repeats included (the whole text when it has fewer
+    than n words)."""
     hashes = ngrams.word_hashes(words)
     grams = ngrams.ngram_hashes(hashes, n)
-    return np.unique(grams if len(grams) else ngrams.whole_hash(hashes))
+    return grams if len(grams) else ngrams.whole_hash(hashes)
 
 
-def hits(grams: np.ndarray, eval_ngrams: np.ndarray) -> np.ndarray:
-    """Indices into the sorted ``eval_ngrams`` of the n-grams ``grams`` shares with it."""
-    if not len(eval_ngrams) or not len(grams):
-        return np.zeros(0, dtype=np.int64)
-    at = np.searchsorted(eval_ngrams, grams)
-    at[at == len(eval_ngrams)] = 0
-    return np.unique(at[eval_ngrams[at] == grams])
+class EvalNgrams:
+    """The sorted eval n-gram hashes, with a bitmap of their top bits in front: most training n-grams miss the
+    bitmap, and only the few that hit it are looked up in the sorted array."""
+
+    BITS = 23
+
+    def __init__(self, sorted_hashes: np.ndarray) -> None:
+        self.hashes = sorted_hashes
+        self._shift = np.uint64(64 - self.BITS)
+        self._seen = np.zeros(1 << self.BITS, dtype=bool)
+        self._seen[sorted_hashes >> self._shift] = True
+
+    def __len__(self) -> int:
+        return len(self.hashes)
+
+    def hits(self, grams: np.ndarray) -> np.ndarray:
+        """Indices into the sorted hashes of the n-grams ``grams`` shares with them, each once."""
+        if not len(self.hashes) or not len(grams):
+            return np.zeros(0, dtype=np.int64)
+        grams = grams[self._seen[grams >> self._shift]]
+        at = np.searchsorted(self.hashes, grams)
+        at[at == len(self.hashes)] = 0
+        return np.unique(at[self.hashes[at] == grams])
 
 
 class Decontaminator:
@@ -76,7 +93,7 @@ class Decontaminator:
     def __init__(self, ngram_words: int) -> None:
         self.n = ngram_words
         self._parts: list[np.ndarray] = []
-        self._eval: np.ndarray | None = None
+        self._eval: EvalNgrams | None = None
 
     def add_eval(self, text: str) -> None:
         self._parts.append(text_ngrams(text.split(), self.n))
@@ -84,5 +101,5 @@ class Decontaminator:
 
     def is_clean(self, text: str) -> bool:
         if self._eval is None:
-            self._eval = np.unique(np.concatenate(self._parts)) if self._parts else np.zeros(0, np.uint64)
-        return not len(hits(text_ngrams(text.split(), self.n), self._eval))
+            self._eval = EvalNgrams(np.unique(np.concatenate(self._parts)) if self._parts else np.zeros(0, np.uint64))
+        return not len(self._eval.hits(text_ngrams(text.split(), self.n)))

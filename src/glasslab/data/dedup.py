@@ -20,9 +20,14 @@ digest. Memory per task is the partition's records (24 bytes a document), never 
    two texts (exact, from the shingles, not the band collision) reaches ``threshold``; this is what
    keeps one shared licence header from merging unrelated files (Marin saw character 5-grams plus
    unverified transitive closure merge a whole source into an 859,091-document cluster);
-4. clusters: union-find (connected components) over the verified pairs; every member but the lowest
-   key is removed. This is the one stage that holds the whole corpus's state: its verified pairs,
-   :data:`UNION_FIND_BYTES_PER_PAIR` bytes each.
+4. clusters: the verified pairs as one graph; a greedy cover in a fixed order (most verified duplicates
+   first, then the lowest key) keeps each document no kept document is paired with and removes the
+   rest, so every removed document has a kept duplicate within the threshold
+   (:func:`cluster_removals`). Plain connected components (union-find) would keep one document per
+   component and drop the far end of a chain of versions with it; measured on a planted corpus, that
+   left a removed document without any kept duplicate 14% of the time (``docs/LOG.md``). This is the
+   one stage that holds the whole corpus's state: its verified pairs, :data:`CLUSTER_BYTES_PER_PAIR`
+   bytes each.
 
 The bands and rows come from ``num_perm`` and ``threshold`` (:func:`lsh_bands`): as many rows per band
 as still give a pair at the threshold a 97% chance to share a bucket, so recall is high and
@@ -34,8 +39,6 @@ from __future__ import annotations
 import hashlib
 
 import numpy as np
-from scipy.sparse import coo_matrix
-from scipy.sparse.csgraph import connected_components
 
 from glasslab.data import ngrams
 from glasslab.data.filters import Document
@@ -44,9 +47,10 @@ SLOTS = 256
 """Hash slots records are sorted into on disk; partition tasks take contiguous slot ranges."""
 CANDIDATE_RECALL = 0.97
 """Chance that a pair exactly at the threshold shares at least one band (:func:`lsh_bands`)."""
-UNION_FIND_BYTES_PER_PAIR = 64
-"""Peak bytes the cluster stage holds per verified pair (the pair, its relabelled nodes, the sparse graph
-scipy builds), measured by ``bench/data_bench.py``; a node with 16 GB for it holds ~250M pairs."""
+CLUSTER_BYTES_PER_PAIR = 130
+"""Peak bytes the cluster stage holds per verified pair (the pair, its relabelled ends, the graph's arrays),
+measured by ``bench/data_bench.py`` (``cluster_bytes_per_pair``); a node with 16 GB for it holds ~120M
+pairs."""
 EXACT_RECORD = np.dtype([("hi", "<u8"), ("lo", "<u8"), ("key", "<i8")])
 BAND_RECORD = np.dtype([("hash", "<u8"), ("key", "<i8")])
 PAIR = np.dtype([("a", "<i8"), ("b", "<i8")])
@@ -87,25 +91,34 @@ class MinHasher:
         self.offsets = rng.integers(0, 2**63, num_perm, dtype=np.uint64)
         self.num_perm = num_perm
         self.shingle_words = shingle_words
+        self._buffer = np.empty(num_perm * self.CHUNK, dtype=np.uint64)
 
-    def shingles(self, doc: Document) -> np.ndarray:
-        """Sorted distinct uint64 hashes of the document's word shingles (the whole text when it is shorter
-        than one shingle)."""
+    def shingle_list(self, doc: Document) -> np.ndarray:
+        """uint64 hashes of the document's word shingles in text order, repeats included (the whole text when
+        it is shorter than one shingle)."""
         hashes = doc.word_hashes
         grams = ngrams.ngram_hashes(hashes, self.shingle_words)
-        if not len(grams):
-            grams = ngrams.whole_hash(hashes)
-        return np.unique(grams)
+        return grams if len(grams) else ngrams.whole_hash(hashes)
+
+    def shingles(self, doc: Document) -> np.ndarray:
+        """Sorted distinct uint64 hashes of the document's word shingles (its shingle set)."""
+        return np.unique(self.shingle_list(doc))
 
     def signature(self, shingles: np.ndarray) -> np.ndarray:
-        """uint32 MinHash values (``num_perm``) of a shingle set; all ones for an empty set."""
-        out = np.full(self.num_perm, 0xFFFFFFFF, dtype=np.uint64)
-        with np.errstate(over="ignore"):
-            for start in range(0, len(shingles), self.CHUNK):
-                chunk = shingles[start : start + self.CHUNK]
-                values = (chunk[None, :] * self.multipliers[:, None] + self.offsets[:, None]) >> np.uint64(32)
-                np.minimum(out, values.min(axis=1), out=out)
-        return (out & _MASK32).astype(np.uint32)
+        """uint32 MinHash values (``num_perm``) of a shingle set (a repeated shingle changes no minimum, so
+        :meth:`shingle_list` serves as well); all ones for an empty set.
+
+        Each value is the top 32 bits of ``min(a * x + b mod 2**64)`` over the shingles: the top bits of the
+        minimum are the minimum of the top bits, so the shift is done on ``num_perm`` numbers, not on all.
+        """
+        out = np.full(self.num_perm, np.iinfo(np.uint64).max, dtype=np.uint64)
+        for start in range(0, len(shingles), self.CHUNK):
+            chunk = shingles[start : start + self.CHUNK]
+            values = self._buffer[: self.num_perm * len(chunk)].reshape(self.num_perm, len(chunk))
+            np.multiply(self.multipliers[:, None], chunk[None, :], out=values)  # wraps modulo 2**64
+            values += self.offsets[:, None]
+            np.minimum(out, values.min(axis=1), out=out)
+        return (out >> np.uint64(32)).astype(np.uint32)
 
 
 def band_hashes(signatures: np.ndarray, bands: int, rows: int) -> np.ndarray:
@@ -171,18 +184,26 @@ def jaccard(first: np.ndarray, second: np.ndarray) -> float:
 
 
 def cluster_removals(pairs: np.ndarray) -> np.ndarray:
-    """Keys to remove given verified duplicate pairs: every member of a connected component but its lowest key
-    (sorted). Holds the pairs and the graph (:data:`UNION_FIND_BYTES_PER_PAIR`)."""
+    """Keys to remove given verified duplicate pairs (sorted): a greedy cover of the pairs' graph keeps, most
+    verified duplicates first (then the lowest key), each document no kept one is paired with, and removes
+    the documents paired with a kept one. So every removed document has a kept one within the threshold; a
+    star of copies keeps its centre; a chain of versions A~B~C~D keeps A and C, since C is no duplicate of
+    A. Holds the pairs and their graph (:data:`CLUSTER_BYTES_PER_PAIR`)."""
     if not len(pairs):
         return np.zeros(0, dtype=np.int64)
     nodes, inverse = np.unique(np.concatenate([pairs["a"], pairs["b"]]), return_inverse=True)
     count = len(pairs)
-    graph = coo_matrix((np.ones(count, dtype=np.int8), (inverse[:count], inverse[count:])), shape=(len(nodes),) * 2)
-    _, labels = connected_components(graph, directed=False)
-    # nodes are sorted, so the first node of each label is the component's lowest key
-    lowest = np.full(labels.max() + 1, -1, dtype=np.int64)
-    first = np.unique(labels, return_index=True)[1]
-    lowest[labels[first]] = first
-    keep = np.zeros(len(nodes), dtype=bool)
-    keep[lowest] = True
-    return nodes[~keep]
+    ends = np.concatenate([inverse, np.concatenate([inverse[count:], inverse[:count]])]).reshape(2, -1)
+    order = np.argsort(ends[0], kind="stable")
+    neighbours = ends[1][order]
+    degree = np.bincount(ends[0], minlength=len(nodes))
+    starts = np.concatenate([[0], np.cumsum(degree)])
+    del ends, order
+    state = np.zeros(len(nodes), dtype=np.int8)  # 0 open, 1 kept, 2 removed
+    for node in np.lexsort((nodes, -degree)).tolist():
+        if state[node]:
+            continue
+        state[node] = 1
+        around = neighbours[starts[node] : starts[node + 1]]
+        state[around[state[around] == 0]] = 2
+    return nodes[state == 2]

@@ -69,7 +69,7 @@ def read_stage(args: ReadArgs, folder: Path) -> dict:
         if cfg.exact:
             digests.append(dedup.content_digest(clean))
         if hasher is not None:
-            signatures.append(hasher.signature(hasher.shingles(doc)))
+            signatures.append(hasher.signature(hasher.shingle_list(doc)))
     writer.close()
     np.save(folder / "raw.npy", np.array(raw_rows, dtype=RAW))
     base_key = args.task.index << KEY_BITS

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from glasslab.data.decontaminate import hits, text_ngrams
+from glasslab.data.decontaminate import EvalNgrams, text_ngrams
 from glasslab.data.dedup_stages import task_folder
 from glasslab.data.docstore import TaskDocuments, local_of
 from glasslab.data.filters import ALL_FILTER_NAMES
@@ -108,13 +108,13 @@ class NgramArgs:
 def ngram_stage(args: NgramArgs, folder: Path) -> dict:
     """Which eval n-grams each of the task's surviving training documents holds (``hits.npy``: local index,
     n-gram index) and how many of its documents hold each (``counts.npy``)."""
-    eval_ngrams = np.load(args.work / "eval" / "ngrams.npy")
+    eval_ngrams = EvalNgrams(np.load(args.work / "eval" / "ngrams.npy"))
     store = TaskDocuments(task_folder(args.work, "read", args.task))
     train = np.setdiff1d(_keep(args.work, args.task), _eval_here(args.work, args.task))
     rows_local, rows_gram = [], []
     if len(eval_ngrams):
         for local in train.tolist():
-            found = hits(text_ngrams(store.text(local).split(), args.ngram_words), eval_ngrams)
+            found = eval_ngrams.hits(text_ngrams(store.text(local).split(), args.ngram_words))
             rows_local.append(np.full(len(found), local, dtype=np.int64))
             rows_gram.append(found)
     local = np.concatenate(rows_local) if rows_local else np.zeros(0, np.int64)
@@ -268,7 +268,7 @@ def assemble_stage(args: AssembleArgs, folder: Path) -> dict:
             ends.append(np.cumsum(lengths) + total)
             total += int(lengths.sum())
             records = np.load(piece / f"{args.split}.prov.npy")
-            records["ref"] = np.asarray(refs, dtype=np.uint32)[records["ref"]] if len(records) else records["ref"]
+            records["ref"] = np.asarray(refs, dtype=np.int64)[records["ref"]] if len(records) else records["ref"]
             provenance.append(records)
     np.save(folder / "ends.npy", np.concatenate(ends) if ends else np.zeros(0, dtype=np.int64))
     np.save(folder / "prov.npy", np.concatenate(provenance) if provenance else np.zeros(0, dtype=PROVENANCE))
