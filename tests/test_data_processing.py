@@ -8,7 +8,7 @@ import numpy as np
 from data_helpers import topic_texts
 from glasslab.data import dedup
 from glasslab.data.config import EvalSplitConfig, FilterConfig, SourceConfig
-from glasslab.data.decontaminate import Decontaminator, choose_eval, eval_count, split_key
+from glasslab.data.decontaminate import Decontaminator, eval_count, held_out_mask, split_key
 from glasslab.data.filters import CODE_FILTERS, PROSE_FILTERS, Document, first_failed_filter
 from glasslab.data.normalize import normalize
 
@@ -110,25 +110,17 @@ def test_buckets_pair_their_members_and_every_removed_document_keeps_a_duplicate
     assert dedup.duplicate_keys(digests).tolist() == [9]
 
 
-def _held_out(keys: np.ndarray, sizes: np.ndarray, cfg: EvalSplitConfig) -> np.ndarray:
-    """Mask of the documents the split holds out (as the build chooses: the smallest keys, then how many)."""
-    order = np.argsort(keys, kind="stable")
-    mask = np.zeros(len(keys), dtype=bool)
-    mask[order[: choose_eval(len(keys), sizes[order], cfg)]] = True
-    return mask
-
-
 def test_eval_split_is_seeded_bounded_and_order_free():
     texts = topic_texts()
     sizes = np.array([len(t.encode()) for t in texts])
     cfg = EvalSplitConfig(fraction=0.1, min_documents=2, max_documents=5, min_bytes=0)
     keys = np.array([split_key(t, seed=0) for t in texts])
-    mask = _held_out(keys, sizes, cfg)
+    mask = held_out_mask(keys, sizes, cfg)
     assert mask.sum() == eval_count(len(texts), cfg) == min(max(round(0.1 * len(texts)), 2), 5)
     chosen = {t for t, m in zip(texts, mask, strict=True) if m}
-    reversed_mask = _held_out(keys[::-1].copy(), sizes[::-1].copy(), cfg)
+    reversed_mask = held_out_mask(keys[::-1].copy(), sizes[::-1].copy(), cfg)
     assert chosen == {t for t, m in zip(texts[::-1], reversed_mask, strict=True) if m}
-    other_seed = _held_out(np.array([split_key(t, seed=1) for t in texts]), sizes, cfg)
+    other_seed = held_out_mask(np.array([split_key(t, seed=1) for t in texts]), sizes, cfg)
     assert not np.array_equal(mask, other_seed)
     assert eval_count(1, cfg) == 0  # a lone document stays in training
 
@@ -138,15 +130,15 @@ def test_eval_split_grows_to_min_bytes_within_max_documents():
     sizes = np.array([len(t.encode()) for t in texts])
     keys = np.array([split_key(t, seed=0) for t in texts])
     cfg = EvalSplitConfig(fraction=0.01, min_documents=1, max_documents=40, min_bytes=30_000)
-    mask = _held_out(keys, sizes, cfg)
+    mask = held_out_mask(keys, sizes, cfg)
     held = sizes[mask].sum()
     last_added = np.flatnonzero(mask)[np.argmax(keys[mask])]  # held out in increasing key order
     assert held >= 30_000 > held - sizes[last_added] and mask.sum() > 1
-    small_cap = _held_out(keys, sizes, EvalSplitConfig(fraction=0.01, min_documents=1, max_documents=2,
+    small_cap = held_out_mask(keys, sizes, EvalSplitConfig(fraction=0.01, min_documents=1, max_documents=2,
                                                        min_bytes=10**9))
     assert small_cap.sum() == 2
     # The growing split keeps the documents the fraction alone picks.
-    assert np.all(mask[_held_out(keys, sizes, EvalSplitConfig(fraction=0.01, min_documents=1, min_bytes=0))])
+    assert np.all(mask[held_out_mask(keys, sizes, EvalSplitConfig(fraction=0.01, min_documents=1, min_bytes=0))])
 
 
 def test_decontamination_drops_training_text_that_quotes_eval():

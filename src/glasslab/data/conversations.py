@@ -30,7 +30,7 @@ import numpy as np
 
 from glasslab.config import UNVERSIONED, from_dict, require, to_dict
 from glasslab.data.config import EvalSplitConfig
-from glasslab.data.decontaminate import Decontaminator, choose_eval, split_key
+from glasslab.data.decontaminate import Decontaminator, held_out_mask, split_key
 from glasslab.data.tokenizer import CHAT_ROLES, SPECIAL_TOKENS
 from glasslab.errors import UserError
 from glasslab.layout import (
@@ -182,7 +182,7 @@ def build_conversations(cfg: ConversationsConfig, out_dir: str | Path, progress:
                         + (f" ({problems.count} bad record(s), first: {problems.listed[0]})" if problems.count else ""))
     texts = [json.dumps(r["messages"], ensure_ascii=False, sort_keys=True) for r in records]
     keys = np.array([split_key(t, cfg.seed) for t in texts], dtype=np.int64)
-    held = choose_eval(keys, np.array([len(t) for t in texts]), cfg.heldout_split)
+    held = held_out_mask(keys, np.array([len(t) for t in texts]), cfg.heldout_split)
     train = [r for r, h in zip(records, held, strict=True) if not h]
     heldout = [r for r, h in zip(records, held, strict=True) if h]
     contaminated = 0

@@ -53,6 +53,16 @@ def choose_eval(num_documents: int, smallest_sizes: np.ndarray, cfg: EvalSplitCo
     return k
 
 
+def held_out_mask(keys: np.ndarray, sizes: np.ndarray, cfg: EvalSplitConfig) -> np.ndarray:
+    """Boolean mask over documents in their stored order: True for the held-out ones (the smallest ``keys``,
+    as many as :func:`choose_eval` says; ``sizes`` in UTF-8 bytes). For a collection held in memory, such as
+    SFT conversations; the build makes the same choice from each task's smallest keys."""
+    order = np.argsort(keys, kind="stable")
+    mask = np.zeros(len(keys), dtype=bool)
+    mask[order[: choose_eval(len(keys), sizes[order], cfg)]] = True
+    return mask
+
+
 def text_ngrams(words: list[str], n: int) -> np.ndarray:
     """uint64 hashes of the word n-grams in text order, repeats included (the whole text when it has fewer
     than n words)."""
