@@ -135,6 +135,7 @@ class Build:
                               "near_dedup", "decontaminate", "tokens"])
         self.errors = sources.InputErrors()
         self.filter_drops = dict.fromkeys(self.filters, 0)
+        self._filled: set[int] = set()
 
     def domain(self, task: int) -> str:
         return self.cfg.sources[self.tasks[task].source].domain
@@ -174,13 +175,18 @@ class Build:
         source = self.cfg.sources[read_task.source]
         if not (source.max_documents or source.max_bytes):
             return False
+        if read_task.source in self._filled:  # results only grow: a filled cap stays filled
+            return True
         documents = nbytes = 0
         for earlier in self.tasks[: read_task.index]:
             result = results.get(f"{earlier.index:06d}")
             if earlier.source == read_task.source and result is not None:
                 documents, nbytes = documents + result["documents_in"], nbytes + result["raw_bytes"]
-        return bool((source.max_documents and documents >= source.max_documents)
-                    or (source.max_bytes and nbytes >= source.max_bytes))
+        if (source.max_documents and documents >= source.max_documents) or (
+                source.max_bytes and nbytes >= source.max_bytes):
+            self._filled.add(read_task.source)
+            return True
+        return False
 
     def _cap(self) -> tuple[dict[int, int], set[int]]:
         """Raw documents of each read task inside its source's caps, in canonical order, and the tasks that
@@ -274,6 +280,8 @@ class Build:
         eval_dir.mkdir(exist_ok=True)
         chosen = []
         for domain, count in sorted(self.survivor_counts.items()):
+            if not count:
+                continue
             parts = [np.load(task_folder(self.work, "survivors", i) / "candidates.npy")
                      for i in self.read_results if self.domain(i) == domain]
             candidates = np.concatenate(parts) if parts else np.zeros(0, dtype=CANDIDATE)
@@ -306,7 +314,7 @@ class Build:
 
     def tokenize(self) -> dict:
         cfg, work = self.cfg, self.work
-        domains = sorted(self.survivor_counts)
+        domains = sorted(d for d, count in self.survivor_counts.items() if count)  # a domain left empty has no shards
         order = tuple((d, tuple(i for i in sorted(self.read_results) if self.domain(i) == d)) for d in domains)
         tok = cfg.tokenizer
         sample = TokenizerArgs(work, order, tok.sample_bytes, tok.vocab_size, tok.min_frequency)

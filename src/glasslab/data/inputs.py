@@ -178,8 +178,3 @@ def plan_signature(tasks: list[ReadTask]) -> list:
                 stamps.append(None)
         out.append([task.source, list(task.files), task.start, task.stop, stamps])
     return out
-
-
-def document_key(task: int, local: int | None = None):
-    """The key of document ``local`` of task ``task`` (or, without ``local``, the task's first key)."""
-    return (task << KEY_BITS) | (local or 0)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from glasslab.data.shards import provenance_path, read_manifest
+from glasslab.data.shards import read_manifest
 from glasslab.errors import UserError
 
 REFS_FILE = "shards/refs.jsonl"
@@ -85,8 +85,3 @@ def document_provenance(dataset_dir: str | Path, domain: str, split: str, index:
     manifest = path / "manifest.json"
     stamp = (manifest.stat().st_mtime_ns, manifest.stat().st_size) if manifest.is_file() else ()
     return _index(str(path), stamp).record(domain, split, index)
-
-
-def provenance_file(bin_path: Path) -> Path:
-    """The provenance array beside a shard's ``.bin``."""
-    return provenance_path(bin_path)

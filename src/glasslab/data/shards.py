@@ -34,14 +34,6 @@ def token_dtype(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint16) if vocab_size <= 1 << 16 else np.dtype(np.uint32)
 
 
-def index_path(bin_path: Path) -> Path:
-    return bin_path.with_name(bin_path.name.removesuffix(".bin") + ".idx.npy")
-
-
-def provenance_path(bin_path: Path) -> Path:
-    return bin_path.with_name(bin_path.name.removesuffix(".bin") + ".prov.npy")
-
-
 def read_manifest(dataset_dir: str | Path) -> dict:
     """The dataset's manifest; a one-line error when the folder is not a finished dataset."""
     manifest = read_json(Path(dataset_dir) / MANIFEST_FILE)
