@@ -139,3 +139,34 @@ def test_progress_lines_name_each_stage_and_an_unreachable_ray_address_is_one_li
     assert done.returncode == 2 and len(lines) == 1, done.stderr
     assert f"--address 127.0.0.1:{port}: no Ray cluster reachable there" in lines[0]
     assert not (tmp_path / "ray_ds").exists()
+
+
+def test_provenance_names_the_text_file_and_the_parquet_row(tmp_path, monkeypatch):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from glasslab.data import load_tokenizer
+    from glasslab.data.normalize import normalize
+    from glasslab.data.shards import open_shard
+
+    texts = topic_texts()
+    (tmp_path / "docs" / "sub").mkdir(parents=True)
+    for i, text in enumerate(texts[:12]):
+        (tmp_path / "docs" / ("sub" if i % 2 else "") / f"{i:02d}.txt").write_text(text)
+    pq.write_table(pa.table({"body": texts[20:60]}), tmp_path / "p.parquet", row_group_size=4)
+    monkeypatch.setattr(inputs_module, "TASK_BYTES", 20_000)  # several row-group ranges, several file groups
+    cfg = small_build_config(tmp_path, sources=(
+        SourceConfig(domain="files", kind="text", path=str(tmp_path / "docs")),
+        SourceConfig(domain="rows", kind="parquet", path=str(tmp_path / "p.parquet"), text_field="body")),
+        progress=False, num_workers=2)
+    ds = build_dataset(cfg, tmp_path / "ds")
+    tokenizer = load_tokenizer(ds)
+    for domain in ("files", "rows"):
+        shard = open_shard(ds, domain, "train")
+        for i in range(len(shard.ends)):
+            text = tokenizer.decode(shard.document(i)[:-1].tolist())
+            where = document_provenance(ds, domain, "train", i)
+            if domain == "files":
+                assert where["kind"] == "text" and normalize((tmp_path / "docs" / where["file"]).read_text()) == text
+            else:
+                assert where["file"] == "p.parquet" and normalize(texts[20 + where["row"]]) == text

@@ -68,6 +68,7 @@ def test_a_data_build_on_ray_gives_the_same_dataset_and_a_data_step_runs_its_tas
     report = Executor(tmp_path / "lab", backend="ray", echo=False).run([data_step(cfg)])
     assert report.ok, report.outcomes
     folder = report.plan.steps[0].folder
+    assert read_step_record(folder)["resources"]["cpus"] == 0  # the step holds no CPU its tasks need
     record = json.loads((folder / "build.json").read_text())
     assert record["backend"] == "ray" and record["workers"] == 2
     assert manifest_hash(folder) == manifest_hash(local)

@@ -177,8 +177,9 @@ class TaskRunner:
                 except BrokenProcessPool:
                     lost.append(task)
                     continue
-                except BaseException:
-                    self._drop_pool()
+                except BaseException as exc:
+                    # bad input: let the running tasks end, so none writes into a work folder being removed
+                    self._drop_pool(wait=isinstance(exc, UserError))
                     raise
                 self._count(stats, task, results[task.id])
             if lost:  # the pool is broken: every task still running on it is lost with it
@@ -209,6 +210,8 @@ class TaskRunner:
                 try:
                     results[task.id] = ray.get(ref)
                 except ray.exceptions.RayTaskError as exc:
+                    for other in running:  # none may go on writing into a work folder being removed
+                        ray.cancel(other, force=True)
                     cause = exc.cause if isinstance(exc.cause, BaseException) else exc
                     raise (UserError(str(cause)) if isinstance(cause, UserError) else cause) from None
                 except (ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError,
@@ -241,9 +244,9 @@ class TaskRunner:
             self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("fork"))
         return self._pool
 
-    def _drop_pool(self) -> None:
+    def _drop_pool(self, wait: bool = False) -> None:
         if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool.shutdown(wait=wait, cancel_futures=True)
             self._pool = None
 
     def close(self) -> None:
