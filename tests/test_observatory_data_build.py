@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -46,9 +48,17 @@ def test_page_data_has_the_stages_of_a_finished_build_and_of_one_in_progress(lab
                       "tokenize", "assemble"]
     assert all(s["status"] == "done" and s["tasks_done"] == s["tasks"] for s in done["build"]["stages"])
     running = build_page(Lab(lab), "data", RUNNING)
-    assert running["report"] is None and running["build"]["state"] == "running"
+    assert running["report"] is None and running["build"]["state"] == "running"  # its process (this one) lives
     assert [(s["stage"], s["tasks_done"], s["status"]) for s in running["build"]["stages"]] == [
         ("read", 10, "done"), ("exact", 3, "running")]
+    progress = json.loads((lab / RUNNING / BUILD_PROGRESS).read_text())
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (lab / RUNNING / BUILD_PROGRESS).write_text(json.dumps({**progress, "pid": dead.pid}))
+    try:
+        assert build_page(Lab(lab), "data", RUNNING)["build"]["state"] == "interrupted"  # killed: its pid is gone
+    finally:
+        (lab / RUNNING / BUILD_PROGRESS).write_text(json.dumps(progress))
 
 
 @pytest.mark.skipif(chromium_path() is None, reason="no chromium on PATH")

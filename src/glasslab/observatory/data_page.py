@@ -6,6 +6,8 @@ training split."""
 
 from __future__ import annotations
 
+import os
+import socket
 import sqlite3
 import time
 from typing import Any
@@ -87,10 +89,25 @@ def build_stages(lab: Lab, folder) -> dict[str, Any] | None:
         return None
     step = lab.json(folder / STEP_RECORD) or {}
     updated = progress.get("updated")
-    return {"state": "running" if step.get("status") in (None, "running") else step.get("status"),
+    state = "running" if step.get("status") in (None, "running") else step.get("status")
+    if state == "running" and progress.get("host") == socket.gethostname() and not _alive(progress.get("pid")):
+        state = "interrupted"  # killed: the same build run again resumes where it stopped
+    return {"state": state,
             "stages": progress.get("stages") or [], "workers": progress.get("workers"),
             "backend": progress.get("backend"),
             "age_s": time.time() - updated if isinstance(updated, (int, float)) else None}
+
+
+def _alive(pid: object) -> bool:
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def data_page(lab: Lab, report_id: str) -> dict[str, Any] | None:

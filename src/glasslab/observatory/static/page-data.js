@@ -66,7 +66,9 @@
       return;
     }
     const age = build.age_s != null ? ` · last progress ${fmt(Math.max(0, build.age_s))} s ago` : "";
-    const state = build.state === "running" ? "Build in progress" : `Build stopped (${build.state})`;
+    const state = build.state === "running" ? "Build in progress"
+      : build.state === "interrupted" ? "Build interrupted (its process is gone; the same build run again resumes)"
+        : `Build stopped (${build.state})`;
     app.append(el("div", { class: build.state === "running" ? "panel" : "warn", id: "build-progress" },
       el("b", {}, state), el("span", { class: "muted" }, ` · ${how}${age}`), stagesTable(build)));
   }
