@@ -75,7 +75,8 @@ def test_exact_digests_and_near_duplicate_signatures():
     base = texts[5]
     words = base.split()
     near = " ".join(words[:-3] + ["changed", "ending", "here"])  # same text but the last few words
-    assert dedup.content_digest(base) == dedup.content_digest(base) != dedup.content_digest(near)
+    digest = dedup.content_digest
+    assert digest(base.encode()) == digest(base.encode()) != digest(near.encode())
     hasher = dedup.MinHasher(num_perm=128, shingle_words=5)
     shingles = {name: hasher.shingles(Document(t)) for name, t in (("base", base), ("near", near), ("other", texts[6]))}
     true = dedup.jaccard(shingles["base"], shingles["near"])

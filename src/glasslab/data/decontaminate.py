@@ -24,9 +24,11 @@ from glasslab.data import ngrams
 from glasslab.data.config import EvalSplitConfig
 
 
-def split_key(text: str, seed: int) -> int:
-    """A 63-bit key ordering documents for the eval split; depends on the text and the seed only."""
-    digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8, key=str(seed).encode()).digest()
+def split_key(text: str | bytes, seed: int) -> int:
+    """A 63-bit key ordering documents for the eval split; depends on the text (or its UTF-8 bytes) and the
+    seed only."""
+    data = text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
+    digest = hashlib.blake2b(data, digest_size=8, key=str(seed).encode()).digest()
     return int.from_bytes(digest, "little") >> 1
 
 

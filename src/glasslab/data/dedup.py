@@ -57,9 +57,9 @@ PAIR = np.dtype([("a", "<i8"), ("b", "<i8")])
 _MASK32 = np.uint64(0xFFFFFFFF)
 
 
-def content_digest(text: str) -> tuple[int, int]:
-    """The 128-bit BLAKE2b digest of the UTF-8 text as two 64-bit integers (high, low)."""
-    digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+def content_digest(data: bytes) -> tuple[int, int]:
+    """The 128-bit BLAKE2b digest of a text's UTF-8 bytes as two 64-bit integers (high, low)."""
+    digest = hashlib.blake2b(data, digest_size=16).digest()
     return int.from_bytes(digest[:8], "big"), int.from_bytes(digest[8:], "big")
 
 

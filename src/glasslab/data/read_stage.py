@@ -65,9 +65,9 @@ def read_stage(args: ReadArgs, folder: Path) -> dict:
         raw_rows.append((size, len(data), _OUTCOME[failed] if failed else KEPT))
         if failed:
             continue
-        writer.add(data, len(raw_rows) - 1, ref, position, split_key(clean, args.seed))
+        writer.add(data, len(raw_rows) - 1, ref, position, split_key(data, args.seed))
         if cfg.exact:
-            digests.append(dedup.content_digest(clean))
+            digests.append(dedup.content_digest(data))
         if hasher is not None:
             signatures.append(hasher.signature(hasher.shingle_list(doc)))
     writer.close()
