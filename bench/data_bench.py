@@ -161,7 +161,10 @@ def rss_child(corpus: str, out: str, workers: int) -> None:
                       tokenizer=TokenizerConfig(vocab_size=1024, sample_bytes=1_000_000), num_workers=workers,
                       progress=False)
     build_dataset(cfg, Path(out))
-    self_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    # VmHWM, not ru_maxrss: Linux keeps ru_maxrss across exec, so this process would inherit the bench's peak.
+    # The workers are forked from this small process, so their ru_maxrss is their own.
+    self_mb = next(int(line.split()[1]) for line in Path("/proc/self/status").read_text().splitlines()
+                   if line.startswith("VmHWM:")) / 1024
     children_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     print(json.dumps({"self_mb": self_mb, "workers_mb": children_mb}))
 
