@@ -47,10 +47,10 @@ SLOTS = 256
 """Hash slots records are sorted into on disk; partition tasks take contiguous slot ranges."""
 CANDIDATE_RECALL = 0.97
 """Chance that a pair exactly at the threshold shares at least one band (:func:`lsh_bands`)."""
-CLUSTER_BYTES_PER_PAIR = 130
+CLUSTER_BYTES_PER_PAIR = 125
 """Peak bytes the cluster stage holds per verified pair (the pair, its relabelled ends, the graph's arrays),
-measured by ``bench/data_bench.py`` (``cluster_bytes_per_pair``); a node with 16 GB for it holds ~120M
-pairs."""
+measured by ``bench/data_bench.py`` (``cluster_bytes_per_pair``: 124 on 2M pairs); a node with 16 GB for it
+holds ~130M pairs."""
 EXACT_RECORD = np.dtype([("hi", "<u8"), ("lo", "<u8"), ("key", "<i8")])
 BAND_RECORD = np.dtype([("hash", "<u8"), ("key", "<i8")])
 PAIR = np.dtype([("a", "<i8"), ("b", "<i8")])

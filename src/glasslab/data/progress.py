@@ -81,6 +81,7 @@ class Progress:
         stats = StageStats(stage, tasks)
         self.stages.append(stats)
         self._stage_start = time.perf_counter()
+        self._logged = time.monotonic()  # off a terminal, the first line comes LOG_EVERY_S into the stage
         self.update(force=True)
         return stats
 
