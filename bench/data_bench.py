@@ -409,6 +409,29 @@ def loadavg() -> str:
     return "/".join(f"{x:.1f}" for x in os.getloadavg())
 
 
+def _burn(n: int) -> float:
+    total = 0
+    for i in range(n):
+        total += i * i
+    return float(total)
+
+
+def machine_scaling(n: int = 10_000_000) -> float:
+    """What 2 processes buy on this machine right now: a CPU-bound loop run twice in a row, over the same two
+    run at once (2.0 on 2 idle cores; a shared machine gives less, whatever the build does)."""
+    import multiprocessing
+
+    start = time.perf_counter()
+    _burn(n)
+    _burn(n)
+    serial = time.perf_counter() - start
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        start = time.perf_counter()
+        pool.map(_burn, [n, n])
+        parallel = time.perf_counter() - start
+    return serial / parallel
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpus", default=sysconfig.get_paths()["purelib"],
@@ -442,9 +465,9 @@ def main() -> None:
 
     # 1. End to end: 1 worker, N workers, Ray.
     one_s, one, reference = timed_build(corpus_config(corpus, max_bytes, num_workers=1), tmp / "one")
-    load_before = loadavg()
+    load_before, control_before = loadavg(), machine_scaling(2_000_000 if args.smoke else 10_000_000)
     many_s, many, many_hash = timed_build(corpus_config(corpus, max_bytes, num_workers=args.workers), tmp / "many")
-    load_after = loadavg()
+    load_after, control_after = loadavg(), machine_scaling(2_000_000 if args.smoke else 10_000_000)
     raw_bytes = one["funnel"][0]["bytes"]
     ray_line = "skipped (Ray is not installed)"
     try:
@@ -509,7 +532,8 @@ def main() -> None:
     demo_s, _, _ = timed_build(dataclasses.replace(build_config(QUICK if args.smoke else FULL), progress=False),
                                tmp / "demo")
 
-    print(f"load average (1/5/15 min) around the {args.workers}-worker build: {load_before} -> {load_after}")
+    print(f"load average (1/5/15 min) around the {args.workers}-worker build: {load_before} -> {load_after}; "
+          f"a CPU-bound loop's 2-process speed-up then: {control_before:.2f} -> {control_after:.2f} (2.0 when idle)")
     print(f"data_build_mb_per_s_per_core: {raw_bytes / 1e6 / one_s:.2f}  (1 worker, {raw_bytes / 1e6:.1f} MB, "
           f"{one_s:.1f} s)")
     print(f"data_build_scaling_2_workers: {one_s / many_s:.2f}  (target >= 1.7 on 2 idle cores; "

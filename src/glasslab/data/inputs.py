@@ -38,9 +38,11 @@ class ReadTask:
     source: int
     """Index of the source in ``BuildConfig.sources``."""
     files: tuple[str, ...] = ()
-    """text: the files; jsonl/parquet: the one file; builtin/hf: none."""
+    """text: the files; jsonl/parquet: the one file; builtin: each unit's file (empty for a topic); hf: none."""
+    names: tuple[str, ...] = ()
+    """builtin: each unit's module or topic (listing a big package's units again in every task is slow)."""
     start: int = 0
-    """jsonl: first byte; parquet: first row group; builtin: first unit."""
+    """jsonl: first byte; parquet: first row group."""
     stop: int = -1
     """Exclusive end of the same (-1: to the end)."""
     row_base: int = 0
@@ -113,8 +115,10 @@ def _file_size(path: Path) -> int:
 def _source_tasks(index: int, source: SourceConfig) -> list[dict]:
     """The read tasks of one source, as ReadTask fields without ``index``."""
     if source.kind == "builtin":
-        sizes = [unit.size for unit in builtin.units(source.path)]
-        return [{"start": a, "stop": b, "input_bytes": sum(sizes[a:b])} for a, b in _groups(sizes)]
+        units = builtin.units(source.path)
+        sizes = [unit.size for unit in units]
+        return [{"files": tuple(u.path for u in units[a:b]), "names": tuple(u.name for u in units[a:b]),
+                 "input_bytes": sum(sizes[a:b])} for a, b in _groups(sizes)]
     if source.kind == "hf":
         return [{}]
     if source.kind == "text":

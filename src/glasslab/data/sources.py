@@ -334,10 +334,10 @@ def read_task(task: ReadTask, source: SourceConfig, errors: InputErrors, strict:
     counted. ``skip_bad_files``: a damaged file is left out whole instead of failing the build.
     """
     if source.kind == "builtin":
-        for unit in builtin.units(source.path)[task.start : None if task.stop < 0 else task.stop]:
-            text = builtin.unit_document(source.path, unit)
+        for name, path in zip(task.names, task.files, strict=True):
+            text = builtin.unit_document(source.path, builtin.Unit(name, path, 0))
             if text is not None:
-                yield text, unit.name, 0
+                yield text, name, 0
         return
     if source.kind == "hf":
         for text, index in read_hf(source, errors, strict):
