@@ -463,8 +463,11 @@ def main() -> None:
     print(f"corpus {corpus}: {len(files)} files, {sum(p.stat().st_size for p in files) / 1e6:.1f} MB; "
           f"workers={args.workers} cpus={os.cpu_count()} python={sys.version.split()[0]} load={loadavg()}")
 
-    # 1. End to end: 1 worker, N workers, Ray.
+    # 1. End to end: 1 worker (in this process, so its CPU time is this process's), N workers, Ray.
+    cpu_before = resource.getrusage(resource.RUSAGE_SELF)
     one_s, one, reference = timed_build(corpus_config(corpus, max_bytes, num_workers=1), tmp / "one")
+    cpu_after = resource.getrusage(resource.RUSAGE_SELF)
+    one_cpu_s = (cpu_after.ru_utime - cpu_before.ru_utime) + (cpu_after.ru_stime - cpu_before.ru_stime)
     load_before, control_before = loadavg(), machine_scaling(2_000_000 if args.smoke else 10_000_000)
     many_s, many, many_hash = timed_build(corpus_config(corpus, max_bytes, num_workers=args.workers), tmp / "many")
     load_after, control_after = loadavg(), machine_scaling(2_000_000 if args.smoke else 10_000_000)
@@ -536,6 +539,8 @@ def main() -> None:
           f"a CPU-bound loop's 2-process speed-up then: {control_before:.2f} -> {control_after:.2f} (2.0 when idle)")
     print(f"data_build_mb_per_s_per_core: {raw_bytes / 1e6 / one_s:.2f}  (1 worker, {raw_bytes / 1e6:.1f} MB, "
           f"{one_s:.1f} s)")
+    print(f"data_build_mb_per_cpu_second: {raw_bytes / 1e6 / one_cpu_s:.2f}  (1 worker; per second of CPU time "
+          f"used, which a loaded machine does not shrink: {one_cpu_s:.1f} s of CPU in {one_s:.1f} s)")
     print(f"data_build_scaling_2_workers: {one_s / many_s:.2f}  (target >= 1.7 on 2 idle cores; "
           f"{args.workers} workers {many_s:.1f} s)")
     print(f"data_build_ray_vs_processes: {ray_line}")

@@ -468,7 +468,7 @@ def build_dataset(cfg: BuildConfig, out_dir: Path, progress: bool = True) -> Pat
         raise
     except BaseException:
         if runner is not None:
-            runner.close()
+            runner.close(wait=False)
         raise  # the work folder stays: the same build resumes from it
     runner.close()
     remove(out_dir / BUILD_PROGRESS)

@@ -249,8 +249,9 @@ class TaskRunner:
             self._pool.shutdown(wait=wait, cancel_futures=True)
             self._pool = None
 
-    def close(self) -> None:
-        self._drop_pool()
+    def close(self, wait: bool = True) -> None:
+        """Stop the workers (``wait``: let them exit first; an idle pool exits at once)."""
+        self._drop_pool(wait)
         if self._ray_started_here:
             import ray
 
