@@ -11,8 +11,9 @@ on bad input removes it (and a dataset folder it made), so nothing half-made is 
 dataset is moved into ``<out>`` with ``manifest.json`` last, so a reader never trusts a half-moved one.
 
 What is built depends on the config and the input only: every stage works in the canonical document
-order (:mod:`glasslab.data.inputs`) and keeps the lowest key of a duplicate group, so the shards, the
-manifest's hash and the report are the same with 1 or 3 workers, on processes or Ray, killed or not.
+order (:mod:`glasslab.data.inputs`) and decides by fixed rules in that order (the lowest key of an exact
+duplicate group stays), so the shards, the manifest's hash and the report are the same with 1 or 3
+workers, on processes or Ray, killed or not.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Duplicate removal as stages that scale: exact (content hashes) and near (MinHash LSH, verified pairs).
 
 Both work on the build's canonical document order (a document's key is its place in the input:
-source, task, position) and keep the **lowest key** of every duplicate group, so what survives does
-not depend on how the work was split or scheduled.
+source, task, position) and decide by a fixed rule in that order (an exact group keeps its **lowest
+key**; near duplicates, below), so what survives does not depend on how the work was split or scheduled.
 
 **Exact**: each document's 128-bit BLAKE2b digest goes to one of :data:`SLOTS` on-disk partitions by
 its leading bits; a partition task sorts its records and removes every key but the lowest of each

@@ -152,7 +152,8 @@ def verify_stage(args: VerifyArgs, folder: Path) -> dict:
 
 
 def cluster_stage(args: tuple[Path, tuple[str, ...]], folder: Path) -> dict:
-    """Union-find over every verified pair; all but each component's lowest key are removed (``removed.npy``)."""
+    """Every verified pair in one graph; the documents its greedy cover removes (``removed.npy``; see
+    :func:`glasslab.data.dedup.cluster_removals`)."""
     work, names = args
     parts = [np.load(work / "verify" / name / "verified.npy") for name in names]
     pairs = np.concatenate(parts) if parts else np.zeros(0, dedup.PAIR)
