@@ -34,7 +34,7 @@ from glasslab.data.build import STEP_NAME, build_step
 from glasslab.data.config import TokenizerConfig
 from glasslab.data.conversations import ConversationsConfig, conversations_step
 from glasslab.evals import TaskConfig
-from glasslab.lab import Step, folder_name, step_hash
+from glasslab.lab import Step, folder_of
 from glasslab.lab.card import Expectation, ExperimentCard
 from glasslab.ladder.plan import LadderPlan, LadderSpec, plan_ladder
 from glasslab.ladder.steps import ladder_steps
@@ -208,16 +208,6 @@ def sft_steps(size: DemoSize, data: Step, hero: Step, device: str = "cpu", threa
                                                  device=device, threads=threads), deps=(hero, conversations))
     export = Step(EXPORT_STEP, export_step, ExportConfig(run=folder_of(sft), step=size.sft_steps), deps=(sft,))
     return [conversations, sft, export]
-
-
-def folder_of(step: Step) -> str:
-    """The folder name (run id) the executor gives ``step``: its hash covers its dependencies' hashes, so
-    the export step can name the hero run it exports before the hero exists."""
-
-    def full_hash(s: Step) -> str:
-        return step_hash(s.name, s.config, {d.name: full_hash(d) for d in s.deps})
-
-    return folder_name(step.name, full_hash(step))
 
 
 def steps() -> list[Step]:

@@ -41,7 +41,9 @@ class TrainStepConfig:
     data_manifest: str = ""
     """sha256 of that dataset's manifest (which holds every shard's and the tokenizer's sha256)."""
     fork: ForkPoint | None = None
-    """Start from another run's checkpoint (``--fork RUN@STEP``); None: from scratch."""
+    """Start from another run's checkpoint (``--fork RUN@STEP``); None: from scratch. A fork without
+    ``run_dir`` starts from the dependency whose folder is ``fork.run`` (a ladder's cooldown branch off
+    its trunk, planned before the trunk exists)."""
     device: str = field(default="cpu", metadata=UNVERSIONED)
     """Where to train (``cpu``, ``cuda``): it changes where, not what, is computed."""
     threads: int = field(default=0, metadata=UNVERSIONED)
@@ -89,6 +91,7 @@ def run_training(ctx: Any, record_extra: dict[str, Any] | None = None,
             raise UserError(f"{cfg.data_path}: not the dataset this run was planned on (its manifest's sha256 "
                             "differs); rebuilt or replaced since?")
         run_cfg = dataclasses.replace(run_cfg, data=dataclasses.replace(run_cfg.data, path=cfg.data_path))
+    fork = _fork_from_inputs(cfg.fork, ctx) if cfg.fork is not None else None
     resume = read_record(ctx.output_dir) is not None
     record_extra = dict(cfg.record_extra if record_extra is None else record_extra)
     if run_cfg.sft is not None and not resume:  # the base model's numbers and replies, beside the run's own
@@ -96,12 +99,23 @@ def run_training(ctx: Any, record_extra: dict[str, Any] | None = None,
 
         record_extra["base"] = sft_baseline(run_cfg, cfg.device)
     all_hooks = [_make_hook(ref) for ref in cfg.hooks] + list(hooks)
-    result = train(run_cfg, ctx.output_dir, resume=resume, fork=None if resume else cfg.fork,
+    result = train(run_cfg, ctx.output_dir, resume=resume, fork=None if resume else fork,
                    record_extra=record_extra, device=cfg.device,
                    hooks=all_hooks)
     if result["status"] != "finished":
         raise TrainingPreempted(result)
     return result
+
+
+def _fork_from_inputs(fork: ForkPoint, ctx: Any) -> ForkPoint:
+    """``fork`` with its parent's folder: as given, else the dependency whose folder is named ``fork.run``."""
+    if fork.run_dir:
+        return fork
+    for folder in getattr(ctx, "inputs", {}).values():
+        if folder.name == fork.run:
+            return dataclasses.replace(fork, run_dir=str(folder))
+    raise UserError(f"step {ctx.name}: fork {fork} names no dependency's run (dependencies: "
+                    f"{', '.join(sorted(f.name for f in ctx.inputs.values())) or 'none'})")
 
 
 def _make_hook(ref: str) -> TrainerHook:
