@@ -13,14 +13,20 @@ from __future__ import annotations
 
 from glasslab.experiments import selfcal_ladder
 from glasslab.lab import Step
+from glasslab.ladder.plan import LadderSpec
 
 LADDER = "selfcal128"
 SEQ_LEN = 128
 CARD = selfcal_ladder.card(LADDER, SEQ_LEN)
 
 
+def spec() -> LadderSpec:
+    """``selfcal_ladder``'s grid at a 128-token context."""
+    return selfcal_ladder.spec(SEQ_LEN, LADDER)
+
+
 def steps() -> list[Step]:
-    return selfcal_ladder.steps_for(selfcal_ladder.spec(SEQ_LEN, LADDER))
+    return selfcal_ladder.steps_for(spec())
 
 
 def smoke_steps() -> list[Step]:
