@@ -429,21 +429,18 @@ def selfcal_report(protocol: str, lab: Path, jobs: int, smoke: bool = False) -> 
               f"{rung['flops']:.3g} FLOPs outside the LM head, loss {rung['loss_mean']:.4f}{spread} "
               f"over {len(rung['losses'])} seeds")
     law, noise = fit["law"], fit["law"]["noise"]
-    print(f"grid law: {law['form']}: " + ", ".join(f"{k} {v:.4g}" for k, v in law["params"].items())
-          + f" ({law['points']} evals; noise: a run's offset {noise['sigma']:.4f} with {noise['dof']} dof, "
-          f"along a curve {noise['sigma_within']:.4f})")
+    print(f"end-point law {law['form']} on {law['points']} branch ends: "
+          + ", ".join(f"{k} {v:.4g}" for k, v in law["params"].items())
+          + f" (a run's offset {noise['sigma']:.4f} with {noise['dof']} dof)")
     print(f"floor: {fit['L_inf']['text']}")
+    shape = fit["curve_law"]
+    print(f"curve law {shape['form']} on {shape['points']} evals: " + ", ".join(
+        f"{k} {v:.4g}" for k, v in shape["params"].items()) + f" (along a curve {shape['noise']['sigma_within']:.4f})")
     grid = fit["grid"]
-    ends = grid["endpoint_law"]
-    if ends.get("fitted"):
-        e_lo, e_hi = ends["E_interval"]
-        print(f"end-point law {ends['form']} on {ends['points']} branch ends: E {ends['params']['E']:.3f} "
-              f"[{e_lo:.3f}, {e_hi:.3f}], alpha {ends['params']['alpha']:.3f}, beta {ends['params']['beta']:.3f}; "
-              f"the hero's final loss {ends['hero']['point']:.4f} [{ends['hero']['lo']:.4f}, {ends['hero']['hi']:.4f}]")
     check = grid["difference_check"]
     if check.get("beta") is not None:
         print(f"difference check: beta {check['beta']:.3f} from {check['pairs']} pairs of branches (E cancels) "
-              f"against the grid law's {check['beta_law']:.3f}")
+              f"against the end-point law's {check['beta_law']:.3f}")
     _print_backtest(fit)
     predicted = fit["prediction"]
     measured = read_rungs([hero_dir])[0].loss_mean if (hero_dir / RESULT_FILE).is_file() else None

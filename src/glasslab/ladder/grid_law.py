@@ -43,7 +43,9 @@ from glasslab.ladder.varpro import ColumnGroup, grid_fit, huber_nonneg_fit
 FORM = "L(N,S1,S2) = E + A * N^-alpha + B * S1^-beta - C * N^-gamma * S2"
 EXPONENT_GRID = tuple(round(0.05 * k, 2) for k in range(1, 31))
 """α and β on the coarse grid: 0.05 … 1.5."""
-GAMMA_GRID = (-0.5, -0.25, 0.0, 0.25, 0.5, 0.75, 1.0)
+GAMMA_GRID = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5)
+"""γ ≥ 0: the annealing gain does not grow with size (a negative γ, fitted on one ladder's rungs, made it
+grow as N^0.95 and put the hero's end below zero)."""
 TAU_GRID = (4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0)
 """The annealing memory τ (optimiser steps) on the grid; the fit keeps the best one."""
 HUBER_DELTA = 1e-3
@@ -164,7 +166,7 @@ def fit_grid_law(data: GridData, *, refine: bool = True) -> GridLaw:
 
     if refine:
         result = minimize(objective, theta, method="Nelder-Mead",
-                          bounds=[(0.01, 3.0), (0.01, 3.0), (-2.0, 3.0), (math.log(TAU_GRID[0] / 2), math.log(4096.0))],
+                          bounds=[(0.01, 3.0), (0.01, 3.0), (0.0, 3.0), (math.log(TAU_GRID[0] / 2), math.log(4096.0))],
                           options={"xatol": 1e-4, "fatol": 1e-10, "maxiter": 800})
         if result.fun <= objective(theta):
             theta = result.x
@@ -267,7 +269,7 @@ def bootstrap_grid_law(data: GridData, law: GridLaw, noise: GridNoise, targets: 
     local = np.arange(-LOCAL_POINTS, LOCAL_POINTS + 1) * LOCAL_STEP
     alphas = [a for a in law.alpha + local if a > 0.005]
     betas = [b for b in law.beta + local if b > 0.005]
-    gammas = list(law.gamma + np.arange(-4, 5) * 0.1)
+    gammas = [g for g in law.gamma + np.arange(-4, 5) * 0.1 if g >= 0]
     taus = [law.tau * 2.0 ** (k / 4) for k in range(-4, 5)]
     groups = _groups(data, alphas, betas, gammas, taus)
     fit = grid_fit(groups, y_Bn, data.weight_n / fitted**2)

@@ -4,8 +4,9 @@ A synthetic grid has the selfcal ladder's shape (four widths, token multiples 0.
 reach, three seeds, the recipe's warmup and 20% cooldowns, evals every 5% of a width's 1× run); each
 family (width, seed) sits off the law by one relative offset and each eval by a little more.
 :func:`interval_coverage` fits many of them as the product does and counts how often the 90% intervals
-hold the truth: the hero's final loss (one run of it), the floor ``E``, and the hero's curve from 10% to
-100% of its training — and how wide the curve's band is (``bench/ladder_bench.py``).
+hold the truth: the hero's final loss (one run of it), the floor ``E`` (the end-point law's, as the
+product reports it), and the hero's curve from 10% to 100% of its training — and how wide the curve's
+band is (``bench/ladder_bench.py``).
 """
 
 from __future__ import annotations
@@ -22,14 +23,8 @@ from glasslab.ladder.curves import (
     schedule_multipliers,
     target_curve,
 )
-from glasslab.ladder.grid_law import (
-    GridLaw,
-    bootstrap_grid_law,
-    estimate_grid_noise,
-    fit_grid_law,
-    grid_data,
-    predict_target,
-)
+from glasslab.ladder.grid_fit import predict_grid
+from glasslab.ladder.grid_law import GridLaw, predict_target
 from glasslab.ladder.predict import CURVE_FRACTIONS
 from glasslab.ladder.uncertainty import percentile_interval
 from glasslab.train.config import ScheduleConfig
@@ -101,25 +96,26 @@ class Coverage:
 def interval_coverage(num_ladders: int, *, law: GridLaw = TRUE_LAW, family_sigma: float = 0.004,
                       eval_sigma: float = 0.001, num_bootstrap: int = 200, level: float = 0.9,
                       hero: TargetCurve | None = None, seed: int = 0) -> Coverage:
-    """Fit ``num_ladders`` synthetic grids of ``law`` as the product does (point fit refined, bootstrap
-    with ``num_bootstrap`` replicates) and count how often their ``level`` intervals hold the truth."""
+    """Predict a hero from ``num_ladders`` synthetic grids of ``law`` as the product does
+    (:func:`~glasslab.ladder.grid_fit.predict_grid`, ``num_bootstrap`` replicates) and count how often the
+    ``level`` intervals hold the truth. The floor the product reports is the end-point law's, the floor of
+    runs that end annealed: the curve law's ``E`` less its full annealing gain ``C`` when that does not shrink
+    with size (γ = 0), else ``E``."""
     hero = hero or synthetic_hero()
     truth = predict_target(law, hero)
     late = np.asarray(hero.fractions) >= 0.1 - 1e-9
+    annealed_floor = law.E - (law.C if law.gamma == 0 else 0.0)
     final = floor = 0
     curve, halfwidth = [], []
     for k in range(num_ladders):
         rng = np.random.default_rng(seed + k)
-        data = grid_data(synthetic_grid(rng, law, family_sigma=family_sigma, eval_sigma=eval_sigma))
-        fitted = fit_grid_law(data)
-        noise = estimate_grid_noise(data, fitted)
-        replicates = bootstrap_grid_law(data, fitted, noise, [hero], level=level, num_bootstrap=num_bootstrap, rng=rng)
+        grid = predict_grid(synthetic_grid(rng, law, family_sigma=family_sigma, eval_sigma=eval_sigma), hero,
+                            level=level, num_bootstrap=num_bootstrap, rng=rng)
         run = truth * (1 + family_sigma * rng.standard_normal())
-        lo, hi = percentile_interval(replicates.targets[0], level)
-        final += bool(lo[-1] <= run[-1] <= hi[-1])
-        E_lo, E_hi = percentile_interval(replicates.params[:, [0]], level)
-        floor += bool(E_lo[0] <= law.E <= E_hi[0])
-        curve.append(float(np.mean((lo[late] <= run[late]) & (run[late] <= hi[late]))))
-        halfwidth.append(float(np.median((hi[late] - lo[late]) / 2 / predict_target(fitted, hero)[late])))
+        final += bool(grid.lo[-1] <= run[-1] <= grid.hi[-1])
+        E_lo, E_hi = percentile_interval(grid.end_params[:, [0]], level)
+        floor += bool(E_lo[0] <= annealed_floor <= E_hi[0])
+        curve.append(float(np.mean((grid.lo[late] <= run[late]) & (run[late] <= grid.hi[late]))))
+        halfwidth.append(float(np.median((grid.hi[late] - grid.lo[late]) / 2 / grid.point[late])))
     return Coverage(final / num_ladders, floor / num_ladders, float(np.mean(curve)), 100 * float(np.median(halfwidth)),
                     num_ladders)
