@@ -65,15 +65,16 @@ class FitStepConfig:
     target_size: tuple[float, float] | None = None
     """(active parameters, training tokens) of the target run, for approach 3's prediction of it."""
     grid: GridTarget | None = None
-    """Floor mode ``grid``: the hero's run as the grid law needs it; the law is fitted on the rungs' and
-    trunks' curves and ``L_inf`` must be None (None: the compute law ``L(C)``)."""
+    """Floor mode ``grid``: the hero's run as the grid fit needs it (``grid_fit``: the end-point law on the
+    branches' final losses, the curve law on every trunk's and branch's curve); ``L_inf`` must be None.
+    None: the compute law ``L(C)``."""
     trunk_steps: tuple[str, ...] = ()
     """Grid mode: names of the dependencies whose folders are the constant-LR trunks."""
 
 
 @dataclass(frozen=True)
 class GridTarget:
-    """The run a grid fit predicts, as its curve law reads a run: size, schedule, batch and steps."""
+    """The run a grid fit predicts, as its laws read a run: size, schedule, batch and steps."""
 
     params: float
     """Non-embedding active parameters (the law's N)."""
