@@ -63,9 +63,10 @@ SELFCAL_HEADLINES = ["ladder_selfcal_extrapolation", "ladder_selfcal_rel_error_p
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # two ladders of ten tiny runs and a data build: minutes, more on a busy machine
 def test_ladder_bench_selfcal_smoke_trains_both_protocols_and_prints_their_headlines(tmp_path):
     done = subprocess.run([sys.executable, str(BENCH / "ladder_bench.py"), "--selfcal", "--smoke"],
-                          env=subprocess_env(), capture_output=True, text=True, timeout=1200, cwd=tmp_path)
+                          env=subprocess_env(), capture_output=True, text=True, timeout=1700, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     printed = dict(HEADLINE.findall(done.stdout))
     missing = [name for name in SELFCAL_HEADLINES if name not in printed]
