@@ -18,6 +18,14 @@ Part 4 (``--isoflop --lab LAB``): trains ``isoflop_ladder`` into LAB (sharing th
 step), and reports approach 3's compute-optimal tokens per parameter with its interval and its
 prediction of the long ladder's hero (when LAB holds it) beside L(C)'s.
 
+Part 5 (``--selfcal --lab LAB``): trains the two self-calibrated grid ladders into LAB — protocol (a)
+``selfcal_ladder`` (the long ladder's data at context 64, its d88 hero: a back-test, the hero's loss is
+known) and protocol (b) ``selfcal_ladder_128`` (context 128, configuration fixed in advance in
+``docs/ladder.md``) — and reports, for each, the floor the grid found with its interval, the hero's
+registered prediction against its final loss, and its whole curve against the band. ``--protocol a`` or
+``b`` trains one. The synthetic part adds the grid fit's coverage over synthetic grids drawn from a known
+law (with the fitted law and noise of protocol (a) when LAB holds it).
+
 With ``--estimate`` (instead of ``--lab``), parts 3 and 4 train nothing: each planned run's step is
 timed in CPU seconds per thread (a quiet machine's wall time, even when the machine is shared) and
 the ladder's training minutes are projected from the plan's step counts.
@@ -27,6 +35,8 @@ the ladder's training minutes are projected from the plan's step counts.
     python bench/ladder_bench.py --isoflop --lab LAB          # <= 30 min on 2 cores
     python bench/ladder_bench.py --long --isoflop --estimate  # minutes: projected training time
     python bench/ladder_bench.py --lab LAB --ladder tiny --L-inf 1.0 --sweep 0.5 1.5
+    python bench/ladder_bench.py --selfcal --lab LAB          # <= 90 min per protocol on 2 cores
+    python bench/ladder_bench.py --selfcal --smoke            # minutes: both protocols' DAGs, tiny
 """
 
 from __future__ import annotations
@@ -35,6 +45,8 @@ import argparse
 import csv
 import json
 import os
+import shutil
+import tempfile
 import time
 from pathlib import Path
 
@@ -45,6 +57,8 @@ from glasslab import track
 from glasslab.ladder.approach3 import Approach3Law, fit_approach3
 from glasslab.ladder.compute_law import ComputeLaw
 from glasslab.ladder.fit import fit_ladder, read_fit
+from glasslab.ladder.grid_law import GridLaw
+from glasslab.ladder.grid_sim import TRUE_LAW, interval_coverage
 from glasslab.ladder.predict import CURVE_FRACTIONS, predict
 from glasslab.ladder.rungs import Rung
 from glasslab.ladder.runs import find_ladder_runs, read_rungs
@@ -269,19 +283,23 @@ def estimate_minutes(name: str, jobs: int, smoke: bool) -> float:
     """Print each planned run's measured step time and minutes; return the ladder's projected wall
     minutes on a quiet machine: rungs ``jobs`` at a time (one thread each), then the hero (``jobs``
     threads). Training steps only: the data build, evals and the fit come on top."""
-    from glasslab.experiments import isoflop_ladder, long_ladder
+    import importlib
+
     from glasslab.ladder.plan import plan_ladder
 
-    plan = plan_ladder((long_ladder if name == "long_ladder" else isoflop_ladder).spec())
+    plan = plan_ladder(importlib.import_module(f"glasslab.experiments.{name}").spec())
     rung_minutes = 0.0
-    for rung in plan.rungs:
-        seconds = measured_step_seconds(rung, 1, 2 if smoke else 10)
-        minutes = seconds * rung.steps / 60
+    timed: dict[str, float] = {}  # a grid's branches share their trunk's model and batch: one timing a width
+    for rung in (*plan.trunks, *plan.rungs):
+        key = rung.trunk or rung.name
+        seconds = timed[key] = timed.get(key) or measured_step_seconds(rung, 1, 2 if smoke else 10)
+        steps = rung.steps - rung.fork_step  # a branch trains only its cooldown
+        minutes = seconds * steps / 60
         rung_minutes += minutes * len(rung.seeds)
-        print(f"{name} {rung.name}: {1e3 * seconds:.0f} ms/step × {rung.steps} steps = {minutes:.1f} min "
-              f"× {len(rung.seeds)} seeds ({rung.flops / (60 * minutes) / 1e9:.1f} GFLOP/s, one thread)")
+        print(f"{name} {rung.name}: {1e3 * seconds:.0f} ms/step × {steps} steps = {minutes:.1f} min "
+              f"× {len(rung.seeds)} seeds")
     hero_minutes = 0.0
-    if name == "long_ladder":
+    if name != "isoflop_ladder":
         # Timed on one thread: on a shared machine a second thread's spin-waits count as CPU time. The
         # projection divides by the threads, so it is the ideal-scaling (lower) end.
         seconds = measured_step_seconds(plan.hero, 1, 1 if smoke else 3)
@@ -388,6 +406,81 @@ def isoflop_report(lab: Path, jobs: int, smoke: bool = False) -> dict[str, float
     return headlines
 
 
+SELFCAL = {"a": "selfcal_ladder", "b": "selfcal_ladder_128"}
+"""The two protocols of docs/ladder.md: (a) the back-test at context 64, (b) context 128, fixed in advance."""
+
+
+def selfcal_report(protocol: str, lab: Path, jobs: int, smoke: bool = False) -> dict:
+    """Train (or reuse) protocol ``protocol``'s grid ladder (its smoke size with ``smoke``) in ``lab``; print
+    the floor, the grid's checks, the hero against its registered prediction and its curve against the band;
+    return headlines."""
+    import importlib
+
+    name = SELFCAL[protocol]
+    folders, wall = run_experiment(name, lab, jobs, smoke)
+    ladder = importlib.import_module(f"glasslab.experiments.{name}").LADDER + ("-smoke" if smoke else "")
+    fit = read_fit(folders[f"{ladder}-fit"] / FIT_FILE)
+    hero_dir = folders[f"{ladder}-hero"]
+    print(f"--- protocol ({protocol}): {name}, ladder {ladder}")
+    for rung in fit["rungs"]:
+        spread = f" ± {rung['loss_std']:.4f}" if len(rung["losses"]) > 1 else ""
+        ratio = rung["tokens"] / rung["params_active"]
+        print(f"grid point {rung['name']} ({rung['size_name']}): {ratio:.1f} tokens/param, "
+              f"{rung['flops']:.3g} FLOPs outside the LM head, loss {rung['loss_mean']:.4f}{spread} "
+              f"over {len(rung['losses'])} seeds")
+    law, noise = fit["law"], fit["law"]["noise"]
+    print(f"end-point law {law['form']} on {law['points']} branch ends: "
+          + ", ".join(f"{k} {v:.4g}" for k, v in law["params"].items())
+          + f" (a run's offset {noise['sigma']:.4f} with {noise['dof']} dof)")
+    print(f"floor: {fit['L_inf']['text']}")
+    shape = fit["curve_law"]
+    print(f"curve law {shape['form']} on {shape['points']} evals: " + ", ".join(
+        f"{k} {v:.4g}" for k, v in shape["params"].items()) + f" (along a curve {shape['noise']['sigma_within']:.4f})")
+    grid = fit["grid"]
+    check = grid["difference_check"]
+    if check.get("beta") is not None:
+        print(f"difference check: beta {check['beta']:.3f} from {check['pairs']} pairs of branches (E cancels) "
+              f"against the end-point law's {check['beta_law']:.3f}")
+    _print_backtest(fit)
+    predicted = fit["prediction"]
+    measured = read_rungs([hero_dir])[0].loss_mean if (hero_dir / RESULT_FILE).is_file() else None
+    top = max(r["flops"] for r in fit["rungs"])
+    reach = predicted["flops"] / top
+    print(f"hero: registered {predicted['point']:.4f} [{predicted['lo']:.4f}, {predicted['hi']:.4f}] at "
+          f"{predicted['flops']:.3g} FLOPs outside the LM head ({reach:.0f}x the top grid point)")
+    headlines = {"extrapolation": reach, "floor": fit["L_inf"]["value"], "floor_lo": fit["L_inf"]["lo"],
+                 "floor_hi": fit["L_inf"]["hi"], "rel_error_pct": float("nan"), "covered": None,
+                 "curve_coverage": float("nan"), "curve_halfwidth_pct": float("nan"),
+                 # The data step is shared by both protocols in one lab: its time belongs to the first.
+                 "minutes": _span_minutes({k: v for k, v in folders.items() if k != "data"} if protocol == "b"
+                                          else folders), "law": law["params"], "noise": noise["sigma"]}
+    late = [c for c in fit["curve"] if c["fraction"] >= 0.1 - 1e-9]
+    headlines["curve_halfwidth_pct"] = float(np.median([100 * (c["hi"] - c["lo"]) / 2 / c["point"] for c in late]))
+    if measured is not None:
+        error = 100 * (predicted["point"] - measured) / measured
+        covered = predicted["lo"] <= measured <= predicted["hi"]
+        print(f"hero measured {measured:.4f}: error {error:+.2f}%, inside the 90% interval: {covered}")
+        hero = read_rungs([hero_dir])[0]
+        at = {**hero.partial, 1.0: (hero.loss_mean,)}
+        print("hero curve (fraction of training: predicted [90%], measured, error, inside the band):")
+        inside = []
+        for c in fit["curve"]:
+            if c["fraction"] in at:
+                actual = float(np.mean(at[c["fraction"]]))
+                ok = c["lo"] <= actual <= c["hi"]
+                if c["fraction"] >= 0.1 - 1e-9:
+                    inside.append(ok)
+                print(f"  {c['fraction']:4.0%}: {c['point']:.4f} [{c['lo']:.4f}, {c['hi']:.4f}] vs {actual:.4f}  "
+                      f"{100 * (c['point'] - actual) / actual:+6.2f}%  {ok}")
+        headlines.update(rel_error_pct=error, covered=covered, curve_coverage=float(np.mean(inside)) if inside else
+                         float("nan"))
+    else:
+        print("hero: not finished in this lab")
+    print(f"protocol ({protocol}): {wall / 60:.1f} min in this call; steps span {headlines['minutes']:.1f} min "
+          f"(load average now {os.getloadavg()[0]:.1f})")
+    return headlines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lab", type=Path, default=None, help="lab root holding (or to hold) trained ladders")
@@ -396,6 +489,11 @@ def main() -> None:
     parser.add_argument("--sweep", nargs="*", type=float, default=[])
     parser.add_argument("--long", action="store_true", help="train (or reuse) long_ladder in --lab and report")
     parser.add_argument("--isoflop", action="store_true", help="train (or reuse) isoflop_ladder in --lab and report")
+    parser.add_argument("--selfcal", action="store_true",
+                        help="train (or reuse) the self-calibrated grid ladders, protocols (a) and (b), and report")
+    parser.add_argument("--protocol", choices=("a", "b", "both"), default="both", help="with --selfcal: which")
+    parser.add_argument("--ladders", type=int, default=None,
+                        help="synthetic grids for the grid fit's coverage (default 100; 2 with --smoke)")
     parser.add_argument("--jobs", type=int, default=2, help="steps at once for --long/--isoflop (default 2)")
     parser.add_argument("--estimate", action="store_true",
                         help="with --long/--isoflop: measure each planned run's step time and project the "
@@ -406,15 +504,28 @@ def main() -> None:
     args = parser.parse_args()
     if (args.long or args.isoflop or args.ladder) and args.lab is None and not args.estimate:
         parser.error("--long, --isoflop and --ladder need --lab (or --estimate)")
+    if args.selfcal and args.lab is None and not (args.smoke or args.estimate):
+        parser.error("--selfcal needs --lab (or --smoke, which trains into a temporary lab)")
 
     estimates = {}
     if args.estimate:
-        for flag, name in ((args.long, "long_ladder"), (args.isoflop, "isoflop_ladder")):
+        protocols = (("a", "b") if args.protocol == "both" else (args.protocol,)) if args.selfcal else ()
+        for flag, name in ((args.long, "long_ladder"), (args.isoflop, "isoflop_ladder"),
+                           *((True, SELFCAL[p]) for p in protocols)):
             if flag:
                 estimates[name] = estimate_minutes(name, args.jobs, args.smoke)
-        args.long = args.isoflop = False
+        args.long = args.isoflop = args.selfcal = False
     long = long_report(args.lab, args.jobs, args.smoke) if args.long else None  # training first: it takes the hour
     iso = isoflop_report(args.lab, args.jobs, args.smoke) if args.isoflop else None
+    selfcal = {}
+    if args.selfcal:
+        lab = args.lab or Path(tempfile.mkdtemp(prefix="selfcal-smoke-"))
+        try:
+            for protocol in ("a", "b") if args.protocol == "both" else (args.protocol,):
+                selfcal[protocol] = selfcal_report(protocol, lab, args.jobs, args.smoke)
+        finally:
+            if args.lab is None:
+                shutil.rmtree(lab, ignore_errors=True)
     error = None
     if args.ladder is not None:
         error = trained_ladder_report(args.lab, args.ladder, None if args.L_inf == "free" else float(args.L_inf),
@@ -427,6 +538,15 @@ def main() -> None:
     coverage_exact = coverage("exact", replicates)
     coverage_free = coverage("free", replicates // 5)
     coverage_misspecified = coverage("misspecified", replicates)
+    # The grid fit's intervals over synthetic grids of a known law: protocol (a)'s fitted law and run noise when
+    # it was fitted here (the rungs' noise), else a law of the same shape.
+    source = selfcal.get("a") if selfcal and not args.smoke else None
+    grid_law = GridLaw(**source["law"]) if source else TRUE_LAW
+    ladders = args.ladders or (2 if args.smoke else 100)
+    start = time.perf_counter()
+    grid = interval_coverage(ladders, law=grid_law, family_sigma=source["noise"] if source else 0.004,
+                             num_bootstrap=100 if args.smoke else 200)
+    grid_seconds = time.perf_counter() - start
 
     print(f"bootstrap refit: {vectorised * 1e6:.0f} us/replicate vectorised, {looped * 1e6:.0f} us/replicate "
           "with one scipy least_squares per replicate")
@@ -439,11 +559,16 @@ def main() -> None:
     print(f"ladder_interval_coverage_free: {coverage_free:.3f}  (target 0.85-0.95; {replicates // 5} ladders)")
     print(f"ladder_interval_coverage_misspecified_L_inf: {coverage_misspecified:.3f}  (target 0.85-0.95; true L∞ "
           f"within ±0.3 of the pinned value, default interval; {replicates} ladders)")
+    print(f"ladder_selfcal_interval_coverage: {grid.final:.3f}  (target 0.85-0.95; the hero's final loss over "
+          f"{grid.ladders} synthetic grids of {'protocol (a)' if source else 'a'} known law; floor E {grid.floor:.3f}, "
+          f"curve 10-100% {grid.curve:.3f}, band half-width {grid.curve_halfwidth_pct:.2f}%; "
+          f"{grid_seconds / grid.ladders:.1f} s a grid)")
     if args.ladder is not None:
         print(f"ladder_backtest_rel_error_pct: {'n/a' if error is None else f'{error:.2f}'}  (target <= 1.5)")
     for name, minutes in estimates.items():
+        target = {"long_ladder": 60, "isoflop_ladder": 30}.get(name, 90)
         print(f"ladder_{name.removesuffix('_ladder')}_estimated_training_minutes: {minutes:.0f}  (target <= "
-              f"{60 if name == 'long_ladder' else 30} in all; measured step times, quiet machine)")
+              f"{target} in all; measured step times, quiet machine)")
     if long is not None:
         print(f"ladder_long_extrapolation: {long['extrapolation']:.0f}  (target >= 30)")
         print(f"ladder_long_rel_error_pct: {long['rel_error_pct']:+.2f}  (target |E| <= 2.0, stretch <= 1.0; "
@@ -452,10 +577,35 @@ def main() -> None:
               "(context: the predicted curve from 50% of training on)")
         print(f"ladder_long_rollbacks: {long['rollbacks']}  (target 0)")
         print(f"ladder_long_minutes: {long['minutes']:.1f}  (target <= 60 on 2 cores with 2 jobs)")
+    if selfcal:
+        _print_selfcal_headlines(selfcal)
     if iso is not None:
         print(f"ladder_approach3_tokens_per_param: {iso['tokens_per_param']:.1f}  (90% interval "
               f"{iso['tokens_per_param_lo']:.1f}-{iso['tokens_per_param_hi']:.1f}; at the long hero's compute)")
         print(f"ladder_approach3_long_hero_rel_error_pct: {iso['hero_error_pct']:+.2f}  (context: L(C)'s above)")
+
+
+def _print_selfcal_headlines(selfcal: dict[str, dict]) -> None:
+    a, b = selfcal.get("a"), selfcal.get("b")
+
+    def error(h: dict | None) -> str:
+        if h is None or h["covered"] is None:
+            return "n/a  (not trained in this call)" if h is None else "n/a  (the hero has not finished)"
+        return f"{h['rel_error_pct']:+.2f}  (target |E| <= 2.0, goal <= 1.0; inside the 90% interval: {h['covered']})"
+
+    first = a or b
+    print(f"ladder_selfcal_extrapolation: {first['extrapolation']:.0f}  (target >= 100; the hero's compute over the "
+          f"top grid point's, protocol ({'a' if a else 'b'}))")
+    print(f"ladder_selfcal_rel_error_pct: {error(a)}")
+    print(f"ladder_selfcal_second_config_rel_error_pct: {error(b)}")
+    for tag, h in (("", first), ("_second_config", b if a else None)):
+        if h is not None:
+            print(f"ladder_floor_estimate{tag}: {h['floor']:.3f}  (90% interval "
+                  f"{h['floor_lo']:.3f}-{h['floor_hi']:.3f}; estimated from the rungs)")
+            print(f"ladder_curve_band_coverage{tag}: {h['curve_coverage']:.3f}  (target >= 0.85; the hero's evals "
+                  "from 10% to 100% of its training inside the band)")
+            print(f"ladder_curve_band_median_halfwidth_pct{tag}: {h['curve_halfwidth_pct']:.2f}  (target <= 4)")
+            print(f"ladder_selfcal_minutes{tag}: {h['minutes']:.1f}  (target <= 90 on 2 cores)")
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ HEADLINES = {
                       "eval_task_backtest_abs_error_points"],
     "lab_bench.py": ["lab/overhead_per_step_s", "lab/jobs2_speedup", "lab/plan_1000_steps_s"],
     "ladder_bench.py": ["ladder_full_fit_seconds", "ladder_interval_coverage_pinned",
-                        "ladder_interval_coverage_misspecified_L_inf"],
+                        "ladder_interval_coverage_misspecified_L_inf", "ladder_selfcal_interval_coverage"],
     "model_bench.py": ["cpu_moe_model_flops_fraction_of_matmul", "cpu_moe_train_speedup_vs_qwen3moe_grouped_mm_experts",
                        "cpu_dense_model_flops_fraction_of_matmul", "host_syncs_per_step", "recompiles_after_step_1"],
     "observatory_bench.py": ["series_1M_to_2000_http_ms", "live_latency_p95_s", "log_cost_pct_of_50ms_step",
@@ -58,6 +58,24 @@ def test_bench_smoke_prints_its_headlines(script, tmp_path):
     printed = dict(HEADLINE.findall(done.stdout))
     missing = [name for name in HEADLINES[script] if name not in printed]
     assert not missing, f"{script} --smoke did not print {missing}:\n{done.stdout[-2000:]}"
+
+
+SELFCAL_HEADLINES = ["ladder_selfcal_extrapolation", "ladder_selfcal_rel_error_pct",
+                     "ladder_selfcal_second_config_rel_error_pct", "ladder_floor_estimate",
+                     "ladder_curve_band_coverage", "ladder_curve_band_median_halfwidth_pct", "ladder_selfcal_minutes"]
+"""What ``ladder_bench.py --selfcal`` prints (issue 31's names)."""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)  # two ladders of ten tiny runs and a data build: minutes, more on a busy machine
+def test_ladder_bench_selfcal_smoke_trains_both_protocols_and_prints_their_headlines(tmp_path):
+    done = subprocess.run([sys.executable, str(BENCH / "ladder_bench.py"), "--selfcal", "--smoke"],
+                          env=subprocess_env(), capture_output=True, text=True, timeout=1700, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    printed = dict(HEADLINE.findall(done.stdout))
+    missing = [name for name in SELFCAL_HEADLINES if name not in printed]
+    assert not missing, f"ladder_bench.py --selfcal --smoke did not print {missing}:\n{done.stdout[-2000:]}"
+    assert "--- protocol (a)" in done.stdout and "--- protocol (b)" in done.stdout
 
 
 GPU_CHECK_SECTIONS = ("environment", "cuda_tests", "model_bench", "demo_quick", "fsdp2")

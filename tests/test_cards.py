@@ -80,6 +80,21 @@ def test_results_inside_outside_missing(tmp_path, status, loss, tokens_per_s, ve
     assert "## Incidents\n\nnone" in markdown
 
 
+@pytest.mark.parametrize(("floor", "text"), [
+    ({"mode": "grid", "value": 1.23, "lo": 1.1, "hi": 1.35, "text": "estimated from the rungs: E = 1.230 [1.100, "
+      "1.350] (90%)"}, "estimated from the rungs: E = 1.230 [1.100, 1.350] (90%)"),
+    ({"mode": "pinned", "value": 1.1}, "pinned at L∞ = 1.1"),  # registered before the words were
+])
+def test_a_ladder_predictions_floor_is_on_the_card(tmp_path, floor, text):
+    root = _toy_lab(tmp_path / "lab", "succeeded", 2.05)
+    registry.register(root, "toy/loss", metric="eval/macro/loss", point=2.01, low=1.9, high=2.1, target="train",
+                      source="fit-bbbb2222", details={"L_inf": floor}, replace=True)
+    hero = card_results(root, "toy")["expectations"][0]
+    assert hero["floor"] == text and hero["source"] == f"registry: toy/loss; floor {text}"
+    assert f"floor {text}" in card_markdown(card_results(root, "toy"))
+    assert card_results(root, "toy")["expectations"][1]["floor"] == ""
+
+
 def test_expectation_needs_a_band_or_a_prediction():
     with pytest.raises(UserError, match="expected a band"):
         Expectation("x", step="train", metric="loss")

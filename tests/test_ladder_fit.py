@@ -127,7 +127,8 @@ def test_cli_fit_writes_fit_json_and_figures(tmp_path):
     assert "prediction at 1e+18 FLOPs" in done.stdout and "back-test" in done.stdout
     fit = json.loads((out / "fit.json").read_text())
     assert fit["L_inf"] == {"mode": "pinned", "value": 1.8, "sweep": [1.7, 1.9],
-                            "prior": {"kind": "uniform", "low": 1.7, "high": 1.9, "source": "sweep span"}}
+                            "prior": {"kind": "uniform", "low": 1.7, "high": 1.9, "source": "sweep span"},
+                            "text": "pinned by the user: L∞ = 1.8 (its interval spread over 1.70–1.90)"}
     assert (out / "ladder.png").is_file() and (out / "ladder.svg").is_file()
 
 

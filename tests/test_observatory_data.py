@@ -8,7 +8,7 @@ import os
 import pytest
 
 from glasslab.observatory.lab_scan import Lab
-from glasslab.observatory.ladder_page import registry_entries, with_uncertainty
+from glasslab.observatory.ladder_page import floor_line, registry_entries, with_uncertainty
 from glasslab.observatory.page_data import build_page
 from glasslab.observatory.relations import Relations
 from glasslab.observatory.run_page import chance_levels, group_panels
@@ -33,6 +33,16 @@ def lab(tmp_path_factory):
 ])
 def test_parameters_are_rounded_to_their_uncertainty(value, se, text):
     assert with_uncertainty(value, se) == text
+
+
+def test_the_floor_line_says_where_the_floor_came_from():
+    estimated = {"mode": "grid", "value": 1.23, "lo": 1.1, "hi": 1.35,
+                 "text": "estimated from the rungs: E = 1.230 [1.100, 1.350] (90%)"}
+    assert floor_line({"L_inf": estimated}) == estimated["text"]
+    # Fits written before the words: from the mode and the value.
+    assert floor_line({"L_inf": {"mode": "pinned", "value": 1.1}}) == "pinned by the user: L∞ = 1.1"
+    assert floor_line({"L_inf": {"mode": "free", "value": 0.42}}) == "fitted freely to the rungs by L(C): L∞ = 0.420"
+    assert floor_line({}) == ""
 
 
 def test_verdict_final_so_far_stopped_and_pending():

@@ -129,6 +129,8 @@ def test_ladder_page_states_the_verdict_first(site, page):
     assert verdict.inner_text() == f"Verdict: {expected}"
     assert page.locator("main > *").nth(1).get_attribute("id") == "verdict"  # first, under the title
     assert "outside" in verdict.get_attribute("class")
+    # Where the floor came from (a fit written before fits said it in words: from its mode and value).
+    assert page.locator("#floor").inner_text() == "Floor: fitted freely to the rungs by L(C): L∞ = 1.900"
     chart = page.evaluate("""() => { const u = window.GLASSLAB_CHARTS.ladder;
         return {labels: u.series.map(s => s.label), bands: u.bands.length}; }""")
     assert {"prediction band hi", "prediction band lo", "rung seed 0", "rung seed 1", f"hero {HERO}",

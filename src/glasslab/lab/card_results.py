@@ -61,8 +61,9 @@ def card_results(lab_root: str | Path, name: str) -> dict[str, Any]:
 
     Keys: ``name``, ``title``, ``question``, ``design``, ``version`` and ``versions`` (each stored card
     version: number, hash, stored_at), ``status`` (pending|running|failed|succeeded), ``expectations``
-    (name, source, metric, step, folder, page, low, high, point, unit, actual, so_far, inside, and their
-    ``*_text``; ``actual_display``), ``steps`` (name, folder, status, attempts, seconds, page, figures: a fit's PNGs),
+    (name, source, floor (where a ladder prediction's loss floor came from), metric, step, folder, page,
+    low, high, point, unit, actual, so_far, inside, and their ``*_text``; ``actual_display``), ``steps``
+    (name, folder, status, attempts, seconds, page, figures: a fit's PNGs),
     ``incidents`` (kind, word, folder, page, at_step, time, title, severity), ``totals`` (flops,
     step_seconds, wall_seconds, tokens), ``verdict`` (confirmed|refuted|open), ``verdict_text``,
     ``conclusions``. Raises UserError when the experiment has not run in this lab.
@@ -138,12 +139,15 @@ def _expectation(root: Path, e: dict[str, Any], folders: dict[str, str]) -> dict
     row = {"name": e["name"], "unit": e.get("unit", ""), "point": None, "registered": None}
     if e.get("prediction"):
         entry = predictions(root).get(e["prediction"])
-        row.update(source=f"registry: {e['prediction']}", metric=(entry or {}).get("metric", ""),
+        floor = _floor_text(entry)
+        row.update(source=f"registry: {e['prediction']}" + (f"; floor {floor}" if floor else ""), floor=floor,
+                   metric=(entry or {}).get("metric", ""),
                    step=(entry or {}).get("target", ""), low=(entry or {}).get("low"),
                    high=(entry or {}).get("high"), point=(entry or {}).get("point"),
                    registered=(entry or {}).get("registered_at"))
     else:
-        row.update(source="card", metric=e["metric"], step=e["step"], low=e.get("low"), high=e.get("high"))
+        row.update(source="card", floor="", metric=e["metric"], step=e["step"], low=e.get("low"),
+                   high=e.get("high"))
     folder = folders.get(row["step"])
     row["folder"] = folder
     actual = so_far = None
@@ -165,6 +169,18 @@ def _expectation(root: Path, e: dict[str, Any], folders: dict[str, str]) -> dict
     # What every view prints in the "actual" column: a running run's value so far does not count.
     row["actual_display"] = row["actual_text"] + (f" (so far {row['so_far_text']})" if row["so_far_text"] else "")
     return row
+
+
+def _floor_text(entry: dict[str, Any] | None) -> str:
+    """Where a registered ladder prediction's loss floor came from (its ``details.L_inf``): the ladder's
+    words when it wrote them, else the mode and value; empty for other predictions."""
+    floor = ((entry or {}).get("details") or {}).get("L_inf")
+    if not isinstance(floor, dict):
+        return ""
+    if isinstance(floor.get("text"), str):
+        return floor["text"]
+    value = floor.get("value")
+    return f"{floor.get('mode', '?')} at L∞ = {value:.3g}" if isinstance(value, (int, float)) else ""
 
 
 def _number(value: Any) -> float | None:

@@ -199,8 +199,9 @@ def folder_name(name: str, full_hash: str) -> str:
 
 
 def planned_folder_name(step: Step) -> str:
-    """The folder name (run id) the executor will give ``step``: its hash covers its dependencies' hashes,
-    so a later step (an export) can name an earlier one's output (the run it exports) before it exists."""
+    """The folder name (run id) the executor will give ``step``: its hash covers its dependencies' hashes, so
+    a step can name a dependency's run (the run an export exports, the run a fork starts from) before it
+    exists."""
 
     def full_hash(s: Step) -> str:
         return step_hash(s.name, s.config, {d.name: full_hash(d) for d in s.deps})

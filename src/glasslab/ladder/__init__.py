@@ -2,7 +2,7 @@
 
 Modules, one idea each (imported directly; this package imports nothing so ``fit`` stays torch-free):
 
-- ``plan``: ``LadderSpec`` → ``plan_ladder`` (width ladder, budgets, isoFLOP), the named batch/learning-rate
+- ``plan``: ``LadderSpec`` → ``plan_ladder`` (width ladder, budgets, isoFLOP, grid), the named batch/learning-rate
   rule (``ScalingRule``), ``rung_record_extra`` for the runs, ``plan_table``.
 - ``rungs``: ``Rung`` (what a rung's seeds measured) and the input checks; ``runs``: rungs from run
   folders; ``points``: rungs from a CSV or JSON file of (flops, loss[, seed, params, tokens]) points.
@@ -13,5 +13,9 @@ Modules, one idea each (imported directly; this package imports nothing so ``fit
 - ``fit``: the whole analysis as ``fit.json`` (``fit_ladder``, ``write_fit``, ``read_fit``);
   ``figures``: the PNG/SVG; ``preregister``: the hero's prediction in the lab's registry and its run.json,
   and the band watcher (a trainer hook); ``summary``: the tables a person reads (fit, rungs, hero);
-  ``steps``: a plan as executor steps (rungs, fit, hero).
+  ``steps``: a plan as executor steps (rungs, grid trunks and their cooldown branches, fit, hero).
+- Floor mode ``grid``: ``curves`` (runs' eval curves with their schedule's forward and annealing areas),
+  ``varpro`` (variable projection: exponents on a grid, coefficients in closed form, many data sets at
+  once), ``grid_law`` (``L(N, S1, S2)``, its fit and family bootstrap), ``grid_fit`` (its ``fit.json``: the
+  floor, the hero's whole curve, the back-test and checks), ``grid_sim`` (synthetic grids: coverage).
 """

@@ -1,9 +1,10 @@
 """The ladder's figure: loss against compute on log-log axes, as PNG and SVG (matplotlib, Agg).
 
 It shows what the fit saw and what it claims: every seed of every rung, the rung means with their
-seed spread, the fitted law extended to the target, the predicted curve of the hero with its 90%
-band (every 5% of training), the end-point prediction, and — once it exists — the hero's measured
-loss. It is drawn from a ``fit.json`` dict alone, so anyone can redraw it from the published file.
+seed spread, the fitted law extended to the target (a grid fit: the floor it estimated, with its
+interval), the predicted curve of the hero with its 90% band (every 5% of training), the end-point
+prediction, and — once it exists — the hero's measured loss. It is drawn from a ``fit.json`` dict
+alone, so anyone can redraw it from the published file.
 """
 
 from __future__ import annotations
@@ -34,9 +35,15 @@ def draw_fit(fit: dict[str, Any], out_dir: str | Path, *, stem: str = "ladder",
     ax.errorbar([r["flops"] for r in fit["rungs"]], [r["loss_mean"] for r in fit["rungs"]],
                 yerr=[r["loss_std"] for r in fit["rungs"]], fmt="o", color="C0", capsize=3, zorder=3,
                 label="rungs (mean ± seed s.d.)")
+    grid = fit["L_inf"].get("mode") == "grid"  # several grid points share a size: name them by width and tokens
     for rung in fit["rungs"]:
-        ax.annotate(rung["size_name"] or rung["name"], (rung["flops"], rung["loss_mean"]),
+        ax.annotate(rung["name"] if grid else rung["size_name"] or rung["name"], (rung["flops"], rung["loss_mean"]),
                     textcoords="offset points", xytext=(4, 6), fontsize=7, color="C0")
+    if grid:
+        floor = fit["L_inf"]
+        ax.axhspan(floor["lo"], floor["hi"], color="C4", alpha=0.12, lw=0)
+        ax.axhline(floor["value"], color="C4", lw=1, ls=":", label=f"floor E, estimated: {floor['value']:.3g} "
+                   f"[{floor['lo']:.3g}, {floor['hi']:.3g}]")
     line = fit.get("law_line") or []
     if line:
         law = fit["law"]["params"]

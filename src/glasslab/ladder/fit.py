@@ -58,15 +58,16 @@ def fit_ladder(rungs: Sequence[Rung], *, ladder: str, target_flops: float, L_inf
     law = prediction.law
     param_se = law_param_se(law_rungs, law, prediction.noise, num_bootstrap=num_bootstrap,
                             rng=np.random.default_rng(seed + 1))
+    floor = {"mode": law.L_inf_mode, "value": law.L_inf, "sweep": [float(x) for x in sweep],
+             "prior": prediction.prior.to_dict() if prediction.prior else None}
     low = min(r.flops for r in rungs) / 2
     high = max(target_flops, max(r.flops for r in rungs)) * 2
     law_line = [{"flops": float(c), "loss": float(law(c))} for c in np.geomspace(low, high, LAW_LINE_POINTS)]
     return {
         "ladder": ladder,
         "target": TARGET_METRIC,
-        "L_inf": {"mode": law.L_inf_mode, "value": law.L_inf, "sweep": [float(x) for x in sweep],
-                  "prior": prediction.prior.to_dict() if prediction.prior else None},
-        "rungs": [_rung_record(r) for r in rungs],
+        "L_inf": {**floor, "text": floor_text(floor, param_se.get("L_inf"))},
+        "rungs": [rung_record(r) for r in rungs],
         "law": {"form": law.form, "params": law.params, "param_se": param_se,
                 "noise": prediction.noise.to_dict(), "fitted_on": [r.name for r in law_rungs]},
         "sweep_table": [vars(row) for row in prediction.sweep],
@@ -79,6 +80,20 @@ def fit_ladder(rungs: Sequence[Rung], *, ladder: str, target_flops: float, L_inf
         "tasks": fit_task_laws(tasks, target_flops, level=level, num_bootstrap=num_bootstrap, seed=seed)
         if tasks else None,
     }
+
+
+def floor_text(floor: dict[str, Any], se: float | None = None) -> str:
+    """Where a fit's floor came from, as the page and the card say it, from its ``fit.json`` ``L_inf``
+    record: estimated from the rungs (floor mode ``grid``), pinned by the user, or fitted freely by L(C)."""
+    value = floor.get("value")
+    if floor.get("mode") == "grid":
+        return (f"estimated from the rungs: E = {value:.3f} [{floor['lo']:.3f}, {floor['hi']:.3f}] "
+                f"({floor.get('level', 0.9):.0%})")
+    if floor.get("mode") == "pinned":
+        prior = floor.get("prior")
+        spread = f" (its interval spread over {prior['low']:.2f}–{prior['high']:.2f})" if prior else ""
+        return f"pinned by the user: L∞ = {value:.3g}{spread}"
+    return f"fitted freely to the rungs by L(C): L∞ = {value:.3f}" + (f" ± {se:.2g}" if se else "")
 
 
 def _varies_tokens_per_param(rungs: Sequence[Rung]) -> bool:
@@ -129,7 +144,8 @@ def _approach3_record(rungs: Sequence[Rung], target_flops: float, target_size: t
     return record
 
 
-def _rung_record(rung: Rung) -> dict[str, Any]:
+def rung_record(rung: Rung) -> dict[str, Any]:
+    """A rung as ``fit.json`` lists it (name, runs, size, tokens, compute, losses per seed, partial losses)."""
     return {"name": rung.name, "run_ids": list(rung.run_ids), "size_name": rung.size_name,
             "params_active": rung.params_active, "tokens": rung.tokens, "flops": rung.flops,
             "total_flops": rung.total_flops, "losses": list(rung.losses), "loss_mean": rung.loss_mean,

@@ -8,9 +8,13 @@ from it, tokens from the tokens-per-parameter rule, batch and learning rate from
 :class:`ScalingRule` (:func:`batch_and_learning_rate`), and the hero is planned by the very same
 function at its width.
 
-Three modes: a width ladder (``widths``), compute budgets (``budgets``: the width whose rule-sized run
-spends each budget), and isoFLOP (``isoflop_sizes`` widths per budget, tokens = budget / FLOPs per
-token). Only isoFLOP varies tokens per parameter, so only it can fit approach 3; the plan says so.
+Four modes: a width ladder (``widths``), compute budgets (``budgets``: the width whose rule-sized run
+spends each budget), isoFLOP (``isoflop_sizes`` widths per budget, tokens = budget / FLOPs per
+token), and a **grid** (``token_multiples``): each width trained to several multiples of its rule's
+tokens, cheaply — one constant-learning-rate trunk per width and seed, and a short cooldown branched
+off it at each token count (Hägele et al. 2024), so every grid point ends as the hero's schedule ends.
+Only isoFLOP and the grid vary tokens per parameter; the grid, with tokens varied at a fixed size, is
+the design that can place the loss floor (``glasslab.ladder.grid_law``).
 """
 
 from __future__ import annotations
@@ -106,6 +110,16 @@ class LadderSpec:
     fitted on their recipe; a different one may want a different constant, never a per-rung tweak)."""
     seeds_per_rung: tuple[int, ...] = (3, 3, 2, 2)
     """Seeds of the i-th smallest rung; the last value repeats for larger rungs. The hero runs one."""
+    token_multiples: tuple[float, ...] = ()
+    """Grid mode (with ``widths``): each width is trained to these multiples of its rule's tokens, e.g.
+    (0.25, 0.5, 1, 2, 4, 8): a constant-LR trunk to the largest and a cooldown branch at each. Each must be
+    a whole multiple of the smallest, so every branch starts on a step the trunk checkpoints."""
+    cooldown_fraction: float = 0.2
+    """Grid mode: of each branch's steps, the last this fraction decay the learning rate (the recipe's WSD
+    ``decay_fraction``, so a grid point ends as the hero does)."""
+    hero_reach: float = 0.0
+    """Grid mode: keep only grid points with at most 1/hero_reach of the hero's compute outside the LM head
+    (e.g. 100: the hero is ≥ 100× every point); 0 keeps them all."""
 
     def __post_init__(self) -> None:
         require(all(w >= self.head_dim and w % self.head_dim == 0 for w in self.widths), "ladder.widths",
@@ -126,6 +140,14 @@ class LadderSpec:
         require(self.lr_multiplier > 0, "ladder.lr_multiplier", self.lr_multiplier, "> 0")
         require(len(self.seeds_per_rung) >= 1 and min(self.seeds_per_rung) >= 1, "ladder.seeds_per_rung",
                 self.seeds_per_rung, "at least one count, each ≥ 1")
+        if self.token_multiples:
+            smallest = min(self.token_multiples)
+            require(not self.budgets, "ladder.token_multiples", self.token_multiples, "a width ladder (no budgets)")
+            require(len(set(self.token_multiples)) >= 2 and smallest > 0 and all(
+                abs(m / smallest - round(m / smallest)) < 1e-9 for m in self.token_multiples),
+                "ladder.token_multiples", self.token_multiples, "two or more, each a whole multiple of the smallest")
+        require(0 < self.cooldown_fraction < 1, "ladder.cooldown_fraction", self.cooldown_fraction, "in (0, 1)")
+        require(self.hero_reach >= 0, "ladder.hero_reach", self.hero_reach, "≥ 0")
 
 
 @dataclass(frozen=True)
@@ -133,7 +155,7 @@ class PlannedRung:
     """One planned run size: its model, data budget, batch, learning rate and seeds."""
 
     name: str
-    role: Literal["rung", "hero"]
+    role: Literal["rung", "hero", "trunk"]
     model: ModelConfig
     size_name: str
     params_active: int
@@ -147,6 +169,13 @@ class PlannedRung:
     flops: float
     """Training compute: tokens × FLOPs per token."""
     seeds: tuple[int, ...]
+    trunk: str = ""
+    """Grid mode: the trunk a branch forks from (a rung's name); empty for a run trained from step 0."""
+    fork_step: int = 0
+    """Grid mode: the trunk's step a branch starts from (where its cooldown begins)."""
+    reference_steps: int = 0
+    """Grid mode: steps of this width's 1× run (the rule's, rounded to whole multiples of the smallest
+    branch), whose warmup every trunk and branch keeps and whose 5% points the trunk is evaluated at."""
 
     @property
     def tokens_per_param(self) -> float:
@@ -161,10 +190,13 @@ class PlannedRung:
 @dataclass(frozen=True)
 class LadderPlan:
     spec: LadderSpec
-    mode: Literal["widths", "budgets", "isoflop"]
+    mode: Literal["widths", "budgets", "isoflop", "grid"]
     rungs: tuple[PlannedRung, ...]
+    """The runs whose final losses are fitted (in grid mode, the cooldown branches)."""
     hero: PlannedRung
     note: str
+    trunks: tuple[PlannedRung, ...] = ()
+    """Grid mode: the constant-LR trunks the branches fork from (one per width; its seeds)."""
 
 
 def batch_and_learning_rate(flops: float, tokens: float, seq_len: int, min_steps: int,
@@ -242,6 +274,8 @@ def budget_label(budget: float) -> str:
 def plan_ladder(spec: LadderSpec) -> LadderPlan:
     """The rungs and the hero of ``spec``, smallest first."""
     hero = plan_run(spec, spec.hero_width, name=f"hero-d{spec.hero_width}", role="hero")
+    if spec.token_multiples:
+        return _plan_grid(spec, hero)
     if not spec.budgets:
         widths = sorted(spec.widths)
         rungs = [plan_run(spec, w, name=f"d{w}", seeds=_seeds(spec, i)) for i, w in enumerate(widths)]
@@ -273,6 +307,52 @@ def plan_ladder(spec: LadderSpec) -> LadderPlan:
     return LadderPlan(spec, "isoflop", tuple(rungs), hero, note)
 
 
+GRID_STEP_QUANTUM = 20
+"""The smallest grid point's steps are a multiple of this, so a cooldown in 5% units starts on a whole step."""
+
+
+def _plan_grid(spec: LadderSpec, hero: PlannedRung) -> LadderPlan:
+    """Grid mode: per width, a trunk and a branch at each token multiple within the hero's reach.
+
+    Batch and learning rate are the width's rule-sized (1×) run's, shared by its trunk and branches; the
+    smallest branch's steps are rounded to :data:`GRID_STEP_QUANTUM` and the others are whole multiples of
+    it, so every branch's fork step is a multiple of the smallest one's (the trunk's checkpoint interval).
+    """
+    cap = hero.law_flops / spec.hero_reach if spec.hero_reach else math.inf
+    smallest = min(spec.token_multiples)
+    branches, trunks = [], []
+    for i, width in enumerate(sorted(spec.widths)):
+        reference = plan_run(spec, width, name=f"d{width}", seeds=_seeds(spec, i))
+        base = max(GRID_STEP_QUANTUM, GRID_STEP_QUANTUM * round(reference.steps * smallest / GRID_STEP_QUANTUM))
+        # The grid's own 1× run: the rule's, rounded to whole multiples of the smallest branch.
+        reference_steps = base * max(1, round(reference.steps / base))
+        per_token = reference.flops / reference.tokens
+        trunk_name = f"d{width}-trunk"
+        kept = []
+        for multiple in sorted(spec.token_multiples):
+            steps = base * round(multiple / smallest)
+            tokens = steps * reference.batch_size * reference.seq_len
+            branch = dataclasses.replace(reference, name=f"d{width}-x{multiple:g}", steps=steps, tokens=tokens,
+                                         flops=tokens * per_token, trunk=trunk_name,
+                                         fork_step=steps - round(spec.cooldown_fraction * steps),
+                                         reference_steps=reference_steps)
+            if branch.law_flops <= cap:
+                kept.append(branch)
+        if not kept:
+            continue
+        last = max(b.fork_step for b in kept)
+        tokens = last * reference.batch_size * reference.seq_len
+        trunks.append(dataclasses.replace(reference, name=trunk_name, role="trunk", steps=last, tokens=tokens,
+                                          flops=tokens * per_token, reference_steps=reference_steps))
+        branches.extend(kept)
+    if len(trunks) < 2:
+        raise UserError(f"ladder {spec.name}: {len(trunks)} widths have a grid point within 1/{spec.hero_reach:g} of "
+                        "the hero's compute; expected at least two (smaller widths, or a smaller ladder.hero_reach)")
+    note = ("grid: each width trained to several token counts (a constant-LR trunk, a cooldown branched off at "
+            "each), so L(N, D) and its floor E can be fitted on the rungs (floor mode 'grid').")
+    return LadderPlan(spec, "grid", tuple(branches), hero, note, tuple(trunks))
+
+
 _FIXED_RATIO_NOTE = ("fixed tokens per parameter (D ∝ N): only L(C) can be fitted; approach 3 needs an "
                      "isoFLOP plan (several sizes per budget).")
 
@@ -280,9 +360,13 @@ _FIXED_RATIO_NOTE = ("fixed tokens per parameter (D ∝ N): only L(C) can be fit
 def rung_record_extra(rung: PlannedRung, seed: int, ladder: str) -> dict:
     """The fields a rung's (or the hero's) ``run.json`` carries so the fit can read it back
     (``tokens`` is the rung's training tokens, ``flops`` its training compute)."""
-    return {"role": rung.role, "ladder": ladder, "rung": rung.name, "seed": seed, "size_name": rung.size_name,
-            "params_active": rung.params_active, "tokens": rung.tokens, "flops": rung.flops, "steps": rung.steps,
-            "batch_size": rung.batch_size, "seq_len": rung.seq_len, "learning_rate": rung.learning_rate}
+    record = {"role": rung.role, "ladder": ladder, "rung": rung.name, "seed": seed, "size_name": rung.size_name,
+              "params_active": rung.params_active, "tokens": rung.tokens, "flops": rung.flops, "steps": rung.steps,
+              "batch_size": rung.batch_size, "seq_len": rung.seq_len, "learning_rate": rung.learning_rate}
+    if rung.reference_steps:
+        record.update(reference_steps=rung.reference_steps, **({"trunk": rung.trunk, "fork_step": rung.fork_step}
+                                                               if rung.trunk else {}))
+    return record
 
 
 def record_law_flops(record: dict, where: str) -> float:
@@ -297,6 +381,16 @@ def record_law_flops(record: dict, where: str) -> float:
     return float(record["flops"]) - float(record["tokens"]) * head
 
 
+def record_law_params(record: dict, where: str) -> float:
+    """A run's non-embedding active parameters from its ``run.json`` model config: the grid law's N
+    (Kaplan et al.'s count; embeddings are 11–70% of these runs' active parameters)."""
+    try:
+        model = config.from_dict(ModelConfig, (record.get("config") or {}).get("model") or {}, "model")
+        return float(model.param_counts()["active_non_embedding"])
+    except ConfigError as exc:
+        raise UserError(f"{where}: {exc}; expected the config of a run planned as a ladder rung") from None
+
+
 def plan_table(plan: LadderPlan):  # -> rich.table.Table (rich is imported here to keep imports light)
     """The plan as a rich table, one row per rung and one for the hero."""
     from rich.table import Table
@@ -309,7 +403,7 @@ def plan_table(plan: LadderPlan):  # -> rich.table.Table (rich is imported here 
     for column in ("rung", "d_model", "layers", "heads", "experts", "size", "active", "emb", "head", "tokens",
                    "tok/param", "batch", "lr", "steps", "FLOPs", "seeds"):
         table.add_column(column, justify="left" if column in ("rung", "size") else "right")
-    for rung in (*plan.rungs, plan.hero):
+    for rung in (*plan.trunks, *plan.rungs, plan.hero):
         m = rung.model
         experts = f"{m.moe.top_k}/{m.moe.num_experts}" if m.moe else "dense"
         # Rungs whose parameters are mostly embeddings follow a different law: show how much they are.
@@ -319,6 +413,6 @@ def plan_table(plan: LadderPlan):  # -> rich.table.Table (rich is imported here 
                       f"{rung.params_active:.3g}", f"{embedding_share:.0%}", f"{head_share:.0%}", f"{rung.tokens:.3g}",
                       f"{rung.tokens_per_param:.1f}", str(rung.batch_size), f"{rung.learning_rate:.2e}",
                       str(rung.steps), f"{rung.flops:.3g}", str(len(rung.seeds)),
-                      style="bold" if rung.role == "hero" else None)
+                      style={"hero": "bold", "trunk": "dim"}.get(rung.role))
     table.caption += "\nemb: embedding share of active parameters; head: LM head share of FLOPs per token"
     return table

@@ -1,7 +1,9 @@
 """A planned ladder as executor steps: a training step per rung and seed, a fit step, and the hero.
 
 The ladder never trains anything itself: it turns a :class:`~glasslab.ladder.plan.LadderPlan` into
-steps for the executor. Every rung step and the hero step depend on one data step (whose output
+steps for the executor. A grid plan adds a constant-LR trunk step per width and seed, and makes each
+rung a fork of its trunk at the step its cooldown starts (the trunk keeps a checkpoint there). Every
+rung step and the hero step depend on one data step (whose output
 folder is the built dataset, whatever the step is called); the fit step depends on every rung; the
 hero depends on the fit, so its prediction exists — registered in the lab's registry and written
 into its ``run.json`` — before its first step. Each training step's output folder is its run folder,
@@ -14,13 +16,17 @@ A step that failed part-way (a crash, a preemption) resumes from its own checkpo
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any
 
 from glasslab.data import DataConfig, MixtureConfig
-from glasslab.lab import Resources, Step, StepContext
+from glasslab.errors import UserError
+from glasslab.lab import Resources, Step, StepContext, planned_folder_name
+from glasslab.ladder.curves import read_grid_runs
 from glasslab.ladder.figures import draw_fit
 from glasslab.ladder.fit import fit_ladder, read_fit, write_fit
+from glasslab.ladder.grid_fit import fit_grid_ladder
 from glasslab.ladder.plan import LadderPlan, PlannedRung, rung_record_extra
 from glasslab.ladder.preregister import (
     BandWatcher,
@@ -32,7 +38,8 @@ from glasslab.ladder.rungs import Rung
 from glasslab.ladder.runs import read_rungs
 from glasslab.ladder.task_law import read_task_points
 from glasslab.layout import FIT_FILE
-from glasslab.train import RunConfig, TrainConfig
+from glasslab.train import RunConfig, ScheduleConfig, TrainConfig
+from glasslab.train.fork import ForkPoint
 from glasslab.train.steps import TrainStepConfig, run_training, train_step
 
 EVALS_PER_RUN = 20
@@ -57,6 +64,24 @@ class FitStepConfig:
     num_bootstrap: int = 1000
     target_size: tuple[float, float] | None = None
     """(active parameters, training tokens) of the target run, for approach 3's prediction of it."""
+    grid: GridTarget | None = None
+    """Floor mode ``grid``: the hero's run as the grid fit needs it (``grid_fit``: the end-point law on the
+    branches' final losses, the curve law on every trunk's and branch's curve); ``L_inf`` must be None.
+    None: the compute law ``L(C)``."""
+    trunk_steps: tuple[str, ...] = ()
+    """Grid mode: names of the dependencies whose folders are the constant-LR trunks."""
+
+
+@dataclass(frozen=True)
+class GridTarget:
+    """The run a grid fit predicts, as its laws read a run: size, schedule, batch and steps."""
+
+    params: float
+    """Non-embedding active parameters (the law's N)."""
+    steps: int
+    batch_tokens: int
+    """Tokens per optimiser step."""
+    schedule: ScheduleConfig
 
 
 @dataclass(frozen=True)
@@ -69,15 +94,35 @@ class HeroStepConfig:
 
 
 def run_config_for(rung: PlannedRung, seed: int, mixture: MixtureConfig, train: TrainConfig) -> RunConfig:
-    """The run config of one rung (or the hero) and seed: the plan's model, batch, steps and LR on
-    the shared training recipe ``train``, evaluated every 5% of training; ``data.path`` is left for
-    the step to fill."""
+    """The run config of one rung (or the hero, or a grid trunk) and seed: the plan's model, batch, steps
+    and LR on the shared training recipe ``train``, evaluated every 5% of training; ``data.path`` is left
+    for the step to fill. A grid trunk or branch keeps the warmup of its width's 1× run (see
+    :func:`grid_schedule`) and is evaluated every 5% of that run."""
     optimizer = dataclasses.replace(train.optimizer, lr=rung.learning_rate)
+    # A trunk is evaluated as often as its width's 1× run (its curve is the grid's densest data).
+    evaluated_over = rung.reference_steps if rung.role == "trunk" else rung.steps
     train_cfg = dataclasses.replace(train, seq_len=rung.seq_len, global_batch_tokens=rung.batch_size * rung.seq_len,
                                     max_steps=rung.steps, max_tokens=0, optimizer=optimizer, seed=seed,
-                                    eval_interval=max(1, rung.steps // EVALS_PER_RUN),
+                                    eval_interval=max(1, evaluated_over // EVALS_PER_RUN),
                                     sample_interval=max(1, rung.steps // SAMPLES_PER_RUN))
+    if rung.reference_steps:
+        train_cfg = dataclasses.replace(train_cfg, schedule=grid_schedule(rung, train.schedule))
     return RunConfig(model=rung.model, data=DataConfig(path="", mixture=mixture, seed=seed), train=train_cfg)
+
+
+def grid_schedule(rung: PlannedRung, recipe: ScheduleConfig) -> ScheduleConfig:
+    """A grid run's schedule: the recipe's warmup over the width's 1× run's steps, then a constant LR (a
+    trunk), or a constant LR and the recipe's WSD decay from the fork step on (a branch). Written over the
+    whole run, so a branch's multiplier equals its trunk's at every step before the fork."""
+    warmup_steps = round(recipe.warmup_fraction * rung.reference_steps)
+    if rung.role == "trunk":
+        return ScheduleConfig(kind="constant", warmup_fraction=warmup_steps / rung.steps, decay_fraction=0.0,
+                              min_lr_ratio=recipe.min_lr_ratio)
+    if warmup_steps > rung.fork_step:
+        raise UserError(f"grid rung {rung.name}: its cooldown starts at step {rung.fork_step}, inside the recipe's "
+                        f"warmup ({warmup_steps} steps); expected a larger smallest token multiple")
+    return ScheduleConfig(kind="wsd", warmup_fraction=warmup_steps / rung.steps,
+                          decay_fraction=(rung.steps - rung.fork_step) / rung.steps, min_lr_ratio=recipe.min_lr_ratio)
 
 
 def ladder_steps(plan: LadderPlan, data_step: Step, mixture: MixtureConfig, train: TrainConfig, *,
@@ -90,34 +135,73 @@ def ladder_steps(plan: LadderPlan, data_step: Step, mixture: MixtureConfig, trai
     (it runs alone, after the fit); 0 leaves torch's default."""
     ladder = plan.spec.name
     resources = Resources(cpus=max(1, threads), gpus=1 if device.startswith("cuda") else 0)
+    if plan.mode == "grid":
+        _check_grid_recipe(plan, train, L_inf)
+    trunk_steps = {}
+    for trunk in plan.trunks:
+        # Checkpoints at every branch's fork step, kept: each is a whole multiple of the smallest one.
+        forks = [r.fork_step for r in plan.rungs if r.trunk == trunk.name]
+        every = math.gcd(*forks)
+        recipe = dataclasses.replace(train, checkpoint_interval=every, keep_every=every)
+        for seed in trunk.seeds:
+            config = TrainStepConfig(run_config_for(trunk, seed, mixture, recipe),
+                                     rung_record_extra(trunk, seed, ladder), data_step.name, device=device,
+                                     threads=threads)
+            trunk_steps[trunk.name, seed] = Step(f"{ladder}-{trunk.name}-s{seed}", train_step, config,
+                                                 deps=(data_step,), resources=resources)
     rung_steps = []
     for rung in plan.rungs:
         for seed in rung.seeds:
+            parent = trunk_steps.get((rung.trunk, seed))
+            fork = ForkPoint(run=planned_folder_name(parent), step=rung.fork_step) if parent else None
             config = TrainStepConfig(run_config_for(rung, seed, mixture, train),
-                                     rung_record_extra(rung, seed, ladder), data_step.name, device=device,
+                                     rung_record_extra(rung, seed, ladder), data_step.name, fork=fork, device=device,
                                      threads=threads)
-            rung_steps.append(Step(f"{ladder}-{rung.name}-s{seed}", train_step, config, deps=(data_step,),
-                                   resources=resources))
-    fit = Step(f"{ladder}-fit", fit_step, FitStepConfig(ladder, plan.hero.law_flops, L_inf, tuple(sweep),
-                                                        tuple(s.name for s in rung_steps),
-                                                        num_bootstrap=num_bootstrap,
-                                                        target_size=(float(plan.hero.params_active),
-                                                                     float(plan.hero.tokens))),
-               deps=tuple(rung_steps))
-    hero_train = TrainStepConfig(run_config_for(plan.hero, 0, mixture, train), rung_record_extra(plan.hero, 0, ladder),
-                                 data_step.name, device=device, threads=hero_threads)
+            rung_steps.append(Step(f"{ladder}-{rung.name}-s{seed}", train_step, config,
+                                   deps=(data_step, parent) if parent else (data_step,), resources=resources))
+    hero_cfg = run_config_for(plan.hero, 0, mixture, train)
+    grid = GridTarget(float(plan.hero.model.param_counts()["active_non_embedding"]), plan.hero.steps,
+                      hero_cfg.train.global_batch_tokens, hero_cfg.train.schedule) if plan.mode == "grid" else None
+    fit_config = FitStepConfig(ladder, plan.hero.law_flops, L_inf, tuple(sweep), tuple(s.name for s in rung_steps),
+                               num_bootstrap=num_bootstrap,
+                               target_size=(float(plan.hero.params_active), float(plan.hero.tokens)), grid=grid,
+                               trunk_steps=tuple(s.name for s in trunk_steps.values()))
+    fit = Step(f"{ladder}-fit", fit_step, fit_config, deps=(*rung_steps, *trunk_steps.values()))
+    hero_train = TrainStepConfig(hero_cfg, rung_record_extra(plan.hero, 0, ladder), data_step.name, device=device,
+                                 threads=hero_threads)
     hero_resources = dataclasses.replace(resources, cpus=max(1, hero_threads))
     hero = Step(f"{ladder}-hero", hero_step, HeroStepConfig(hero_train, fit.name), deps=(data_step, fit),
                 resources=hero_resources)
     # Largest rung first: the executor starts ready steps in list order, so the longest run does not start
     # last and leave the other lanes idle while it finishes (the fit lists them smallest first, as before).
-    return [*reversed(rung_steps), fit, hero]
+    # Trunks (the longest runs of a grid) go first of all.
+    return [*reversed(trunk_steps.values()), *reversed(rung_steps), fit, hero]
+
+
+def _check_grid_recipe(plan: LadderPlan, train: TrainConfig, L_inf: float | None) -> None:
+    """A grid point ends as the hero does only when the recipe decays like the branches: WSD over the
+    plan's cooldown fraction. The floor is the grid's to estimate, so none may be pinned."""
+    schedule = train.schedule
+    if schedule.kind != "wsd" or abs(schedule.decay_fraction - plan.spec.cooldown_fraction) > 1e-9:
+        raise UserError(f"ladder {plan.spec.name}: a grid ladder needs the recipe's schedule to be wsd with "
+                        f"decay_fraction = ladder.cooldown_fraction = {plan.spec.cooldown_fraction:g} (the hero ends "
+                        f"as every branch does); got {schedule.kind} with decay_fraction {schedule.decay_fraction:g}")
+    if L_inf is not None:
+        raise UserError(f"ladder {plan.spec.name}: a grid ladder estimates its floor from the rungs; expected no "
+                        f"pinned L_inf (got {L_inf:g})")
 
 
 def fit_step(ctx: StepContext) -> dict[str, Any]:
     """Fit the rungs' final (and partial) losses, predict the target, back-test; write fit.json + figures.
     Returns the prediction (``flops``, ``point``, ``lo``, ``hi``, ``level``)."""
     cfg: FitStepConfig = ctx.config
+    if cfg.grid is not None:
+        fit = fit_grid_ladder(read_grid_runs([ctx.inputs[n] for n in (*cfg.rung_steps, *cfg.trunk_steps)]),
+                              ladder=cfg.ladder, target=cfg.grid, target_flops=cfg.target_flops,
+                              num_bootstrap=cfg.num_bootstrap)
+        write_fit(ctx.output_dir / FIT_FILE, fit)
+        draw_fit(fit, ctx.output_dir)
+        return fit["prediction"]
     rungs = [*cfg.rungs, *read_rungs(ctx.inputs[name] for name in cfg.rung_steps)]
     fit = fit_ladder(rungs, ladder=cfg.ladder, target_flops=cfg.target_flops, L_inf=cfg.L_inf, sweep=cfg.sweep,
                      target_size=cfg.target_size, num_bootstrap=cfg.num_bootstrap,

@@ -103,6 +103,7 @@ def card_console(results: dict[str, Any]) -> list[Any]:
                              e["band_text"] + (f" {e['unit']}" if e["unit"] else ""), escape(actual),
                              f"[{style}]{e['inside_text']}[/]")
     out.append(expectations)
+    out.extend(Text(f"floor of {e['name']}: {e['floor']}", style="dim") for e in r["expectations"] if e.get("floor"))
     runs = Table(title=f"runs ({r['status']}): {r['totals']['text']}", title_justify="left")
     for column in ("step", "folder", "status", "attempts", "seconds"):
         runs.add_column(column)

@@ -61,6 +61,20 @@ def law_parameters(fit: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+def floor_line(fit: dict[str, Any]) -> str:
+    """Where the fit's floor came from: the ladder's words in ``fit.json`` (estimated from the rungs,
+    pinned by the user, fitted freely), else — a fit written before they were — its mode and value."""
+    floor = fit.get("L_inf") or {}
+    if isinstance(floor.get("text"), str):
+        return floor["text"]
+    value = floor.get("value")
+    if not isinstance(value, (int, float)):
+        return ""
+    if floor.get("mode") == "pinned":
+        return f"pinned by the user: L∞ = {value:.3g}"
+    return f"fitted freely to the rungs by L(C): L∞ = {value:.3f}"
+
+
 def law_line(fit: dict[str, Any], hero_flops: float | None) -> list[dict[str, float]]:
     """The fitted law L(C) as points from the smallest rung to past the hero (``law_line`` in
     ``fit.json`` when written, else from the law's parameters)."""
@@ -166,7 +180,7 @@ def ladder_page(lab: Lab, fit_id: str) -> dict[str, Any] | None:
         "page": "ladder", "id": fit_id, "title": f"Ladder {fit.get('ladder') or fit_id}", "fit": fit,
         "target": target, "prediction": prediction, "hero": hero,
         "hero_size": (hero_record or {}).get("size_name"),
-        "verdict": hero_verdict(lab, hero_id, prediction), "parameters": law_parameters(fit),
+        "verdict": hero_verdict(lab, hero_id, prediction), "parameters": law_parameters(fit), "floor": floor_line(fit),
         "law_line": law_line(fit, (prediction or {}).get("flops")), "registry": registry_entries(lab),
         "cursors": cursors, "watch": [hero_id] if hero_id else [],
     })

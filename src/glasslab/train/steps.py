@@ -43,7 +43,9 @@ class TrainStepConfig:
     data_manifest: str = ""
     """sha256 of that dataset's manifest (which holds every shard's and the tokenizer's sha256)."""
     fork: ForkPoint | None = None
-    """Start from another run's checkpoint (``--fork RUN@STEP``); None: from scratch."""
+    """Start from another run's checkpoint (``--fork RUN@STEP``); None: from scratch. A fork without
+    ``run_dir`` starts from the dependency whose folder is ``fork.run`` (a ladder's cooldown branch off
+    its trunk, planned before the trunk exists)."""
     device: str = field(default="cpu", metadata=UNVERSIONED)
     """Where to train (``cpu``, ``cuda``): it changes where, not what, is computed."""
     threads: int = field(default=0, metadata=UNVERSIONED)
@@ -91,10 +93,11 @@ def run_training(ctx: Any, record_extra: dict[str, Any] | None = None,
             raise UserError(f"{cfg.data_path}: not the dataset this run was planned on (its manifest's sha256 "
                             "differs); rebuilt or replaced since?")
         run_cfg = dataclasses.replace(run_cfg, data=dataclasses.replace(run_cfg.data, path=cfg.data_path))
+    fork = _fork_from_inputs(cfg.fork, ctx) if cfg.fork is not None else None
     record_extra = dict(cfg.record_extra if record_extra is None else record_extra)
     all_hooks = [_make_hook(ref) for ref in cfg.hooks] + list(hooks)
     return train_in_folder(run_cfg, ctx.output_dir, device=cfg.device, record_extra=record_extra, hooks=all_hooks,
-                           fork=cfg.fork)
+                           fork=fork)
 
 
 def train_in_folder(run: RunConfig | Recipe, folder: str | Path, *, device: str = "cpu",
@@ -115,6 +118,17 @@ def has_started(folder: str | Path) -> bool:
     """Whether ``folder`` holds a run that started (its ``run.json`` is written before step 0): a rerun
     resumes it, and what was recorded before step 0 stays as it was."""
     return read_record(folder) is not None
+
+
+def _fork_from_inputs(fork: ForkPoint, ctx: Any) -> ForkPoint:
+    """``fork`` with its parent's folder: as given, else the dependency whose folder is named ``fork.run``."""
+    if fork.run_dir:
+        return fork
+    for folder in getattr(ctx, "inputs", {}).values():
+        if folder.name == fork.run:
+            return dataclasses.replace(fork, run_dir=str(folder))
+    raise UserError(f"step {ctx.name}: fork {fork} names no dependency's run (dependencies: "
+                    f"{', '.join(sorted(f.name for f in ctx.inputs.values())) or 'none'})")
 
 
 def _make_hook(ref: str) -> TrainerHook:

@@ -81,6 +81,7 @@
         p.registered_at ? ` · registered ${p.registered_at}` : "",
         hero ? " · hero " : "", hero ? link("run", hero.id, hero.id) : "", d.hero_size ? ` (${d.hero_size})` : ""));
     }
+    if (d.floor) app.append(el("p", { id: "floor" }, el("b", {}, "Floor: "), d.floor));
     const lines = chartLines(d);
     let heroIndex = -1;
     if (hero) {
