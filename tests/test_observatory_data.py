@@ -10,8 +10,9 @@ import pytest
 from glasslab.observatory.lab_scan import Lab
 from glasslab.observatory.ladder_page import registry_entries, with_uncertainty
 from glasslab.observatory.page_data import build_page
+from glasslab.observatory.panels import group_panels
 from glasslab.observatory.relations import Relations
-from glasslab.observatory.run_page import chance_levels, group_panels
+from glasslab.observatory.run_page import chance_levels, run_series
 from glasslab.observatory.verdict import verdict
 from observatory_lab import build_lab
 
@@ -135,4 +136,4 @@ def test_pages_read_again_only_the_stores_that_changed(tmp_path, monkeypatch):
     run.finish()
     steps = {r["id"]: r["step"] for r in build_page(lab, "overview")["runs"]}
     assert steps["rung-s-aaaa1111"] == 30 and set(opened) == {"rung-s-aaaa1111", "hero-dddd4444"}
-    assert build_page(lab, "run", "rung-s-aaaa1111")["series"]["train/loss"]["steps"][-1] == 30
+    assert run_series(lab, "rung-s-aaaa1111", ["train/loss"])["train/loss"]["steps"][-1] == 30
