@@ -194,3 +194,32 @@ def test_what_changed_names_the_jump_and_finds_its_chart(run_url, page):
     page.locator("#run-changes a[data-layer='4']").first.click()
     page.wait_for_function("() => document.querySelector('select[name=layer]').value === '4'")
     assert parse_qs(urlparse(page.url).query)["layer"] == ["4"]
+
+
+def test_live_steps_reach_the_heatmap_and_the_small_multiples(browser, tmp_path):
+    from glasslab.track.store import RunStore
+
+    write_wide_run(tmp_path / "lab" / WIDE, steps=60, metrics=140, layers=LAYERS, experts=8, vector_every=20,
+                   domains=4, tasks=4)
+    context = browser.new_context(viewport={"width": 1300, "height": 900})
+    page = context.new_page()
+    errors = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    with serve_lab(tmp_path / "lab") as server:
+        open_page(page, f"{server.url}/run/{WIDE}?q=%5Emoe%2F|debug%2Fmetric_00")
+        page.wait_for_selector("#live.live-on", timeout=5000)
+        page.locator(f"[data-panel='{LOAD}'] .heat").wait_for()
+        assert page.evaluate("l => window.GLASSLAB_HEATMAPS[l].steps.slice(-1)[0]", LOAD) == 59
+        page.locator(".mini[data-key='debug/metric_001']").scroll_into_view_if_needed()
+        page.wait_for_function("() => window.GLASSLAB_CHARTS['debug/metric_001'] !== undefined")
+        store = RunStore(tmp_path / "lab" / WIDE, reason="resume")
+        store.log({**{f"moe/layer_{i}/load_max_violation": 0.5 for i in range(LAYERS)}, "debug/metric_001": 7.0}, 60)
+        store.close()
+        # A heatmap redraws at most once a second; a small multiple at the next frame.
+        page.wait_for_function("l => window.GLASSLAB_HEATMAPS[l].steps.slice(-1)[0] === 60", arg=LOAD, timeout=5000)
+        column = page.evaluate("l => window.GLASSLAB_HEATMAPS[l].values.slice(-1)[0]", LOAD)
+        assert column == [0.5] * LAYERS
+        page.wait_for_function("() => window.GLASSLAB_CHARTS['debug/metric_001'].data[0].includes(60)", timeout=5000)
+        page.goto("about:blank")
+    context.close()
+    assert not errors, errors
