@@ -106,13 +106,15 @@ def create_app(lab_root: str | Path) -> Starlette:
             return Response(data.json, media_type="application/json", headers=NO_STORE)
         return JSONResponse(clean(data), headers=NO_STORE)
 
-    async def api_series(request: Request) -> Response:
+    # Plain functions: Starlette runs them in its threads, so a page's first chart is not kept waiting
+    # behind another page's heatmap of 48 layers (the pages and the stream stay on the event loop).
+    def api_series(request: Request) -> Response:
         """Series of at most ``points`` points each (a heatmap row needs fewer than a chart)."""
         points = request.query_params.get("points", "")
         points = int(points) if points.isdigit() else DEFAULT_POINTS
         return run_data(request, lambda run_id, keys: run_series(lab, run_id, keys, points))
 
-    async def api_vectors(request: Request) -> Response:
+    def api_vectors(request: Request) -> Response:
         return run_data(request, lambda run_id, keys: run_vectors(lab, run_id, keys))
 
     def watch_for(request: Request) -> tuple[RunWatch, str]:

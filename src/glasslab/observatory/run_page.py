@@ -28,7 +28,7 @@ RUN_PAGES_KEPT = 16  # run pages whose store reads are kept
 SERIES_KEPT = 512  # (run, metrics) series reads kept: a page asks for a few charts' series at a time
 MAX_KEYS_PER_READ = 256  # metrics one series request may ask for (a page batches its charts below this)
 # Points per series a page may ask for: full charts take DEFAULT_POINTS; a heatmap row or a small
-# multiple ~400, which a 100,000-step metric reads from 390 rollup rows instead of 6,250.
+# multiple 240, which a 100,000-step metric reads from 390 rollup rows instead of 6,250.
 MIN_POINTS = 50
 MOE_KEY = re.compile(r"^moe/layer_(\d+)/")
 
@@ -117,7 +117,7 @@ def run_page(lab: Lab, run_id: str) -> dict[str, Any] | None:
         data["summary"]["unreadable"] = True
         return clean(data)
     keys, vector_keys = stored["keys"], stored["vector_keys"]
-    data.update(keys=keys, charts=chart_specs(keys), chance=chance_levels(record, keys), vector_keys=vector_keys,
+    data.update(keys=keys, charts=stored["charts"], chance=chance_levels(record, keys), vector_keys=vector_keys,
                 layers=moe_layers(keys, vector_keys), events=stored["events"] + lab_events,
                 samples=stored["samples"], cursors={run_id: stored["cursor"]}, changes=stored["changes"],
                 experts=stored["experts"])
@@ -125,8 +125,9 @@ def run_page(lab: Lab, run_id: str) -> dict[str, Any] | None:
 
 
 def store_part(lab: Lab, run_id: str) -> dict[str, Any] | None:
-    """What the run page reads from the run's store: scalar and vector names, events, samples, the
-    live cursor, what changed and the experts at the extremes; None when the store cannot be read.
+    """What the run page reads from the run's store: scalar and vector names, the charts they make,
+    events, samples, the live cursor, what changed and the experts at the extremes; None when the
+    store cannot be read.
     Kept while the store's files are unchanged, for the last few runs looked at."""
     def read() -> dict[str, Any] | None:
         with open_run(lab.index().runs[run_id]) as reader:
@@ -134,7 +135,8 @@ def store_part(lab: Lab, run_id: str) -> dict[str, Any] | None:
                 return None
             try:
                 keys, vector_keys = reader.scalar_keys(), reader.vector_keys()
-                return {"keys": keys, "vector_keys": vector_keys, "events": reader.events(),
+                return {"keys": keys, "charts": chart_specs(keys), "vector_keys": vector_keys,
+                        "events": reader.events(),
                         "samples": reader.samples()[-MAX_SAMPLES:], "cursor": reader.cursor(),
                         "changes": what_changed(reader, keys), "experts": experts_now(reader, vector_keys)}
             except sqlite3.Error:

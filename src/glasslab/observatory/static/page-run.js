@@ -141,6 +141,8 @@
     G.source.useIndex(d.id, d.series_index);
     const ctx = { d, events: d.events.slice(), sync: `run-${d.id}`, actions: {},
                   workspace: new G.Workspace(`glasslab:${d.lab_name || "lab"}:run`) };
+    // Settles once the charts in view are drawn: a section that reads a lot may wait for it.
+    ctx.charts = new Promise((resolve) => { ctx.chartsDrawn = resolve; });
     const handlers = [];
     for (const spec of sections) {
       const box = el("section", { id: `run-${spec.id}`, "data-section": spec.id }, el("h2", {}, spec.title));

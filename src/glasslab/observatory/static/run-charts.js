@@ -11,8 +11,8 @@
  * - Series are asked for as charts come near the viewport (series-source.js), so a run of 500
  *   metrics × 100,000 steps sends the charts in view, not 40 MB; a run of at most EAGER_KEYS metrics
  *   draws every chart at once.
- * ``GLASSLAB_TIMING`` records when the first chart was drawn and how long the last search took to
- * draw its charts (bench/observatory_bench.py reads them). */
+ * ``GLASSLAB_TIMING`` (common.js) records when the first chart was drawn and how long the last search
+ * took to draw its charts. */
 (function () {
   "use strict";
   const G = window.Glasslab;
@@ -22,8 +22,9 @@
   const GROUP_LINES_MAX = 8;
   const EAGER_KEYS = 100;
   const MARGIN = 600;  // px beyond the viewport within which charts are drawn ahead of a scroll
+  const FRAME_BUDGET_MS = 12;  // charts are built a frame's worth at a time, so the first paints at once
   const SMOOTHING = [0, 0.6, 0.8, 0.9, 0.95, 0.99];
-  const timing = window.GLASSLAB_TIMING = G.timing = { firstChart: null, filter: null };
+  const timing = G.timing;
 
   function button(text, title, onClick, attrs) {
     const b = el("button", Object.assign({ type: "button", class: "tool", title }, attrs || {}), text);
@@ -59,16 +60,29 @@
   class Unit {
     constructor(view, kind, spec, keys, smooth) {
       Object.assign(this, { view, kind, spec, keys, smooth, built: false, dead: false, chart: null });
+      this.settled = new Promise((resolve) => { this.settle = resolve; });  // drawn, or gone
       this.points = kind === "lines" ? null : G.source.OVERVIEW;  // a heatmap row or a small multiple needs fewer
       this.node = el("div", { class: `slot slot-${kind}` });
     }
+
+    has(points) { return this.keys.every((k) => G.source.has(this.view.d.id, "scalars", k, points)); }
+
+    // The other resolution: a chart of lines may draw from the overview a heatmap or a small multiple
+    // of the same metrics read before (the full series then replace it: ``refine``); a heatmap row or
+    // a small multiple may draw from full series.
+    fallback() { return this.points == null ? G.source.OVERVIEW : null; }
+
+    drawable() { return this.has(this.points) || this.has(this.fallback()); }
 
     build() {
       if (this.built || this.dead) return;
       this.built = true;
       this.node.classList.add("drawn");
       const v = this.view, d = v.d;
-      const series = this.keys.map((k) => G.source.kept(d.id, "scalars", k, this.points));
+      const exact = this.has(this.points);
+      const points = exact ? this.points : this.fallback();
+      this.coarse = !exact && this.points == null;
+      const series = this.keys.map((k) => G.source.kept(d.id, "scalars", k, points));
       if (this.kind === "heat") {
         const rows = this.spec.family.rows.filter((_, i) => this.keys.includes(this.spec.keys[i]));
         const { steps, values } = familyColumns(series, this.smooth);
@@ -102,6 +116,7 @@
         v.unitsByKey.get(key).add(this);
       }
       if (timing.firstChart == null) requestAnimationFrame(() => { if (timing.firstChart == null) timing.firstChart = performance.now(); });
+      this.settle();
     }
 
     // New live points are in the kept series (lines draw from them): redraw, a heatmap at most once a second.
@@ -118,10 +133,24 @@
       }, 1000);
     }
 
+    // The full series arrived for a chart drawn from the overview: draw it again from them.
+    refine() {
+      if (!this.built || this.dead || !this.coarse || !this.has(this.points)) return;
+      this.teardown();
+      this.node.textContent = "";
+      this.built = false;
+      this.build();
+    }
+
     destroy() {
       this.dead = true;
       this.view.io.unobserve(this.node);
       this.view.units.delete(this);
+      this.teardown();
+      this.settle();
+    }
+
+    teardown() {
       if (!this.built) return;
       for (const key of this.keys) { const set = this.view.unitsByKey.get(key); if (set) set.delete(this); }
       if (this.kind === "heat") { if (G.heatmaps[this.spec.id] === this.chart) delete G.heatmaps[this.spec.id]; }
@@ -218,6 +247,7 @@
       this.unitsByKey = new Map();
       this.cards = [];
       this.wanted = new Set();
+      this.queue = [];  // charts to build, in the order their series came
       this.version = 0;
       G.heatmaps = window.GLASSLAB_HEATMAPS = {};
       this.io = new IntersectionObserver((entries) => {
@@ -314,22 +344,45 @@
       this.io.observe(unit.node);
     }
 
-    // Series for ``units`` (the first one alone, so the top chart draws first; the rest by the
-    // resolution they need), then draw them.
+    // Build ``work`` (functions) a frame's budget at a time, first come first built.
+    enqueue(work) {
+      this.queue.push(...work);
+      if (!this.pumping) this.pump();
+    }
+
+    pump() {
+      this.pumping = true;
+      const start = performance.now();
+      while (this.queue.length && performance.now() - start < FRAME_BUDGET_MS) this.queue.shift()();
+      if (this.queue.length) requestAnimationFrame(() => this.pump());
+      else this.pumping = false;
+    }
+
+    // Draw ``units``: at once those whose series are kept (at some resolution), the others once
+    // their series arrive (the first alone, so the top chart draws first; the rest by resolution).
+    // Resolves when every one is drawn; charts drawn from an overview are refined after.
     load(units) {
       units = units.filter((u) => !u.built && !u.dead);
-      if (!units.length) return Promise.resolve();
+      this.enqueue(units.filter((u) => u.drawable()).map((u) => () => u.build()));
       const id = this.d.id;
-      const first = units[0], rest = units.slice(1);
-      const draw = (list) => () => { for (const u of list) u.build(); };
-      const jobs = [G.source.scalars(id, first.keys, first.points).then(draw([first]))];
+      const draw = (list) => () => this.enqueue(list.map((u) => () => { u.build(); u.refine(); }));
+      const jobs = [], refined = [];
+      const waiting = units.filter((u) => !u.drawable());
+      // The top chart's series alone first: the server reads them without the others in its way.
+      const head = waiting.length ? G.source.scalars(id, waiting[0].keys, waiting[0].points).then(draw([waiting[0]]))
+        : Promise.resolve();
+      jobs.push(head);
+      // Drawn now from an overview: the full series follow.
+      const coarse = units.filter((u) => u.drawable() && u.points == null && !u.has(null));
+      const rest = [...waiting.slice(1), ...coarse];
       for (const points of new Set(rest.map((u) => u.points))) {
         const some = rest.filter((u) => u.points === points);
-        jobs.push(G.source.scalars(id, some.flatMap((u) => u.keys), points).then(draw(some)));
+        const job = head.then(() => G.source.scalars(id, some.flatMap((u) => u.keys), points)).then(draw(some));
+        (some.some((u) => waiting.includes(u)) ? jobs : refined).push(job);
       }
-      return Promise.all(jobs).catch((err) => {
-        this.grid.prepend(el("p", { class: "warn" }, `Could not load series: ${err.message}`));
-      });
+      const failed = (err) => this.grid.prepend(el("p", { class: "warn" }, `Could not load series: ${err.message}`));
+      Promise.all(refined).catch(failed);
+      return Promise.all(jobs).then(() => Promise.all(units.map((u) => u.settled)), failed);
     }
 
     // Draw now every unit within ``margin`` px of the viewport; resolves once they are drawn.
@@ -419,6 +472,9 @@
       const view = new ChartsView(body, ctx);
       ctx.actions.showMetric = (key) => view.find(`^${G.escapeRegex(key)}$`);
       const first = ctx.d.keys.length <= EAGER_KEYS ? view.drawAll() : view.drawVisible();
+      first.then(ctx.chartsDrawn);
+      // ``data-filtered`` names the search whose charts are drawn (the first view's too).
+      first.then(() => { document.body.dataset.filtered = ctx.workspace.state.q; });
       return {
         ready: first,
         delta: (delta) => { if (view.delta(delta)) G.scheduleRefresh(); },

@@ -63,7 +63,7 @@
       };
       const first = d.layers.includes(ws.state.layer) ? ws.state.layer : d.layers[0];
       return {
-        ready: show(first),
+        ready: ctx.charts.then(() => show(first)),  // the first chart comes first
         delta(delta) {
           let unknown = false;
           for (const [key, step] of delta.scalars) {

@@ -9,8 +9,10 @@
   "use strict";
   const G = window.Glasslab;
   const BATCH = 96;  // metrics per request (the server reads at most 256 at once)
-  const OVERVIEW = 400;  // points of a heatmap row or a small multiple (a full chart gets the server's 2,000)
-  // runId -> {scalars: {key: {steps, values, min?, max?}}, "scalars@400": {…}, vectors: {key: {steps, values}}}
+  // Points of a heatmap row or a small multiple (a full chart gets the server's 2,000): the width of a
+  // vector heatmap, and few enough that a 100,000-step metric reads its 256-step rollups (390 rows).
+  const OVERVIEW = 240;
+  // runId -> {scalars: {key: {steps, values, min?, max?}}, "scalars@240": {…}, vectors: {key: {steps, values}}}
   const kept = {};
   const asked = {};  // `${runId}\n${kind}\n${key}` -> promise of the batch that brings it
   const indexFiles = {};  // runId -> the static site's index script
@@ -111,6 +113,8 @@
     scalars: (runId, keys, points) => get(runId, "scalars", keys, points),
     vectors: (runId, keys) => get(runId, "vectors", keys),
     kept: (runId, kind, key, points) => store(runId)[shelf(kind, points)][key] || null,
+    // Whether ``key`` was read at that resolution (a key the run never logged reads as absent: true).
+    has: (runId, kind, key, points) => key in store(runId)[shelf(kind, points)],
     useIndex(runId, file) { if (file) indexFiles[runId] = file; },
     // A page drawn again from fresh data (a new metric appeared) reads the series again.
     forget(runId) { delete kept[runId]; },
