@@ -464,12 +464,12 @@ def main() -> None:
     parser.add_argument("--wide-experts", type=int, default=64, help="experts per layer of the wide run")
     parser.add_argument("--skip-wide", action="store_true", help="leave the wide run out")
     parser.add_argument("--smoke", action="store_true", help="a quick check: 100k points, 3 pages, 2 s, "
-                        "a lab of 20 runs x 200 steps plus one of 5,000 steps, a wide run of 2,000 steps")
+                        "a lab of 20 runs x 200 steps plus one of 5,000 steps, a wide run of 1,000 steps")
     args = parser.parse_args()
     if args.smoke:
         args.points, args.pages, args.seconds = 100_000, 3, 2.0
         args.lab_runs, args.lab_steps, args.long_runs, args.long_steps = 20, 200, 1, 5000
-        args.wide_steps = 2000
+        args.wide_steps = 1000
     if args.lab_metrics < len(LAB_KEYS):
         parser.error(f"--lab-metrics {args.lab_metrics}: expected at least {len(LAB_KEYS)}")
     tmp = Path(tempfile.mkdtemp(prefix="observatory-bench-"))

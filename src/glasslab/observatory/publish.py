@@ -201,8 +201,10 @@ class Publisher:
             # A run's series change only with its store, which its page is drawn from too.
             series_stamp = inputs.page("series", item_id) if page == "run" else None
             if data is not None and series_stamp and self.stamps.get(("series", item_id)) != series_stamp:
-                written += self._export_series(item_id, data["keys"], data["vector_keys"])
-                self.stamps[("series", item_id)] = series_stamp
+                files = self._export_series(item_id, data["keys"], data["vector_keys"])
+                if files is not None:  # else the store could not be read: the next round tries again
+                    written += files
+                    self.stamps[("series", item_id)] = series_stamp
         return written
 
     def _export_page(self, page: str, item_id: str | None) -> dict[str, Any] | None:
@@ -224,15 +226,20 @@ class Publisher:
         write_text_atomic(self.out / name, html)
         return data
 
-    def _export_series(self, run_id: str, keys: list[str], vector_keys: list[str]) -> list[str]:
+    def _export_series(self, run_id: str, keys: list[str], vector_keys: list[str]) -> list[str] | None:
         """A run's series and vectors as chunk files plus their index (the run and compare pages load
         the chunks of the charts they draw), so a run that changed rewrites its own files only.
-        Returns the files written."""
+        Returns the files written; None when the store cannot be read now (nothing is written)."""
         folder = self.lab.index().runs[run_id]
         series: dict[str, Any] = {}
-        for start in range(0, len(keys), MAX_KEYS_PER_READ):  # a few hundred metrics in memory at a time
-            series.update(read_run_series(folder, keys[start:start + MAX_KEYS_PER_READ]) or {})
-        vectors = read_run_vectors(folder, vector_keys) or {}
+        for start in range(0, len(keys), MAX_KEYS_PER_READ):  # a few hundred metrics read at a time
+            part = read_run_series(folder, keys[start:start + MAX_KEYS_PER_READ])
+            if part is None:
+                return None
+            series.update(part)
+        vectors = read_run_vectors(folder, vector_keys)
+        if vectors is None:
+            return None
         prefix = series_prefix(run_id)
         index: dict[str, Any] = {"prefix": prefix, "scalars": {}, "vectors": {}}
         written, number = [], 0
@@ -246,13 +253,13 @@ class Publisher:
                 index[kind].update({key: number for key in chunk})
                 written.append(name)
                 number += 1
-        # Chunks a larger export of this run left behind would never be asked for again.
-        for old in self.out.glob(f"{prefix}-*.js"):
-            if old.stem.rsplit("-", 1)[-1].isdigit() and int(old.stem.rsplit("-", 1)[-1]) >= number:
-                old.unlink()
         holder = "(window.GLASSLAB_SERIES_INDEX = window.GLASSLAB_SERIES_INDEX || {})"
         name = series_index_file(run_id)
         write_text_atomic(self.out / name, f"{holder}[{script_json(run_id)}] = {script_json(index)};\n")
+        # Chunks a larger export of this run left behind: the new index no longer names them.
+        for old in self.out.glob(f"{prefix}-*.js"):
+            if old.stem.rsplit("-", 1)[-1].isdigit() and int(old.stem.rsplit("-", 1)[-1]) >= number:
+                old.unlink()
         return [*written, name]
 
 

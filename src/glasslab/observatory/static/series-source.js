@@ -118,6 +118,6 @@
     useIndex(runId, file) { if (file) indexFiles[runId] = file; },
     // A page drawn again from fresh data (a new metric appeared) reads the series again.
     forget(runId) { delete kept[runId]; },
-    addScalar, addVector, loadScript,
+    addScalar, addVector,
   };
 })();
