@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+import json
 import os
 import signal
 import subprocess
@@ -14,6 +16,7 @@ from glasslab.observatory.publish import Publisher, page_file, series_index_file
 from observatory_lab import SECRET, build_lab, log_step
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
+publish_module = importlib.import_module("glasslab.observatory.publish")  # the package's `publish` is the function
 
 
 def glasslab(*args: str) -> subprocess.CompletedProcess:
@@ -64,6 +67,40 @@ def test_watch_reexports_only_changed_pages(tmp_path):
     assert '"train/loss":{"steps":[0,1,2' in chunk_js and ",30]" in chunk_js
     index_js = (tmp_path / "site" / series_index_file("rung-s-aaaa1111")).read_text()
     assert '"train/loss":0' in index_js and '"moe/layer_0/expert_load":' in index_js
+
+
+def test_a_runs_series_are_chunks_its_index_names_and_stale_chunks_go(tmp_path, monkeypatch):
+    lab = build_lab(tmp_path / "lab")
+    site, run_id = tmp_path / "site", "rung-s-aaaa1111"
+    monkeypatch.setattr(publish_module, "CHUNK_BYTES", 1000)  # a metric or two a chunk
+    publisher = Publisher(lab, site)
+    publisher.export()
+
+    def chunks() -> dict[str, dict]:
+        return {p.name: json.loads(p.read_text().split("] = ", 1)[1].rstrip(";\n"))
+                for p in site.glob(f"{series_prefix(run_id)}-[0-9]*.js")}
+
+    def index() -> dict:
+        return json.loads((site / series_index_file(run_id)).read_text().split("] = ", 1)[1].rstrip(";\n"))
+
+    before = chunks()
+    assert len(before) >= 8
+    with track.RunReader(lab / run_id) as reader:
+        keys, vector_keys = reader.scalar_keys(), reader.vector_keys()
+    # Every metric and vector in exactly the chunk its index names.
+    for kind, names in (("scalars", keys), ("vectors", vector_keys)):
+        assert set(index()[kind]) == set(names)
+        for key, n in index()[kind].items():
+            held = before[f"{series_prefix(run_id).split('/')[-1]}-{n}.js"]
+            assert key in held[kind] and held[kind][key]["steps"][-1] == 29
+    monkeypatch.setattr(publish_module, "CHUNK_BYTES", 10**7)  # now one chunk of series, one of vectors
+    run = track.init(lab / run_id, {}, reason="resume")
+    log_step(run, 30)
+    run.finish()
+    publisher.export()
+    assert sorted(chunks()) == sorted(f"{series_prefix(run_id).split('/')[-1]}-{n}.js" for n in (0, 1))
+    assert set(index()["scalars"].values()) == {0} and chunks()[f"{series_prefix(run_id).split('/')[-1]}-0.js"][
+        "scalars"]["train/loss"]["steps"][-1] == 30
 
 
 def test_publish_watch_cli_follows_a_run(tmp_path):

@@ -147,7 +147,7 @@ def series_index_file(run_id: str) -> str:
     return f"{series_prefix(run_id)}-index.js"
 
 
-def pack_chunks(encoded: dict[str, str], budget: int = CHUNK_BYTES) -> list[list[str]]:
+def pack_chunks(encoded: dict[str, str], budget: int) -> list[list[str]]:
     """Keys in order, cut into chunks of about ``budget`` bytes of JSON (a chunk holds at least one)."""
     chunks: list[list[str]] = []
     size = 0
@@ -245,7 +245,7 @@ class Publisher:
         written, number = [], 0
         for kind, values in (("scalars", series), ("vectors", vectors)):
             encoded = {key: script_json(one) for key, one in values.items()}
-            for chunk in pack_chunks(encoded):
+            for chunk in pack_chunks(encoded, CHUNK_BYTES):
                 body = ",".join(f"{script_json(key)}:{encoded[key]}" for key in chunk)
                 name = f"{prefix}-{number}.js"
                 holder = "(window.GLASSLAB_CHUNKS = window.GLASSLAB_CHUNKS || {})"
