@@ -385,14 +385,13 @@
       return Promise.all(jobs).then(() => Promise.all(units.map((u) => u.settled)), failed);
     }
 
-    // Draw now every unit within ``margin`` px of the viewport; resolves once they are drawn.
+    // Draw now every unit within ``margin`` px of the viewport; resolves once they are drawn. Cards
+    // are looked at first: a card away from the view is not laid out inside (observatory.css).
     drawVisible(margin = MARGIN) {
       const top = -margin, bottom = window.innerHeight + margin;
-      const units = [...this.units].filter((u) => {
-        if (u.built || u.dead) return false;
-        const r = u.node.getBoundingClientRect();
-        return r.height > 0 && r.bottom > top && r.top < bottom;
-      });
+      const near = (node) => { const r = node.getBoundingClientRect(); return r.height > 0 && r.bottom > top && r.top < bottom; };
+      const units = this.cards.filter((c) => c.root.style.display !== "none" && near(c.root))
+        .flatMap((c) => c.units.filter((u) => !u.built && !u.dead && near(u.node)));
       return this.load(units);
     }
 
@@ -400,6 +399,16 @@
     drawAll() { return this.load([...this.units]); }
 
     relayout() { this.layout(); return this.drawVisible(); }
+
+    /* Live, for a run too wide to draw at once: every metric's overview, a batch at a time in the
+     * background once the view is drawn (~10 kB a metric), so a search draws whatever it finds at once
+     * (a chart of lines from the overview, refined when its own series come). */
+    async prefetch() {
+      const keys = this.d.keys;
+      for (let i = 0; i < keys.length; i += 96) {
+        try { await G.source.scalars(this.d.id, keys.slice(i, i + 96), G.source.OVERVIEW); } catch (err) { return; }
+      }
+    }
 
     pin(id) {
       if (!this.ws.state.pins.includes(id)) this.ws.state.pins.push(id);
@@ -473,6 +482,7 @@
       ctx.actions.showMetric = (key) => view.find(`^${G.escapeRegex(key)}$`);
       const first = ctx.d.keys.length <= EAGER_KEYS ? view.drawAll() : view.drawVisible();
       first.then(ctx.chartsDrawn);
+      if (!G.STATIC && ctx.d.keys.length > EAGER_KEYS) first.then(() => view.prefetch());
       // ``data-filtered`` names the search whose charts are drawn (the first view's too).
       first.then(() => { document.body.dataset.filtered = ctx.workspace.state.q; });
       return {
