@@ -161,6 +161,12 @@ def test_a_layer_family_draws_as_a_heatmap_and_a_wide_group_as_small_multiples(r
     assert info.startswith("step 239: top layer 4 ") and " · bottom layer " in info, info
     count, inked = colours(heat.locator("canvas.heat-cells").screenshot())
     assert count >= 12 and inked > 0.95, (count, inked)  # a colour per cell value, the plot filled
+    # Gradient norms are drawn on log axes: their layer heatmap colours by log10.
+    grads = "Gradient norm: grad/norm/layer_*/attn"
+    page.locator(f"[data-panel='{grads}']").scroll_into_view_if_needed()
+    page.wait_for_function("g => window.GLASSLAB_HEATMAPS[g] !== undefined", arg=grads)
+    assert page.evaluate("g => [window.GLASSLAB_HEATMAPS[g].opts.log, window.GLASSLAB_HEATMAPS[g].span]", grads)[0]
+    card.scroll_into_view_if_needed()
     # "lines": one chart of 12 lines, whose legend names the extremes, not every layer.
     card.locator("[data-toggle='lines']").click()
     page.wait_for_function("l => window.GLASSLAB_CHARTS[l] && window.GLASSLAB_CHARTS[l].series.length === 13", arg=LOAD)

@@ -34,7 +34,8 @@
 
   /* opts: {title, key, steps, values (one array of rows per step), signed?, rowName = "expert",
    *        rowLabels (a label per row; default its index), extremes (name top and bottom rows),
-   *        bare (no panel box or title), onHover(step | null)} */
+   *        log (colour by log10: a family of log-scaled metrics, e.g. gradient norms; values <= 0
+   *        are gaps), bare (no panel box or title), onHover(step | null)} */
   class Heatmap {
     constructor(container, opts) {
       this.opts = opts;
@@ -42,7 +43,8 @@
       this.rowLabels = opts.rowLabels || null;
       this.steps = opts.steps.slice();
       this.values = opts.values.slice();
-      this.signed = opts.signed != null ? opts.signed : this.values.some((v) => v.some((x) => x != null && x < 0));
+      this.signed = opts.log ? false
+        : opts.signed != null ? opts.signed : this.values.some((v) => v.some((x) => x != null && x < 0));
       this.canvas = el("canvas", { class: "heat-cells", width: 1, height: 1 });
       this.cursor = el("div", { class: "heat-cursor" });
       this.yaxis = el("div", { class: "heat-yaxis" });
@@ -97,9 +99,17 @@
       this.draw();
     }
 
+    // A value where the colour scale puts it (its log10 on a log scale; null: a gap).
+    scaled(x) { return x == null || !this.opts.log ? x : x > 0 ? Math.log10(x) : null; }
+
     range() {
       let lo = Infinity, hi = -Infinity;
-      for (const v of this.values) for (const x of v) if (x != null) { lo = Math.min(lo, x); hi = Math.max(hi, x); }
+      for (const v of this.values) {
+        for (const raw of v) {
+          const x = this.scaled(raw);
+          if (x != null) { lo = Math.min(lo, x); hi = Math.max(hi, x); }
+        }
+      }
       if (!Number.isFinite(lo)) return [0, 1];
       if (this.signed) { const m = Math.max(Math.abs(lo), Math.abs(hi)) || 1; return [-m, m]; }
       return hi > lo ? [lo, hi] : [lo - 0.5, hi + 0.5];
@@ -117,7 +127,7 @@
       const img = ctx.createImageData(cols, rows);
       for (let c = 0; c < cols; c++) {
         for (let r = 0; r < rows; r++) {
-          const x = this.values[c][r];
+          const x = this.scaled(this.values[c][r]);
           const [red, green, blue] = colour(stops, x == null ? 0.5 : (x - lo) / (hi - lo));
           const p = 4 * (r * cols + c);
           img.data[p] = red; img.data[p + 1] = green; img.data[p + 2] = blue; img.data[p + 3] = x == null ? 40 : 255;
@@ -158,7 +168,7 @@
       ctx.putImageData(img, 0, 0);
       this.barLabels.textContent = "";
       const marks = this.signed ? [hi, 0, lo] : [hi, (lo + hi) / 2, lo];
-      const labels = tickLabels(marks, "plain");
+      const labels = tickLabels(this.opts.log ? marks.map((m) => 10 ** m) : marks, "plain");
       marks.forEach((v, i) => {
         const tick = el("div", { class: "heat-tick" }, labels[i]);
         tick.style.top = `${100 * i / (marks.length - 1)}%`;
@@ -191,7 +201,8 @@
       this.hovering = true;  // the linked line's cursor comes back here as highlight(): keep this text
       if (this.opts.onHover) this.opts.onHover(this.steps[c]);
       this.info.textContent = `step ${fmt(this.steps[c], "count")} · ${this.rowName} ${this.label(r)}: ${fmt(v)} ` +
-        `(colour scale ${fmt(this.span[0])} … ${fmt(this.span[1])})`;
+        `(colour scale ${this.opts.log ? `${fmt(10 ** this.span[0])} … ${fmt(10 ** this.span[1])}, log`
+          : `${fmt(this.span[0])} … ${fmt(this.span[1])}`})`;
     }
 
     /* Mark ``step``'s column (null: clear; ``quiet``: name without marking) and say which rows lead

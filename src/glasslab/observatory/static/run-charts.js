@@ -87,7 +87,7 @@
         const rows = this.spec.family.rows.filter((_, i) => this.keys.includes(this.spec.keys[i]));
         const { steps, values } = familyColumns(series, this.smooth);
         this.chart = new Heatmap(this.node, { title: this.spec.title, key: this.spec.id, steps, values, bare: true,
-          rowName: "layer", rowLabels: rows, extremes: true, onHover: (step) => v.hoverLines(step) });
+          rowName: "layer", rowLabels: rows, extremes: true, log: this.spec.logy, onHover: (step) => v.hoverLines(step) });
         G.heatmaps[this.spec.id] = this.chart;
       } else {
         const lines = this.keys.map((k, i) => {
