@@ -14,21 +14,35 @@ shared, noisy CPU (absolute numbers are not):
   default path: eager or compiled as ``train.compile=null`` chooses (``train/compile_rule.py``) for a
   run of that model on 20 tokens per parameter; eager figures follow as context, and with
   ``--compile`` the compiled ones too;
-- with CUDA: the same fraction ("MFU") for a ~1B-total MoE and a dense model of similar active size in
-  bf16, against a bf16 8192×8192 matmul measured in the same run.
+- the trainer's own step (``Trainer.train_step``), compiled, for a dense and an MoE model, with and
+  without activation checkpointing: how often a step waits for the device (``host_syncs_per_step``,
+  ``train/host_syncs.py``) and whether anything compiles again after step 1
+  (``recompiles_after_step_1``, dynamo's counters). On the CPU these use the ``aot_eager`` backend:
+  graphs, guards and recompiles are dynamo's, the same whatever backend generates the kernels, and
+  inductor's C++ build would take minutes here;
+- with CUDA (or ``--device cpu`` to walk it on tiny sizes): the same fraction ("MFU") for a ~1.2B-total
+  MoE and a dense model of similar active size, in the trainer's precision (fp32 weights, bf16
+  autocast), against a bf16 8192×8192 matmul measured in the same run; the trainer checks on the GPU,
+  where CUDA's own sync detector counts too; then what compiling costs and buys, on a 4-layer cut of
+  the same MoE (see :data:`COMPILED_LAYERS`). Each line is printed as soon as it is measured.
 
-Run: ``python bench/model_bench.py [--steps N] [--compile] [--gpu-only] [--smoke]``. Ends with
-``name: value  (target …)`` lines. ``--smoke`` (tiny models, one step) only checks that the bench runs;
-``--gpu-only`` is the CUDA section alone (``bench/gpu_check.sh``).
+Run: ``python bench/model_bench.py [--steps N] [--compile] [--gpu-only] [--device D] [--smoke]``. Ends
+with ``name: value  (target …)`` lines. ``--smoke`` (tiny models, one step) only checks that the bench
+runs; ``--gpu-only`` is the CUDA section (``bench/gpu_check.sh``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import functools
+import sys
+import tempfile
 import time
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -36,8 +50,16 @@ import torch.nn.functional as F
 from glasslab.model import ModelConfig, MoEConfig, Transformer
 from glasslab.model.grouped_mm import grouped_mm, grouped_mm_weight_grad
 from glasslab.model.moe import GroupedExperts, Router
+from glasslab.train.build import checkpoint_activations
 from glasslab.train.compile_rule import CompileChoice, choose_compile
+from glasslab.train.config import TrainConfig
+from glasslab.train.distributed import DistContext
+from glasslab.train.host_syncs import count_host_syncs
+from glasslab.train.loop import RunParts, Trainer
 from glasslab.train.throughput import matmul_flops_per_s, synchronize
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from train_fakes import SyntheticLoader  # noqa: E402
 
 SEQ, BATCH = 256, 8
 MOE_CPU = ModelConfig(
@@ -72,22 +94,27 @@ def best_seconds(fns: dict, repeats: int, device: str) -> dict:
     return best
 
 
-def ours_step_fn(cfg: ModelConfig, batch: int, seq: int, device: str, dtype: torch.dtype, compile: bool = False):
-    """One training step of our model; ``compile`` runs the model through ``torch.compile`` as the
-    trainer's ``train.compile`` does (the first call compiles)."""
+def ours_step_fn(cfg: ModelConfig, batch: int, seq: int, device: str, autocast: bool = False,
+                 compile: bool | str = False):
+    """One training step of our model as the trainer runs it: the loss from the model (its LM head in
+    token chunks), fp32 weights and, with ``autocast``, bf16 autocast; ``compile`` (True or a backend's
+    name) runs the model through ``torch.compile`` as ``train.compile`` does (the first call compiles)."""
     torch.manual_seed(0)
-    model = Transformer(cfg).to(device=device, dtype=dtype)
-    net = torch.compile(model) if compile else model
+    model = Transformer(cfg).to(device=device)
+    net = model
+    if compile:
+        net = torch.compile(model) if compile is True else torch.compile(model, backend=compile)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     tokens = torch.randint(0, cfg.vocab_size, (batch, seq + 1), device=device)
+    precision = torch.autocast(device, dtype=torch.bfloat16) if autocast else contextlib.nullcontext()
 
     def step() -> None:
-        logits = net(tokens[:, :-1])
-        loss = F.cross_entropy(logits.reshape(-1, cfg.vocab_size), tokens[:, 1:].reshape(-1))
-        (loss + model.aux_loss()).backward()
+        with precision:
+            nats = net(tokens[:, :-1], targets_BT=tokens[:, 1:])
+        (nats / tokens[:, 1:].numel() + model.aux_loss()).backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-        model.balancer.step()
+        model.balancer.update()
 
     return step
 
@@ -161,11 +188,11 @@ def cpu_section(steps: int, compile: bool, smoke: bool) -> list[str]:
     batch, seq, matmul = (2, 32, 256) if smoke else (BATCH, SEQ, 2048)
     cfgs = {"moe": moe_cfg, "dense": dense_cfg}
     default = {name: default_compile(cfg) for name, cfg in cfgs.items()}
-    timed = {name: ours_step_fn(cfg, batch, seq, "cpu", torch.float32) for name, cfg in cfgs.items()}
+    timed = {name: ours_step_fn(cfg, batch, seq, "cpu") for name, cfg in cfgs.items()}
     timed["hf"] = hf_step_fn(moe_cfg, batch, seq, "grouped_mm")
     compiled = [name for name in cfgs if compile or default[name].compile]
     for name in compiled:
-        timed[f"{name}_compiled"] = ours_step_fn(cfgs[name], batch, seq, "cpu", torch.float32, compile=True)
+        timed[f"{name}_compiled"] = ours_step_fn(cfgs[name], batch, seq, "cpu", compile=True)
     models = list(timed)
     a, b = torch.randn(matmul, matmul), torch.randn(matmul, matmul)
     timed["matmul"] = lambda: a @ b
@@ -206,47 +233,130 @@ def cpu_section(steps: int, compile: bool, smoke: bool) -> list[str]:
     return lines
 
 
-def gpu_section(steps: int, smoke: bool, compile: bool) -> list[str]:
-    """bf16 MFU of a ~1B MoE and a dense model of similar active size; with ``compile`` also what
-    compiling the MoE costs (seconds to the first step) and buys (speed-up), the compile rule's inputs."""
+GPU_MOE = ModelConfig(vocab_size=32768, d_model=1024, n_layers=16, n_heads=16, d_ff=2816,
+                      moe=MoEConfig(num_experts=32, top_k=2, d_expert=704, num_shared_experts=1, first_k_dense=1))
+"""The GPU section's MoE: 1.2B parameters in all, 16 layers."""
+GPU_DENSE = ModelConfig(vocab_size=32768, d_model=1024, n_layers=12, n_heads=16, d_ff=2816)
+"""A dense model of about the MoE's active size."""
+COMPILED_LAYERS = 4
+"""Layers of the MoE cut whose compilation the GPU section times (the same widths, so the same speed-up
+per layer). A whole-model compile traces every layer, so its time grows with depth, not width. On the
+2-core development machine (shared by ~10 processes, 2026-12-01, docs/LOG.md) tracing this MoE's graph
+(dynamo and AOT autograd, backend ``aot_eager``) cost 1 + 2.5 CPU-seconds per layer (6.1 s at 2
+layers, 21.1 s at 8), and inductor's lowering of the forward as much again (10.9 s at 2 layers), the
+backward's likewise: ~7.5 CPU-seconds per layer. Taking a GPU host's core as no faster, and Triton's
+few dozen kernels as built in parallel within ~15 s, the 16-layer model needs ~2 minutes, more than
+``bench/gpu_check.sh`` gives this whole section; 4 layers, ~45 s."""
+
+
+def emit(line: str, lines: list[str]) -> None:
+    """Print a headline line now (a later time-out keeps it) and keep it."""
+    print(line, flush=True)
+    lines.append(line)
+
+
+def tokens_per_second(step: Callable[[], None], tokens: int, steps: int, device: str) -> float:
+    """Tokens/s of ``step``: the best of ``steps`` timed calls after one warm-up call."""
+    return tokens / best_seconds({"step": step}, steps, device)["step"]
+
+
+def gpu_section(steps: int, smoke: bool, compile: bool, device: str = "cuda",
+                compile_backend: str | None = None) -> list[str]:
+    """bf16-autocast MFU of the ~1.2B MoE and the dense model; the trainer checks on this device; with
+    ``compile``, last (the slowest), what compiling :data:`COMPILED_LAYERS` layers of the MoE costs
+    (seconds to its first step) and buys (speed-up), the compile rule's inputs. ``device="cpu"`` with
+    ``smoke`` walks it all on tiny sizes (a dry run of ``bench/gpu_check.sh``)."""
+    out: list[str] = []
     matmul = 1024 if smoke else 8192
-    peak = matmul_flops_per_s("cuda", torch.bfloat16, matmul, repeats=50)
-    moe = SMOKE_MOE if smoke else ModelConfig(
-        vocab_size=32768,
-        d_model=1024,
-        n_layers=16,
-        n_heads=16,
-        d_ff=2816,
-        moe=MoEConfig(num_experts=32, top_k=2, d_expert=704, num_shared_experts=1, first_k_dense=1),
-    )
-    dense = SMOKE_DENSE if smoke else ModelConfig(vocab_size=32768, d_model=1024, n_layers=12, n_heads=16, d_ff=2816)
+    peak = matmul_flops_per_s(device, torch.bfloat16, matmul, repeats=5 if smoke else 50)
+    print(f"{device} bf16 {matmul}² matmul: {peak / 1e12:.1f} TFLOP/s", flush=True)
+    moe, dense = (SMOKE_MOE, SMOKE_DENSE) if smoke else (GPU_MOE, GPU_DENSE)
     batch, seq = (2, 64) if smoke else (16, 2048)
-    lines = [f"gpu bf16 {matmul}² matmul: {peak / 1e12:.0f} TFLOP/s"]
-    out = []
-    models = {"moe": (moe, 0.25), "dense": (dense, 0.45)}
-    steps_by_name = {
-        name: ours_step_fn(cfg, batch, seq, "cuda", torch.bfloat16) for name, (cfg, _) in models.items()
-    }
+    for name, cfg, target in (("dense", dense, 0.45), ("moe", moe, 0.25)):
+        rate = tokens_per_second(ours_step_fn(cfg, batch, seq, device, autocast=True), batch * seq, steps, device)
+        print(f"{device} {name} {cfg.size_name()}: {rate:.0f} tok/s", flush=True)
+        emit(f"gpu_{name}_mfu_bf16: {cfg.flops_per_token(seq) * rate / peak:.2f}  (target >= {target})", out)
+    # dynamo's graphs and guards, and the syncs in our code, do not depend on the backend: aot_eager
+    # compiles these four in seconds, where inductor would take most of the section's box.
+    for line in trainer_check_lines(device, "aot_eager", prefix="gpu_"):
+        emit(line, out)
     if compile:
-        compiled_step = ours_step_fn(moe, batch, seq, "cuda", torch.bfloat16, compile=True)
-        synchronize("cuda")
+        cut = dataclasses.replace(moe, n_layers=min(moe.n_layers, COMPILED_LAYERS))
+        eager = tokens_per_second(ours_step_fn(cut, batch, seq, device, autocast=True), batch * seq, steps, device)
+        compiled_step = ours_step_fn(cut, batch, seq, device, autocast=True, compile=compile_backend or True)
+        synchronize(device)
         start = time.perf_counter()
         compiled_step()  # compiles, then runs one step
-        synchronize("cuda")
-        out.append(f"gpu_moe_compile_seconds: {time.perf_counter() - start:.0f}  "
-                   "(context: train/compile_rule.py assumes ~90)")
-        steps_by_name["moe_compiled"] = compiled_step
-    rate = {name: batch * seq / sec for name, sec in best_seconds(steps_by_name, steps, "cuda").items()}
-    if compile:
-        out.append(f"gpu_moe_compiled_speedup_vs_eager: {rate['moe_compiled'] / rate['moe']:.2f}x  "
-                   "(context: train/compile_rule.py assumes 1.25x)")
-    for name, (cfg, target) in models.items():
-        lines.append(f"gpu {name} {cfg.size_name()}: {rate[name]:.0f} tok/s")
-        out.append(
-            f"gpu_{name}_mfu_bf16: {cfg.flops_per_token(seq) * rate[name] / peak:.2f}  (target >= {target})"
-        )
-    print("\n".join(lines))
+        synchronize(device)
+        emit(f"gpu_moe_compile_seconds: {time.perf_counter() - start:.0f}  (context: {cut.n_layers} layers; "
+             "train/compile_rule.py assumes ~90 for a whole model)", out)
+        compiled = tokens_per_second(compiled_step, batch * seq, steps, device)
+        emit(f"gpu_moe_compiled_speedup_vs_eager: {compiled / eager:.2f}x  "
+             "(context: train/compile_rule.py assumes 1.25x)", out)
     return out
+
+
+def trainer_checks(cfg: ModelConfig, recompute: bool, device: str, backend: str) -> tuple[float, int]:
+    """(host syncs per step, graphs compiled after step 1) of the trainer's compiled step on ``cfg``, over
+    three steps after the first. On CUDA, CUDA's sync detector counts too (also the syncs inside
+    kernels, which the host-side counter cannot see); the higher count is taken."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    train = TrainConfig(seq_len=32, global_batch_tokens=32 * 4, micro_batch_size=2, max_steps=100,
+                        checkpoint_interval=1000, compile=True, peak_flops=1e12)
+    torch.manual_seed(0)
+    model = Transformer(cfg)
+    if recompute:
+        checkpoint_activations(model.blocks)
+    # The synthetic stream's tokens are below 64, inside every vocabulary here.
+    parts = RunParts(model=model, balancer=model.balancer, loader=SyntheticLoader(32, 4),
+                     flops_per_token=cfg.flops_per_token(32))
+    with tempfile.TemporaryDirectory() as tmp, _patched(torch, "compile",
+                                                         functools.partial(torch.compile, backend=backend)):
+        trainer = Trainer(train, parts, None, Path(tmp), DistContext(device=torch.device(device)), {}, 1e12)
+        trainer.train_step()
+        graphs = counters["stats"]["unique_graphs"]
+        with count_host_syncs() as ours, warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            if device == "cuda":
+                torch.cuda.set_sync_debug_mode("warn")
+            try:
+                for _ in range(3):
+                    trainer.train_step()
+            finally:
+                if device == "cuda":
+                    torch.cuda.set_sync_debug_mode("default")
+        cuda_syncs = sum("synchroniz" in str(w.message) for w in caught)
+    return max(sum(ours.values()), cuda_syncs) / 3, counters["stats"]["unique_graphs"] - graphs
+
+
+@contextlib.contextmanager
+def _patched(owner, name: str, value):
+    original = getattr(owner, name)
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        setattr(owner, name, original)
+
+
+def trainer_check_lines(device: str, backend: str, prefix: str = "") -> list[str]:
+    """The trainer checks for the tiny dense and MoE models, with and without activation checkpointing:
+    a context line for each, then two headline lines (the worst of the four)."""
+    syncs, recompiles, lines = {}, {}, []
+    for name, cfg in (("dense", SMOKE_DENSE), ("moe", SMOKE_MOE)):
+        for recompute in (False, True):
+            key = f"{name}{'_activation_checkpointing' if recompute else ''}"
+            syncs[key], recompiles[key] = trainer_checks(cfg, recompute, device, backend)
+            lines.append(f"{prefix}host_syncs_per_step_{key}: {syncs[key]:.1f}  "
+                         f"(context; compiled again after step 1: {recompiles[key]})")
+    return [*lines,
+            f"{prefix}host_syncs_per_step: {max(syncs.values()):.1f}  (target <= 3; the most of the trainer's "
+            f"compiled step on {device} over dense and MoE, with and without activation checkpointing)",
+            f"{prefix}recompiles_after_step_1: {max(recompiles.values())}  (target 0; the same four, "
+            f"backend {backend})"]
 
 
 def profile_moe_step(smoke: bool, rows: int = 25) -> None:
@@ -255,7 +365,7 @@ def profile_moe_step(smoke: bool, rows: int = 25) -> None:
     from torch.profiler import ProfilerActivity, profile
 
     cfg, batch, seq = (SMOKE_MOE, 2, 32) if smoke else (MOE_CPU, BATCH, SEQ)
-    step = ours_step_fn(cfg, batch, seq, "cpu", torch.float32)
+    step = ours_step_fn(cfg, batch, seq, "cpu")
     step()
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         for _ in range(3):
@@ -273,6 +383,10 @@ def main() -> None:
                         help="also time our models under torch.compile (train.compile=true; compiles first)")
     parser.add_argument("--smoke", action="store_true", help="tiny models, one step: check that the bench runs")
     parser.add_argument("--gpu-only", action="store_true", help="only the CUDA section (bench/gpu_check.sh)")
+    parser.add_argument("--device", default="cuda",
+                        help="the device of the GPU section (cpu with --smoke: walk it on tiny sizes)")
+    parser.add_argument("--compile-backend", default=None,
+                        help="torch.compile backend of the GPU section (default inductor; aot_eager for a dry run)")
     parser.add_argument("--profile", action="store_true", help="only print the per-op profile of an eager MoE step")
     args = parser.parse_args()
     if args.profile:
@@ -280,14 +394,14 @@ def main() -> None:
         return
     if args.smoke:
         args.steps = 1
-    headline = []
     if not args.gpu_only:
-        headline += cpu_section(args.steps, args.compile, args.smoke)
-    if torch.cuda.is_available():
-        headline += gpu_section(args.steps, args.smoke, args.compile)
-    elif args.gpu_only:
-        raise SystemExit("model_bench --gpu-only: torch.cuda.is_available() is False")
-    print("\n".join(headline))
+        print("\n".join(cpu_section(args.steps, args.compile, args.smoke)), flush=True)
+        print("\n".join(trainer_check_lines("cpu", "aot_eager")), flush=True)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        if args.gpu_only:
+            raise SystemExit("model_bench --gpu-only: torch.cuda.is_available() is False")
+        return
+    gpu_section(args.steps, args.smoke, args.compile, args.device, args.compile_backend)
 
 
 if __name__ == "__main__":

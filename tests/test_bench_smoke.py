@@ -25,15 +25,17 @@ HEADLINES = {
     "ladder_bench.py": ["ladder_full_fit_seconds", "ladder_interval_coverage_pinned",
                         "ladder_interval_coverage_misspecified_L_inf"],
     "model_bench.py": ["cpu_moe_model_flops_fraction_of_matmul", "cpu_moe_train_speedup_vs_qwen3moe_grouped_mm_experts",
-                       "cpu_dense_model_flops_fraction_of_matmul"],
+                       "cpu_dense_model_flops_fraction_of_matmul", "host_syncs_per_step", "recompiles_after_step_1"],
     "observatory_bench.py": ["series_1M_to_2000_http_ms", "live_latency_p95_s", "log_cost_pct_of_50ms_step",
                              "lab_overview_ms", "lab_run_page_ms", "lab_compare_page_ms", "publish_watch_one_run_s",
                              "wide_live_first_chart_s", "wide_static_first_chart_s", "wide_live_search_keypress_ms",
                              "wide_static_search_keypress_ms", "wide_live_js_heap_mb", "wide_static_js_heap_mb"],
     "screenshot.py": ["pages_shot"],
-    "sft_bench.py": ["sft_packed_vs_padded_tokens_per_s_ratio"],
+    "sft_bench.py": ["sft_packed_vs_padded_tokens_per_s_ratio", "sft_heldout_loss_drop_percent",
+                     "dpo_heldout_pref_accuracy_gain_points", "chat_page_vs_cli_first_token_ratio",
+                     "chat_page_vs_cli_tokens_per_s_ratio"],
     "track_bench.py": ["track_log_cost_fraction_of_50ms_step"],
-    "train_bench.py": ["train_overhead_percent"],
+    "train_bench.py": ["train_overhead_percent", "peak_rss_chunked_ce_vs_full"],
 }
 """Each bench's headline names (the names its issue gives); a new bench must be added here."""
 
@@ -58,23 +60,32 @@ def test_bench_smoke_prints_its_headlines(script, tmp_path):
     assert not missing, f"{script} --smoke did not print {missing}:\n{done.stdout[-2000:]}"
 
 
+GPU_CHECK_SECTIONS = ("environment", "cuda_tests", "model_bench", "demo_quick", "fsdp2")
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("timeout") is None, reason="gpu_check.sh time-boxes its sections with timeout(1)")
-def test_gpu_check_script_plumbing_runs_on_cpu(tmp_path):
-    """bench/gpu_check.sh needs CUDA to run in full; on this machine it says so in one line and exits 1,
-    and its FSDP2 section (the one that drives the CLI end to end) runs on the CPU and prints its lines."""
+def test_gpu_check_dry_run_walks_every_section_on_cpu(tmp_path):
+    """bench/gpu_check.sh needs CUDA to run in full: without it, it says so in one line and stops; with
+    --dry-run it walks every section on the CPU at tiny sizes and each passes, printing its figures."""
     script = str(BENCH / "gpu_check.sh")
     python = {"PYTHON": sys.executable}  # the script's interpreter: this one, activated venv or not
     if not torch.cuda.is_available():
         done = subprocess.run([script, str(tmp_path / "gpu.log")], env=subprocess_env(**python),
                               capture_output=True, text=True, timeout=120)
         assert done.returncode == 1
-        assert "torch.cuda.is_available() is False" in done.stdout + done.stderr
-        assert "gpu_check_environment_rc: 1" in (tmp_path / "gpu.log").read_text()
-    done = subprocess.run([script, str(tmp_path / "fsdp.log")],
-                          env=subprocess_env(GPU_CHECK_ONLY="fsdp_on_cpu", **python), capture_output=True, text=True,
-                          timeout=300)
-    assert done.returncode == 0, done.stdout[-3000:]
+        environment = dict(HEADLINE.findall((tmp_path / "gpu.log").read_text()))["gpu_check_environment_rc"]
+        # It says why in one line, unless importing torch on this loaded machine outlasted the box (124).
+        assert environment == "124" or (environment == "1" and "torch.cuda.is_available() is False" in done.stdout)
+    done = subprocess.run([script, "--dry-run", str(tmp_path / "dry.log")], env=subprocess_env(**python),
+                          capture_output=True, text=True, timeout=1500)
+    assert done.returncode == 0, done.stdout[-4000:]
     printed = dict(HEADLINE.findall(done.stdout))
-    assert printed["gpu_fsdp2_one_gpu_steps"] == "20" and printed["gpu_check_fsdp2_one_gpu_rc"] == "0"
-    assert float(printed["gpu_fsdp2_one_gpu_final_train_loss"]) < 6.24
+    assert all(printed[f"gpu_check_{name}_rc"] == "0" for name in GPU_CHECK_SECTIONS), printed
+    assert printed["gpu_grouped_mm_kernel_bf16"] in ("0", "1") and printed["gpu_count"] == "0"
+    for name in ("gpu_dense_mfu_bf16", "gpu_moe_mfu_bf16", "gpu_moe_compile_seconds", "gpu_host_syncs_per_step"):
+        assert name in printed, name
+    assert float(printed["gpu_host_syncs_per_step"]) <= 3 and printed["gpu_recompiles_after_step_1"] == "0"
+    assert printed["gpu_demo_quick_steps_succeeded"] == "2"  # hello's two steps
+    assert printed["gpu_fsdp2_steps"] == "6" and printed["gpu_fsdp2_replicas_agree"] == "1"
+    assert float(printed["gpu_fsdp2_final_train_loss"]) < 6.24

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 
 import numpy as np
 import pytest
@@ -51,6 +52,37 @@ def test_resume_mid_run_gives_identical_batches(ds):
         assert torch.equal(want, got)
     other_seed = Loader(_cfg(ds, seed=1), seq_len=64, global_batch=16)
     assert not torch.equal(_batches(other_seed, 8)[-1], expected[0])
+
+
+def test_the_next_batch_is_read_ahead_in_another_thread_without_touching_the_state(ds, monkeypatch):
+    """The thread reads step s+1 while step s trains; the state counts only returned batches, and a
+    read-ahead that no longer follows the state (after a load or a skip) is dropped: every batch is
+    the one a loader without read-ahead returns."""
+    readers: list[str] = []
+    read_window = DomainStream.read_window
+
+    def recording(self, index, window):
+        readers.append(threading.current_thread().name)
+        return read_window(self, index, window)
+
+    monkeypatch.setattr(DomainStream, "read_window", recording)
+    plain = Loader(_cfg(ds), seq_len=16, global_batch=8, prefetch=False)
+    expected, states = [], []
+    for _ in range(7):
+        expected.append(plain.next_batch())
+        states.append(plain.state_dict())
+    readers.clear()
+    ahead = Loader(_cfg(ds), seq_len=16, global_batch=8)
+    for want, state in zip(expected[:3], states[:3], strict=True):
+        assert torch.equal(ahead.next_batch(), want)
+        assert ahead.state_dict() == state  # the read-ahead of the next step is not in the state
+    on_main = [name for name in readers if not name.startswith("glasslab-loader")]
+    assert len(on_main) == 8 and len(readers) >= 3 * 8  # only the first batch's 8 rows waited for a read
+    ahead.skip(2)  # drops the read-ahead of the step it skips
+    assert ahead.state_dict() == states[4]
+    ahead.load_state_dict(states[1])  # back: the read-ahead (now of a later step) is dropped again
+    assert [torch.equal(ahead.next_batch(), want) for want in expected[2:]] == [True] * 5
+    assert ahead.state_dict() == states[-1]
 
 
 def test_ranks_split_each_global_batch_without_overlap_or_gaps(ds):

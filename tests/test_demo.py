@@ -12,7 +12,7 @@ import pytest
 
 from cli_runner import run_cli
 from glasslab.layout import EXPORT_MANIFEST, MODEL_CARD
-from glasslab.train.sft import sft_outcome
+from glasslab.posttrain.outcome import outcome
 
 pytestmark = pytest.mark.slow  # the session's demo lab takes about a minute and a half to build
 
@@ -86,7 +86,7 @@ def test_every_demo_folder_is_a_succeeded_step_with_lab_events(demo_lab):
     from glasslab.track import read_lab_events
 
     folders = step_hashes(demo_lab.root)
-    assert len(folders) == 11  # data, 4 rungs, fit, hero, export, conversations, sft, export
+    assert len(folders) == 13  # data, 4 rungs, fit, hero, export, conversations, sft, export, pairs, dpo
     assert all(read_step_record(demo_lab.root / f)["status"] == "succeeded" for f in folders)
     succeeded = {e["subject"] for e in read_lab_events(demo_lab.root) if e["kind"] == "step_succeeded"}
     assert succeeded == set(folders)
@@ -177,7 +177,7 @@ def test_demo_ends_with_sft_of_the_hero_and_a_chat_export(demo_lab):
     after = json.loads((sft / "result.json").read_text())["eval/sft/loss"]
     assert after < before  # held-out assistant tokens: the fine-tuned hero beats its base
     # The tasks, plain and posed as chat turns, scored on the base and after SFT (the demo's table shows both).
-    tasks = sft_outcome(sft)["tasks"]
+    tasks = outcome(sft)["tasks"]
     assert set(tasks) == {"next_word_code", "next_word_prose", "next_word_code_chat", "next_word_prose_chat",
                           "macro"}
     assert all(0 <= acc <= 1 for pair in tasks.values() for acc in pair)
@@ -186,6 +186,21 @@ def test_demo_ends_with_sft_of_the_hero_and_a_chat_export(demo_lab):
     exports = {json.loads((p / EXPORT_MANIFEST).read_text())["run"]: p for p in lab.glob("export-*")}
     assert set(exports) == {hero.name, sft.name}
     assert "chat_template" in json.loads((exports[sft.name] / "tokenizer_config.json").read_text())
+    counts = record["conversations"]["train"]  # every conversation accounted for: whole, cut, or left out
+    assert counts["whole"] + counts["cut"] + counts["left_out"] == counts["conversations"] > counts["left_out"]
     reply = run_cli("chat", exports[sft.name].name, "--lab", str(lab), "--prompt", "What does `len` do?",
                     "--temperature", "0", "--max-new-tokens", "16", timeout=300)
     assert reply.returncode == 0, reply.stderr[-2000:]
+
+
+def test_demo_preference_tunes_its_sft_model_on_the_builtin_pairs(demo_lab):
+    lab = demo_lab.root
+    sft, dpo = only(lab, "demo-sft-*"), only(lab, "demo-dpo-*")
+    record = json.loads((dpo / "run.json").read_text())
+    assert record["role"] == "dpo" and record["parent"]["run"] == sft.name and record["beta"] == 0.1
+    assert record["pairs"]["heldout"]["kept"] > 0 and record["pairs"]["train"]["kept"] > 100
+    before = record["base"]["metrics"]
+    assert before["eval/dpo/reward_margin"] == 0  # the SFT model is its own reference before step 1
+    result = json.loads((dpo / "result.json").read_text())
+    assert result["eval/dpo/reward_margin"] > 0 and result["dpo/accuracy"] > 0.5
+    assert "held-out preference accuracy (SFT -> DPO)" in demo_lab.stdout

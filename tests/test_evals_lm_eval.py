@@ -19,9 +19,9 @@ from glasslab.evals.load import TaskScorer, load_task
 from glasslab.evals.task import Item, Task
 from glasslab.lab import Step, run_one_step
 from glasslab.layout import EXPORT_MANIFEST
+from glasslab.model.load import find_model, load_model
 from glasslab.train import RunConfig, train
 from glasslab.train.export_step import ExportConfig, export_step
-from glasslab.train.restore import load_run_model
 from train_data import build_tiny_dataset, tiny_run_config
 
 EXTRA = (
@@ -52,7 +52,7 @@ def test_lm_eval_agrees_with_our_scorer_on_every_item(tmp_path):
     cfg = tiny_run_config(dataset, moe=True, max_steps=40, checkpoint_interval=40, sample_max_new_tokens=0)
     cfg["model"]["moe"]["router"] = "sigmoid"
     train(from_dict(RunConfig, cfg), tmp_path / "run")
-    model, _, _ = load_run_model(tmp_path / "run")
+    model = load_model(find_model(str(tmp_path / "run")))
     # What `glasslab export` makes: the export step's folder, with its manifest and model card.
     export = run_one_step(Step("export", export_step, ExportConfig(run=str(tmp_path / "run"), step=40)),
                           tmp_path / "lab").folder

@@ -17,13 +17,13 @@ from glasslab.evals import TaskConfig
 from glasslab.evals.load import TaskScorer, load_tasks
 from glasslab.lab import Step, run_one_step
 from glasslab.layout import EXPORT_MANIFEST, RESULT_FILE
+from glasslab.model.load import find_model, load_model
 from glasslab.observatory.lab_scan import Lab
 from glasslab.observatory.run_page import run_page
 from glasslab.track import RunReader, read_record
 from glasslab.train import RunConfig, train
 from glasslab.train.export_step import ExportConfig, export_step
 from glasslab.train.hooks import TrainerHook
-from glasslab.train.restore import load_run_model
 from train_data import build_tiny_dataset, tiny_run_config
 
 TASKS = [{"builtin": "next_word", "domain": "code", "max_items": 150},
@@ -137,7 +137,8 @@ def test_eval_command_scores_a_run_and_its_export_the_same_and_above_chance(tmp_
 
 
 def test_scorer_on_the_model_in_memory_matches_its_checkpoint(dataset, trained):
-    model, config, step = load_run_model(trained)
+    source = find_model(str(trained))
+    model, config, step = load_model(source), source.config, source.step
     tasks = load_tasks([TaskConfig(builtin="next_word", domain="code")], dataset)
     tokenizer = load_tokenizer(dataset)
     metrics, (result,) = TaskScorer(tasks, tokenizer, prefix_id=0)(model)

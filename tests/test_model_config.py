@@ -90,6 +90,9 @@ def _build(kwargs):
         ({"moe": {"num_experts": 4, "top_k": 5}}, "model.moe.top_k"),
         ({"n_layers": 2, "moe": {"first_k_dense": 2}}, "model.moe.first_k_dense"),
         ({"moe": {"capacity_factor": 0}}, "model.moe.capacity_factor"),
+        # torch._grouped_mm on CUDA wants 16-byte rows: 8 bf16 values (refused on any machine)
+        ({"moe": {"d_expert": 20}}, "model.moe.d_expert"),
+        ({"d_model": 36, "n_heads": 2, "moe": {"d_expert": 16}}, "model.d_model"),
     ],
 )
 def test_impossible_configs_fail_with_one_line_naming_the_field(kwargs, field):

@@ -1,4 +1,5 @@
-"""The Hugging Face export loads offline in `transformers` and reproduces our logits (fp32, ≤ 1e-4)."""
+"""The Hugging Face export loads offline in `transformers` and reproduces our logits (fp32, ≤ 1e-4); read back
+as our model (``model.load``) it is the model it was made from, bit for bit."""
 
 import json
 import warnings
@@ -9,6 +10,7 @@ import transformers
 
 from glasslab.errors import UserError
 from glasslab.model import ModelConfig, MoEConfig, Transformer, export_hf
+from glasslab.model.load import find_model, load_model
 
 BASE = dict(vocab_size=96, d_model=32, n_heads=4, n_kv_heads=2, d_ff=48, init_std=0.2, rope_theta=500.0)
 CASES = {
@@ -75,6 +77,11 @@ def test_export_loads_offline_and_logits_match(name, tmp_path, monkeypatch):
     assert (ours - theirs).abs().max().item() <= 1e-4
     assert transformers.AutoTokenizer.from_pretrained(out)("w3 w7")["input_ids"] == [3, 7]
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp folder left
+    # And back: what SFT or chat from an export loads is the model itself (the mapping's exact inverse).
+    source = find_model(str(out))
+    assert (source.kind, source.model_config, source.tokenizer) == ("export", cfg, out)
+    back = load_model(source).state_dict()
+    assert all(torch.equal(t, back[k]) for k, t in model.state_dict().items())
 
 
 @pytest.mark.parametrize(

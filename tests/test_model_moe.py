@@ -8,11 +8,11 @@ import torch.nn.functional as F
 
 from glasslab.model import ModelConfig, MoEConfig, Transformer
 from glasslab.model import grouped_mm as grouped_mm_module
-from glasslab.model.moe import MoEFeedForward
+from glasslab.model.moe import MoEFeedForward, dispatch, plan_dispatch
 
 
 def _layer(**moe_kwargs) -> MoEFeedForward:
-    moe = MoEConfig(num_experts=6, top_k=2, d_expert=12, **moe_kwargs)
+    moe = MoEConfig(num_experts=6, top_k=2, d_expert=16, **moe_kwargs)
     cfg = ModelConfig(vocab_size=32, d_model=16, n_layers=1, n_heads=2, n_kv_heads=2, d_ff=8, moe=moe)
     torch.manual_seed(0)
     layer = MoEFeedForward(cfg, 0)
@@ -182,3 +182,55 @@ def test_compiled_moe_is_one_graph_and_matches_eager(dtype):
     for a, b in zip(eager_model.blocks, compiled_model.blocks, strict=True):
         assert torch.equal(a.ffn.pending.counts_E, b.ffn.pending.counts_E)
         assert int(b.ffn.pending.tokens) == 2 * 17
+
+
+def test_experts_compute_in_bf16_under_autocast_with_fp32_weights(monkeypatch):
+    """Under bf16 autocast the grouped matmul receives bf16 activations and weights although the
+    parameters stay fp32 (the op has an autocast rule), matches an fp32 reference to bf16 precision,
+    and hands fp32 gradients back to the fp32 weights."""
+    seen = []
+    kernel_runs = grouped_mm_module.kernel_runs
+    monkeypatch.setattr(grouped_mm_module, "kernel_runs", lambda device, dtype: seen.append(dtype) or kernel_runs(
+        device, dtype))
+    layer = _layer(num_shared_experts=0)
+    x = torch.randn(2, 24, 16)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        routing = layer.router(x.reshape(-1, 16))
+        plan = plan_dispatch(routing.expert_TK, 6, None)
+        y = layer.experts(dispatch(x.reshape(-1, 16), plan, 2), plan.ends_E)
+    assert seen and set(seen) == {torch.bfloat16} and y.dtype == torch.bfloat16
+    assert layer.experts.gate_up_EDF2.dtype == torch.float32
+    reference = torch.cat([
+        expert(x_e, layer.experts, e) for e, x_e in enumerate(dispatch(x.reshape(-1, 16), plan, 2).split(
+            torch.diff(plan.ends_E, prepend=plan.ends_E.new_zeros(1)).tolist()))
+    ])
+    torch.testing.assert_close(y.float(), reference, atol=3e-2, rtol=3e-2)
+    y.float().square().sum().backward()
+    assert layer.experts.gate_up_EDF2.grad.dtype == torch.float32
+
+
+def expert(x_ND: torch.Tensor, experts, e: int) -> torch.Tensor:
+    """Expert ``e``'s SwiGLU in fp32, one matmul at a time."""
+    gate_up = x_ND @ experts.gate_up_EDF2[e]
+    return (F.silu(gate_up[:, : experts.d_expert]) * gate_up[:, experts.d_expert :]) @ experts.down_EFD[e]
+
+
+def test_router_logits_stay_fp32_under_autocast():
+    """A bf16 logit would move a sigmoid score near 0.5 in steps of ~1e-3, coarser than the bias updates."""
+    layer = _layer()
+    x_TD = torch.randn(40, 16)
+    exact = layer.router(x_TD)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        routed = layer.router(x_TD)
+    assert routed.logits_TE.dtype == torch.float32
+    assert torch.equal(routed.logits_TE, exact.logits_TE) and torch.equal(routed.expert_TK, exact.expert_TK)
+
+
+def test_routing_accumulators_follow_the_model_to_its_device_and_keep_their_dtypes():
+    """Created on the model's device up front, never moved inside a (compiled) forward."""
+    cfg = ModelConfig(vocab_size=32, d_model=16, n_layers=2, n_heads=2, d_ff=8, moe=MoEConfig(d_expert=8))
+    model = Transformer(cfg).to(torch.bfloat16).to("meta")  # meta stands in for a GPU
+    for block in model.blocks:
+        tensors = block.ffn.pending.tensors()
+        assert {t.device.type for t in tensors.values()} == {"meta"}
+        assert tensors["entropy_sum"].dtype == torch.float64 and tensors["counts_E"].dtype == torch.long

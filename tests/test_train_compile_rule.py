@@ -1,8 +1,9 @@
 """train.compile: forced either way, or chosen by the measured rule from the planned compute; a compiled
-trainer trains the same numbers as an eager one."""
+trainer trains the same numbers as an eager one, as one graph compiled once, activation checkpointing or not."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 
@@ -14,6 +15,7 @@ from glasslab.cli import main as cli_main
 from glasslab.layout import RUN_RECORD
 from glasslab.track import RunReader
 from glasslab.train import compile_rule
+from glasslab.train.build import checkpoint_activations
 from glasslab.train.compile_rule import MIN_FLOPS, choose_compile
 from glasslab.train.config import OptimizerConfig, ScheduleConfig, TrainConfig
 from train_data import build_tiny_dataset, tiny_run_config
@@ -54,6 +56,39 @@ def test_a_compiled_trainer_matches_eager(tmp_path, monkeypatch):
     compiled, trainer = _losses(tmp_path / "compiled", True)
     assert trainer.compile_choice.compile and trainer.net is not trainer.model
     assert compiled == pytest.approx(eager, rel=1e-5)
+
+
+@pytest.mark.parametrize(("moe", "recompute"), [(True, False), (True, True), (False, True)],
+                         ids=["moe", "moe_activation_checkpointing", "dense_activation_checkpointing"])
+def test_a_compiled_trainer_compiles_one_graph_once(tmp_path, monkeypatch, moe, recompute):
+    """Dynamo's counters after step 1 and after three more: one graph, no graph break, nothing compiled
+    again. Under activation checkpointing the MoE's side effects (its aux loss, its routing counts) would
+    otherwise send the whole model back to eager, and they are still counted once per forward."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="aot_eager"))
+    cfg = TrainConfig(seq_len=16, global_batch_tokens=16 * 8, micro_batch_size=4, max_steps=4, checkpoint_interval=10,
+                      compile=True, schedule=ScheduleConfig(kind="constant", warmup_fraction=0.0))
+    trainers = [make_trainer(tmp_path / name, dataclasses.replace(cfg, compile=name == "compiled"), moe=moe, log=False)
+                for name in ("eager", "compiled")]
+    if recompute:
+        for trainer in trainers:
+            checkpoint_activations(trainer.model.blocks)
+    losses = {name: [] for name in ("eager", "compiled")}
+    for step in range(4):
+        for name, trainer in zip(losses, trainers, strict=True):
+            if moe and step == 3:  # the routing of a whole step's micro-batches, each counted once
+                trainer.forward_backward(trainer.parts.loader.next_batch(), cfg.global_batch_tokens)
+                assert int(trainer.model.blocks[0].ffn.pending.tokens) == cfg.global_batch_tokens, name
+                continue
+            losses[name].append(trainer.train_step()["train/loss"])
+        if step == 0:
+            after_step_1 = dict(counters["stats"])
+            assert after_step_1["unique_graphs"] == 1 and not counters["graph_break"], dict(counters["graph_break"])
+    assert dict(counters["stats"]) == after_step_1  # no recompile
+    assert losses["compiled"] == pytest.approx(losses["eager"], rel=1e-5)
 
 
 def test_run_json_records_the_choice_and_its_reason(tmp_path):

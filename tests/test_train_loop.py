@@ -7,6 +7,7 @@ import torch
 
 from glasslab.track import RunReader
 from glasslab.train.config import GuardConfig, OptimizerConfig, ScheduleConfig, TrainConfig
+from glasslab.train.host_syncs import count_host_syncs
 from train_fakes import SyntheticLoader, make_trainer
 
 
@@ -46,6 +47,23 @@ def test_tiny_moe_learns_and_logs_every_named_metric(tmp_path):
     assert {"moe/layer_0/expert_load", "moe/layer_0/router_bias"} <= vectors
     assert eval_steps == [20, 40]
     assert trainer.last_metrics["eval/macro/loss"] < 3.0
+
+
+@pytest.mark.parametrize("moe", [False, True], ids=["dense", "moe"])
+def test_a_step_waits_for_the_device_at_most_three_times(tmp_path, moe):
+    """Every per-step scalar (loss, grad and parameter norms, each MoE layer's routing statistics) still
+    logged, from at most three transfers to the host: on a GPU each one stalls the queue of kernels."""
+    trainer = make_trainer(tmp_path, _cfg(max_steps=10, micro_batch_size=4), moe=moe)
+    trainer.train_step()  # the first step initialises the optimiser's state
+    with count_host_syncs() as syncs:
+        metrics = [trainer.train_step() for _ in range(3)]
+    assert sum(syncs.values()) <= 3 * 3, dict(syncs)
+    expected = {"train/loss", "grad/norm/total", "params/norm/total", "optim/learning_rate"}
+    if moe:
+        expected |= {f"moe/layer_{i}/{name}" for i in (0, 1)
+                     for name in ("load_max_violation", "routing_entropy", "router_bias_norm", "dropped_tokens")}
+    assert all(expected <= m.keys() for m in metrics)
+    trainer.run.finish()
 
 
 def test_gradient_accumulation_matches_one_big_batch(tmp_path):

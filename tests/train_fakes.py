@@ -63,12 +63,14 @@ class SyntheticLoader:
 
 
 def make_trainer(run_dir: Path, cfg: TrainConfig, moe: bool = False, loader=None, log: bool = True,
-                 hooks=()) -> Trainer:
-    """A Trainer on the real tiny Transformer and the synthetic stream, logging into ``run_dir``."""
+                 hooks=(), ctx: DistContext | None = None) -> Trainer:
+    """A Trainer on the real tiny Transformer and the synthetic stream, logging into ``run_dir``
+    (``ctx``: this process's place in a job whose process group is already up; default one process)."""
+    ctx = ctx or DistContext()
     torch.manual_seed(cfg.seed)
     model_cfg = tiny_model_config(moe)
     model = Transformer(model_cfg)
-    loader = loader or SyntheticLoader(cfg.seq_len, cfg.global_batch_size)
+    loader = loader or SyntheticLoader(cfg.seq_len, cfg.global_batch_size, ctx.rank, ctx.world_size)
     heldout = {"synthetic": lambda: [arithmetic_batch(10_000, i, 8, cfg.seq_len) for i in range(2)]}
 
     def evaluate_model(m, step):
@@ -76,5 +78,5 @@ def make_trainer(run_dir: Path, cfg: TrainConfig, moe: bool = False, loader=None
 
     parts = RunParts(model=model, balancer=model.balancer, loader=loader,
                      flops_per_token=model_cfg.flops_per_token(cfg.seq_len), evaluate=evaluate_model)
-    run = track_init(run_dir, {"train": {}}) if log else None
-    return Trainer(cfg, parts, run, run_dir, DistContext(), {"train": {}}, peak_flops=1e11, hooks=hooks)
+    run = track_init(run_dir, {"train": {}}) if log and ctx.is_main else None
+    return Trainer(cfg, parts, run, run_dir, ctx, {"train": {}}, peak_flops=1e11, hooks=hooks)

@@ -20,7 +20,7 @@ import os
 import shutil
 import subprocess
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -55,11 +55,21 @@ TRAINER_STATE = "trainer.pt"
 """The checkpoint part holding counters, loader, balancer, guard and RNG state."""
 CHECKPOINT_CONFIG = "config.json"
 """The run's full (unredacted) config beside a checkpoint's manifest, readable without unpickling."""
+SHARDED_MODEL = "model"
+"""A sharded (FSDP2) run's checkpoint holds its model state in this folder (torch distributed checkpoint,
+one file per rank) instead of ``model.pt``."""
 
-CONVERSATIONS_TRAIN = "train.jsonl"
-"""A conversations folder's training conversations for SFT, one ``{"messages": [...]}`` per line."""
-CONVERSATIONS_HELDOUT = "heldout.jsonl"
-"""A conversations folder's held-out conversations (the held-out SFT loss is measured on them)."""
+TOKENIZER_DIR = "tokenizer"
+"""A dataset's tokenizer folder (``tokenizer.json`` and what ``transformers`` reads beside it); an export
+holds the same files at its top."""
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+"""The tokenizer's files, as ``data.tokenizer.save_tokenizer`` writes them and an export copies them."""
+
+SPLIT_TRAIN = "train.jsonl"
+"""A post-training data folder's training records, one per line: conversations ``{"messages": [...]}`` for
+SFT, preference pairs ``{"prompt", "chosen", "rejected"}`` for DPO."""
+SPLIT_HELDOUT = "heldout.jsonl"
+"""A post-training data folder's held-out records (the held-out SFT loss, DPO's preference accuracy)."""
 
 EXPORT_MANIFEST = "export.json"
 """A Hugging Face export's manifest (run, step, glasslab version, ``max_logit_diff`` and the logit
@@ -86,6 +96,80 @@ TEMP_PREFIX = ".tmp-"
 def checkpoint_path(run_dir: str | Path, step: int) -> Path:
     """Where the checkpoint taken after ``step`` optimiser steps lives."""
     return Path(run_dir) / CHECKPOINTS_DIR / f"{CHECKPOINT_PREFIX}{step:07d}"
+
+
+def list_checkpoints(run_dir: str | Path) -> list[tuple[int, Path]]:
+    """Completed checkpoint folders of a run as (step, path), oldest first."""
+    root = Path(run_dir) / CHECKPOINTS_DIR
+    found = []
+    for path in root.glob(f"{CHECKPOINT_PREFIX}*") if root.is_dir() else ():
+        suffix = path.name[len(CHECKPOINT_PREFIX):]
+        if path.is_dir() and suffix.isdigit():
+            found.append((int(suffix), path))
+    return sorted(found)
+
+
+def checkpoint_problem(path: str | Path) -> str | None:
+    """Why the checkpoint folder at ``path`` cannot be trusted, or None when its files match its manifest
+    (each file's size and sha256: a checkpoint is written whole or not at all, so a mismatch is damage)."""
+    path = Path(path)
+    try:
+        manifest = json.loads((path / MANIFEST_FILE).read_text(encoding="utf-8"))
+        files = manifest["files"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return f"unreadable {MANIFEST_FILE} ({type(exc).__name__})"
+    for name, expected in files.items():
+        file = path / name
+        if not file.is_file():
+            return f"{name} is missing"
+        size = file.stat().st_size
+        if size != expected["bytes"]:
+            return f"{name} has {size} bytes, manifest says {expected['bytes']} (truncated?)"
+        if file_sha256(file) != expected["sha256"]:
+            return f"{name} does not match its sha256 in the manifest (corrupted)"
+    return None
+
+
+def latest_checkpoint(run_dir: str | Path, on_fallback: Callable[[int, str], None] | None = None,
+                      at_most: int | None = None) -> tuple[int, Path] | None:
+    """The newest intact checkpoint (at step ``<= at_most`` when given) as (step, path), reporting each
+    damaged one to ``on_fallback(step, problem)``; None when there is none."""
+    for step, path in reversed(list_checkpoints(run_dir)):
+        if at_most is not None and step > at_most:
+            continue
+        problem = checkpoint_problem(path)
+        if problem is None:
+            return step, path
+        if on_fallback is not None:
+            on_fallback(step, problem)
+    return None
+
+
+def intact_checkpoint(run_dir: str | Path, step: int) -> Path:
+    """The checkpoint of ``run_dir`` at ``step``; a one-line UserError naming the steps there are, or what
+    is wrong with it when its files do not match its manifest."""
+    run_dir = Path(run_dir)
+    path = checkpoint_path(run_dir, step)
+    if not path.is_dir():
+        available = ", ".join(str(s) for s, _ in list_checkpoints(run_dir)) or "none"
+        raise UserError(f"{run_dir.name}@{step}: no checkpoint at step {step} (available: {available})")
+    problem = checkpoint_problem(path)
+    if problem is not None:
+        raise UserError(f"{path}: damaged checkpoint ({problem})")
+    return path
+
+
+def is_sharded(path: str | Path) -> bool:
+    """Whether the checkpoint folder ``path`` holds its model as shards (a sharded run's) or one file."""
+    return (Path(path) / SHARDED_MODEL).is_dir()
+
+
+def checkpoint_config(path: str | Path) -> dict[str, Any]:
+    """The run's full (unredacted) config stored beside the checkpoint in folder ``path``."""
+    config = read_json(Path(path) / CHECKPOINT_CONFIG)
+    if config is None:
+        raise UserError(f"{path}: no {CHECKPOINT_CONFIG} (a checkpoint from before configs were stored as JSON)")
+    return config
 
 
 def card_dir(lab_root: str | Path, experiment: str) -> Path:

@@ -22,8 +22,8 @@ from glasslab import __version__
 from glasslab.errors import UserError
 
 # Subcommand modules, in the order `glasslab --help` lists them.
-COMMANDS = ("demo", "data", "train", "run", "ladder", "export", "eval", "chat", "serve", "publish", "note",
-            "card")
+COMMANDS = ("demo", "data", "train", "sft", "dpo", "run", "ladder", "export", "eval", "chat", "serve", "publish",
+            "note", "card")
 
 
 class Parser(argparse.ArgumentParser):
@@ -85,9 +85,23 @@ def describe_os_error(exc: OSError) -> str | None:
     return None
 
 
+def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """The arguments; a command that sets ``trailing_items`` (the name of its positional list) also takes
+    positional items after its flags (``glasslab sft BASE FILE --steps 9 train.seed=1``), which argparse
+    alone refuses."""
+    args, extra = parser.parse_known_args(argv)
+    dest = getattr(args, "trailing_items", None)
+    if extra and (dest is None or any(item.startswith("-") for item in extra)):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if extra:
+        getattr(args, dest).extend(extra)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # the command as typed, for what records it
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parse(parser, argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from glasslab.cli.options import add_lab_option
+
+TUNED_ROLES = ("sft", "dpo")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -38,26 +39,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from glasslab.cli.note import resolve_run_dir
-    from glasslab.layout import EXPORT_MANIFEST
-    from glasslab.train.chat import ChatSession, Sampling, load_chat_model, load_export_chat_model
+    from glasslab.posttrain.chat import ChatSession, Sampling, load_chat_model
 
     sampling = Sampling(args.temperature, args.top_k, args.top_p, args.max_new_tokens, args.seed)
-    export = next((p for p in (Path(args.lab) / args.run, Path(args.run)) if (p / EXPORT_MANIFEST).is_file()), None)
-    if export is not None:
-        chat = load_export_chat_model(export, args.device)
-    else:
-        ref, sep, step = args.run.rpartition("@")
-        if not (sep and step.isdigit()):
-            ref, step = args.run, ""
-        run_dir = resolve_run_dir(args.lab, ref)
-        chat = load_chat_model(f"{run_dir}@{step}" if step else str(run_dir), args.device)
+    chat = load_chat_model(args.run, args.lab, args.device)
     session = ChatSession(chat, sampling, args.system)
     if args.prompt is not None:
         _print_reply(session, args.prompt)
         return 0
-    role = "" if chat.role == "sft" else f" (role {chat.role or 'none'}: a base model, not fine-tuned to chat)"
-    print(f"chatting with {chat.name}@{chat.step}{role}; /reset starts over, /quit leaves", file=sys.stderr)
+    role = "" if chat.role in TUNED_ROLES else f" (role {chat.role or 'none'}: a base model, not fine-tuned to chat)"
+    print(f"chatting with {chat.name}{role}; /reset starts over, /quit leaves", file=sys.stderr)
     while True:
         try:
             text = input("you> ")

@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from glasslab.cli.run import print_verdict
-    from glasslab.experiments.demo import CARD, EXPORT_STEP, FULL, LADDER, QUICK, SFT_STEP, demo_steps
+    from glasslab.experiments.demo import CARD, DPO_STEP, EXPORT_STEP, FULL, LADDER, QUICK, SFT_STEP, demo_steps
     from glasslab.lab import Executor
     from glasslab.ladder.summary import summary_tables
     from glasslab.observatory.app import BackgroundServer
@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
                for planned in report.plan.steps if planned.name == EXPORT_STEP}
     for table in summary_tables(folders[f"{LADDER}-fit"], folders[f"{LADDER}-hero"]):
         console.print(table)
-    console.print(sft_table(folders[SFT_STEP]))
+    console.print(posttrain_table(folders[SFT_STEP], folders[DPO_STEP]))
     console.print(f"the hero for transformers (with a model card): {exports[f'{LADDER}-hero']}")
     console.print(f"its chat model (SFT), with the chat template: {exports[SFT_STEP]}  "
                   f"(glasslab chat {exports[SFT_STEP].name} --lab {lab})")
@@ -85,23 +85,28 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def sft_table(sft_folder: Path):
+def posttrain_table(sft_folder: Path, dpo_folder: Path):
     """The demo table's last rows: held-out SFT loss and task accuracies (plain and in chat form) of the hero
-    before and after SFT, and one reply of each."""
+    before and after SFT with one reply of each, then the held-out preference accuracy of the SFT model before
+    and after DPO with one reply of each."""
     from rich.table import Table
 
-    from glasslab.train.sft import sft_outcome
+    from glasslab.posttrain.outcome import outcome
 
-    out = sft_outcome(sft_folder)
+    sft, dpo = outcome(sft_folder), outcome(dpo_folder)
     table = Table(title=f"SFT of the hero ({sft_folder.name}): held-out loss on assistant tokens (nats/token), "
-                        "task accuracy")
-    for column in ("", "hero (base)", "after SFT", "change"):
+                        f"task accuracy; DPO of the SFT model ({dpo_folder.name}): held-out preference accuracy")
+    for column in ("", "before", "after", "change"):
         table.add_column(column)
-    change = f"{out['relative']:+.1%}" if out["relative"] is not None else ""
-    table.add_row("held-out SFT loss", _num(out["before"]), _num(out["after"]), change)
-    for task, (before, after) in out["tasks"].items():
+    change = f"{sft['relative']:+.1%}" if sft["relative"] is not None else ""
+    table.add_row("held-out SFT loss (hero -> SFT)", _num(sft["before"]), _num(sft["after"]), change)
+    for task, (before, after) in sft["tasks"].items():
         table.add_row(f"{task} accuracy", _num(before), _num(after), f"{100 * (after - before):+.1f} points")
-    table.add_row(f"reply to {out['prompt']!r}", out["base_reply"], out["reply"], "")
+    table.add_row(f"reply to {sft['prompt']!r}", sft["base_reply"], sft["reply"], "")
+    gain = (f"{100 * (dpo['after'] - dpo['before']):+.1f} points"
+            if dpo["before"] is not None and dpo["after"] is not None else "")
+    table.add_row("held-out preference accuracy (SFT -> DPO)", _num(dpo["before"]), _num(dpo["after"]), gain)
+    table.add_row(f"reply to {dpo['prompt']!r}", dpo["base_reply"], dpo["reply"], "")
     return table
 
 

@@ -65,7 +65,7 @@ def split_model(lab: str, text: str) -> tuple[Path, int]:
 
 def run(args: argparse.Namespace) -> int:
     from glasslab.evals.load import check_task
-    from glasslab.evals.step import EvalStepConfig, eval_step, export_dataset, model_kind
+    from glasslab.evals.step import EvalStepConfig, eval_step, model_kind
     from glasslab.lab import Step, run_one_step
     from glasslab.layout import RESULT_FILE, RUN_RECORD, read_json
 
@@ -76,7 +76,9 @@ def run(args: argparse.Namespace) -> int:
     if args.data:
         dataset = str(Path(args.data).resolve())
     elif kind == "export":
-        dataset = export_dataset(folder, args.lab)
+        from glasslab.model.load import find_model
+
+        dataset = str(find_model(str(folder), args.lab).dataset or "")
     else:
         dataset = ""
     record = read_json(folder / RUN_RECORD) if kind == "run" else None

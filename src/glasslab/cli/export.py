@@ -37,37 +37,25 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from glasslab.cli.note import resolve_run_dir
     from glasslab.lab import Step, run_one_step
-    from glasslab.layout import MANIFEST_FILE, file_sha256
     from glasslab.model.export import check_export_target, copy_export
-    from glasslab.train import checkpoint as ckpt
-    from glasslab.train.export_step import (
-        DEFAULT_PAGE_URL,
-        ExportConfig,
-        checkpoint_folder,
-        export_step,
-        find_export,
-    )
+    from glasslab.model.load import find_model, split_ref
+    from glasslab.train.export_step import DEFAULT_PAGE_URL, ExportConfig, checkpoint_folder, export_step, find_export
 
     lab = Path(args.lab)
-    ref, sep, step_text = args.run.rpartition("@")
-    if not sep:
-        ref, step_text = args.run, ""
-    elif not step_text.isdigit():
+    ref, step = split_ref(args.run)
+    if "@" in ref:
         raise UserError(f"{args.run!r}: expected RUN or RUN@STEP, e.g. my-run@200")
     run_dir = resolve_run_dir(str(lab), ref)
-    if step_text:
-        step = int(step_text)
-    else:
-        found = ckpt.latest_valid(run_dir)
-        if found is None:
-            raise UserError(f"{run_dir}: no intact checkpoint to export")
-        step = found[0]
-    checkpoint = checkpoint_folder(run_dir, step)
+    if step is not None:
+        checkpoint_folder(run_dir, step)  # a one-line error naming the steps there are
+    source = find_model(str(run_dir) if step is None else f"{run_dir}@{step}")
+    if source.kind != "run":
+        raise UserError(f"{args.run!r}: already an export")
+    step, digest = source.step, source.sha256
     out = Path(args.out) if args.out else None
     if out is not None:
         check_export_target(out)  # refuse before any work
     in_lab = run_dir.resolve().parent == lab.resolve()
-    digest = file_sha256(checkpoint / MANIFEST_FILE)
     folder = find_export(lab, run_dir.name, step, digest) if in_lab else None
     if folder is None:
         cfg = ExportConfig(run=run_dir.name if in_lab else str(run_dir.resolve()), step=step, checkpoint_sha256=digest,

@@ -1,4 +1,5 @@
-"""``glasslab serve``: the live observatory for a lab (read-only, loopback by default)."""
+"""``glasslab serve``: the live observatory for a lab (read-only, loopback by default; the chat panel of SFT and
+DPO runs talks to their models when the server is on loopback, or with ``--chat``)."""
 
 from __future__ import annotations
 
@@ -13,16 +14,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "serve", help="serve the live observatory for a lab",
         description="Serve the lab's pages (runs, compare, ladders, data, provenance) with live updates. "
-        "Read-only; binds to 127.0.0.1 unless --host says otherwise.",
+        "Read-only; binds to 127.0.0.1 unless --host says otherwise. The chat panel on an SFT or DPO run's page "
+        "(its base and the tuned model side by side) is live on loopback, or anywhere with --chat.",
     )
     add_lab_option(p)
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8765, help="port (default 8765)")
+    p.add_argument("--chat", action="store_true",
+                   help="let the chat panel generate replies on a non-loopback --host too (anyone who can reach "
+                   "the server may then use this machine's CPU or GPU, one reply at a time)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from glasslab.observatory.app import bind, serve
+    from glasslab.observatory.app import bind, chat_allowed, serve
 
     lab = Path(args.lab)
     if lab.exists() and not lab.is_dir():
@@ -30,8 +35,11 @@ def run(args: argparse.Namespace) -> int:
     sock = bind(args.host, args.port)  # a busy port fails here, before a URL is printed
     if not lab.exists():
         print(f"note: {lab} does not exist yet; the pages fill in as the lab is written", flush=True)
-    if args.host not in ("127.0.0.1", "localhost", "::1"):
-        print(f"note: serving on {args.host}: anyone who can reach it can read this lab", flush=True)
+    chat = chat_allowed(args.host, args.chat)
+    if not chat_allowed(args.host):
+        print(f"note: serving on {args.host}: anyone who can reach it can read this lab"
+              + (" and chat with its models" if chat else "; the chat panel is off (--chat turns it on)"),
+              flush=True)
     print(f"observatory for {lab} at http://{args.host}:{sock.getsockname()[1]}/", flush=True)
-    serve(lab, host=args.host, port=args.port, sock=sock)
+    serve(lab, host=args.host, port=args.port, sock=sock, chat=chat)
     return 0

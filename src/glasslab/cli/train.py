@@ -89,6 +89,9 @@ def run(args: argparse.Namespace) -> int:
         name = _recorded_name(run_dir)
     else:
         raise UserError("expected a run config file (glasslab train CONFIG [KEY=VALUE ...])")
+    if "sft" in base:  # run configs had an sft: section before post-training became its own command
+        raise UserError(f"{config_path or args.run_dir}: an sft: section is not a training run's; fine-tune with "
+                        "`glasslab sft BASE CONVERSATIONS...` (no data mixture asked for)")
     run_cfg = configs.from_dict(RunConfig, configs.apply_overrides(base, overrides))
     check_sinks(run_cfg.train.sinks)  # a missing sink package: one line before any data is built
     # The dataset is named by what it is: a data build (a dependency step, built first when needed) or a

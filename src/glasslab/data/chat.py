@@ -56,6 +56,11 @@ class ChatEncoder:
         self.im_end_id = _special_id(tokenizer, IM_END)
         self._newline_ids = self.tokenizer.encode("\n", add_special_tokens=False).ids
 
+    @property
+    def newline_len(self) -> int:
+        """Tokens of the newline after each message's ``<|im_end|>``."""
+        return len(self._newline_ids)
+
     def encode(self, messages: Sequence[Message]) -> EncodedConversation:
         """``messages`` (already validated) in the chat format, with the assistant mask."""
         return self.encode_many([messages])[0]

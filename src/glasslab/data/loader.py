@@ -14,6 +14,12 @@ sequences do not overlap, and the few tokens after an epoch's last whole window 
 State is therefore global — the step and one cursor per domain — and every rank computes the whole
 step's draw and takes rows ``[rank * B, (rank + 1) * B)``. Ranks get disjoint, gap-free slices of the
 same global batch, and a resume may change ``world_size`` as long as ``global_batch`` stays.
+
+While the trainer computes a step, a background thread already reads the next one (``prefetch``),
+into pinned host memory when the batches go to a GPU (``pin_memory``: the copy to the device then
+runs asynchronously). The read-ahead is of the step that follows the loader's state, never part of
+it: ``state_dict()`` counts only the batches returned, and a read-ahead that no longer follows the
+state (after ``load_state_dict`` or ``skip``) is dropped, so resume stays exact.
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ import bisect
 import itertools
 import zlib
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -93,15 +101,27 @@ class DomainStream:
         return out
 
 
+@dataclass
+class _ReadAhead:
+    """The batch of the step after (``step``, ``cursors``), being read by the loader's thread."""
+
+    step: int
+    cursors: dict[str, int]
+    future: Future  # -> (batch, domains of its rows, cursors after the step)
+
+
 class Loader:
     """Batches of ``(global_batch // world_size, seq_len + 1)`` token ids for one data-parallel rank.
 
+    ``prefetch``: read the next step's batch in a background thread while this one trains;
+    ``pin_memory``: return batches in pinned host memory (for an asynchronous copy to a GPU; needs CUDA).
     Raises :class:`~glasslab.errors.UserError` at construction for a missing dataset, an empty
     mixture, an unknown domain, or a batch that does not split evenly over ranks.
     """
 
     def __init__(
-        self, data_cfg: DataConfig, seq_len: int, global_batch: int, rank: int = 0, world_size: int = 1
+        self, data_cfg: DataConfig, seq_len: int, global_batch: int, rank: int = 0, world_size: int = 1,
+        *, prefetch: bool = True, pin_memory: bool = False,
     ) -> None:
         if not data_cfg.path:
             raise UserError("data.path: empty; point it at a folder built by `glasslab data build`")
@@ -140,6 +160,9 @@ class Loader:
         self.cursors = dict.fromkeys(self.domains, 0)
         self.last_batch_domains: list[str] = []
         """Domain of each row of the last batch this rank returned."""
+        self.pin_memory = pin_memory
+        self._reader = ThreadPoolExecutor(1, thread_name_prefix="glasslab-loader") if prefetch else None
+        self._ahead: _ReadAhead | None = None
 
     # --- the global stream --------------------------------------------------------------------
 
@@ -153,10 +176,17 @@ class Loader:
         The cursors change only once the whole step is drawn, so a :class:`DataExhausted` leaves
         the state at the last complete step.
         """
-        weights = self.weights_at(self.step)
+        plan, self.cursors = self._plan(self.step, self.cursors)
+        self.step += 1
+        return plan
+
+    def _plan(self, step: int, start: dict[str, int]) -> tuple[list[tuple[str, int]], dict[str, int]]:
+        """(domain, stream position) of every sequence of ``step`` from cursors ``start``, and the
+        cursors after it; changes nothing."""
+        weights = self.weights_at(step)
         window = self.seq_len + 1
-        uniforms = np.random.default_rng([self.cfg.seed, self.step]).random(self.global_batch)
-        cursors = dict(self.cursors)
+        uniforms = np.random.default_rng([self.cfg.seed, step]).random(self.global_batch)
+        cursors = dict(start)
         plan: list[tuple[str, int]] = []
         active: list[str] = []
         for u in uniforms:
@@ -168,7 +198,7 @@ class Loader:
                 ]
                 if not active:
                     raise DataExhausted(
-                        f"data exhausted at step {self.step}: every weighted domain reached its "
+                        f"data exhausted at step {step}: every weighted domain reached its "
                         f"epoch cap ({dict(self.cfg.mixture.epoch_caps)})"
                     )
                 cumulative = list(itertools.accumulate(weights[d] for d in active))
@@ -178,18 +208,36 @@ class Loader:
             cursors[domain] += window
             if cursors[domain] + window > self._cap_tokens[domain]:
                 active = []
-        self.cursors = cursors
-        self.step += 1
-        return plan
+        return plan, cursors
+
+    def _read_step(self, step: int, cursors: dict[str, int]) -> tuple[torch.Tensor, list[str], dict[str, int]]:
+        """This rank's batch of ``step`` from ``cursors``, its rows' domains, and the cursors after it."""
+        plan, after = self._plan(step, cursors)
+        mine = plan[self.rank * self.rows_per_rank : (self.rank + 1) * self.rows_per_rank]
+        window = self.seq_len + 1
+        batch = torch.from_numpy(np.stack([self._streams[d].read_window(pos // window, window) for d, pos in mine]))
+        return (batch.pin_memory() if self.pin_memory else batch), [d for d, _ in mine], after
 
     def next_batch(self) -> torch.Tensor:
         """This rank's rows of the next step: LongTensor ``(global_batch // world_size, seq_len + 1)``."""
-        plan = self._draw()
-        mine = plan[self.rank * self.rows_per_rank : (self.rank + 1) * self.rows_per_rank]
-        window = self.seq_len + 1
-        batch = np.stack([self._streams[d].read_window(pos // window, window) for d, pos in mine])
-        self.last_batch_domains = [d for d, _ in mine]
-        return torch.from_numpy(batch)
+        ahead = self._take_read_ahead()
+        if ahead is not None and (ahead.step, ahead.cursors) == (self.step, self.cursors):
+            batch, self.last_batch_domains, cursors = ahead.future.result()  # its DataExhausted, if any
+        else:
+            batch, self.last_batch_domains, cursors = self._read_step(self.step, self.cursors)
+        self.step, self.cursors = self.step + 1, cursors
+        if self._reader is not None:
+            self._ahead = _ReadAhead(self.step, dict(cursors),
+                                     self._reader.submit(self._read_step, self.step, dict(cursors)))
+        return batch
+
+    def _take_read_ahead(self) -> _ReadAhead | None:
+        """The read-ahead, once its thread is done with it: one reader at a time, so the streams'
+        caches are never touched by two threads at once."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            ahead.future.exception()  # waits; an error is raised by whoever uses the batch
+        return ahead
 
     def __iter__(self) -> Iterator[torch.Tensor]:
         while True:
@@ -197,6 +245,7 @@ class Loader:
 
     def skip(self, n_steps: int) -> None:
         """Advance past ``n_steps`` optimiser steps without reading their tokens (e.g. past bad data)."""
+        self._take_read_ahead()
         for _ in range(n_steps):
             self._draw()
 
@@ -228,6 +277,7 @@ class Loader:
         ):
             if state.get(key) != mine:
                 raise UserError(f"loader state: {key}={state.get(key)!r} does not match this run's {mine!r}")
+        self._take_read_ahead()
         self.step = int(state["step"])
         self.cursors = dict.fromkeys(self.domains, 0) | {d: int(c) for d, c in state["cursors"].items()}
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from glasslab.errors import UserError
+from glasslab.layout import TOKENIZER_DIR
 
 EOT = "<|endoftext|>"
 PAD = "<|pad|>"
@@ -50,7 +51,6 @@ CHAT_TEMPLATE = (
 """ChatML as ``transformers`` renders it. ``{% generation %}`` marks what an assistant writes (its
 content and ``<|im_end|>``), so ``apply_chat_template(..., return_assistant_tokens_mask=True)`` gives
 the same loss mask as our encoder."""
-TOKENIZER_DIR = "tokenizer"
 
 
 def train_tokenizer(texts: Iterable[str], vocab_size: int, min_frequency: int = 2) -> Tokenizer:

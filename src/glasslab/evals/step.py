@@ -12,9 +12,8 @@ The model is one of:
 
 The step writes ``result.json`` into its own folder: the model (path, kind, run id and step), each
 task's ``acc``, ``acc_norm``, ``bpb``, chance level, item count and hash, the ``eval/task/...``
-metrics and the macro accuracy, and the time taken. Reading a run's checkpoint is the trainer's
-business (:mod:`glasslab.train.restore`), so that one import reaches up from here, only for run
-folders; the scorer and the tasks never do.
+metrics and the macro accuracy, and the time taken. A run's checkpoint is read with
+:mod:`glasslab.model.load`, as post-training and chat read theirs; nothing here knows the trainer.
 """
 
 from __future__ import annotations
@@ -37,12 +36,12 @@ from glasslab.evals.task import TaskConfig
 from glasslab.layout import (
     CHECKPOINTS_DIR,
     EXPORT_MANIFEST,
-    MANIFEST_FILE,
     RESULT_FILE,
     RUN_RECORD,
     read_json,
     write_json_atomic,
 )
+from glasslab.model import load as model_load
 
 
 @dataclass(frozen=True)
@@ -77,31 +76,16 @@ def model_kind(path: str | Path) -> str:
                     f"({CONFIG_NAME}); expected one of them")
 
 
-def export_dataset(export_dir: str | Path, lab_root: str | Path) -> str:
-    """The dataset folder an export's run trained on, from its manifest: ``dataset_path`` where it still
-    is, else the folder ``dataset`` under ``lab_root`` or beside the export (a lab moved whole); empty
-    when none of them holds a dataset."""
-    manifest = read_json(Path(export_dir) / EXPORT_MANIFEST) or {}
-    named = manifest.get("dataset")
-    candidates = [Path(manifest["dataset_path"])] if manifest.get("dataset_path") else []
-    candidates += [root / named for root in (Path(lab_root), Path(export_dir).resolve().parent)] if named else []
-    for candidate in candidates:
-        if (candidate / MANIFEST_FILE).is_file():
-            return str(candidate.resolve())
-    return ""
-
-
 def load_model(cfg: EvalStepConfig) -> tuple[torch.nn.Module, Tokenizer, int, str, dict[str, Any]]:
     """(model in eval mode, tokenizer, prefix token id, dataset for built-ins, what the result says of the model)."""
     path = Path(cfg.model)
     kind = model_kind(path)
     if kind == "run":
-        from glasslab.train.restore import load_run_model
-
-        model, run_config, step = load_run_model(path, None if cfg.step < 0 else cfg.step)
-        dataset = cfg.data or run_config["data"]["path"]
-        tokenizer = load_tokenizer(dataset)
-        about = {"path": str(path), "kind": kind, "run": path.name, "step": step,
+        source = model_load.find_model(f"{path}@{cfg.step}" if cfg.step >= 0 else str(path))
+        model = model_load.load_model(source)
+        dataset = cfg.data or str(source.dataset or "")
+        tokenizer = load_tokenizer(source.tokenizer)
+        about = {"path": str(path), "kind": kind, "run": path.name, "step": source.step,
                  "size_name": model.cfg.size_name()}
         return model, tokenizer, tokenizer.token_to_id(EOT), dataset, about
     import transformers

@@ -16,7 +16,10 @@
    (its logits checked against ours), linked from the hero's page;
 6. ``demo-conversations`` → ``demo-sft`` → ``export``: the built-in instruction set (decontaminated
    against the data's eval split), supervised fine-tuning of the hero into a chat model, and its export
-   with the chat template (``glasslab chat export-<hash8>``).
+   with the chat template (``glasslab chat export-<hash8>``);
+7. ``demo-pairs`` → ``demo-dpo``: the built-in preference pairs made from the same conversations (its
+   held-out pairs ask about functions neither SFT nor DPO trained on), and preference tuning (DPO) of the
+   SFT model, with the SFT model as its frozen reference.
 
 At this scale the ladder is illustrative: rungs of tens of thousands of parameters trained for a few
 hundred steps are noisy, and the demo reports its prediction error as it comes out. Everything the
@@ -32,17 +35,18 @@ from dataclasses import dataclass
 from glasslab.data import BuildConfig, MixtureConfig
 from glasslab.data.build import STEP_NAME, build_step
 from glasslab.data.config import TokenizerConfig
-from glasslab.data.conversations import ConversationsConfig, conversations_step
 from glasslab.evals import TaskConfig
-from glasslab.lab import Step, folder_name, step_hash
+from glasslab.lab import Step, planned_folder_name
 from glasslab.lab.card import Expectation, ExperimentCard
 from glasslab.ladder.plan import LadderPlan, LadderSpec, plan_ladder
 from glasslab.ladder.steps import ladder_steps
 from glasslab.model import ModelConfig, MoEConfig
+from glasslab.posttrain.conversations import ConversationsConfig, conversations_step
+from glasslab.posttrain.dpo import DPOStepConfig, default_dpo_train, dpo_step
+from glasslab.posttrain.pairs import PairsConfig, pairs_step
+from glasslab.posttrain.sft import SFTConfig, SFTStepConfig, default_sft_train, sft_step
 from glasslab.train import GuardConfig, ScheduleConfig, TrainConfig
-from glasslab.train.config import SFTConfig
 from glasslab.train.export_step import ExportConfig, export_step
-from glasslab.train.sft import SFTStepConfig, default_sft_train, sft_step
 
 LADDER = "demo"
 VOCAB_SIZE = 1024
@@ -79,7 +83,8 @@ CARD = ExperimentCard(
            "parameter fixed, batch and LR from the planner's rule); L(C) = L_inf + A*C^-alpha at a recorded "
            "asymptote, swept; the hero's prediction registered in the lab's registry; the hero trained and "
            "watched against its band; the hero exported for transformers, then fine-tuned (SFT) on the "
-           "built-in instruction set into a chat model, exported with its chat template.",
+           "built-in instruction set into a chat model, exported with its chat template, and preference-tuned "
+           "(DPO) on built-in pairs (the right docstring summary over another module's).",
     expectations=(
         Expectation("hero final eval loss", prediction=f"{LADDER}/hero/eval/macro/loss"),
         Expectation("hero macro task accuracy", prediction=f"{LADDER}/hero/task/macro"),
@@ -92,6 +97,8 @@ EXPORT_STEP = "export"
 """The hero's export: ``<lab>/export-<hash8>/``, the name every export step has (the run page finds them by it)."""
 CONVERSATIONS_STEP = f"{LADDER}-conversations"
 SFT_STEP = f"{LADDER}-sft"
+PAIRS_STEP = f"{LADDER}-pairs"
+DPO_STEP = f"{LADDER}-dpo"
 
 
 @dataclass(frozen=True)
@@ -124,15 +131,17 @@ class DemoSize:
     """SFT row length, tokens (conversations are packed into rows)."""
     sft_max_modules: int
     """Standard-library modules read for the built-in instruction set (0 = all)."""
+    dpo_steps: int
+    """Optimiser steps of the DPO of the SFT model (16 pairs per step)."""
 
 
 FULL = DemoSize(max_source_bytes=0, seq_len=64, tokens_per_param=10.0, min_steps=200, seeds_per_rung=(2, 2, 1),
                 eval_max_tokens=4096, checkpoint_interval=200, num_bootstrap=1000, task_eval_every=5,
-                sft_task_items=0, sft_steps=150, sft_seq_len=128, sft_max_modules=0)
+                sft_task_items=0, sft_steps=150, sft_seq_len=128, sft_max_modules=0, dpo_steps=100)
 """``glasslab demo``: two seeds on the small rungs, about 10 minutes on a laptop CPU."""
 QUICK = DemoSize(max_source_bytes=400_000, seq_len=32, tokens_per_param=1.0, min_steps=30, seeds_per_rung=(1,),
                  eval_max_tokens=1024, checkpoint_interval=100, num_bootstrap=300, task_eval_every=10,
-                 sft_task_items=200, sft_steps=40, sft_seq_len=128, sft_max_modules=120)
+                 sft_task_items=200, sft_steps=40, sft_seq_len=128, sft_max_modules=120, dpo_steps=20)
 """``glasslab demo --quick``: the whole DAG in about two minutes (the test suite's demo lab)."""
 
 
@@ -191,13 +200,14 @@ def demo_steps(size: DemoSize = FULL, device: str = "cpu", threads: int = 1, her
     ladder = ladder_steps(ladder_plan, data, MIXTURE, train_recipe(size, sinks), L_inf=L_INF, sweep=L_INF_SWEEP,
                           device=device, threads=threads, hero_threads=hero_threads, num_bootstrap=size.num_bootstrap)
     hero = ladder[-1]
-    export = Step(EXPORT_STEP, export_step, ExportConfig(run=folder_of(hero), step=ladder_plan.hero.steps),
+    export = Step(EXPORT_STEP, export_step, ExportConfig(run=planned_folder_name(hero), step=ladder_plan.hero.steps),
                   deps=(hero,))
-    return [data, *ladder, export, *sft_steps(size, data, hero, device, hero_threads)]
+    return [data, *ladder, export, *posttrain_steps(size, data, hero, device, hero_threads)]
 
 
-def sft_steps(size: DemoSize, data: Step, hero: Step, device: str = "cpu", threads: int = 0) -> list[Step]:
-    """The hero's post-training: the instruction set, SFT of the hero's last checkpoint, and its export."""
+def posttrain_steps(size: DemoSize, data: Step, hero: Step, device: str = "cpu", threads: int = 0) -> list[Step]:
+    """The hero's post-training: the instruction set, SFT of the hero's last checkpoint and its export, then
+    the built-in pairs and DPO of the SFT model."""
     conversations = Step(CONVERSATIONS_STEP, conversations_step,
                          ConversationsConfig(builtin_max_modules=size.sft_max_modules), deps=(data,))
     train = dataclasses.replace(default_sft_train(), seq_len=size.sft_seq_len, max_steps=size.sft_steps,
@@ -206,18 +216,14 @@ def sft_steps(size: DemoSize, data: Step, hero: Step, device: str = "cpu", threa
     sft = Step(SFT_STEP, sft_step, SFTStepConfig(train=train, sft=SFTConfig(eval_max_conversations=256),
                                                  base_from=hero.name, conversations_from=CONVERSATIONS_STEP,
                                                  device=device, threads=threads), deps=(hero, conversations))
-    export = Step(EXPORT_STEP, export_step, ExportConfig(run=folder_of(sft), step=size.sft_steps), deps=(sft,))
-    return [conversations, sft, export]
-
-
-def folder_of(step: Step) -> str:
-    """The folder name (run id) the executor gives ``step``: its hash covers its dependencies' hashes, so
-    the export step can name the hero run it exports before the hero exists."""
-
-    def full_hash(s: Step) -> str:
-        return step_hash(s.name, s.config, {d.name: full_hash(d) for d in s.deps})
-
-    return folder_name(step.name, full_hash(step))
+    export = Step(EXPORT_STEP, export_step, ExportConfig(run=planned_folder_name(sft), step=size.sft_steps),
+                  deps=(sft,))
+    pairs = Step(PAIRS_STEP, pairs_step, PairsConfig(conversations_from=CONVERSATIONS_STEP), deps=(conversations,))
+    dpo_train = dataclasses.replace(default_dpo_train(), seq_len=size.sft_seq_len, max_steps=size.dpo_steps,
+                                    global_batch_tokens=size.sft_seq_len * 16, checkpoint_interval=size.dpo_steps)
+    dpo = Step(DPO_STEP, dpo_step, DPOStepConfig(train=dpo_train, base_from=SFT_STEP, pairs_from=PAIRS_STEP,
+                                                 device=device, threads=threads), deps=(sft, pairs))
+    return [conversations, sft, export, pairs, dpo]
 
 
 def steps() -> list[Step]:

@@ -42,10 +42,10 @@ from glasslab.lab.outcome import RunReport, StepOutcome
 from glasslab.lab.plan import Plan, PlannedStep, make_plan
 from glasslab.lab.retry import RetryPolicy
 from glasslab.lab.status import read_step_record
-from glasslab.lab.step import Resources, Step, StepContext, folder_name, step_hash
+from glasslab.lab.step import Resources, Step, StepContext, folder_name, planned_folder_name, step_hash
 
 __all__ = [
     "Executor", "Plan", "PlannedStep", "Resources", "RetryPolicy", "RunReport", "Step", "StepContext",
     "StepOutcome", "StepRun", "builtin_experiments", "folder_name", "load_experiment", "make_plan",
-    "read_step_record", "run_one_step", "step_hash",
+    "planned_folder_name", "read_step_record", "run_one_step", "step_hash",
 ]

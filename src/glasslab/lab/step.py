@@ -196,3 +196,13 @@ def step_hash(name: str, config: Any, dep_hashes: Mapping[str, str]) -> str:
 def folder_name(name: str, full_hash: str) -> str:
     """``<name>-<hash8>``: the step's output folder under the lab root (also its run id)."""
     return f"{name}-{full_hash[:HASH_CHARS]}"
+
+
+def planned_folder_name(step: Step) -> str:
+    """The folder name (run id) the executor will give ``step``: its hash covers its dependencies' hashes,
+    so a later step (an export) can name an earlier one's output (the run it exports) before it exists."""
+
+    def full_hash(s: Step) -> str:
+        return step_hash(s.name, s.config, {d.name: full_hash(d) for d in s.deps})
+
+    return folder_name(step.name, full_hash(step))

@@ -74,34 +74,67 @@ def quantile_rule_delta(hist_EB: torch.Tensor, top_k: int, rate: float) -> torch
     return rate * -quantile_E1.squeeze(1)
 
 
+class StepStatistics:
+    """A balancer step's routing statistics while still on the device: one flat float64 tensor
+    (``values``) that reaches the host in a single transfer, however many layers there are (the
+    trainer sends it together with its own per-step numbers). :meth:`read` names them."""
+
+    def __init__(self, layers: list[MoEFeedForward], values: torch.Tensor) -> None:
+        self.layers = layers
+        self.values = values
+
+    def read(self, host_values: list[float] | None = None) -> MoEStepStats:
+        """The statistics as :class:`MoEStepStats`, from ``host_values`` (``values`` already on the
+        host) or by fetching ``values`` now."""
+        values = self.values.tolist() if host_values is None else host_values
+        stats = MoEStepStats()
+        offset = 0
+        for layer in self.layers:
+            E = layer.moe.num_experts
+            tokens, violation, entropy, bias_norm, dropped = values[offset : offset + 5]
+            load_E, bias_E = values[offset + 5 : offset + 5 + E], values[offset + 5 + E : offset + 5 + 2 * E]
+            offset += 5 + 2 * E
+            if tokens == 0:
+                continue
+            prefix = f"moe/layer_{layer.layer_index}"
+            stats.scalars[f"{prefix}/load_max_violation"] = violation
+            stats.scalars[f"{prefix}/routing_entropy"] = entropy
+            stats.scalars[f"{prefix}/router_bias_norm"] = bias_norm
+            stats.scalars[f"{prefix}/dropped_tokens"] = dropped
+            stats.vectors[f"{prefix}/expert_load"] = load_E
+            stats.vectors[f"{prefix}/router_bias"] = bias_E
+        return stats
+
+
 class Balancer:
     """Reads every MoE layer's pending routing statistics once per optimiser step and updates biases."""
 
     def __init__(self, model: nn.Module) -> None:
         self.layers: list[MoEFeedForward] = [m for m in model.modules() if isinstance(m, MoEFeedForward)]
 
-    @torch.no_grad()
     def step(self, group: dist.ProcessGroup | None = None) -> MoEStepStats:
         """All-reduce pending statistics over ranks, update router biases, reset; return the stats."""
-        stats = MoEStepStats()
+        return self.update(group).read()
+
+    @torch.no_grad()
+    def update(self, group: dist.ProcessGroup | None = None) -> StepStatistics:
+        """:meth:`step` without reading the statistics back: nothing here waits for the device."""
         if not self.layers:
-            return stats
+            return StepStatistics([], torch.zeros(0, dtype=torch.float64))
         self._all_reduce(group)
+        rows = [self._update_layer(layer) for layer in self.layers]
         for layer in self.layers:
-            self._update_layer(layer, stats)
             layer.pending.zero_()
-        return stats
+        return StepStatistics(self.layers, torch.cat(rows))
 
     def _all_reduce(self, group: dist.ProcessGroup | None) -> None:
         if not (dist.is_available() and dist.is_initialized()):
             return
-        # Two flat tensors (integer counts, fp64 entropy sums): one collective each for all layers,
-        # on the model's device (a rank that routed nothing yet may still hold CPU accumulators).
-        device = self.layers[0].router.bias.device
+        # Two flat tensors (integer counts, fp64 entropy sums): one collective each for all layers.
         pendings = [m.pending for m in self.layers]
         counts = [t for p in pendings for n, t in p.tensors().items() if n != "entropy_sum"]
-        flat = torch.cat([t.reshape(-1).to(device) for t in counts])
-        entropy = torch.stack([p.entropy_sum.to(device) for p in pendings])
+        flat = torch.cat([t.reshape(-1) for t in counts])
+        entropy = torch.stack([p.entropy_sum for p in pendings])
         dist.all_reduce(flat, group=group)
         dist.all_reduce(entropy, group=group)
         offset = 0
@@ -111,29 +144,31 @@ class Balancer:
         for p, value in zip(pendings, entropy, strict=True):
             p.entropy_sum.copy_(value)
 
-    def _update_layer(self, layer: MoEFeedForward, stats: MoEStepStats) -> None:
+    def _update_layer(self, layer: MoEFeedForward) -> torch.Tensor:
+        """Update one layer's bias (unless it routed no tokens since the last step); return its
+        statistics as float64: tokens, load_max_violation, routing_entropy, router_bias_norm,
+        dropped_tokens, then expert_load (E) and router_bias (E)."""
         moe, bias_E = layer.moe, layer.router.bias
         pending = layer.pending
         counts_E = pending.counts_E.double()
-        tokens = int(pending.tokens)
-        if tokens == 0:
-            return
+        tokens = pending.tokens.double()
         if moe.balancing == "sign":
             delta_E = sign_rule_delta(counts_E, moe.bias_update_rate)
         elif moe.balancing == "quantile" and moe.top_k < moe.num_experts:
             delta_E = quantile_rule_delta(pending.margin_hist_EB, moe.top_k, moe.bias_update_rate)
         else:
             delta_E = torch.zeros_like(counts_E)
-        new_bias = bias_E.double() + delta_E.to(bias_E.device)
-        bias_E.copy_((new_bias - new_bias.mean()).float())
-        prefix = f"moe/layer_{layer.layer_index}"
-        load_E = counts_E / counts_E.sum()
-        stats.scalars[f"{prefix}/load_max_violation"] = float(counts_E.max() / counts_E.mean() - 1)
-        stats.scalars[f"{prefix}/routing_entropy"] = float(pending.entropy_sum) / tokens
-        stats.scalars[f"{prefix}/router_bias_norm"] = float(bias_E.norm())
-        stats.scalars[f"{prefix}/dropped_tokens"] = float(pending.dropped) / (tokens * moe.top_k)
-        stats.vectors[f"{prefix}/expert_load"] = load_E.tolist()
-        stats.vectors[f"{prefix}/router_bias"] = bias_E.tolist()
+        new_bias = bias_E.double() + delta_E
+        # A layer that routed nothing keeps its bias bit for bit (decided on the device: no sync).
+        bias_E.copy_(torch.where(tokens > 0, (new_bias - new_bias.mean()).float(), bias_E))
+        scalars = torch.stack([
+            tokens,
+            counts_E.max() / counts_E.mean() - 1,
+            pending.entropy_sum / tokens,
+            bias_E.norm().double(),
+            pending.dropped.double() / (tokens * moe.top_k),
+        ])
+        return torch.cat([scalars, counts_E / counts_E.sum(), bias_E.double()])
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Statistics accumulated since the last step (the biases themselves are in the model's state)."""

@@ -24,6 +24,11 @@ from typing import Literal
 
 from glasslab.config import require
 
+MOE_WIDTH_MULTIPLE = 8
+"""``d_model`` and ``d_expert`` of an MoE model are multiples of this: the experts' grouped matmul on
+CUDA (``torch._grouped_mm``) needs every row of its operands to start on a 16-byte boundary, which
+is 8 bf16 values (4 fp32 ones). Refused here, a config that a GPU would reject fails on any machine."""
+
 
 @dataclass(frozen=True)
 class MoEConfig:
@@ -64,7 +69,8 @@ class MoEConfig:
             self.top_k,
             f"between 1 and model.moe.num_experts={self.num_experts}",
         )
-        require(self.d_expert >= 1, "model.moe.d_expert", self.d_expert, "a positive integer")
+        require(self.d_expert >= 1 and self.d_expert % MOE_WIDTH_MULTIPLE == 0, "model.moe.d_expert", self.d_expert,
+                f"a positive multiple of {MOE_WIDTH_MULTIPLE} (the grouped matmul's 16-byte rows on CUDA)")
         require(self.num_shared_experts >= 0, "model.moe.num_shared_experts", self.num_shared_experts, ">= 0")
         require(self.first_k_dense >= 0, "model.moe.first_k_dense", self.first_k_dense, ">= 0")
         require(
@@ -156,6 +162,8 @@ class ModelConfig:
         require(self.init_std > 0, "model.init_std", self.init_std, "a positive number")
         require(self.logit_z_loss_coef >= 0, "model.logit_z_loss_coef", self.logit_z_loss_coef, ">= 0")
         if self.moe is not None:
+            require(self.d_model % MOE_WIDTH_MULTIPLE == 0, "model.d_model", self.d_model,
+                    f"a multiple of {MOE_WIDTH_MULTIPLE} in an MoE model (the grouped matmul's 16-byte rows on CUDA)")
             require(
                 self.moe.first_k_dense < self.n_layers,
                 "model.moe.first_k_dense",

@@ -33,10 +33,12 @@ from typing import Any
 import torch
 
 import glasslab
+from glasslab import config as configs
 from glasslab.errors import UserError
 from glasslab.layout import (
     EXPORT_MANIFEST,
     MODEL_CARD,
+    TOKENIZER_FILES,
     file_sha256,
     move_into_place,
     read_json,
@@ -177,6 +179,66 @@ def hf_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
     return {name: t.detach().float().contiguous() for name, t in out.items()}
 
 
+def load_hf_state_dict(model: Transformer, weights: dict[str, torch.Tensor]) -> None:
+    """Set ``model``'s parameters and buffers from weights under the names :func:`hf_state_dict` gives them:
+    its exact inverse (the RoPE halves put back in pairs, fused matrices joined), strict both ways."""
+    cfg = model.cfg
+    hd = cfg.attn_head_dim
+    pairs = torch.argsort(torch.cat((torch.arange(0, hd, 2), torch.arange(1, hd, 2))))
+    taken: set[str] = set()
+
+    def take(name: str) -> torch.Tensor:
+        if name not in weights:
+            raise UserError(f"export weights: no {name!r}; expected the weights glasslab exported for this config")
+        taken.add(name)
+        return weights[name]
+
+    def heads(name: str, n: int) -> torch.Tensor:
+        return take(name).unflatten(0, (n, hd))[:, pairs].flatten(0, 1)
+
+    state = {"embed.weight": take("model.embed_tokens.weight")}
+    for i in range(cfg.n_layers):
+        p, o = f"model.layers.{i}", f"blocks.{i}"
+        state[f"{o}.attn.qkv_proj.weight"] = torch.cat((heads(f"{p}.self_attn.q_proj.weight", cfg.n_heads),
+                                                        heads(f"{p}.self_attn.k_proj.weight", cfg.kv_heads),
+                                                        take(f"{p}.self_attn.v_proj.weight")))
+        state[f"{o}.attn.o_proj.weight"] = take(f"{p}.self_attn.o_proj.weight")
+        if cfg.qk_norm:
+            state[f"{o}.attn.q_norm.weight"] = take(f"{p}.self_attn.q_norm.weight")[pairs]
+            state[f"{o}.attn.k_norm.weight"] = take(f"{p}.self_attn.k_norm.weight")[pairs]
+        state[f"{o}.attn_norm.weight"] = take(f"{p}.input_layernorm.weight")
+        state[f"{o}.ffn_norm.weight"] = take(f"{p}.post_attention_layernorm.weight")
+        if not cfg.is_moe_layer(i):
+            state |= _joined_swiglu(take, f"{p}.mlp", f"{o}.ffn")
+            continue
+        state[f"{o}.ffn.router.weight"] = take(f"{p}.mlp.gate.weight")
+        if cfg.moe.router == "sigmoid":
+            state[f"{o}.ffn.router.bias"] = take(f"{p}.mlp.gate.e_score_correction_bias")
+            if cfg.moe.num_shared_experts:
+                state |= _joined_swiglu(take, f"{p}.mlp.shared_experts", f"{o}.ffn.shared")
+            else:  # the zero-width stand-ins hf_state_dict wrote
+                taken.update(f"{p}.mlp.shared_experts.{n}_proj.weight" for n in ("gate", "up", "down"))
+        else:  # exported only without balancing, so the bias is the zeros it was made with
+            state[f"{o}.ffn.router.bias"] = torch.zeros_like(model.blocks[i].ffn.router.bias)
+        state[f"{o}.ffn.experts.gate_up_EDF2"] = take(f"{p}.mlp.experts.gate_up_proj").transpose(1, 2)
+        state[f"{o}.ffn.experts.down_EFD"] = take(f"{p}.mlp.experts.down_proj").transpose(1, 2)
+    state["final_norm.weight"] = take("model.norm.weight")
+    if model.lm_head is not None:
+        state["lm_head.weight"] = take("lm_head.weight")
+    else:
+        taken.add("lm_head.weight")  # tied: transformers saves the embedding again, or not at all
+    unused = sorted(set(weights) - taken)
+    if unused:
+        raise UserError(f"export weights: {unused[0]!r} (and {len(unused) - 1} more) not in this config's model")
+    model.load_state_dict({k: v.contiguous() for k, v in state.items()}, strict=True)
+
+
+def _joined_swiglu(take, prefix: str, ours: str) -> dict[str, torch.Tensor]:
+    return {f"{ours}.gate_up_proj.weight": torch.cat((take(f"{prefix}.gate_proj.weight"),
+                                                      take(f"{prefix}.up_proj.weight"))),
+            f"{ours}.down_proj.weight": take(f"{prefix}.down_proj.weight")}
+
+
 def _swiglu(prefix: str, mlp, d_model: int = 0) -> dict[str, torch.Tensor]:
     if mlp is None:  # no shared experts: GLM-4-MoE then holds zero-width shared-expert matrices
         empty = torch.zeros(0, d_model)
@@ -194,8 +256,8 @@ def _swiglu(prefix: str, mlp, d_model: int = 0) -> dict[str, torch.Tensor]:
 
 
 def write_hf_files(model: Transformer, cfg: ModelConfig, tokenizer_dir: Path | None, folder: Path) -> str:
-    """Save ``model`` under its ``transformers`` class into the new folder ``folder`` (plus every file of
-    ``tokenizer_dir``); return the class name. Raises ExportError (one line) when no class fits."""
+    """Save ``model`` under its ``transformers`` class into the new folder ``folder`` (plus the tokenizer's
+    files from ``tokenizer_dir``); return the class name. Raises ExportError (one line) when no class fits."""
     architecture = hf_architecture(cfg)
     import transformers
 
@@ -215,10 +277,10 @@ def write_hf_files(model: Transformer, cfg: ModelConfig, tokenizer_dir: Path | N
     if tokenizer_dir is not None:
         hf_model.generation_config.update(**_special_token_ids(Path(tokenizer_dir)))
     hf_model.save_pretrained(folder)
-    if tokenizer_dir is not None:
-        for item in Path(tokenizer_dir).iterdir():
-            if item.is_file():
-                shutil.copy2(item, folder / item.name)
+    if tokenizer_dir is not None:  # a dataset's tokenizer folder, or an export holding the same files
+        for name in TOKENIZER_FILES:
+            if (Path(tokenizer_dir) / name).is_file():
+                shutil.copy2(Path(tokenizer_dir) / name, folder / name)
     return architecture
 
 
@@ -289,6 +351,7 @@ def export_hf(model: Transformer, cfg: ModelConfig, tokenizer_dir: Path | None, 
             "format": EXPORT_FORMAT,
             "architecture": architecture,
             "size_name": cfg.size_name(),
+            "model_config": configs.to_dict(cfg),
             "glasslab_version": glasslab.__version__,
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             **(record or {}),

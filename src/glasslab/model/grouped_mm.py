@@ -89,3 +89,10 @@ def _backward(ctx, grad_NF: torch.Tensor):
 
 
 grouped_mm.register_autograd(_backward, setup_context=_setup_context)
+
+# A custom op has no autocast rule of its own: under bf16 autocast it would receive the fp32
+# activations and master weights, and the experts (most of an MoE's FLOPs) would run in fp32, through
+# the per-group loop where the kernel takes bf16 only. The trainer autocasts to bf16 alone, so the
+# rule casts to it; the cast's backward returns fp32 gradients to the weights.
+for _device_type in ("cpu", "cuda"):
+    grouped_mm.register_autocast(_device_type, torch.bfloat16)

@@ -59,7 +59,10 @@ class Router(nn.Module):
         return self
 
     def forward(self, x_TD: torch.Tensor) -> Routing:
-        logits_TE = F.linear(x_TD.float(), self.weight.float())
+        # Under autocast a linear layer would run in bf16, whatever its inputs: a sigmoid score near
+        # 0.5 then moves in steps of ~1e-3, coarser than the balancing bias's updates.
+        with torch.autocast(x_TD.device.type, enabled=False):
+            logits_TE = F.linear(x_TD.float(), self.weight.float())
         if self.moe.router == "sigmoid":
             scores_TE = torch.sigmoid(logits_TE)
             probs_TE = scores_TE / scores_TE.sum(dim=-1, keepdim=True)
@@ -193,6 +196,13 @@ class MoEFeedForward(nn.Module):
         self.shared = SwiGLU(cfg.d_model, shared_width) if shared_width else None
         self.aux_loss: torch.Tensor | None = None
         self.pending = PendingRouting(moe.num_experts, with_margins=moe.balancing == "quantile")
+
+    def _apply(self, fn, recurse=True):
+        # The pending statistics follow the module to its device here, before any forward: moved
+        # inside a compiled forward instead, they would change its inputs and compile it a second time.
+        super()._apply(fn, recurse)
+        self.pending.to_(self.router.weight.device)
+        return self
 
     def capacity(self, num_tokens: int) -> int | None:
         """Rows each expert may take for ``num_tokens`` tokens (None: dropless)."""

@@ -72,6 +72,7 @@ class PendingRouting:
         return {name: getattr(self, name) for name in self.FIELDS}
 
     def to_(self, device: torch.device) -> None:
+        """Move the accumulators to ``device`` (their dtypes stay: counts are integers, sums fp64)."""
         for name, t in self.tensors().items():
             setattr(self, name, t.to(device))
 
@@ -80,9 +81,8 @@ class PendingRouting:
             t.zero_()
 
     def add(self, routing: Routing, counts_E: torch.Tensor, dropped: torch.Tensor | None) -> None:
-        """Add one forward: its routing, its assignments per expert and how many a capacity dropped."""
-        if self.counts_E.device != counts_E.device:
-            self.to_(counts_E.device)
+        """Add one forward: its routing, its assignments per expert and how many a capacity dropped
+        (on the accumulators' device: the MoE layer moves them along with itself)."""
         self.counts_E += counts_E
         self.tokens += routing.expert_TK.shape[0]
         if dropped is not None:

@@ -1,5 +1,6 @@
 """The decoder-only transformer: embedding, pre-norm blocks (attention + dense or MoE feed-forward),
-final norm, LM head. Logits come out in fp32 whatever the compute dtype."""
+final norm, LM head. Logits come out in fp32 whatever the compute dtype; given targets, the forward
+returns their summed next-token loss instead, computed without materialising all logits at once."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from torch import nn
 
 from glasslab.model.balancing import Balancer
 from glasslab.model.config import ModelConfig
+from glasslab.model.head_loss import chunk_tokens, head_cross_entropy
 from glasslab.model.layers import Attention, LayerKVCache, RMSNorm, SwiGLU, output_std, rope_rotations
 from glasslab.model.moe import MoEFeedForward
 
@@ -73,13 +75,17 @@ class Transformer(nn.Module):
         return self.embed.weight if self.lm_head is None else self.lm_head.weight
 
     def forward(self, tokens_BT: torch.Tensor, caches: list[LayerKVCache] | None = None,
-                doc_ids_BT: torch.Tensor | None = None) -> torch.Tensor:
+                doc_ids_BT: torch.Tensor | None = None, targets_BT: torch.Tensor | None = None) -> torch.Tensor:
         """Logits (B, T, vocab) in fp32. With ``caches`` (generation), positions continue after them.
 
         ``doc_ids_BT`` (packed sequences): a token attends only to earlier tokens with the same id, so
         documents packed into one row do not see each other. Positions are not reset per document: RoPE
         scores depend only on the distance between tokens, so a document computes the same wherever it sits.
         Without it, attention is plain causal (the pretraining path, unchanged).
+
+        ``targets_BT`` (training): return instead the sum over tokens of the cross-entropy (nats, fp32) of
+        the logits against them, targets of -100 ignored, computed in chunks of tokens
+        (``model.head_loss``); the logit z-loss then comes from the same chunks.
         """
         B, T = tokens_BT.shape
         x_BTD = self.embed(tokens_BT)
@@ -93,9 +99,17 @@ class Transformer(nn.Module):
             mask_B1TT = document_causal_mask(doc_ids_BT)
         for i, block in enumerate(self.blocks):
             x_BTD = block(x_BTD, rotations_T1H, caches[i] if caches else None, mask_B1TT)
-        logits_BTV = F.linear(self.final_norm(x_BTD), self.output_weight_VD).float()
+        h_BTD = self.final_norm(x_BTD)
+        with_z = self.training and self.cfg.logit_z_loss_coef > 0
         self._logit_z_loss = None
-        if self.training and self.cfg.logit_z_loss_coef > 0:
+        if targets_BT is not None:
+            nats, z_sum = head_cross_entropy(h_BTD.flatten(0, 1), self.output_weight_VD, targets_BT.flatten(),
+                                             chunk=chunk_tokens(self.cfg.vocab_size), with_z=with_z)
+            if with_z:
+                self._logit_z_loss = self.cfg.logit_z_loss_coef * z_sum / targets_BT.numel()
+            return nats
+        logits_BTV = F.linear(h_BTD, self.output_weight_VD).float()
+        if with_z:
             self._logit_z_loss = (
                 self.cfg.logit_z_loss_coef * (torch.logsumexp(logits_BTV, dim=-1) ** 2).mean()
             )

@@ -1,6 +1,7 @@
 """The live observatory: a read-only Starlette app over a lab root.
 
-Routes (GET only; nothing here writes):
+Routes (GET only, nothing here writes — but for the chat panel's one POST, ``/api/chat``, which streams a
+model's reply and is on only on loopback or with ``--chat``: ``chat.py``):
     /                       lab overview          /api/page/<page>?id=…   page data (JSON)
     /run/<id>               one run               /api/stream?page=…      server-sent events
     /compare?runs=a,b&keys=… runs overlaid        /api/delta?page=…       the same delta, polled
@@ -14,6 +15,7 @@ Ids come from the lab scan, so unknown ids and traversal attempts (``..``, ``%2e
 from __future__ import annotations
 
 import errno
+import ipaddress
 import json
 import socket
 from pathlib import Path
@@ -26,6 +28,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingR
 from starlette.routing import Route
 
 from glasslab.errors import UserError
+from glasslab.observatory.chat import ChatService
 from glasslab.observatory.lab_scan import Lab
 from glasslab.observatory.live import RunWatch, event_stream, parse_cursors
 from glasslab.observatory.page_data import build_page
@@ -50,9 +53,11 @@ class PageResponse(JSONResponse):
         return rest[:-1] + (b"," if rest != b"{}" else b"") + b",".join(parts) + b"}"
 
 
-def create_app(lab_root: str | Path) -> Starlette:
-    """The app for ``lab_root`` (which may not exist yet: the overview then shows an empty lab)."""
+def create_app(lab_root: str | Path, chat: bool = False) -> Starlette:
+    """The app for ``lab_root`` (which may not exist yet: the overview then shows an empty lab); ``chat``
+    turns the chat panel's endpoint on (:func:`chat_allowed` says when)."""
     lab = Lab(lab_root)
+    chat_service = ChatService(lab, enabled=chat)
 
     def page_options(request: Request) -> dict[str, Any]:
         """The compare page's view: ``runs=a,b`` and ``keys=k1,k2`` (``key=k`` adds one metric)."""
@@ -72,7 +77,7 @@ def create_app(lab_root: str | Path) -> Starlette:
 
     def html_page(page: str, request: Request, item_id: str | None = None) -> Response:
         data = load(page, item_id, request)
-        boot = {"mode": "live", "page": page, "id": item_id, "query": dict(request.query_params)}
+        boot = {"mode": "live", "page": page, "id": item_id, "query": dict(request.query_params), "chat": chat}
         body = render_shell(data["title"], boot, assets="/static/", home="/")
         csp = content_security_policy(boot)
         return HTMLResponse(body, headers={**NO_STORE, "Content-Security-Policy": csp})
@@ -161,6 +166,7 @@ def create_app(lab_root: str | Path) -> Starlette:
         Route("/api/delta", api_delta),
         Route("/api/series", api_series),
         Route("/api/vectors", api_vectors),
+        Route("/api/chat", chat_service.endpoint, methods=["POST"]),
         Route("/static/{name}", static),
     ]
     return Starlette(routes=routes, exception_handlers={HTTPException: not_found})
@@ -194,14 +200,26 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def chat_allowed(host: str, chat: bool = False) -> bool:
+    """Whether the chat panel's endpoint is on: on a loopback address (only this machine can post), or
+    when asked (``--chat``: anyone who reaches the server may)."""
+    if chat or host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def serve(lab_root: str | Path, host: str = "127.0.0.1", port: int = 8765,
-          sock: socket.socket | None = None) -> None:
-    """Run the app with uvicorn until interrupted, on ``sock`` (from :func:`bind`) or a fresh bind."""
+          sock: socket.socket | None = None, chat: bool = False) -> None:
+    """Run the app with uvicorn until interrupted, on ``sock`` (from :func:`bind`) or a fresh bind; the chat
+    endpoint is on when :func:`chat_allowed` says so."""
     import uvicorn
 
     sock = sock or bind(host, port)
     # Open pages hold their event streams forever: stop waiting for them soon after Ctrl-C.
-    config = uvicorn.Config(create_app(lab_root), host=host, port=port, log_level="warning",
+    config = uvicorn.Config(create_app(lab_root, chat_allowed(host, chat)), host=host, port=port, log_level="warning",
                             timeout_graceful_shutdown=2)
     uvicorn.Server(config).run(sockets=[sock])
 
@@ -210,14 +228,14 @@ class BackgroundServer:
     """The app served by uvicorn in a thread of this process (the demo serves while it trains)."""
 
     def __init__(self, lab_root: str | Path, host: str = "127.0.0.1", port: int = 8765,
-                 start_timeout: float = 10.0) -> None:
+                 start_timeout: float = 10.0, chat: bool = False) -> None:
         import threading
         import time
 
         import uvicorn
 
         sock = bind(host, port)
-        config = uvicorn.Config(create_app(lab_root), host=host, port=port, log_level="error",
+        config = uvicorn.Config(create_app(lab_root, chat_allowed(host, chat)), host=host, port=port, log_level="error",
                                 timeout_graceful_shutdown=1)
         self.server = uvicorn.Server(config)
         self.port = sock.getsockname()[1]

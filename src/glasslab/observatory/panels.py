@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from glasslab.observatory.posttrain_page import POSTTRAIN_PANELS
 from glasslab.observatory.runs import LOSS_KEY
 
 TASK_KEY = re.compile(r"^eval/task/([^/]+)/(acc|acc_norm)$")
@@ -19,7 +20,7 @@ LAYER_SEGMENT = re.compile(r"(^|/)layer_(\d+)(?=/|$)")
 
 # Run-page panels: (title, test on the metric name, log-scale y). First match wins; what no panel
 # claims lands in a panel named after its prefix (or after the metric, when it is alone there).
-PANELS = (
+PANELS = POSTTRAIN_PANELS + (
     ("Loss", lambda k: k in ("train/loss", LOSS_KEY), True),
     ("SFT loss (assistant tokens only)", lambda k: k == "sft/loss", True),
     ("Learning rate", lambda k: k.startswith("optim/"), False),

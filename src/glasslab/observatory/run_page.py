@@ -18,6 +18,7 @@ from glasslab.layout import RUN_RECORD
 from glasslab.observatory.changes import experts_now, what_changed
 from glasslab.observatory.lab_scan import Lab, read_redacted
 from glasslab.observatory.panels import TASK_KEY, chart_specs
+from glasslab.observatory.posttrain_page import chat_models
 from glasslab.observatory.relations import Relations
 from glasslab.observatory.runs import LOSS_KEY, open_run, planned_steps, run_summary, store_files
 from glasslab.observatory.series import DEFAULT_POINTS, EncodedSeries, clean, read_series, thin_vectors
@@ -110,7 +111,7 @@ def run_page(lab: Lab, run_id: str) -> dict[str, Any] | None:
         "layers": [], "events": [], "samples": [], "cursors": {}, "watch": [run_id], "changes": None,
         "experts": None, "has_report": run_id in index.reports, "links": run_links(relations, run_id),
         "band": band_on_steps(record), "chance": {}, "reproduce": relations.reproduce(run_id),
-        "lab_name": lab.root.resolve().name,
+        "lab_name": lab.root.resolve().name, "chat_models": chat_models(relations, run_id),
     }
     stored = store_part(lab, run_id)
     if stored is None:

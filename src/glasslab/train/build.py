@@ -1,7 +1,8 @@
-"""Build what the loop trains from a ``RunConfig``: the model, its balancer, the loader, evals, samples.
+"""Pretraining's recipe: from a ``RunConfig``, the model, its balancer, the loader, evals, samples.
 
-This is the one module that binds the trainer to the ``model`` and ``data`` parts' APIs; the loop
-itself only sees :class:`~glasslab.train.loop.RunParts`.
+This module binds the trainer to the ``model`` and ``data`` parts' APIs for pretraining; the loop itself
+only sees :class:`~glasslab.train.loop.RunParts`. Other recipes (post-training) build their own parts
+and may reuse :func:`domain_evaluator` and :func:`checkpoint_activations` from here.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from glasslab.data.tokenizer import EOT
 from glasslab.errors import UserError
 from glasslab.evals.load import TaskScorer, load_tasks
 from glasslab.model import Transformer, generate
+from glasslab.train.config import TrainConfig
 from glasslab.train.distributed import DistContext
 from glasslab.train.evals import TaskEvals, evaluate
 from glasslab.train.loop import RunParts
@@ -63,19 +65,27 @@ def check_inputs(run_cfg: RunConfig) -> None:
 
 def _loader_and_tokenizer(run_cfg: RunConfig, ctx: DistContext):
     cfg = run_cfg.train
-    loader = Loader(run_cfg.data, cfg.seq_len, cfg.global_batch_size, rank=ctx.rank, world_size=ctx.world_size)
+    loader = Loader(run_cfg.data, cfg.seq_len, cfg.global_batch_size, rank=ctx.rank, world_size=ctx.world_size,
+                    pin_memory=ctx.device.type == "cuda")
     return loader, load_tokenizer(run_cfg.data.path)
 
 
+class Pretraining:
+    """Pretraining's recipe (:mod:`glasslab.train.recipe`): a RunConfig's model from scratch, its mixture's
+    loader, per-domain and task evals, and plain-text samples."""
+
+    def __init__(self, run_cfg: RunConfig) -> None:
+        self.config = resolve_data(run_cfg)
+
+    def build(self, ctx: DistContext) -> RunParts:
+        return build_parts(self.config, ctx)
+
+    def describe(self) -> dict:
+        return describe(self.config)
+
+
 def build_parts(run_cfg: RunConfig, ctx: DistContext) -> RunParts:
-    """Loader first (a bad mixture fails before any compute), then the model seeded by ``train.seed``.
-
-    A config with an ``sft`` section is built by :func:`glasslab.train.sft.build_sft_parts` instead.
-    """
-    if run_cfg.sft is not None:
-        from glasslab.train.sft import build_sft_parts
-
-        return build_sft_parts(run_cfg, ctx.device, ctx.rank, ctx.world_size)
+    """Loader first (a bad mixture fails before any compute), then the model seeded by ``train.seed``."""
     cfg = run_cfg.train
     loader, tokenizer = _loader_and_tokenizer(run_cfg, ctx)
     seed_everything(cfg.seed)
@@ -91,15 +101,13 @@ def build_parts(run_cfg: RunConfig, ctx: DistContext) -> RunParts:
 
     return RunParts(model=model, balancer=model.balancer, loader=loader,
                     flops_per_token=run_cfg.model.flops_per_token(cfg.seq_len),
-                    evaluate=domain_evaluator(run_cfg, ctx.device, tokenizer, loader.domains), sample=sample)
+                    evaluate=domain_evaluator(cfg, run_cfg.data.path, ctx.device, tokenizer, loader.domains),
+                    sample=sample)
 
 
-def domain_evaluator(run_cfg: RunConfig, device: torch.device, tokenizer, domains: list[str] | None = None):
-    """``evaluate(model, step)``: losses over the held-out split of ``domains`` (default: the mixture's
-    weighted ones), and the run's ``train.eval_tasks`` scored with ``tokenizer`` when they are due."""
-    cfg, dataset = run_cfg.train, run_cfg.data.path
-    if domains is None:
-        domains = sorted({d for _, w in run_cfg.data.mixture.weight_sets() for d, v in w.items() if v > 0})
+def domain_evaluator(cfg: TrainConfig, dataset: str | Path, device: torch.device, tokenizer, domains: list[str]):
+    """``evaluate(model, step)``: losses over the held-out split of the dataset's ``domains``, and
+    ``cfg.eval_tasks`` (built-in ones made from ``dataset``) scored with ``tokenizer`` when they are due."""
     batches_by_domain = {
         domain: functools.partial(eval_batches, dataset, domain, cfg.seq_len, cfg.eval_batch_size,
                                   cfg.eval_max_tokens)
@@ -121,8 +129,7 @@ def describe(run_cfg: RunConfig) -> dict:
     dataset (``dataset``: ``folder`` — the data step's folder name under the lab —, ``path``,
     ``manifest_hash``), the mixture planned for this run's token budget (``mixture``: what
     ``data.plan_mixture`` returns — weights, tokens and epochs per domain and phase, totals), each
-    task's chance level, item count and hash (``tasks``, where the page draws chance lines); for SFT
-    also the role, the parent checkpoint and the base model's record (``train.sft.base_record``)."""
+    task's chance level, item count and hash (``tasks``, where the page draws chance lines)."""
     cfg, data = run_cfg.train, run_cfg.data
     digest = manifest_hash(data.path)
     domains = read_manifest(data.path)["domains"]
@@ -138,10 +145,6 @@ def describe(run_cfg: RunConfig) -> dict:
     }
     if run_cfg.train.eval_tasks:
         record["tasks"] = {t.name: t.describe() for t in load_tasks(run_cfg.train.eval_tasks, run_cfg.data.path)}
-    if run_cfg.sft is not None:
-        from glasslab.train.sft import base_record
-
-        record.update(base_record(run_cfg))
     return record
 
 

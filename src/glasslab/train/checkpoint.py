@@ -3,11 +3,17 @@
 A checkpoint is ``<run>/checkpoints/step-XXXXXXX/`` holding one ``torch.save`` file per part
 (``model.pt``, ``optimizer.pt``, ``trainer.pt``…), the run's full config as ``config.json`` (so a
 resume, a fork or an export reads the config without unpickling anything), and ``manifest.json``
-listing each file's size and sha256. It is written under a hidden temp name and renamed into place
+listing each file's size and sha256. A sharded (FSDP2) run writes its model and optimiser as
+torch distributed checkpoint folders instead (``model/``, ``optimizer/``: every rank writes its own
+shard, and any number of ranks, or one process, reads them back: :func:`save_sharded_checkpoint`);
+the trainer's own state (``trainer.pt``: loader, balancer, guard, RNG) is small and host-side and
+stays one file written by rank 0. It is written under a hidden temp name and renamed into place
 only when complete, so a process killed mid-write leaves either the previous state or a temp folder
 that is ignored and swept. A folder whose manifest is missing or whose files do not match it
-(truncated, corrupted) is skipped by :func:`latest_valid`, which reports it so the trainer records
-``checkpoint_fallback``.
+(truncated, corrupted) is skipped by ``layout.latest_checkpoint``, which reports it so the trainer records
+``checkpoint_fallback``. Reading checkpoints back (listing, verifying, their config) is the lab's file
+contract in :mod:`glasslab.layout`, and a model's weights are read by :mod:`glasslab.model.load`, so
+loading a model needs nothing of the trainer; this module writes checkpoints and restores the trainer.
 """
 
 from __future__ import annotations
@@ -16,27 +22,42 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from glasslab.errors import UserError
 from glasslab.layout import (
     CHECKPOINT_CONFIG,
-    CHECKPOINT_PREFIX,
     CHECKPOINTS_DIR,
     MANIFEST_FILE,
+    SHARDED_MODEL,
     TEMP_PREFIX,
     atomic_path,
+    checkpoint_config,
     checkpoint_path,
     file_sha256,
-    read_json,
+    intact_checkpoint,
+    is_sharded,
+    list_checkpoints,
+    move_into_place,
+    remove,
+    temp_path,
     write_json_atomic,
 )
+from glasslab.train.distributed import DistContext
+
+# The read side, from the file contract, for the trainer's callers that reach checkpoints through here.
+__all__ = ["HOST_PARTS", "SHARDED_MODEL", "SHARDED_OPTIMIZER", "apply_retention", "checkpoint_config",
+           "intact_checkpoint", "is_sharded", "list_checkpoints", "load_checkpoint", "save_checkpoint",
+           "save_sharded_checkpoint", "sweep_temp"]
 
 PART_SUFFIX = ".pt"
+HOST_PARTS = frozenset({"trainer"})
+"""Parts read onto the CPU whatever device the rest goes to: the trainer's loader, guard and RNG states
+(generators take their state as CPU tensors, and the rest is bookkeeping)."""
+SHARDED_OPTIMIZER = "optimizer"
+"""The folder of a sharded run's optimiser state; absent before the first optimiser step."""
 
 
 def save_checkpoint(run_dir: Path, step: int, parts: dict[str, Any], config: dict[str, Any] | None = None) -> Path:
@@ -45,96 +66,88 @@ def save_checkpoint(run_dir: Path, step: int, parts: dict[str, Any], config: dic
     final = checkpoint_path(run_dir, step)
     with atomic_path(final) as tmp:
         tmp.mkdir()
-        files = {}
-        for name, state in parts.items():
-            path = tmp / f"{name}{PART_SUFFIX}"
-            with open(path, "wb") as f:
-                torch.save(state, f)
-                f.flush()
-                os.fsync(f.fileno())
-            files[path.name] = {"bytes": path.stat().st_size, "sha256": file_sha256(path)}
-        if config is not None:
-            path = write_json_atomic(tmp / CHECKPOINT_CONFIG, config)
-            files[path.name] = {"bytes": path.stat().st_size, "sha256": file_sha256(path)}
-        write_json_atomic(tmp / MANIFEST_FILE, {"step": step, "time": time.time(), "files": files})
+        _finish_folder(tmp, step, parts, config, {})
     return final
 
 
-def checkpoint_config(path: Path) -> dict[str, Any]:
-    """The run's full (unredacted) config stored beside the checkpoint in folder ``path``."""
-    config = read_json(Path(path) / CHECKPOINT_CONFIG)
-    if config is None:
-        raise UserError(f"{path}: no {CHECKPOINT_CONFIG} (a checkpoint from before configs were stored as JSON)")
-    return config
+def save_sharded_checkpoint(run_dir: Path, step: int, ctx: DistContext, shards: dict[str, dict | None],
+                            parts: dict[str, Any] | None, config: dict[str, Any] | None = None) -> Path:
+    """The checkpoint for ``step`` of a sharded run; every rank calls it (a collective).
 
+    ``shards``: folder name → a state dict of this rank's shards (DTensors), written with torch
+    distributed checkpoint by every rank at once (None: nothing to write yet). ``parts`` and
+    ``config`` are rank 0's, as in :func:`save_checkpoint`. Each rank hashes the files it wrote;
+    rank 0 writes the manifest and renames the folder into place, so a job killed mid-write leaves a
+    temp folder that :func:`sweep_temp` removes.
+    """
+    import torch.distributed.checkpoint as dcp
 
-def list_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
-    """Completed checkpoint folders of a run as (step, path), oldest first."""
-    root = Path(run_dir) / CHECKPOINTS_DIR
-    found = []
-    for path in root.glob(f"{CHECKPOINT_PREFIX}*") if root.is_dir() else ():
-        suffix = path.name[len(CHECKPOINT_PREFIX):]
-        if path.is_dir() and suffix.isdigit():
-            found.append((int(suffix), path))
-    return sorted(found)
-
-
-def intact_checkpoint(run_dir: Path, step: int) -> Path:
-    """The checkpoint of ``run_dir`` at ``step``; a one-line UserError naming the steps there are, or what
-    is wrong with it when its files do not match its manifest."""
-    path = checkpoint_path(run_dir, step)
-    if not path.is_dir():
-        available = ", ".join(str(s) for s, _ in list_checkpoints(run_dir)) or "none"
-        raise UserError(f"{run_dir.name}@{step}: no checkpoint at step {step} (available: {available})")
-    problem = problem_with(path)
-    if problem is not None:
-        raise UserError(f"{path}: damaged checkpoint ({problem})")
-    return path
-
-
-def problem_with(path: Path) -> str | None:
-    """Why the checkpoint at ``path`` cannot be trusted, or None when its files match the manifest."""
+    final = checkpoint_path(run_dir, step)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(ctx.all_gather_object(str(temp_path(final)) if ctx.is_main else None)[0])
     try:
-        manifest = json.loads((path / MANIFEST_FILE).read_text(encoding="utf-8"))
-        files = manifest["files"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        return f"unreadable {MANIFEST_FILE} ({type(exc).__name__})"
-    for name, expected in files.items():
-        file = path / name
-        if not file.is_file():
-            return f"{name} is missing"
-        size = file.stat().st_size
-        if size != expected["bytes"]:
-            return f"{name} has {size} bytes, manifest says {expected['bytes']} (truncated?)"
-        if file_sha256(file) != expected["sha256"]:
-            return f"{name} does not match its sha256 in the manifest (corrupted)"
-    return None
+        written: dict[str, dict] = {}
+        for name, state in shards.items():
+            if state is not None:
+                dcp.save(state, checkpoint_id=tmp / name)
+                written.update(_files_of_rank(tmp, name, ctx.rank))
+        shard_files = {k: v for files in ctx.all_gather_object(written) for k, v in files.items()}
+        if ctx.is_main:
+            for name, state in shards.items():
+                if state is not None:
+                    shard_files.update(_described(tmp, f"{name}/.metadata"))
+            _finish_folder(tmp, step, parts or {}, config, shard_files)
+            move_into_place(tmp, final)
+    except BaseException:
+        if ctx.is_main:
+            remove(tmp)
+        raise
+    ctx.barrier()
+    return final
 
 
-def latest_valid(
-    run_dir: Path, on_fallback: Callable[[int, str], None] | None = None, at_most: int | None = None,
-) -> tuple[int, Path] | None:
-    """The newest intact checkpoint (at step ``<= at_most`` when given), reporting each damaged one."""
-    for step, path in reversed(list_checkpoints(run_dir)):
-        if at_most is not None and step > at_most:
-            continue
-        problem = problem_with(path)
-        if problem is None:
-            return step, path
-        if on_fallback is not None:
-            on_fallback(step, problem)
-    return None
+def _files_of_rank(tmp: Path, folder: str, rank: int) -> dict[str, dict]:
+    """The shard files torch distributed checkpoint wrote for ``rank`` (``__<rank>_<i>.distcp``), described."""
+    described: dict[str, dict] = {}
+    for path in sorted((tmp / folder).glob(f"__{rank}_*.distcp")):
+        described.update(_described(tmp, f"{folder}/{path.name}"))
+    return described
 
 
-def load_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    """Every part of a verified checkpoint folder, by name (``model``, ``optimizer``, ...)."""
+def _described(root: Path, name: str) -> dict[str, dict]:
+    path = root / name
+    return {name: {"bytes": path.stat().st_size, "sha256": file_sha256(path)}}
+
+
+def _finish_folder(tmp: Path, step: int, parts: dict[str, Any], config: dict[str, Any] | None,
+                   files: dict[str, dict]) -> None:
+    """Write ``parts`` and ``config`` into ``tmp``, then the manifest over them and ``files``."""
+    files = dict(files)
+    for name, state in parts.items():
+        path = tmp / f"{name}{PART_SUFFIX}"
+        with open(path, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        files.update(_described(tmp, path.name))
+    if config is not None:
+        path = write_json_atomic(tmp / CHECKPOINT_CONFIG, config)
+        files.update(_described(tmp, path.name))
+    write_json_atomic(tmp / MANIFEST_FILE, {"step": step, "time": time.time(), "files": files})
+
+
+def load_checkpoint(path: Path, map_location: str | torch.device = "cpu",
+                    only: frozenset[str] | None = None) -> dict[str, Any]:
+    """The single-file parts of a verified checkpoint folder, by name (``model``, ``optimizer``,
+    ``trainer``; ``only`` those named); tensors go to ``map_location`` except in :data:`HOST_PARTS`."""
     manifest = json.loads((Path(path) / MANIFEST_FILE).read_text(encoding="utf-8"))
     parts = {}
     for name in manifest["files"]:
-        if name.endswith(PART_SUFFIX):
+        part = name.removesuffix(PART_SUFFIX)
+        if name.endswith(PART_SUFFIX) and (only is None or part in only):
             # Our own files, checked against their sha256 first; they hold NumPy RNG state, hence full unpickling.
-            parts[name.removesuffix(PART_SUFFIX)] = torch.load(Path(path) / name, map_location=map_location,
-                                                               weights_only=False)
+            parts[part] = torch.load(Path(path) / name, weights_only=False,
+                                     map_location="cpu" if part in HOST_PARTS else map_location)
     return parts
 
 

@@ -8,7 +8,7 @@ faster. The slowest eager rate seen, ~23 GFLOP/s (the hero's tiny widths on one 
 :data:`MIN_FLOPS` ``["cpu"]`` = 5e12 FLOPs into ~4 minutes of eager training, of which compiling saves
 about what it costs; larger runs gain, smaller ones (tests, ladder rungs) stay eager. On CUDA the
 threshold assumes a 1.5-minute compile saving 20% of eager steps at ~100 TFLOP/s (not measured here;
-``bench/gpu_check.sh`` prints both figures where a GPU is present).
+``bench/gpu_check.sh`` prints both, for a 4-layer cut of its 16-layer MoE, where a GPU is present).
 
 The rule reads only the config (planned steps × batch tokens × FLOPs per token) and the device type,
 never a timing: a resumed run decides exactly as the uninterrupted one did, so resume stays exact.

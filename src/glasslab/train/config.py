@@ -209,24 +209,3 @@ class TrainConfig:
                 f"a divisor of the {per_rank} sequences each rank gets per step")
         return micro, per_rank // micro
 
-
-@dataclass(frozen=True)
-class SFTConfig:
-    """Supervised fine-tuning: start from a pretrained checkpoint, train on conversations, assistant tokens only.
-
-    With this section a run's objective is SFT (:class:`glasslab.train.objectives.AssistantOnly`);
-    ``data`` stays the base's dataset (its tokenizer, and its held-out domains to watch forgetting).
-    """
-
-    base: str = ""
-    """The checkpoint whose weights start the run: ``RUN_DIR@STEP``, or ``RUN_DIR`` for its newest one."""
-    conversations: str = ""
-    """A conversations folder (``train.jsonl``, ``heldout.jsonl``; see glasslab.data.conversations)."""
-    packing: Literal["packed", "padded"] = "packed"
-    """``packed``: conversations share rows, kept apart by a document mask; ``padded``: one per row."""
-    eval_max_conversations: int = field(default=0, metadata=UNVERSIONED)
-    """Held-out conversations in the held-out SFT loss (``eval/sft/loss``; 0 = all)."""
-
-    def __post_init__(self) -> None:
-        # base and conversations may be empty here: an SFT step fills them from its dependencies.
-        require(self.eval_max_conversations >= 0, "sft.eval_max_conversations", self.eval_max_conversations, ">= 0")

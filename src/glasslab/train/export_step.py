@@ -7,7 +7,9 @@ step's folder is the export itself: ``AutoModelForCausalLM.from_pretrained(folde
 ``run`` (the run id: its folder name under the lab root) and ``step``, which is how the observatory links
 a run's page to its exports; the run's own timeline gets an ``export`` event too.
 
-It lives in ``train/`` because it is the part that knows checkpoints, the model and the data together.
+Any run exports, pretraining or post-training: the checkpoint is read with :mod:`glasslab.model.load`,
+which also says where the tokenizer is and whether the dataset is at hand (its held-out text is what the
+logits are compared on; without it, seeded random token ids are).
 """
 
 from __future__ import annotations
@@ -21,26 +23,21 @@ import torch
 
 from glasslab import config as configs
 from glasslab.config import UNVERSIONED, require
-from glasslab.data import eval_batches, read_manifest
-from glasslab.data.tokenizer import TOKENIZER_DIR
+from glasslab.data import MixtureConfig, eval_batches, read_manifest
 from glasslab.errors import UserError
 from glasslab.layout import (
     EXPORT_MANIFEST,
-    MANIFEST_FILE,
-    MODEL_STATE,
     REPORT_FILE,
     RESULT_FILE,
     STEP_RECORD,
     code_version,
-    file_sha256,
+    intact_checkpoint,
     read_json,
 )
-from glasslab.model import Transformer
 from glasslab.model.card import model_card
 from glasslab.model.export import export_hf
+from glasslab.model.load import ModelSource, find_model, load_model
 from glasslab.track import RunReader, append_event, read_record
-from glasslab.train import checkpoint as ckpt
-from glasslab.train.run_config import RunConfig
 
 DEFAULT_PAGE_URL = "http://127.0.0.1:8765"
 """Where ``glasslab serve`` shows the lab by default; the card links ``<page_url>/run/<run id>``."""
@@ -79,21 +76,22 @@ def export_step(ctx: Any) -> dict[str, Any]:
     cfg: ExportConfig = ctx.config if isinstance(ctx.config, ExportConfig) else configs.from_dict(
         ExportConfig, ctx.config)
     run_dir = run_folder(ctx.lab_root, cfg.run)
-    checkpoint = checkpoint_folder(run_dir, cfg.step)
-    if cfg.checkpoint_sha256 and file_sha256(checkpoint / MANIFEST_FILE) != cfg.checkpoint_sha256:
-        raise UserError(f"{checkpoint}: changed since this export was planned (its manifest's sha256 differs); "
-                        "run `glasslab export` again")
-    run_cfg = configs.from_dict(RunConfig, ckpt.checkpoint_config(checkpoint))
-    model = Transformer(run_cfg.model)
-    model.load_state_dict(torch.load(checkpoint / MODEL_STATE, map_location="cpu", weights_only=True))
+    checkpoint_folder(run_dir, cfg.step)  # a one-line error for a folder that is no run, or a missing step
+    source = find_model(f"{run_dir}@{cfg.step}")
+    if cfg.checkpoint_sha256 and source.sha256 != cfg.checkpoint_sha256:
+        raise UserError(f"{source.weights}: changed since this export was planned (its manifest's sha256 "
+                        "differs); run `glasslab export` again")
+    model = load_model(source)
     record = read_record(run_dir) or {}
-    dataset = dataset_folder(ctx.lab_root, run_cfg, record)
-    facts = export_facts(run_dir, cfg, run_cfg, record, dataset)
+    facts = export_facts(run_dir, cfg, source, record)
+    dataset = source.dataset
     manifest = export_hf(
-        model, run_cfg.model, dataset / TOKENIZER_DIR, Path(ctx.output_dir),
-        check_tokens=check_tokens(dataset, run_cfg.train.seq_len, cfg.check_sequences),
-        record={"run": run_dir.name, "step": cfg.step, "checkpoint_sha256": file_sha256(checkpoint / MANIFEST_FILE),
-                "dataset": dataset.name, "dataset_path": str(dataset.resolve()), "code": code_version()},
+        model, source.model_config, source.tokenizer, Path(ctx.output_dir),
+        check_tokens=check_tokens(dataset, source.model_config.vocab_size, source.context, cfg.check_sequences),
+        record={"run": run_dir.name, "step": cfg.step, "checkpoint_sha256": source.sha256,
+                "seq_len": source.context, "role": record.get("role"),
+                "dataset": dataset.name if dataset else None,
+                "dataset_path": str(dataset.resolve()) if dataset else None, "code": code_version()},
         card=lambda manifest: model_card({**facts, **manifest}),
         step_folder=True,
     )
@@ -121,22 +119,15 @@ def checkpoint_folder(run_dir: Path, step: int) -> Path:
     """The intact checkpoint of ``run_dir`` at ``step``; a one-line UserError naming the steps there are."""
     if read_record(run_dir) is None:
         raise UserError(f"{run_dir}: not a training run (no run.json)")
-    return ckpt.intact_checkpoint(run_dir, step)
+    return intact_checkpoint(run_dir, step)
 
 
-def dataset_folder(lab_root: Path, run_cfg: RunConfig, record: dict[str, Any]) -> Path:
-    """The run's dataset: the folder its run.json names under the lab root, else ``data.path`` as given."""
-    named = (record.get("dataset") or {}).get("folder")
-    candidates = [Path(lab_root) / named] if named else []
-    candidates += [Path(run_cfg.data.path), Path(lab_root) / Path(run_cfg.data.path).name]
-    for candidate in candidates:
-        if (candidate / MANIFEST_FILE).is_file():
-            return candidate
-    raise UserError(f"the run's dataset ({named or run_cfg.data.path}) is gone; the export needs its tokenizer")
-
-
-def check_tokens(dataset: Path, seq_len: int, sequences: int) -> torch.Tensor:
-    """Up to ``sequences`` held-out windows of ``seq_len`` tokens, taken round-robin over the domains."""
+def check_tokens(dataset: Path | None, vocab_size: int, seq_len: int, sequences: int) -> torch.Tensor:
+    """Up to ``sequences`` held-out windows of ``seq_len`` tokens, taken round-robin over the dataset's
+    domains; without a dataset (a model tuned from an export), seeded random ids: the comparison of logits
+    checks the weight mapping, which any tokens exercise."""
+    if dataset is None:
+        return torch.randint(vocab_size, (sequences, seq_len), generator=torch.Generator().manual_seed(0))
     domains = sorted(read_manifest(dataset)["domains"])
     per_domain = {d: next(eval_batches(dataset, d, seq_len, sequences, sequences * (seq_len + 1)))
                   for d in domains[:sequences]}
@@ -144,10 +135,12 @@ def check_tokens(dataset: Path, seq_len: int, sequences: int) -> torch.Tensor:
     return torch.stack(rows[:sequences])
 
 
-def export_facts(run_dir: Path, cfg: ExportConfig, run_cfg: RunConfig, record: dict[str, Any],
-                 dataset: Path) -> dict[str, Any]:
+def export_facts(run_dir: Path, cfg: ExportConfig, source: ModelSource, record: dict[str, Any]) -> dict[str, Any]:
     """What the model card says (``model/card.py`` lists the fields), from the run's and dataset's files."""
-    report = read_json(dataset / REPORT_FILE) or {}
+    dataset = source.dataset
+    report = (read_json(dataset / REPORT_FILE) or {}) if dataset else {}
+    train_cfg = source.config.get("train", {})
+    data_cfg = source.config.get("data", {})
     with RunReader(run_dir) as reader:
         at_step = functools.partial(_value_at, reader, step=cfg.step)
         eval_keys = [k for k in reader.scalar_keys() if k.startswith("eval/")]
@@ -155,18 +148,20 @@ def export_facts(run_dir: Path, cfg: ExportConfig, run_cfg: RunConfig, record: d
         eval_step = max((s for k in eval_keys for s in reader.scalars(k)[0] if s <= cfg.step), default=None)
         tokens = at_step("train/tokens")
     if tokens is None:  # an old run store: the token count follows from the step
-        tokens = cfg.step * run_cfg.train.global_batch_tokens
+        tokens = cfg.step * train_cfg["global_batch_tokens"]
     result = read_json(run_dir / RESULT_FILE) or {}
-    flops_per_token = record.get("flops_per_token") or run_cfg.model.flops_per_token(run_cfg.train.seq_len)
-    weight_sets = run_cfg.data.mixture.weight_sets()
+    model_cfg = source.model_config
+    flops_per_token = record.get("flops_per_token") or model_cfg.flops_per_token(source.context)
+    # A pretraining run's weights in force at its start; a post-training run has no mixture.
+    weight_sets = configs.from_dict(MixtureConfig, data_cfg["mixture"]).weight_sets() if "mixture" in data_cfg else []
     return {
         "run": run_dir.name,
         "step": cfg.step,
         "page_url": f"{cfg.page_url.rstrip('/')}/run/{run_dir.name}" if cfg.page_url else "",
-        "param_counts": run_cfg.model.param_counts(),
-        "model": configs.to_dict(run_cfg.model),
+        "param_counts": model_cfg.param_counts(),
+        "model": configs.to_dict(model_cfg),
         "data": {
-            "dataset": dataset.name,
+            "dataset": dataset.name if dataset else "",
             "manifest_hash": report.get("manifest_hash") or record.get("data_manifest_hash", ""),
             "sources": report.get("sources", []),
             "weights": weight_sets[0][1] if weight_sets else {},
@@ -175,8 +170,8 @@ def export_facts(run_dir: Path, cfg: ExportConfig, run_cfg: RunConfig, record: d
             "steps": cfg.step,
             "tokens": int(tokens),
             "flops": float(tokens) * float(flops_per_token),
-            "seq_len": run_cfg.train.seq_len,
-            "global_batch_tokens": run_cfg.train.global_batch_tokens,
+            "seq_len": source.context,
+            "global_batch_tokens": train_cfg["global_batch_tokens"],
             "device": record.get("device", "cpu"),
             "world_size": record.get("world_size", 1),
             "final_step": result.get("step"),

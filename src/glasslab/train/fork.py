@@ -16,6 +16,7 @@ from typing import Any
 from glasslab import config as configs
 from glasslab.config import UNVERSIONED
 from glasslab.errors import UserError
+from glasslab.layout import checkpoint_problem
 from glasslab.train import checkpoint as ckpt
 
 
@@ -53,7 +54,7 @@ def fork_checkpoint(fork: ForkPoint, config_data: dict[str, Any]) -> Path:
     if not path.is_dir():
         raise UserError(f"--fork {fork}: no checkpoint at step {fork.step} in {fork.run_dir} "
                         f"(available: {', '.join(map(str, available)) or 'none'})")
-    problem = ckpt.problem_with(path)
+    problem = checkpoint_problem(path)
     if problem is not None:
         raise UserError(f"--fork {fork}: checkpoint {path} is damaged: {problem}")
     model_changes = [k for k in configs.diff(ckpt.checkpoint_config(path), config_data) if k.startswith("model.")]

@@ -3,10 +3,14 @@
 One optimiser step:
   1. take this rank's share of the global batch and split it into micro-batches;
   2. forward/backward each, scaling so the gradient is that of (sum of token losses / global tokens);
-  3. one reduction: the global loss, the preemption flag, and (already all-reduced) gradient norms;
+     gradients are reduced over ranks once, in the last micro-batch's backward;
+  3. one reduction: the global loss, the preemption flag, and (already all-reduced) gradient norms,
+     read on the host in one transfer;
   4. the spike guard judges; an applied step clips, sets the scheduled LR, steps the optimiser and
      the MoE balancer; a rejected one is dropped (or, repeated, rolls back to the last checkpoint);
-  5. log the step; at intervals evaluate, sample and checkpoint;
+  5. log the step (the parameter norms and the balancer's statistics reach the host together: a
+     step waits for the device twice, ``train/host_syncs.py`` counts it); at intervals evaluate,
+     sample and checkpoint;
   6. tell the hooks (``hooks.py``: ``post_step``, ``post_eval``, ``post_checkpoint``).
 
 What a checkpoint holds (model, optimiser, balancer, loader, guard window, RNG, counters) is all of
@@ -26,6 +30,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from glasslab.layout import latest_checkpoint
 from glasslab.track import Run
 from glasslab.train import checkpoint as ckpt
 from glasslab.train import distributed
@@ -50,9 +55,10 @@ class TrainingDiverged(RuntimeError):
 class RunParts:
     """What the loop trains and with what: built from a RunConfig by :mod:`glasslab.train.run`.
 
-    ``model`` has ``forward(tokens_BT) -> logits_BTV``, ``aux_loss()`` and ``param_groups()``;
-    ``balancer`` (or None for dense models) has ``step() -> stats`` with ``.scalars``/``.vectors``
-    and ``state_dict()``; ``loader`` has ``next_batch()``, ``skip(n)``, ``weights_at(step)``, ``epochs()`` and
+    ``model`` has ``forward(tokens_BT, targets_BT=...) -> summed nats``, ``aux_loss()`` and
+    ``param_groups()``; ``balancer`` (or None for dense models) has ``update() -> statistics`` (on the
+    device, ``.values`` and ``.read(host_values)``), ``state_dict()`` and ``load_state_dict()``;
+    ``loader`` has ``next_batch()``, ``skip(n)``, ``weights_at(step)``, ``epochs()`` and
     ``state_dict()``; ``evaluate(model, step)`` returns ``eval/...`` metrics; ``sample(model, step)``
     returns (prompt, text) pairs; ``objective`` (:mod:`glasslab.train.objectives`) turns the loader's
     batches into losses (None: pretraining's next-token loss).
@@ -81,9 +87,15 @@ class Trainer:
         self.config_data = config_data
         self.model = parts.model.to(ctx.device)
         self.sharded = ctx.active and cfg.parallelism == "fsdp"
-        self.net = wrap_model(self.model, ctx, cfg.parallelism)
+        self.net = wrap_model(self.model, ctx, cfg.parallelism, bf16=cfg.bf16_on(ctx.device.type))
         self.compile_choice = run_compile_choice(cfg, parts.flops_per_token, ctx.device)
         if self.compile_choice.compile:
+            # Activation checkpointing reruns a block's forward in backward. The MoE counts its routing
+            # once (eager: it asks autograd whether it is recomputing); compiled, the checkpointed
+            # region may keep those side effects only if dynamo is told not to replay them, else it
+            # runs the whole model eagerly.
+            if hasattr(torch._dynamo.config, "skip_fwd_side_effects_in_bwd_under_checkpoint"):  # not in every 2.x
+                torch._dynamo.config.skip_fwd_side_effects_in_bwd_under_checkpoint = True
             self.net = torch.compile(self.net)
         groups = self.model.param_groups()
         self.params_by_group = unique_groups(groups)
@@ -107,8 +119,13 @@ class Trainer:
     # --- state ------------------------------------------------------------------------------------
 
     def checkpoint_parts(self) -> dict[str, Any]:
-        """Everything a resume needs, by checkpoint file name."""
-        trainer = {
+        """Everything a resume needs, by checkpoint file name (an unsharded run's checkpoint)."""
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "trainer": self._trainer_state()}
+
+    def _trainer_state(self) -> dict[str, Any]:
+        """The loop's own state: counters, loader, balancer, guard and every RNG (host-side, small)."""
+        return {
             "step": self.step,
             "tokens": self.tokens,
             "loader": self.parts.loader.state_dict(),
@@ -117,23 +134,24 @@ class Trainer:
             "rng": capture_rng(),
             "world_size": self.ctx.world_size,
         }
-        return {
-            "model": distributed.model_state(self.model, self.sharded),
-            "optimizer": self.optimizer.state_dict(
-                functools.partial(distributed.optimizer_state, self.model, sharded=self.sharded)),
-            "trainer": trainer,
-        }
 
     def load(self, path: Path, *, fork: bool = False) -> None:
-        """Restore everything from the checkpoint folder ``path``.
+        """Restore everything from the checkpoint folder ``path``, whatever number of ranks wrote it.
 
         ``fork``: the run continues another run's checkpoint under a changed config; the data stream
         carries on from the same global position even when the global batch changed.
         """
-        state = ckpt.load_checkpoint(path, map_location=self.ctx.device)
-        distributed.load_model_state(self.model, state["model"], self.sharded)
-        self.optimizer.load_state_dict(
-            state["optimizer"], functools.partial(distributed.load_optimizer_state, self.model, self.sharded))
+        if ckpt.is_sharded(path):
+            state = ckpt.load_checkpoint(path, only=ckpt.HOST_PARTS)
+            optimizer_dir = path / ckpt.SHARDED_OPTIMIZER
+            with self.optimizer.kept_hyperparameters():
+                distributed.load_sharded_state(self.model, self.optimizer.optimizers, path / ckpt.SHARDED_MODEL,
+                                               optimizer_dir if optimizer_dir.is_dir() else None, self.sharded)
+        else:
+            state = ckpt.load_checkpoint(path, map_location=self.ctx.device)
+            distributed.load_model_state(self.model, state["model"], self.sharded)
+            self.optimizer.load_state_dict(
+                state["optimizer"], functools.partial(distributed.load_optimizer_state, self.model, self.sharded))
         trainer = state["trainer"]
         loader_state = trainer["loader"]
         if fork and "global_batch" in loader_state:
@@ -153,10 +171,14 @@ class Trainer:
         it, and apply retention."""
         if self.run is not None:
             self.run.flush()
-        # Under FSDP2 gathering the state is a collective every rank joins; rank 0 writes it.
-        parts = self.checkpoint_parts() if self.ctx.is_main or self.sharded else None
+        if self.sharded:  # every rank writes its shards; rank 0 the loop's state and the manifest
+            host = {"trainer": self._trainer_state()} if self.ctx.is_main else None
+            ckpt.save_sharded_checkpoint(self.run_dir, self.step, self.ctx,
+                                         distributed.sharded_state(self.model, self.optimizer.optimizers),
+                                         host, config=self.config_data)
+        elif self.ctx.is_main:
+            ckpt.save_checkpoint(self.run_dir, self.step, self.checkpoint_parts(), config=self.config_data)
         if self.ctx.is_main:
-            ckpt.save_checkpoint(self.run_dir, self.step, parts, config=self.config_data)
             ckpt.apply_retention(self.run_dir, self.cfg.keep_last, self.cfg.keep_every)
         self.ctx.barrier()
         for hook in self.hooks:
@@ -193,8 +215,10 @@ class Trainer:
         loss_tokens = self.objective.loss_tokens(batch)
         loss_sum = self.forward_backward(batch, loss_tokens)
         grad_norms = group_norms(grads_by_group(self.params_by_group))
-        packed = torch.stack([loss_sum, torch.tensor(float(self.preempt_requested), device=loss_sum.device)])
-        values = torch.cat([self.ctx.all_reduce_sum(packed), grad_norms]).tolist()
+        # The flag is filled in on the device (torch.tensor(...) would be a blocking host-to-device copy).
+        preempt = torch.full((), float(self.preempt_requested), device=loss_sum.device)
+        packed = torch.stack([loss_sum, preempt])
+        values = torch.cat([self.ctx.all_reduce_sum(packed), grad_norms]).tolist()  # the step's first host sync
         loss = values[0] / loss_tokens
         self.preempt_requested = values[1] > 0
         grad_norm_values = values[2:]
@@ -231,9 +255,7 @@ class Trainer:
         scale = self.ctx.world_size / loss_tokens
         loss_sum = torch.zeros((), device=self.ctx.device)
         for i, micro in enumerate(batch.split(self.micro_batch)):
-            last = i == self.num_micro - 1
-            no_sync = self.net.no_sync() if hasattr(self.net, "no_sync") and not last else contextlib.nullcontext()
-            with no_sync:
+            with distributed.gradient_sync(self.net, self.model, sync=i == self.num_micro - 1):
                 nats = self.objective.nats(self.net, micro, self._autocast)
                 aux = self.model.aux_loss()
                 (nats * scale + aux / self.num_micro).backward()
@@ -249,16 +271,21 @@ class Trainer:
         self.optimizer.step()
         self.optimizer.zero_grad()
         metrics = {"optim/learning_rate": self.cfg.optimizer.lr * multiplier}
-        if self.parts.balancer is not None:
-            stats = self.parts.balancer.step()
-            metrics.update(stats.scalars)
-            if self.run is not None:
-                for key, values in stats.vectors.items():
-                    self.run.log_vector(key, values, step_index + 1)
-            self._balancer_clean = self._balancer_state()
         with torch.no_grad():
-            param_norms = group_norms(self.params_by_group).tolist()
-        metrics.update(named_norms("params/norm", self.group_names, param_norms))
+            param_norms = group_norms(self.params_by_group).double()
+        if self.parts.balancer is None:
+            metrics.update(named_norms("params/norm", self.group_names, param_norms.tolist()))
+            return metrics
+        routing = self.parts.balancer.update()
+        self._balancer_clean = self._balancer_state()
+        # One transfer for both: the step's second and last host sync.
+        values = torch.cat([param_norms, routing.values.to(param_norms.device)]).tolist()
+        metrics.update(named_norms("params/norm", self.group_names, values[: len(param_norms)]))
+        stats = routing.read(values[len(param_norms):])
+        metrics.update(stats.scalars)
+        if self.run is not None:
+            for key, vector in stats.vectors.items():
+                self.run.log_vector(key, vector, step_index + 1)
         return metrics
 
     def roll_back(self, reason: str) -> None:
@@ -267,7 +294,7 @@ class Trainer:
         if self.rollbacks > self.cfg.guard.max_rollbacks:
             raise TrainingDiverged(f"still spiking after {self.cfg.guard.max_rollbacks} rollbacks: {reason}")
         spiked_at = self.step
-        found = ckpt.latest_valid(self.run_dir, self.record_fallback, at_most=spiked_at)
+        found = latest_checkpoint(self.run_dir, self.record_fallback, at_most=spiked_at)
         if found is None:
             raise TrainingDiverged(f"no intact checkpoint to roll back to at step {spiked_at}: {reason}")
         good_step, path = found
@@ -355,7 +382,7 @@ class Trainer:
     def replica_fingerprint(self) -> str:
         """sha256 of this rank's model state (parameters and buffers, router biases included)."""
         digest = hashlib.sha256()
-        for name, tensor in sorted(distributed.model_state(self.model, self.sharded, everywhere=True).items()):
+        for name, tensor in sorted(distributed.full_model_state(self.model, self.sharded).items()):
             digest.update(name.encode())
             digest.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
         return digest.hexdigest()

@@ -2,7 +2,9 @@
 
 An objective turns a micro-batch into the sum of its token losses (nats) and says how many tokens
 the whole optimiser step's loss is averaged over, so the loop's gradient is always
-(sum of counted token losses / counted tokens in the global batch), whatever the objective.
+(sum of counted token losses / counted tokens in the global batch), whatever the objective. The
+model computes that sum itself from the targets (``forward(..., targets_BT=...)``): inside its
+forward the LM head's weight is whole even under FSDP2, and the logits are made a chunk at a time.
 
 - :class:`NextToken` (pretraining): a LongTensor ``(B, seq_len + 1)``; every next token counts.
 - :class:`AssistantOnly` (SFT): an :class:`~glasslab.data.packing.SFTBatch`; only the tokens the
@@ -17,7 +19,6 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 Autocast = Callable[[], contextlib.AbstractContextManager]
@@ -34,8 +35,7 @@ class NextToken:
 
     def nats(self, net: nn.Module, micro: torch.Tensor, autocast: Autocast) -> torch.Tensor:
         with autocast():
-            logits_BTV = net(micro[:, :-1])
-        return F.cross_entropy(logits_BTV.float().flatten(0, 1), micro[:, 1:].flatten(), reduction="sum")
+            return net(micro[:, :-1], targets_BT=micro[:, 1:])
 
     def metrics(self, loss: float, batch: torch.Tensor) -> dict[str, float]:
         return {}
@@ -48,10 +48,9 @@ class AssistantOnly:
         return batch.loss_tokens
 
     def nats(self, net: nn.Module, micro: Any, autocast: Autocast) -> torch.Tensor:
-        with autocast():
-            logits_BTV = net(micro.tokens_BT, doc_ids_BT=micro.doc_ids_BT)
         # Ignored targets (IGNORE_INDEX, cross_entropy's default) add nothing to the sum.
-        return F.cross_entropy(logits_BTV.float().flatten(0, 1), micro.targets_BT.flatten(), reduction="sum")
+        with autocast():
+            return net(micro.tokens_BT, doc_ids_BT=micro.doc_ids_BT, targets_BT=micro.targets_BT)
 
     def metrics(self, loss: float, batch: Any) -> dict[str, float]:
         return {"sft/loss": loss, "sft/assistant_tokens": float(batch.assistant_tokens_seen)}

@@ -8,7 +8,8 @@ sets ``lr = base_lr × multiplier`` every step without keeping state of its own.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 
 import torch
 from torch import nn
@@ -49,13 +50,22 @@ class OptimizerSet:
     def load_state_dict(self, states: list[dict],
                         load_one: Callable[[torch.optim.Optimizer, dict], None] | None = None) -> None:
         """Load moments and step counts; hyper-parameters stay those of the current config (a fork may change them)."""
-        for opt, state in zip(self.optimizers, states, strict=True):
-            hyper = [{k: v for k, v in group.items() if k != "params"} for group in opt.param_groups]
-            if load_one:
-                load_one(opt, state)
-            else:
-                opt.load_state_dict(state)
-            for group, kept in zip(opt.param_groups, hyper, strict=True):
+        with self.kept_hyperparameters():
+            for opt, state in zip(self.optimizers, states, strict=True):
+                if load_one:
+                    load_one(opt, state)
+                else:
+                    opt.load_state_dict(state)
+
+    @contextlib.contextmanager
+    def kept_hyperparameters(self) -> Iterator[None]:
+        """Around a load of moments and step counts by other means (a sharded checkpoint): the
+        hyper-parameters of the current config come back afterwards."""
+        hyper = [[{k: v for k, v in group.items() if k != "params"} for group in opt.param_groups]
+                 for opt in self.optimizers]
+        yield
+        for opt, groups in zip(self.optimizers, hyper, strict=True):
+            for group, kept in zip(opt.param_groups, groups, strict=True):
                 group.update(kept)
 
 

@@ -1,4 +1,5 @@
-"""``train()``: a run folder from a RunConfig — fresh, resumed after a crash, or forked from another run.
+"""``train()``: a run folder from a RunConfig (or a post-training step's recipe) — fresh, resumed after a
+crash, or forked from another run.
 
 Run folder: ``run.json`` (written before step 0, never changed), ``metrics.db``, ``checkpoints/``
 and, once finished, ``result.json``. Only rank 0 writes; the other ranks train and keep quiet.
@@ -31,22 +32,26 @@ from typing import Any
 from glasslab import config as configs
 from glasslab import track
 from glasslab.errors import UserError
-from glasslab.layout import METRICS_DB, RESULT_FILE, write_json_atomic
+from glasslab.layout import METRICS_DB, RESULT_FILE, latest_checkpoint, write_json_atomic
 from glasslab.train import checkpoint as ckpt
 from glasslab.train import distributed
-from glasslab.train.build import build_parts, describe, resolve_data
+from glasslab.train.build import Pretraining
 from glasslab.train.compile_rule import run_compile_choice
 from glasslab.train.fork import ForkPoint, fork_checkpoint
 from glasslab.train.hooks import TrainerHook
 from glasslab.train.loop import Trainer
+from glasslab.train.recipe import Recipe
 from glasslab.train.rng import capture_rng, restore_rng
 from glasslab.train.run_config import RunConfig
 from glasslab.train.throughput import peak_flops
 
 
-def train(run_cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, fork: ForkPoint | None = None,
+def train(run: RunConfig | Recipe, run_dir: str | Path, *, resume: bool = False, fork: ForkPoint | None = None,
           record_extra: dict | None = None, device: str = "cpu", hooks: Sequence[TrainerHook] = ()) -> dict[str, Any]:
-    """Train ``run_cfg`` into ``run_dir``; return the final metrics (incl. ``eval/macro/loss``).
+    """Train ``run`` into ``run_dir``; return the final metrics (incl. ``eval/macro/loss`` for pretraining).
+
+    ``run`` is a RunConfig (pretraining) or a :class:`~glasslab.train.recipe.Recipe` that builds its own
+    parts (what a post-training step hands in).
 
     ``hooks`` are told about every step, eval and checkpoint (see ``hooks.py``); a hook that is a
     context manager is entered just before the first step and exited when training ends.
@@ -55,11 +60,14 @@ def train(run_cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, fork
     from ``run_dir`` it leaves no trace: RNG states and the SIGTERM handler are put back on return.
     """
     run_dir = Path(run_dir)
+    # A missing optional sink package fails before the dataset is read or the run folder touched.
+    track.check_sinks((run if isinstance(run, RunConfig) else run.config).train.sinks)
+    recipe = as_recipe(run)  # the vocabulary follows the tokenizer: run.json records the size used
     caller_rng = capture_rng()  # the run seeds every generator; the caller gets its own back
     ctx = distributed.setup(device)
     finished = False
     try:
-        result = _train(run_cfg, run_dir, ctx, resume, fork, record_extra or {}, hooks)
+        result = _train(recipe, run_dir, ctx, resume, fork, record_extra or {}, hooks)
         finished = True
         return result
     finally:
@@ -67,21 +75,24 @@ def train(run_cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, fork
         restore_rng(caller_rng)
 
 
-def _train(run_cfg: RunConfig, run_dir: Path, ctx: distributed.DistContext, resume: bool, fork: ForkPoint | None,
+def as_recipe(run: RunConfig | Recipe) -> Recipe:
+    """``run`` as a recipe: a RunConfig is pretraining (its dataset resolved), a recipe stays itself."""
+    return Pretraining(run) if isinstance(run, RunConfig) else run
+
+
+def _train(recipe: Recipe, run_dir: Path, ctx: distributed.DistContext, resume: bool, fork: ForkPoint | None,
            record_extra: dict, hooks: Sequence[TrainerHook]) -> dict[str, Any]:
-    track.check_sinks(run_cfg.train.sinks)  # a missing optional package fails before the run folder is touched
-    run_cfg = resolve_data(run_cfg)  # the vocabulary follows the tokenizer: run.json records the size used
-    cfg = run_cfg.train
+    cfg = recipe.config.train
     cfg.micro_batches(ctx.world_size)  # batch shape errors before anything is built
-    config_data = configs.to_dict(run_cfg)
+    config_data = configs.to_dict(recipe.config)
     fallbacks: list[tuple[int, str]] = []
     start_from: Path | None = None
     if resume:
         reason = "resume"
         if ctx.is_main:
             ckpt.sweep_temp(run_dir)  # half-written folders of the killed writer
-        check_resumable(run_dir, run_cfg)
-        found = ckpt.latest_valid(run_dir, on_fallback=lambda step, problem: fallbacks.append((step, problem)))
+        check_resumable(run_dir, recipe)
+        found = latest_checkpoint(run_dir, on_fallback=lambda step, problem: fallbacks.append((step, problem)))
         start_from = found[1] if found else None
     elif fork is not None:
         reason = "fork"
@@ -91,12 +102,12 @@ def _train(run_cfg: RunConfig, run_dir: Path, ctx: distributed.DistContext, resu
         reason = "start"
         check_fresh(run_dir)
 
-    parts = build_parts(run_cfg, ctx)
+    parts = recipe.build(ctx)
     peak, peak_source = peak_flops(cfg.peak_flops, ctx.device, cfg.bf16_on(ctx.device.type))
     run = None
     ctx.barrier()  # every rank has checked the folder before rank 0 writes into it
     if ctx.is_main:
-        extra = {**describe(run_cfg), "world_size": ctx.world_size, "device": str(ctx.device),
+        extra = {**recipe.describe(), "world_size": ctx.world_size, "device": str(ctx.device),
                  "peak_flops": peak, "peak_flops_source": peak_source, "total_steps": cfg.total_steps,
                  "compile": dataclasses.asdict(run_compile_choice(cfg, parts.flops_per_token, ctx.device)),
                  **record_extra}
@@ -145,16 +156,16 @@ def check_fresh(run_dir: str | Path) -> None:
         raise UserError(f"{run_dir}: already holds a run; pass --resume to continue it or choose another folder")
 
 
-def check_resumable(run_dir: str | Path, run_cfg: RunConfig) -> None:
-    """Raise a one-line UserError unless ``run_dir`` holds a run that ``run_cfg`` may continue: it has
-    a ``run.json`` whose config differs from ``run_cfg`` in unversioned fields at most (intervals,
+def check_resumable(run_dir: str | Path, run: RunConfig | Recipe) -> None:
+    """Raise a one-line UserError unless ``run_dir`` holds a run that ``run`` may continue: it has
+    a ``run.json`` whose config differs from ``run``'s in unversioned fields at most (intervals,
     retention). Compared as recorded (secrets redacted), so nothing is unpickled."""
     record = track.read_record(run_dir)
     if record is None:
         raise UserError(f"{run_dir}: nothing to resume (no run.json); start it without --resume")
-    run_cfg = resolve_data(run_cfg)  # run.json holds the vocabulary the run resolved
-    changed = configs.diff(record["config"], configs.redact(configs.to_dict(run_cfg)))
-    changed = [key for key in changed if key not in _unversioned_keys(run_cfg)]
+    config = as_recipe(run).config  # run.json holds the vocabulary the run resolved
+    changed = configs.diff(record["config"], configs.redact(configs.to_dict(config)))
+    changed = [key for key in changed if key not in _unversioned_keys(config)]
     if changed:
         raise UserError(f"{run_dir}: cannot resume with a changed config ({', '.join(changed)} differ); "
                         "use --fork RUN@STEP for a deliberate change")
@@ -167,9 +178,9 @@ def _say(ctx: distributed.DistContext, *lines: str) -> None:
             print(line, file=sys.stderr, flush=True)
 
 
-def _unversioned_keys(run_cfg: RunConfig) -> set[str]:
+def _unversioned_keys(config: Any) -> set[str]:
     """Dotted keys of fields marked UNVERSIONED (present in the full dict, absent in the versioned one)."""
-    return set(configs.diff(configs.to_dict(run_cfg), configs.to_dict(run_cfg, versioned_only=True)))
+    return set(configs.diff(configs.to_dict(config), configs.to_dict(config, versioned_only=True)))
 
 
 def _result(trainer: Trainer, status: str, seconds: float) -> dict[str, Any]:

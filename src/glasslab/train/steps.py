@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from glasslab.config import UNVERSIONED
@@ -21,6 +22,7 @@ from glasslab.lab.step import FunctionRef
 from glasslab.track import read_record
 from glasslab.train.fork import ForkPoint
 from glasslab.train.hooks import TrainerHook
+from glasslab.train.recipe import Recipe
 from glasslab.train.run import train
 from glasslab.train.run_config import RunConfig
 
@@ -89,19 +91,30 @@ def run_training(ctx: Any, record_extra: dict[str, Any] | None = None,
             raise UserError(f"{cfg.data_path}: not the dataset this run was planned on (its manifest's sha256 "
                             "differs); rebuilt or replaced since?")
         run_cfg = dataclasses.replace(run_cfg, data=dataclasses.replace(run_cfg.data, path=cfg.data_path))
-    resume = read_record(ctx.output_dir) is not None
     record_extra = dict(cfg.record_extra if record_extra is None else record_extra)
-    if run_cfg.sft is not None and not resume:  # the base model's numbers and replies, beside the run's own
-        from glasslab.train.sft import sft_baseline
-
-        record_extra["base"] = sft_baseline(run_cfg, cfg.device)
     all_hooks = [_make_hook(ref) for ref in cfg.hooks] + list(hooks)
-    result = train(run_cfg, ctx.output_dir, resume=resume, fork=None if resume else cfg.fork,
-                   record_extra=record_extra, device=cfg.device,
-                   hooks=all_hooks)
+    return train_in_folder(run_cfg, ctx.output_dir, device=cfg.device, record_extra=record_extra, hooks=all_hooks,
+                           fork=cfg.fork)
+
+
+def train_in_folder(run: RunConfig | Recipe, folder: str | Path, *, device: str = "cpu",
+                    record_extra: dict[str, Any] | None = None, hooks: Sequence[TrainerHook] = (),
+                    fork: ForkPoint | None = None) -> dict[str, Any]:
+    """Train ``run`` (a RunConfig, or a post-training step's recipe) into a step's ``folder``, resuming when
+    the folder already holds a started run (an earlier, failed attempt; ``fork`` then no longer applies).
+    Returns the final metrics; raises :class:`TrainingPreempted` when a SIGTERM stopped it."""
+    resume = has_started(folder)
+    result = train(run, folder, resume=resume, fork=None if resume else fork, record_extra=record_extra,
+                   device=device, hooks=hooks)
     if result["status"] != "finished":
         raise TrainingPreempted(result)
     return result
+
+
+def has_started(folder: str | Path) -> bool:
+    """Whether ``folder`` holds a run that started (its ``run.json`` is written before step 0): a rerun
+    resumes it, and what was recorded before step 0 stays as it was."""
+    return read_record(folder) is not None
 
 
 def _make_hook(ref: str) -> TrainerHook:

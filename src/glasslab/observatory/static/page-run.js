@@ -3,9 +3,10 @@
  *
  *   G.runSections.add({ id, title, order, draw(body, ctx) })
  *
- * The page draws each into <section id="run-<id>" data-section="<id>"> under an <h2> of its title,
- * lowest ``order`` first. ``draw`` returns false when it has nothing to show (the section is left
- * out), else nothing or a handler {ready?: Promise (the page is ready once it settles),
+ * The page draws each into <section id="run-<id>" data-section="<id>"> under an <h2> of its title
+ * (a string, or ``title(ctx)`` for one that depends on the run), lowest ``order`` first. ``draw``
+ * returns false when it has nothing to show (the section is left out), else nothing or a handler
+ * {ready?: Promise (the page is ready once it settles),
  * delta?(delta) (rows the run logged: scalars, vectors, events, samples, status; ``delta.newEvents``
  * are the events not seen before)}. ``ctx``: {d (the page's data), events (the run's events in
  * order, kept current), sync (the charts' cursor-sync key), workspace (workspace.js), actions (what
@@ -60,7 +61,7 @@
     if (L.ladder) add("ladder", link("ladder", L.ladder, d.record.ladder || L.ladder));
     if (L.parent) {
       const name = L.parent.run ? link("run", L.parent.run, L.parent.run) : el("span", {}, L.parent.name || "?");
-      add(d.record.role === "sft" ? "fine-tuned from" : "forked from", name, L.parent.step != null ? ` at step ${fmt(L.parent.step, "count")}` : "");
+      add({ sft: "fine-tuned from", dpo: "preference-tuned from" }[d.record.role] || "forked from", name, L.parent.step != null ? ` at step ${fmt(L.parent.step, "count")}` : "");
     }
     if (L.children && L.children.length) {
       add("forks", ...L.children.flatMap((c, i) => [i ? ", " : "", link("run", c.run, c.run),
@@ -145,7 +146,8 @@
     ctx.charts = new Promise((resolve) => { ctx.chartsDrawn = resolve; });
     const handlers = [];
     for (const spec of sections) {
-      const box = el("section", { id: `run-${spec.id}`, "data-section": spec.id }, el("h2", {}, spec.title));
+      const title = typeof spec.title === "function" ? spec.title(ctx) : spec.title;
+      const box = el("section", { id: `run-${spec.id}`, "data-section": spec.id }, el("h2", {}, title));
       const body = el("div", { class: "section-body" });
       box.append(body);
       app.append(box);

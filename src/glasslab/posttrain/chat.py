@@ -1,9 +1,10 @@
 """Chatting with a run's checkpoint or an export: load the model and its tokenizer, keep the history,
 stream replies.
 
-``glasslab chat`` is a thin terminal around :class:`ChatSession`. A checkpoint runs as our own
-:class:`~glasslab.model.Transformer`; an export folder (``glasslab export``) runs as what it is, a
-``transformers`` model, through the same sampler (:func:`~glasslab.model.generate.draw`).
+``glasslab chat`` is a thin terminal around :class:`ChatSession`, and the chat panel of ``glasslab serve``
+(``observatory/chat.py``) streams the same replies to the page. Either model — a checkpoint, or an export
+(``glasslab export``) mapped back to our weights — runs as our own :class:`~glasslab.model.Transformer` with
+its KV cache (:func:`~glasslab.model.generate.stream`).
 
 A reply is the continuation of the whole conversation so far in the chat format, sampled until
 ``<|im_end|>`` (or ``<|endoftext|>``); text streams out as soon as it decodes to whole characters.
@@ -17,19 +18,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
 from glasslab import config as configs
 from glasslab.data.chat import ChatEncoder
-from glasslab.data.tokenizer import EOT, load_tokenizer
-from glasslab.errors import UserError
-from glasslab.layout import EXPORT_MANIFEST, MODEL_STATE, read_json
+from glasslab.data.tokenizer import EOT
+from glasslab.layout import EXPORT_MANIFEST, RUN_RECORD, read_json
 from glasslab.model import Transformer
-from glasslab.model.generate import draw, stream
-from glasslab.track import read_record
-from glasslab.train import checkpoint as ckpt
-from glasslab.train.run_config import RunConfig
-from glasslab.train.sft import resolve_base
+from glasslab.model.generate import stream
+from glasslab.model.load import find_model, load_model
+from glasslab.posttrain.base import chat_encoder
 
 
 @dataclass(frozen=True)
@@ -56,7 +52,7 @@ TokenStream = Callable[[list[int], int, float, float, int, set[int], int], Itera
 @dataclass
 class ChatModel:
     """A model to chat with: how it draws tokens, its chat encoder, the context it was trained on, and what it
-    is (``name``: run id or export folder name, ``step``, ``role`` of its run)."""
+    is (``name``: ``RUN@STEP`` or the export's folder name, ``step``, ``role`` of its run)."""
 
     tokens: TokenStream
     encoder: ChatEncoder
@@ -64,72 +60,45 @@ class ChatModel:
     name: str
     step: int
     role: str | None
-    model: Transformer | None = None
-    """Our model when chatting with a checkpoint (None for an export)."""
+    model: Transformer
 
 
-def load_chat_model(ref: str, device: str = "cpu") -> ChatModel:
-    """The model at ``RUN_DIR@STEP`` (or the newest intact checkpoint of ``RUN_DIR``)."""
-    run_dir, step, path = resolve_base(ref)
-    run_cfg = configs.from_dict(RunConfig, ckpt.checkpoint_config(path))
-    model = Transformer(run_cfg.model)
-    model.load_state_dict(torch.load(path / MODEL_STATE, map_location="cpu", weights_only=True))
-    model = model.to(device).eval()
-    record = read_record(run_dir) or {}
+def load_chat_model(ref: str, lab: str | Path | None = None, device: str = "cpu") -> ChatModel:
+    """The model ``ref`` names (``RUN[@STEP]`` — a run id under ``lab`` or a folder — or an export), on ``device``."""
+    source = find_model(ref, lab)
+    encoder = chat_encoder(source.tokenizer, source.folder)
+    model = load_model(source, device)
 
     def tokens(prompt, max_new, temperature, top_p, seed, stop, top_k):
         return stream(model, prompt, max_new, temperature, top_p, seed=seed, eos_id=stop, top_k=top_k)
 
-    return ChatModel(tokens, _encoder(run_cfg.data.path, run_dir), run_cfg.train.seq_len, run_dir.name, step,
-                     record.get("role"), model)
+    return ChatModel(tokens, encoder, source.context, source.name, source.step, _role(source.folder, source.run),
+                     model)
 
 
-def load_export_chat_model(folder: Path, device: str = "cpu") -> ChatModel:
-    """The ``transformers`` model of the export in ``folder`` (loaded offline); its run's role when the run is
-    beside it in the lab."""
-    import transformers
-
-    folder = Path(folder)
-    manifest = read_json(folder / EXPORT_MANIFEST) or {}
-    hf = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, local_files_only=True)
-    hf = hf.to(device).eval()
-    record = read_record(folder.parent / str(manifest.get("run", ""))) if manifest.get("run") else None
-
-    @torch.no_grad()
-    def tokens(prompt, max_new, temperature, top_p, seed, stop, top_k):
-        generator = torch.Generator(device=device).manual_seed(seed)
-        ids_BT, past = torch.tensor([prompt], device=device), None
-        for _ in range(max_new):
-            out = hf(ids_BT, cache=past, use_cache=True)
-            past = out.cache
-            next_id = draw(out.logits[0, -1], temperature, top_k, top_p, generator)
-            yield next_id
-            if next_id in stop:
-                return
-            ids_BT = torch.tensor([[next_id]], device=device)
-
-    context = int(getattr(hf.config, "max_position_embeddings", 0) or 0)
-    if record and record.get("config", {}).get("train", {}).get("seq_len"):
-        context = int(record["config"]["train"]["seq_len"])
-    return ChatModel(tokens, _encoder(folder, folder), context, folder.name, int(manifest.get("step", 0)),
-                     (record or {}).get("role"))
-
-
-def _encoder(tokenizer_folder: str | Path, owner: Path) -> ChatEncoder:
-    try:
-        return ChatEncoder(load_tokenizer(tokenizer_folder))
-    except ValueError as exc:  # a tokenizer without the chat tokens
-        raise UserError(f"{owner}: {exc}") from None
+def _role(folder: Path, run: str) -> str | None:
+    """The role of the run behind ``folder`` (its run.json; an export's manifest, or its run beside it)."""
+    record = read_json(folder / RUN_RECORD)
+    if record is None:
+        manifest = read_json(folder / EXPORT_MANIFEST) or {}
+        if manifest.get("role"):
+            return manifest["role"]
+        record = read_json(folder.resolve().parent / run / RUN_RECORD) if run else None
+    return (record or {}).get("role")
 
 
 class ChatSession:
     """One conversation with a :class:`ChatModel`: ``reply(text)`` streams the assistant's answer."""
 
-    def __init__(self, chat: ChatModel, sampling: Sampling, system: str = "") -> None:
+    def __init__(self, chat: ChatModel, sampling: Sampling, system: str = "",
+                 messages: list[dict[str, str]] | None = None) -> None:
         self.chat, self.sampling, self.system = chat, sampling, system
-        self.messages: list[dict[str, str]] = []
+        self.messages: list[dict[str, str]] = list(messages or [])
+        """The exchanges so far (user, assistant, …): a page that keeps the history hands it back each time."""
         self._stop = {chat.encoder.im_end_id, chat.encoder.tokenizer.token_to_id(EOT)}
-        self._turn = 0
+        self._turn = len(self.messages) // 2  # each reply draws with the seed of its turn
+        self.last_reply_tokens = 0
+        """Tokens the last reply drew (its end-of-turn token not counted)."""
 
     def reset(self) -> None:
         """Forget the conversation (the system message stays)."""
@@ -160,6 +129,7 @@ class ChatSession:
             if not decoded.endswith("\ufffd"):  # wait for the rest of a character split over tokens
                 yield decoded[len(shown):]
                 shown = decoded
+        self.last_reply_tokens = len(ids)
         final = self.chat.encoder.decode_reply(ids)
         if final != shown:
             yield final[len(shown):]

@@ -6,48 +6,43 @@ A record is one conversation in the common layout::
                   {"role": "user", "content": "..."},
                   {"role": "assistant", "content": "..."}, ...]}
 
-(other top-level keys are kept and ignored). A bad record gets one line, ``file:line: what is wrong``;
-as in a data build it is skipped and counted (listed in ``report.json``, said on the console), or stops
-the build under ``strict``.
+(other top-level keys are kept and ignored). Bad records are skipped and counted, or stop the build under
+``strict`` (:mod:`glasslab.posttrain.records`).
 
-``build_conversations`` writes a conversations folder: ``train.jsonl`` and ``heldout.jsonl`` (the
-held-out split, chosen by a seeded hash of each conversation so it is stable under reordering), then
-``report.json`` and last ``manifest.json``. Training conversations that overlap the held-out documents
-of a pretraining dataset (``decontaminate``: its eval split, which task evals are made from) are
-dropped: a shared word n-gram of the dataset's n-gram length, or for a message shorter than that, its
-whole text (of at least ``MIN_SHORT_WORDS`` words) appearing in a held-out document.
+``build_conversations`` writes a conversations folder: ``train.jsonl`` and ``heldout.jsonl``, then
+``report.json`` and last ``manifest.json``. The held-out conversations are the ``heldout_files`` when
+given, else a split chosen by a seeded hash of each conversation (stable under reordering). Training
+conversations that overlap the held-out documents of a pretraining dataset (``decontaminate``: its eval
+split, which task evals are made from) are dropped and counted: a shared word n-gram of the dataset's
+n-gram length, or for a message shorter than that, its whole text (of at least ``MIN_SHORT_WORDS``
+words) appearing in a held-out document.
 """
 
 from __future__ import annotations
 
 import json
-import sys
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from glasslab.config import UNVERSIONED, from_dict, require, to_dict
 from glasslab.data.config import EvalSplitConfig
-from glasslab.data.decontaminate import Decontaminator, choose_eval, split_key
-from glasslab.data.tokenizer import CHAT_ROLES, SPECIAL_TOKENS
+from glasslab.data.decontaminate import Decontaminator
+from glasslab.data.tokenizer import CHAT_ROLES
 from glasslab.errors import UserError
-from glasslab.layout import (
-    CONVERSATIONS_HELDOUT,
-    CONVERSATIONS_TRAIN,
-    MANIFEST_FILE,
-    REPORT_FILE,
-    file_sha256,
-    json_text,
-    read_json,
-    write_json_atomic,
-    write_text_atomic,
+from glasslab.layout import REPORT_FILE
+from glasslab.posttrain.records import (
+    RecordProblems,
+    check_file_hashes,
+    messages_problem,
+    read_records,
+    read_split,
+    say,
+    split_heldout,
+    write_split_folder,
 )
 
 MIN_SHORT_WORDS = 4
 """Messages of fewer words are too generic ("Show me its code.") to count as overlap on their own."""
-MAX_LISTED_PROBLEMS = 1000
 FORMAT = "glasslab-conversations/1"
 
 
@@ -56,11 +51,16 @@ class ConversationsConfig:
     """Where SFT conversations come from and how they are split and decontaminated."""
 
     builtin: bool = True
-    """Include the built-in instruction set made from Python's own distribution (data.instructions)."""
+    """Include the built-in instruction set made from Python's own distribution (posttrain.instructions)."""
     builtin_max_modules: int = 0
     """Read only this many standard-library modules for the built-in set (0 = all)."""
     files: tuple[str, ...] = ()
     """JSONL files of ``{"messages": [...]}`` records."""
+    heldout_files: tuple[str, ...] = ()
+    """JSONL files of held-out conversations; given, none of the others is held out."""
+    file_hashes: dict[str, str] = field(default_factory=dict)
+    """sha256 of each file when the step was planned (``glasslab sft`` records them): the step's hash
+    covers the files' content, and a file changed since is refused."""
     heldout_fraction: float = 0.05
     """Share of the conversations held out to measure SFT loss (chosen by a seeded hash of each)."""
     heldout_min: int = 32
@@ -89,80 +89,29 @@ class ConversationsConfig:
                                max_documents=self.heldout_max)
 
 
-# --- validation ---------------------------------------------------------------------------------------
-
-
 def problem_with(record: object) -> str | None:
     """What is wrong with a parsed record (one phrase), or None when it is a valid conversation."""
     if not isinstance(record, dict) or not isinstance(record.get("messages"), list):
         keys = ", ".join(sorted(record)) if isinstance(record, dict) else type(record).__name__
         return f"no 'messages' list (found: {keys or 'nothing'})"
-    messages = record["messages"]
-    if not messages:
-        return "'messages' is empty"
-    for i, message in enumerate(messages):
-        where = f"messages[{i}]"
-        if not isinstance(message, dict):
-            return f"{where} is {type(message).__name__}, expected an object with 'role' and 'content'"
-        for key in ("role", "content"):
-            if key not in message:
-                return f"{where} has no {key!r} (keys: {', '.join(sorted(message)) or 'none'})"
-        role, content = message["role"], message["content"]
-        if role not in CHAT_ROLES:
-            return f"{where}.role={role!r}: expected one of {', '.join(CHAT_ROLES)}"
-        if not isinstance(content, str):
-            return f"{where}.content is {type(content).__name__}, expected a string"
-        if role == "system" and i:
-            return f"{where} is a system message; only the first message may be one"
-        if role != "system" and not content.strip():
-            return f"{where}.content is empty"
-        reserved = next((t for t in SPECIAL_TOKENS if t in content), None)
-        if reserved:
-            return f"{where}.content contains the reserved token {reserved!r}"
-    if messages[-1]["role"] != "assistant":
-        return f"the last message is {messages[-1]['role']!r}; expected the conversation to end with an assistant reply"
-    return None
+    return messages_problem(record["messages"], "messages", last_role="assistant")
 
 
-@dataclass
-class RecordProblems:
-    """Bad records met while reading: counted, the first ``MAX_LISTED_PROBLEMS`` listed as ``file:line: why``."""
-
-    count: int = 0
-    listed: list[str] = field(default_factory=list)
-
-    def add(self, line: str) -> None:
-        self.count += 1
-        if len(self.listed) < MAX_LISTED_PROBLEMS:
-            self.listed.append(line)
+def read_conversations(path: str | Path, problems: RecordProblems, strict: bool = False):
+    """Valid conversations of a JSONL file, in order; a bad one is recorded in ``problems``."""
+    return read_records(path, problem_with, problems, strict, what="conversations")
 
 
-def read_conversations(path: str | Path, problems: RecordProblems, strict: bool = False) -> Iterator[dict]:
-    """Valid records of a JSONL file, in order; a bad one is recorded in ``problems`` (UserError under strict)."""
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"{path}: conversations file not found")
-    with open(path, "rb") as handle:
-        for line_number, raw in enumerate(handle, start=1):
-            if not raw.strip():
-                continue
-            try:
-                record = json.loads(raw.decode("utf-8"))
-                problem = problem_with(record)
-            except UnicodeDecodeError:
-                problem = "not valid UTF-8"
-            except json.JSONDecodeError as exc:
-                problem = f"malformed JSON ({exc.msg})"
-            if problem is None:
-                yield record
-                continue
-            line = f"{path}:{line_number}: {problem}"
-            if strict:
-                raise UserError(f"{line}; drop --strict to skip and count such records")
-            problems.add(line)
+def conversation_text(record: dict) -> str:
+    """What the held-out hash of a conversation is taken over: its messages, canonically."""
+    return json.dumps(record["messages"], ensure_ascii=False, sort_keys=True)
 
 
-# --- the build -------------------------------------------------------------------------------------------
+def split_conversations(records: list[dict], cfg: ConversationsConfig) -> tuple[list[dict], list[dict]]:
+    """(train, held out) by the seeded held-out rule of ``cfg``."""
+    held = split_heldout(records, [conversation_text(r) for r in records], cfg.heldout_split, cfg.seed)
+    return ([r for r, h in zip(records, held, strict=True) if not h],
+            [r for r, h in zip(records, held, strict=True) if h])
 
 
 def build_conversations(cfg: ConversationsConfig, out_dir: str | Path, progress: bool = True) -> Path:
@@ -171,50 +120,49 @@ def build_conversations(cfg: ConversationsConfig, out_dir: str | Path, progress:
     Raises UserError when no valid conversation is left (and under ``strict`` at the first bad record).
     """
     out_dir = Path(out_dir)
+    check_file_hashes(cfg.file_hashes)
     problems = RecordProblems()
     records, sources = _gather(cfg, problems)
+    given_heldout = [r for path in cfg.heldout_files for r in read_conversations(path, problems, cfg.strict)]
     for line in problems.listed[:5]:
-        _say(progress, f"skipped {line}")
+        say(progress, "conversations", f"skipped {line}")
     if problems.count:
-        _say(progress, f"skipped {problems.count} bad record(s) in all (listed in {out_dir / REPORT_FILE})")
+        say(progress, "conversations", f"skipped {problems.count} bad record(s) in all (listed in "
+            f"{out_dir / REPORT_FILE})")
     if not records:
         raise UserError(f"no valid conversations in {', '.join(sources) or 'the sources'}"
                         + (f" ({problems.count} bad record(s), first: {problems.listed[0]})" if problems.count else ""))
-    texts = [json.dumps(r["messages"], ensure_ascii=False, sort_keys=True) for r in records]
-    keys = np.array([split_key(t, cfg.seed) for t in texts], dtype=np.int64)
-    held = choose_eval(keys, np.array([len(t) for t in texts]), cfg.heldout_split)
-    train = [r for r, h in zip(records, held, strict=True) if not h]
-    heldout = [r for r, h in zip(records, held, strict=True) if h]
+    if cfg.heldout_files:
+        train, heldout = records, given_heldout
+    else:
+        train, heldout = split_conversations(records, cfg)
     contaminated = 0
     if cfg.decontaminate:
         overlap = HeldoutOverlap(cfg.decontaminate)
         kept = [r for r in train if not overlap.overlaps(r["messages"])]
         contaminated = len(train) - len(kept)
         train = kept
-        _say(progress, f"decontamination against {cfg.decontaminate}: dropped {contaminated} training conversation(s)")
+        say(progress, "conversations",
+            f"decontamination against {cfg.decontaminate}: dropped {contaminated} training conversation(s)")
     if not train:
         raise UserError("no training conversations left after the held-out split and decontamination")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / MANIFEST_FILE).unlink(missing_ok=True)  # readers trust a folder only once its manifest is back
-    files = {}
-    for name, split in ((CONVERSATIONS_TRAIN, train), (CONVERSATIONS_HELDOUT, heldout)):
-        write_text_atomic(out_dir / name, "".join(json_text(r, indent=None) for r in split))
-        files[name] = {"conversations": len(split), "sha256": file_sha256(out_dir / name)}
+    if not heldout:
+        raise UserError("no held-out conversations: give --heldout FILE with valid ones, or more conversations")
     report = {
         "sources": sources,
-        "conversations": len(records),
+        "heldout_sources": list(cfg.heldout_files) or None,
+        "conversations": len(records) + len(given_heldout),
         "train": len(train),
         "heldout": len(heldout),
         "decontaminated": contaminated,
         "decontaminated_against": cfg.decontaminate or None,
         "kinds": _kinds(records),
         "messages": _message_counts(train),
-        "bad_records": {"count": problems.count, "listed": problems.listed},
+        "bad_records": problems.as_dict(),
         "config": to_dict(cfg),
     }
-    write_json_atomic(out_dir / REPORT_FILE, report)
-    write_json_atomic(out_dir / MANIFEST_FILE, {"format": FORMAT, "files": files})
-    _say(progress, f"{len(train)} training and {len(heldout)} held-out conversations in {out_dir}")
+    write_split_folder(out_dir, FORMAT, train, heldout, report)
+    say(progress, "conversations", f"{len(train)} training and {len(heldout)} held-out conversations in {out_dir}")
     return out_dir
 
 
@@ -222,7 +170,7 @@ def _gather(cfg: ConversationsConfig, problems: RecordProblems) -> tuple[list[di
     records: list[dict] = []
     sources: list[str] = []
     if cfg.builtin:
-        from glasslab.data.instructions import instruction_conversations
+        from glasslab.posttrain.instructions import instruction_conversations
 
         records.extend(instruction_conversations(cfg.builtin_max_modules))
         sources.append("builtin")
@@ -246,11 +194,6 @@ def _message_counts(records: list[dict]) -> dict[str, int]:
         for message in record["messages"]:
             counts[message["role"]] += 1
     return counts
-
-
-def _say(progress: bool, message: str) -> None:
-    if progress:
-        print(f"[conversations] {message}", file=sys.stderr, flush=True)
 
 
 class HeldoutOverlap:
@@ -287,14 +230,7 @@ class HeldoutOverlap:
 
 def read_conversation_split(folder: str | Path, split: str) -> list[dict]:
     """The records of ``train`` or ``heldout`` of a conversations folder (checked against its manifest)."""
-    folder = Path(folder)
-    manifest = read_json(folder / MANIFEST_FILE)
-    if manifest is None or manifest.get("format") != FORMAT:
-        raise UserError(f"{folder}: not a conversations folder (no {MANIFEST_FILE} of format {FORMAT}); "
-                        "build it with the conversations step")
-    name = {"train": CONVERSATIONS_TRAIN, "heldout": CONVERSATIONS_HELDOUT}[split]
-    with open(folder / name, encoding="utf-8") as handle:
-        return [json.loads(line) for line in handle if line.strip()]
+    return read_split(folder, split, FORMAT, "the conversations step (glasslab sft)")
 
 
 def conversations_step(ctx) -> Path:

@@ -13,8 +13,8 @@ import transformers
 from glasslab.cli import main as cli_main
 from glasslab.config import from_dict
 from glasslab.model.generate import generate, next_token_probs
+from glasslab.posttrain.chat import ChatSession, Sampling, load_chat_model
 from glasslab.train import RunConfig, train
-from glasslab.train.chat import ChatSession, Sampling, load_chat_model, load_export_chat_model
 from train_data import build_tiny_dataset, tiny_run_config
 
 MESSAGES = [{"role": "system", "content": "Answer briefly."},
@@ -115,9 +115,13 @@ def test_cli_prompt_and_interactive_session(run_dir, capsys, monkeypatch):
 
 def test_chat_with_an_export_replies_as_the_checkpoint_does(run_dir, export_dir, capsys):
     greedy = Sampling(temperature=0.0, max_new_tokens=12)
-    ours = "".join(ChatSession(load_chat_model(str(run_dir)), greedy).reply("Hello?"))
-    chat = load_export_chat_model(export_dir)
+    checkpoint = load_chat_model(str(run_dir))
+    ours = "".join(ChatSession(checkpoint, greedy).reply("Hello?"))
+    chat = load_chat_model(str(export_dir))
     assert (chat.name, chat.step, chat.context) == (export_dir.name, 30, 64)
+    # The export's weights mapped back to ours are the checkpoint's, bit for bit (the mapping's exact inverse).
+    theirs = chat.model.state_dict()
+    assert all(torch.equal(t, theirs[k]) for k, t in checkpoint.model.state_dict().items())
     assert "".join(ChatSession(chat, greedy).reply("Hello?")) == ours
     sampled = Sampling(temperature=0.9, top_k=40, top_p=0.8, max_new_tokens=12, seed=3)
     assert ("".join(ChatSession(chat, sampled).reply("Hello?"))

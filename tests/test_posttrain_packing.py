@@ -1,4 +1,5 @@
-"""SFT packing and the conversation loader: tight rows, global stream split over ranks, exact resume."""
+"""SFT packing and the conversation loader: tight rows, global stream split over ranks, exact resume; and
+conversations longer than a row cut at a turn boundary or left out, every one counted."""
 
 from __future__ import annotations
 
@@ -6,9 +7,12 @@ import numpy as np
 import pytest
 import torch
 
-from glasslab.data.chat import EncodedConversation
-from glasslab.data.packing import IGNORE_INDEX, ConversationLoader, collate, heldout_batches, pack_rows
+from data_helpers import topic_texts
+from glasslab.data.chat import ChatEncoder, EncodedConversation
+from glasslab.data.tokenizer import train_tokenizer
 from glasslab.errors import UserError
+from glasslab.posttrain.fitting import fit_conversations
+from glasslab.posttrain.packing import IGNORE_INDEX, ConversationLoader, collate, heldout_batches, pack_rows
 
 PAD = 1
 
@@ -50,10 +54,9 @@ def test_collate_marks_only_assistant_targets_and_separates_documents():
 
 @pytest.mark.parametrize("packing", ["packed", "padded"])
 def test_loader_resumes_exactly_splits_over_ranks_and_counts(packing):
-    convs = _conversations(300) + [EncodedConversation(np.full(200, 7, np.int32), np.ones(200, bool))]
+    convs = _conversations(300)
     make = lambda **kw: ConversationLoader(convs, 127, 8, PAD, packing, seed=3, **kw)  # noqa: E731
     loader = make()
-    assert loader.too_long == 1
     batches = [loader.next_batch() for _ in range(40)]  # several epochs
     assert loader.epoch >= 1 and batches[-1].assistant_tokens_seen == sum(b.loss_tokens for b in batches)
     resumed = make()
@@ -84,9 +87,38 @@ def test_packing_serves_more_assistant_tokens_per_row_than_padding():
     assert packed.loss_tokens > 3 * padded.loss_tokens
 
 
-def test_heldout_batches_are_fixed_and_refuse_when_nothing_fits():
+def test_heldout_batches_are_fixed_and_refuse_when_nothing_is_left():
     convs = _conversations(50)
     first = [b.targets_BT for b in heldout_batches(convs, 127, 4, PAD)]
     assert all(torch.equal(a, b.targets_BT) for a, b in zip(first, heldout_batches(convs, 127, 4, PAD), strict=True))
     with pytest.raises(UserError, match="train.seq_len"):
-        list(heldout_batches(convs, 3, 4, PAD))
+        list(heldout_batches([], 127, 4, PAD))
+    with pytest.raises(UserError, match="train.seq_len"):
+        ConversationLoader([], 127, 8, PAD)
+
+
+def _turns(*pairs: tuple[str, str]) -> list[dict]:
+    return [{"role": role, "content": text} for user, reply in pairs
+            for role, text in (("user", user), ("assistant", reply))]
+
+
+def test_a_long_conversation_is_cut_after_the_last_reply_that_fits_and_every_one_is_counted():
+    encoder = ChatEncoder(train_tokenizer(topic_texts()[:30], vocab_size=600))
+    short = _turns(("Hi?", "Hello."))
+    long = _turns(("What is x?", "x is a name. " * 4), ("And y?", "y is another name. " * 30), ("z?", "z."))
+    first_too_long = _turns(("Tell me all.", "word " * 400))
+    encoded = encoder.encode_many([short, long, first_too_long])
+    first_exchange = len(encoder.encode(long[:2]).ids)
+    row = first_exchange + 5
+    assert len(encoded[0].ids) <= row < len(encoded[1].ids)
+    kept, counts = fit_conversations(encoded, encoder, row)
+    assert counts.as_dict() == {"conversations": 3, "whole": 1, "cut": 1, "left_out_long": 0,
+                                "left_out_first_reply": 1, "kept": 2, "left_out": 1}
+    # The cut conversation is exactly its first exchange, its reply (and <|im_end|>) still trained.
+    assert kept[1].ids.tolist() == encoder.encode(long[:2]).ids.tolist()
+    assert kept[1].assistant_mask.tolist() == encoder.encode(long[:2]).assistant_mask.tolist()
+    assert kept[1].num_assistant_tokens > 0
+    dropped, counts = fit_conversations(encoded, encoder, row, drop_long=True)
+    assert len(dropped) == 1 and (counts.whole, counts.cut, counts.left_out_long, counts.left_out_first_reply) == (
+        1, 0, 1, 1)
+    assert "1 cut at a turn boundary" in fit_conversations(encoded, encoder, row)[1].line("training conversations")

@@ -11,7 +11,8 @@ other target is ``IGNORE_INDEX``, which ``F.cross_entropy`` skips.
   assistant token, so no loss crosses a boundary either.
 - ``padded``: one conversation per row, then padding; plain causal attention suffices.
 
-A conversation longer than a row is left out and counted (``too_long``). The stream is global, as in
+Every conversation given must fit a row: what does not is cut or left out, and counted, before it gets
+here (:mod:`glasslab.posttrain.fitting`). The stream is global, as in
 the pretraining loader: epoch ``e`` packs the conversations in an order drawn from ``(seed, e)`` and
 shuffles the rows; step ``s`` takes the next ``global_batch`` rows (running into the next epoch when
 one ends), and each rank takes its slice. Its state is (epoch, row, step, assistant tokens served).
@@ -123,12 +124,11 @@ class ConversationLoader:
                  packing: Packing = "packed", seed: int = 0, rank: int = 0, world_size: int = 1) -> None:
         if global_batch < 1 or world_size < 1 or global_batch % world_size:
             raise UserError(f"global batch {global_batch} does not split evenly over {world_size} rank(s)")
-        fitting = [c for c in conversations if len(c.ids) <= seq_len + 1]
-        self.too_long = len(conversations) - len(fitting)
-        """Conversations left out because they are longer than a row of ``seq_len + 1`` tokens."""
-        if not fitting:
-            raise UserError(f"no conversation fits a row of train.seq_len + 1 = {seq_len + 1} tokens "
-                            f"({len(conversations)} conversations); raise train.seq_len")
+        if not conversations:
+            raise UserError(f"no conversation fits a row of train.seq_len + 1 = {seq_len + 1} tokens; "
+                            "raise train.seq_len")
+        assert all(len(c.ids) <= seq_len + 1 for c in conversations), "fit conversations to rows first"
+        fitting = list(conversations)
         self.conversations = fitting
         self.seq_len, self.global_batch, self.pad_id = seq_len, global_batch, pad_id
         self.packing, self.seed = packing, seed
@@ -211,8 +211,9 @@ class ConversationLoader:
 def heldout_batches(conversations: Sequence[EncodedConversation], seq_len: int, batch_size: int, pad_id: int,
                     max_conversations: int = 0) -> Iterator[SFTBatch]:
     """Held-out conversations packed (in their given order) into batches of at most ``batch_size`` rows;
-    the same every call. Conversations longer than a row are left out, as in training."""
-    chosen = [c for c in conversations if len(c.ids) <= seq_len + 1]
+    the same every call. Each must fit a row (cut or left out before, as in training)."""
+    assert all(len(c.ids) <= seq_len + 1 for c in conversations), "fit conversations to rows first"
+    chosen = list(conversations)
     if max_conversations:
         chosen = chosen[:max_conversations]
     if not chosen:

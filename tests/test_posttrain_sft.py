@@ -1,5 +1,6 @@
-"""SFT as the trainer's second objective: assistant-only loss, packing that equals conversations alone,
-a real fine-tune of a real base run through the lab step, and an exact resume after SIGKILL."""
+"""SFT: assistant-only loss, packing that equals conversations alone, a real fine-tune of a real base run
+through the lab step, and `glasslab sft` on a user's file: every conversation accounted for (cut at a turn
+boundary, left out, bad), the same curves after a SIGKILL and a rerun, and an export at the end."""
 
 from __future__ import annotations
 
@@ -7,8 +8,6 @@ import contextlib
 import json
 import random
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,29 +15,21 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-import yaml
 
-from cli_runner import run_cli, subprocess_env
+from cli_runner import run_cli, start_cli
 from glasslab.config import from_dict, to_dict
 from glasslab.data.chat import ChatEncoder
-from glasslab.data.conversations import ConversationsConfig, build_conversations
-from glasslab.data.packing import collate, pack_rows
 from glasslab.data.tokenizer import PAD, load_tokenizer
 from glasslab.lab.step import StepContext
+from glasslab.layout import EXPORT_MANIFEST, list_checkpoints
 from glasslab.model import ModelConfig, Transformer
+from glasslab.posttrain.conversations import ConversationsConfig, build_conversations, read_conversation_split
+from glasslab.posttrain.packing import collate, pack_rows
+from glasslab.posttrain.samples import CHAT_PROMPTS, turn_text
+from glasslab.posttrain.sft import SFTConfig, SFTStepConfig, default_sft_train, sft_step
 from glasslab.track import RunReader, read_record
 from glasslab.train import RunConfig, train
-from glasslab.train import checkpoint as ckpt
-from glasslab.train.config import SFTConfig
 from glasslab.train.objectives import AssistantOnly
-from glasslab.train.sft import (
-    CHAT_PROMPTS,
-    SFTStepConfig,
-    default_sft_train,
-    sft_run_config,
-    sft_step,
-    turn_text,
-)
 from train_data import build_tiny_dataset, tiny_run_config
 
 CHATS = [
@@ -145,9 +136,14 @@ def test_sft_step_fine_tunes_the_base_and_records_role_parent_and_base_replies(l
     result = sft_step(ctx)
     record = read_record(out)
     assert record["role"] == "sft" and record["parent"] == {"run": "base", "run_dir": str(lab["base"]), "step": 30}
+    assert record["config"]["data"] == {"path": str(lab["dataset"].resolve())}  # no mixture: the tokenizer's home
     base_loss = record["base"]["metrics"]["eval/sft/loss"]
     assert [turn_text(s["prompt"]) for s in record["base"]["samples"]] == list(CHAT_PROMPTS)
     assert result["eval/sft/loss"] < 0.95 * base_loss  # held-out assistant tokens, before vs after
+    assert {"eval/code/loss", "eval/prose/loss", "eval/macro/loss"} <= set(result)  # forgetting, on the base's data
+    counts = record["conversations"]
+    assert counts["train"]["conversations"] == len(read_conversation_split(lab["conversations"], "train"))
+    assert counts["train"]["kept"] + counts["train"]["left_out"] == counts["train"]["conversations"]
     with RunReader(out) as reader:
         steps, sft_loss = reader.scalars("sft/loss")
         _, counted = reader.scalars("sft/assistant_tokens")
@@ -162,36 +158,95 @@ def test_sft_step_fine_tunes_the_base_and_records_role_parent_and_base_replies(l
     assert record["config"]["sft"]["packing"] == "packed"
 
 
-@pytest.mark.slow
-def test_sigkilled_sft_run_resumes_bit_identical(lab, tmp_path):
-    config = tmp_path / "sft.yaml"
-    config.write_text(yaml.safe_dump(to_dict(_run_config(lab, max_steps=16, checkpoint_interval=4))))
-    ref = run_cli("train", str(config), "--run-dir", str(tmp_path / "ref"))
-    assert ref.returncode == 0, ref.stderr[-3000:]
+def encoder_for(lab) -> ChatEncoder:
+    return ChatEncoder(load_tokenizer(lab["dataset"]))
 
-    run_dir = tmp_path / "killed"
-    proc = subprocess.Popen([sys.executable, "-m", "glasslab", "train", str(config), "--run-dir", str(run_dir)],
-                            env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+def _user_files(lab, folder: Path, row: int) -> tuple[Path, Path, int]:
+    """A user's conversations: built-in ones that fit a row of ``row`` tokens, one to cut, one to leave out
+    and a bad line; a held-out file; and how many fit whole."""
+    long = []
+    for i in range(12):
+        long += [{"role": "user", "content": f"And {i}?"}, {"role": "assistant", "content": f"It is {i}."}]
+    huge = [{"role": "user", "content": "Tell me everything."}, {"role": "assistant", "content": "word " * 400}]
+    encoder = encoder_for(lab)
+    fitting = [r for r in read_conversation_split(lab["conversations"], "train")
+               if len(encoder.encode(r["messages"]).ids) <= row]
+    records = [{"messages": long}, {"messages": huge}] + fitting
+    mine = folder / "mine.jsonl"
+    mine.write_text("".join(json.dumps(r) + "\n" for r in records) + '{"text": "not a conversation"}\n')
+    held = folder / "held.jsonl"
+    held.write_text("".join(json.dumps(r) + "\n" for r in read_conversation_split(lab["conversations"], "heldout")))
+    return mine, held, len(fitting)
+
+
+@pytest.mark.slow
+def test_glasslab_sft_accounts_for_every_conversation_and_resumes_bit_identical_after_sigkill(lab, tmp_path):
+    mine, held, fitting = _user_files(lab, tmp_path, 129)
+    args = ["sft", str(lab["base"]), str(mine), "--heldout", str(held), "--steps", "16", "--seq-len", "128",
+            "train.checkpoint_interval=4", "train.sample_max_new_tokens=8", "train.eval_max_tokens=256"]
+    ref = run_cli(*args, "--lab", str(tmp_path / "ref"), timeout=600)
+    assert ref.returncode == 0, ref.stderr[-3000:]
+    # Said on the console: the bad line skipped, one conversation cut at a turn boundary, one left out.
+    line = f"{fitting + 2} training conversations: {fitting} whole, 1 cut at a turn boundary, 1 left out (the first"
+    assert line in ref.stderr
+    (run_dir,) = (tmp_path / "ref").glob("sft-*")
+    counts = read_record(run_dir)["conversations"]
+    assert counts["train"] == {"conversations": fitting + 2, "whole": fitting, "cut": 1, "left_out_long": 0,
+                               "left_out_first_reply": 1, "kept": fitting + 1, "left_out": 1}
+    heldout = counts["heldout"]
+    assert heldout["conversations"] == len(read_conversation_split(lab["conversations"], "heldout"))
+    assert heldout["kept"] + heldout["left_out"] == heldout["conversations"]
+    (conversations,) = (tmp_path / "ref").glob("conversations-*")
+    assert json.loads((conversations / "report.json").read_text())["bad_records"]["count"] == 1
+    assert "cut 1" in ref.stdout and "export:" in ref.stdout
+    assert len(encoder_for(lab).encode(json.loads(mine.read_text().splitlines()[0])["messages"]).ids) > 129
+    (export,) = (tmp_path / "ref").glob("export-*")
+    assert json.loads((export / EXPORT_MANIFEST).read_text())["run"] == run_dir.name
+
+    killed_lab = tmp_path / "killed"
+    proc = start_cli(*args, "--lab", str(killed_lab))
     at_least, deadline = random.choice([4, 8, 12]), time.monotonic() + 300
-    while not any(step >= at_least for step, _ in ckpt.list_checkpoints(run_dir)):
+    while not any(step >= at_least for folder in killed_lab.glob("sft-*") for step, _ in list_checkpoints(folder)):
         assert proc.poll() is None, proc.stderr.read()[-2000:]
         assert time.monotonic() < deadline
         time.sleep(0.01)
     time.sleep(random.uniform(0.0, 0.2))  # anywhere: mid-step, mid-checkpoint
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    resumed = run_cli("train", str(config), "--run-dir", str(run_dir), "--resume")
+    resumed = run_cli(*args, "--lab", str(killed_lab), timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    with RunReader(tmp_path / "ref") as a, RunReader(run_dir) as b:
+    (killed_run,) = killed_lab.glob("sft-*")
+    assert killed_run.name == run_dir.name  # the same step, by its hash
+    with RunReader(run_dir) as a, RunReader(killed_run) as b:
         for key in ("sft/loss", "sft/assistant_tokens", "eval/sft/loss", "mixture/epochs/sft"):
             assert b.scalars(key) == a.scalars(key), key  # bit for bit
         assert b.scalars("sft/loss")[0][-1] == 16 and any(e["kind"] == "resume" for e in b.events())
-    record = read_record(run_dir)
-    assert record["role"] == "sft" and record["parent"]["step"] == 30  # `glasslab train` with an sft: section
-    assert record["base"] == read_record(tmp_path / "ref")["base"]  # measured once, before step 0, exactly
-    assert record["base"]["metrics"]["eval/sft/loss"] > 0 and len(record["base"]["samples"]) == len(CHAT_PROMPTS)
+    assert read_record(killed_run)["base"] == read_record(run_dir)["base"]  # measured once, before step 0
 
 
-def _run_config(lab, **train) -> RunConfig:
-    cfg = SFTStepConfig(train=_sft_train_config(**train), base_from="base", conversations_from="conversations")
-    return sft_run_config(cfg, {"base": lab["base"], "conversations": lab["conversations"]})
+@pytest.mark.slow
+def test_sft_from_an_export_with_no_dataset_at_hand_trains_exports_and_chats(lab, tmp_path):
+    from glasslab.cli import main as cli_main
+    from glasslab.layout import read_json, write_json_atomic
+    from glasslab.posttrain.chat import ChatSession, Sampling, load_chat_model
+    from glasslab.train.export_step import ExportConfig, export_step
+
+    given = tmp_path / "given"  # an export as someone downloads it: no dataset beside it, none named
+    assert cli_main(["export", str(lab["base"]), "--lab", str(tmp_path / "made"), "--out", str(given)]) == 0
+    manifest = read_json(given / EXPORT_MANIFEST)
+    write_json_atomic(given / EXPORT_MANIFEST, {**manifest, "dataset": None, "dataset_path": None})
+    cfg = SFTStepConfig(train=_sft_train_config(max_steps=4, checkpoint_interval=4), base=str(given),
+                        conversations_from="conversations")
+    out = tmp_path / "lab" / "sft-from-export"
+    out.mkdir(parents=True)
+    result = sft_step(StepContext("sft", out, cfg, {"conversations": lab["conversations"]}, tmp_path / "lab"))
+    record = read_record(out)
+    assert record["parent"]["export"] == "given" and record["parent"]["run"] == "base"
+    assert record["config"]["data"] == {"path": str(given.resolve())} and "dataset" not in record
+    assert "eval/sft/loss" in result and not any(k.endswith("/bpb") for k in result)  # no forgetting to measure
+    done = export_step(StepContext("export", tmp_path / "lab" / "export-x", ExportConfig(run=str(out), step=4), {},
+                                   tmp_path / "lab"))
+    assert done["max_logit_diff"] < 1e-3 and (tmp_path / "lab" / "export-x" / "tokenizer.json").is_file()
+    reply = "".join(ChatSession(load_chat_model(str(out)), Sampling(temperature=0, max_new_tokens=4)).reply("Hi?"))
+    assert isinstance(reply, str)

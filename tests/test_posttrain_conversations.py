@@ -8,7 +8,11 @@ from pathlib import Path
 import pytest
 
 from data_helpers import build_small
-from glasslab.data.conversations import (
+from glasslab.data.shards import open_shard
+from glasslab.data.tokenizer import load_tokenizer
+from glasslab.errors import UserError
+from glasslab.layout import read_json
+from glasslab.posttrain.conversations import (
     ConversationsConfig,
     HeldoutOverlap,
     RecordProblems,
@@ -17,11 +21,7 @@ from glasslab.data.conversations import (
     read_conversation_split,
     read_conversations,
 )
-from glasslab.data.instructions import instruction_conversations
-from glasslab.data.shards import open_shard
-from glasslab.data.tokenizer import load_tokenizer
-from glasslab.errors import UserError
-from glasslab.layout import read_json
+from glasslab.posttrain.instructions import instruction_conversations
 
 GOOD = {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi?"},
                      {"role": "assistant", "content": "Hello."}]}

@@ -1,0 +1,200 @@
+"""Preference pairs for DPO: read and validate ``{"prompt", "chosen", "rejected"}`` JSONL, the built-in pair
+set, the held-out split, and the pairs folder a DPO step reads.
+
+A record is one prompt (the conversation so far, ending with the user's message) and two candidate
+replies, the preferred one first::
+
+    {"prompt": [{"role": "system", "content": "..."}, {"role": "user", "content": "..."}],
+     "chosen": {"role": "assistant", "content": "..."},
+     "rejected": {"role": "assistant", "content": "..."}}
+
+The built-in pairs come from the built-in instruction set's ``describe`` conversations ("What does
+`json.dumps` do?"): chosen is the right docstring summary, rejected the summary of a function of another
+module. Made from a conversations folder (the demo's, the SFT run's), they keep its split: pairs from its
+training conversations train, pairs from its held-out ones are held out, so the held-out pairs ask about
+functions neither SFT nor DPO trained on. Otherwise the pairs are held out as conversations are: the
+``heldout_files`` when given, else a seeded hash of each pair.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from glasslab.config import UNVERSIONED, from_dict, require, to_dict
+from glasslab.errors import UserError
+from glasslab.layout import REPORT_FILE
+from glasslab.posttrain.conversations import ConversationsConfig, read_conversation_split, split_conversations
+from glasslab.posttrain.records import (
+    RecordProblems,
+    check_file_hashes,
+    message_problem,
+    messages_problem,
+    read_records,
+    read_split,
+    say,
+    split_heldout,
+    write_split_folder,
+)
+
+FORMAT = "glasslab-pairs/1"
+_SUBJECT = re.compile(r"`([^`]+)`")
+
+
+@dataclass(frozen=True)
+class PairsConfig:
+    """Where preference pairs come from and which are held out."""
+
+    builtin: bool = True
+    """Include the built-in pairs (from the built-in instruction set, or the conversations dependency's)."""
+    builtin_max_modules: int = 0
+    """Standard-library modules read for the built-in pairs without a conversations folder (0 = all)."""
+    files: tuple[str, ...] = ()
+    """JSONL files of ``{"prompt", "chosen", "rejected"}`` records."""
+    heldout_files: tuple[str, ...] = ()
+    """JSONL files of held-out pairs; given, none of the others is held out."""
+    file_hashes: dict[str, str] = field(default_factory=dict)
+    """sha256 of each file when the step was planned: the step's hash covers the files' content."""
+    heldout_fraction: float = 0.05
+    """Share of the pairs held out (by a seeded hash of each), as conversations are."""
+    heldout_min: int = 32
+    """At least this many held-out pairs."""
+    heldout_max: int = 500
+    """At most this many held-out pairs."""
+    conversations_from: str = ""
+    """A dependency whose output folder is a conversations folder: the built-in pairs are made from it."""
+    strict: bool = field(default=False, metadata=UNVERSIONED)
+    """Stop at the first bad record instead of skipping and counting it."""
+    seed: int = 0
+    """Seed of the held-out choice and of the built-in pairs' rejected replies."""
+
+    def __post_init__(self) -> None:
+        require(self.builtin or bool(self.files), "pairs.files", self.files,
+                "at least one file when pairs.builtin is false")
+        require(self.builtin_max_modules >= 0, "pairs.builtin_max_modules", self.builtin_max_modules, ">= 0")
+        require(0 <= self.heldout_fraction < 1, "pairs.heldout_fraction", self.heldout_fraction, "in [0, 1)")
+        require(0 <= self.heldout_min <= self.heldout_max, "pairs.heldout_min", self.heldout_min,
+                "0 <= heldout_min <= heldout_max")
+
+    @property
+    def conversations(self) -> ConversationsConfig:
+        """The instruction set's split the built-in pairs follow without a conversations folder."""
+        return ConversationsConfig(builtin_max_modules=self.builtin_max_modules, heldout_fraction=self.heldout_fraction,
+                                   heldout_min=self.heldout_min, heldout_max=self.heldout_max, seed=self.seed)
+
+
+def problem_with(record: object) -> str | None:
+    """What is wrong with a parsed record (one phrase), or None when it is a valid preference pair."""
+    if not isinstance(record, dict) or not all(k in record for k in ("prompt", "chosen", "rejected")):
+        keys = ", ".join(sorted(record)) if isinstance(record, dict) else type(record).__name__
+        return f"expected 'prompt', 'chosen' and 'rejected' (found: {keys or 'nothing'})"
+    problem = messages_problem(record["prompt"], "prompt", last_role="user")
+    for key in ("chosen", "rejected"):
+        if problem is None:
+            problem = message_problem(record[key], key)
+        if problem is None and record[key]["role"] != "assistant":
+            problem = f"{key}.role={record[key]['role']!r}: expected 'assistant'"
+    if problem is None and record["chosen"]["content"] == record["rejected"]["content"]:
+        problem = "chosen and rejected are the same reply"
+    return problem
+
+
+def read_pairs(path: str | Path, problems: RecordProblems, strict: bool = False):
+    """Valid pairs of a JSONL file, in order; a bad one is recorded in ``problems``."""
+    return read_records(path, problem_with, problems, strict, what="pairs")
+
+
+def builtin_pairs(conversations: list[dict], seed: int) -> tuple[list[dict], int]:
+    """(pairs, describe conversations without a pair) from ``conversations``: each single-turn ``describe``
+    conversation's prompt, its reply as chosen and a reply about another module's function as rejected."""
+    describe = [r for r in conversations if r.get("kind") == "describe" and len(r["messages"]) <= 3]
+    modules = [_module(r) for r in describe]
+    rng = np.random.default_rng(seed)
+    pairs, unpaired = [], 0
+    for i, record in enumerate(describe):
+        chosen = record["messages"][-1]["content"]
+        for _ in range(20):
+            j = int(rng.integers(len(describe)))
+            if modules[j] != modules[i] and describe[j]["messages"][-1]["content"] != chosen:
+                break
+        else:
+            unpaired += 1
+            continue
+        pairs.append({"prompt": record["messages"][:-1], "chosen": record["messages"][-1],
+                      "rejected": {"role": "assistant", "content": describe[j]["messages"][-1]["content"]},
+                      "kind": "builtin"})
+    return pairs, unpaired
+
+
+def _module(record: dict) -> str:
+    """The top-level module a describe question asks about (``os`` for "What does `os.path.join` do?")."""
+    found = _SUBJECT.search(record["messages"][-2]["content"])
+    return found.group(1).split(".")[0] if found else ""
+
+
+def pair_text(record: dict) -> str:
+    """What the held-out hash of a pair is taken over."""
+    return json.dumps([record["prompt"], record["chosen"], record["rejected"]], ensure_ascii=False, sort_keys=True)
+
+
+def build_pairs(cfg: PairsConfig, out_dir: str | Path, conversations: str | Path | None = None,
+                progress: bool = True) -> Path:
+    """Write ``train.jsonl``, ``heldout.jsonl``, ``report.json`` and ``manifest.json`` into ``out_dir``;
+    the built-in pairs from ``conversations`` (a conversations folder) when given."""
+    out_dir = Path(out_dir)
+    check_file_hashes(cfg.file_hashes)
+    problems = RecordProblems()
+    given = [r for path in cfg.files for r in read_pairs(path, problems, cfg.strict)]
+    given_heldout = [r for path in cfg.heldout_files for r in read_pairs(path, problems, cfg.strict)]
+    if cfg.heldout_files:
+        train, heldout = given, given_heldout
+    else:
+        held = split_heldout(given, [pair_text(r) for r in given], cfg.conversations.heldout_split, cfg.seed)
+        train = [r for r, h in zip(given, held, strict=True) if not h]
+        heldout = [r for r, h in zip(given, held, strict=True) if h]
+    sources = [str(p) for p in cfg.files]
+    unpaired = 0
+    if cfg.builtin:
+        if conversations is not None:
+            split = read_conversation_split(conversations, "train"), read_conversation_split(conversations, "heldout")
+            sources.append(f"builtin (from {Path(conversations).name})")
+        else:
+            from glasslab.posttrain.instructions import instruction_conversations
+
+            split = split_conversations(list(instruction_conversations(cfg.builtin_max_modules)), cfg.conversations)
+            sources.append("builtin")
+        (made_train, lone_train), (made_heldout, lone_heldout) = (builtin_pairs(part, cfg.seed) for part in split)
+        train, heldout, unpaired = train + made_train, heldout + made_heldout, lone_train + lone_heldout
+    for line in problems.listed[:5]:
+        say(progress, "pairs", f"skipped {line}")
+    if problems.count:
+        say(progress, "pairs", f"skipped {problems.count} bad record(s) in all (listed in {out_dir / REPORT_FILE})")
+    if not train:
+        raise UserError(f"no valid training pairs in {', '.join(sources) or 'the sources'}"
+                        + (f" ({problems.count} bad record(s), first: {problems.listed[0]})" if problems.count else ""))
+    if not heldout:
+        raise UserError("no held-out pairs: give --heldout FILE with valid ones, or more pairs")
+    report = {"sources": sources, "heldout_sources": list(cfg.heldout_files) or None,
+              "pairs": len(train) + len(heldout), "train": len(train), "heldout": len(heldout),
+              "builtin_unpaired": unpaired,
+              "bad_records": problems.as_dict(), "config": to_dict(cfg)}
+    write_split_folder(out_dir, FORMAT, train, heldout, report)
+    say(progress, "pairs", f"{len(train)} training and {len(heldout)} held-out pairs in {out_dir}")
+    return out_dir
+
+
+def read_pair_split(folder: str | Path, split: str) -> list[dict]:
+    """The records of ``train`` or ``heldout`` of a pairs folder (checked against its manifest)."""
+    return read_split(folder, split, FORMAT, "the pairs step (glasslab dpo)")
+
+
+def pairs_step(ctx) -> Path:
+    """Lab step: build ``ctx.config`` (a PairsConfig) into ``ctx.output_dir``; with ``conversations_from`` the
+    built-in pairs are made from that dependency's conversations (and keep its split)."""
+    cfg = ctx.config if isinstance(ctx.config, PairsConfig) else from_dict(PairsConfig, ctx.config)
+    conversations = ctx.inputs[cfg.conversations_from] if cfg.conversations_from else None
+    return build_pairs(cfg, Path(ctx.output_dir), conversations, progress=False)
