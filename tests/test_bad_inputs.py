@@ -223,14 +223,14 @@ def truncate_shard(data: Path) -> None:
 
 
 def killed_build(folder: Path, shared: Path) -> dict:
-    """A dataset folder whose build was SIGKILLed midway (its staging area is there, its manifest not)."""
+    """A dataset folder whose build was SIGKILLed midway (its work folder is there, its manifest not)."""
     (folder / "a.jsonl").write_bytes(jsonl_bytes(TEXTS * 3))
     build_yaml(folder, jsonl_source("a.jsonl"))
     build = subprocess.Popen([sys.executable, "-m", "glasslab", "data", "build", "build.yaml", "--out", "ds",
                               "--quiet"], cwd=folder, env=subprocess_env(), stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
-    while not (folder / "ds" / ".build-tmp" / "stage").is_dir():
+    while not list((folder / "ds").glob(".build-work-*/read/*/done.json")):
         assert build.poll() is None and time.monotonic() < deadline, "the build ended before it could be killed"
         time.sleep(0.005)
     build.send_signal(signal.SIGKILL)

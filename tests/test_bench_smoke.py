@@ -18,7 +18,9 @@ from cli_runner import subprocess_env
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 
 HEADLINES = {
-    "data_bench.py": ["demo_build_seconds", "tokenize_to_shards_vs_encode_batch_ratio", "peak_rss_growth_ratio"],
+    "data_bench.py": ["data_build_mb_per_s_per_core", "data_build_scaling_2_workers", "data_build_ray_vs_processes",
+                      "data_build_vs_datatrove_per_core", "near_dedup_precision", "near_dedup_recall",
+                      "peak_rss_growth_ratio_10x", "demo_build_seconds"],
     "eval_bench.py": ["eval_items_per_second_ratio_vs_lm_eval", "eval_cost_fraction_of_training",
                       "eval_task_backtest_abs_error_points"],
     "lab_bench.py": ["lab/overhead_per_step_s", "lab/jobs2_speedup", "lab/plan_1000_steps_s"],

@@ -4,6 +4,7 @@ missing one fails in one line."""
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import json
 import sys
 
@@ -59,12 +60,27 @@ def test_manifest_records_each_source_with_package_version_and_licence(tmp_path)
         eval=EvalSplitConfig(fraction=0.1, min_bytes=5_000),
         tokenizer=TokenizerConfig(vocab_size=400), num_workers=1,
     )
-    manifest = json.loads((build_dataset(cfg, tmp_path / "ds", progress=False) / "manifest.json").read_text())
+    dataset = build_dataset(cfg, tmp_path / "ds", progress=False)
+    manifest = json.loads((dataset / "manifest.json").read_text())
     by_path = {s["path"]: s for s in manifest["sources"]}
     assert by_path["rich_prose"]["package"] == "rich"
     assert by_path["rich_prose"]["version"] == importlib.metadata.version("rich")
     assert by_path["rich_prose"]["licence"] == "MIT"
     assert by_path["pydoc_topics"]["package"] == "python" and by_path["pydoc_topics"]["licence"] == "PSF-2.0"
+    # Each document's provenance names its module (or reference topic), which holds its text.
+    from glasslab.data import ProvenanceIndex, load_tokenizer
+    from glasslab.data.normalize import normalize
+    from glasslab.data.shards import open_shard
+
+    index, tokenizer = ProvenanceIndex(dataset), load_tokenizer(dataset)
+    topics = {u.name: builtin.unit_document("pydoc_topics", u) for u in builtin.units("pydoc_topics")}
+    for i in range(3):
+        where = index.record("ref", "train", i)
+        assert where["source"] == "ref:pydoc_topics" and where["module"].startswith("pydoc_data.topics:")
+        text = tokenizer.decode(open_shard(dataset, "ref", "train").document(i)[:-1].tolist())
+        assert text == normalize(topics[where["module"]])
+        module = index.record("prose", "train", i)["module"]
+        assert module.startswith("rich") and importlib.util.find_spec(module) is not None
 
 
 def test_machine_generated_modules_are_left_out():

@@ -47,3 +47,28 @@ def test_two_worker_step_through_ray_matches_one_worker(tmp_path):
     assert (single["world_size"], double["world_size"]) == (1, 2)
     for a, b in zip(single["losses"], double["losses"], strict=True):
         assert abs(a - b) <= 1e-5 * max(1.0, abs(a)), (single, double)
+
+
+def test_a_data_build_on_ray_gives_the_same_dataset_and_a_data_step_runs_its_tasks_there(tmp_path):
+    """Directly (the Ray this process joined) and as a step of ``glasslab run --backend ray``: the same
+    manifest hash and report as a build on local processes; the step asks Ray for no CPU of its own, so
+    its tasks get every CPU of the 2-CPU cluster (they would wait behind it otherwise)."""
+    import dataclasses
+
+    from data_helpers import small_build_config
+    from glasslab.data import build_dataset, data_step, manifest_hash
+
+    cfg = dataclasses.replace(small_build_config(tmp_path), progress=False, num_workers=0)  # 0: the cluster's CPUs
+    local = build_dataset(dataclasses.replace(cfg, num_workers=1), tmp_path / "local")
+    on_ray = build_dataset(dataclasses.replace(cfg, backend="ray"), tmp_path / "ray")
+    assert manifest_hash(on_ray) == manifest_hash(local)
+    assert (on_ray / "report.json").read_bytes() == (local / "report.json").read_bytes()
+    record = json.loads((on_ray / "build.json").read_text())
+    assert record["backend"] == "ray" and record["workers"] == 2
+    report = Executor(tmp_path / "lab", backend="ray", echo=False).run([data_step(cfg)])
+    assert report.ok, report.outcomes
+    folder = report.plan.steps[0].folder
+    assert read_step_record(folder)["resources"]["cpus"] == 0  # the step holds no CPU its tasks need
+    record = json.loads((folder / "build.json").read_text())
+    assert record["backend"] == "ray" and record["workers"] == 2
+    assert manifest_hash(folder) == manifest_hash(local)

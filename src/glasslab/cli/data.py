@@ -23,9 +23,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="sources → processing → tokenizer → shards (+ report.json)",
         description="Build a dataset from a YAML/JSON BuildConfig, as a one-step experiment: the folder "
         "<lab>/data-<hash8> gets step.json and the lab's event log says when it was built; the same build "
-        "again is cached. CONFIG may be 'demo' for the demo's own data step (three built-in domains: "
-        "Python's standard library code, docstring prose and reference topics), so a later `glasslab run "
-        "demo` finds it built. Overrides are dotted KEY=VALUE pairs, e.g. tokenizer.vocab_size=2048.",
+        "again is cached. The build runs as tasks on every core (--workers) or on Ray (--backend ray); a "
+        "build that was killed resumes with the tasks it had not finished. CONFIG may be 'demo' for the "
+        "demo's own data step (three built-in domains: Python's standard library code, docstring prose and "
+        "reference topics), so a later `glasslab run demo` finds it built. Overrides are dotted KEY=VALUE "
+        "pairs, e.g. tokenizer.vocab_size=2048.",
     )
     build.add_argument("config", metavar="CONFIG", help="BuildConfig file, or 'demo'")
     build.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides")
@@ -41,7 +43,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--skip-bad-files", action="store_true",
         help="leave damaged files (truncated .gz/.zst, unreadable Parquet) out whole instead of failing",
     )
-    build.add_argument("--workers", type=int, default=None, help="tokenizer processes (default from config)")
+    build.add_argument("--workers", type=int, default=None,
+                       help="tasks at once in every stage (default: the CPUs available, or the Ray cluster's)")
+    build.add_argument("--backend", choices=("local", "ray"), default=None,
+                       help="run the tasks on local processes (default) or as Ray tasks")
+    build.add_argument("--address", default=None,
+                       help="with --backend ray: the Ray cluster to join (default: start a local Ray)")
     build.add_argument("--force", action="store_true", help="build again even if this build succeeded before")
     build.add_argument("--quiet", action="store_true", help="no progress lines (what is skipped is still said)")
     build.set_defaults(func=run_build)
@@ -77,6 +84,10 @@ def run_build(args: argparse.Namespace) -> int:
         overrides.append("skip_bad_files=true")
     if args.workers is not None:
         overrides.append(f"num_workers={args.workers}")
+    if args.backend is not None:
+        overrides.append(f"backend={args.backend}")
+    if args.address is not None:
+        overrides.append(f"ray_address={args.address}")
     if args.quiet:
         overrides.append("progress=false")
     step = data_build_step(args.config, overrides, quick=args.quick, folder=args.out)

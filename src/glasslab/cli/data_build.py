@@ -22,14 +22,16 @@ def data_build_step(spec: str, overrides: Iterable[str] = (), *, relative_to: Pa
     config, relative to ``relative_to`` when given (a run config's folder). ``quick``: the demo's small
     build; ``folder`` pins the output folder (``--out``)."""
     from glasslab import config
-    from glasslab.data.build import STEP_NAME, build_step
+    from glasslab.data.build import data_step as build_data_step
     from glasslab.data.config import load_build_config
-    from glasslab.experiments.demo import FULL, QUICK, data_step
 
     path = Path(spec) if relative_to is None or Path(spec).is_absolute() else Path(relative_to) / spec
     if spec == DEMO and not path.exists():
+        # imported only here: the demo brings the trainer and torch, which a data build's workers need not hold
+        from glasslab.experiments.demo import FULL, QUICK, data_step
+
         demo = data_step(QUICK if quick else FULL)
-        return Step(demo.name, demo.fn, config.replace(demo.config, list(overrides)), folder=folder)
+        return build_data_step(config.replace(demo.config, list(overrides)), folder=folder)
     if quick:
         raise UserError(f"--quick: only with the built-in {DEMO!r} data")
-    return Step(STEP_NAME, build_step, load_build_config(path, overrides), folder=folder)
+    return build_data_step(load_build_config(path, overrides), folder=folder)

@@ -7,7 +7,8 @@ Public API (see the module of each for details):
 - :class:`DataConfig`, :class:`MixtureConfig`, :class:`PhaseConfig` and :class:`Loader` — training data;
 - :func:`eval_batches`, :func:`eval_bytes_per_token` — held-out evaluation;
 - :func:`load_tokenizer`, :func:`manifest_hash`, :func:`read_manifest` (domains, vocab size,
-  counts), :func:`make_report`, :func:`plan_mixture`.
+  counts), :func:`make_report`, :func:`plan_mixture`;
+- :func:`document_provenance` and :class:`ProvenanceIndex` — where a document of the shards came from.
 
 Names are imported on first use, so building a dataset never pays for importing torch (the loader's).
 """
@@ -20,6 +21,7 @@ from typing import Any
 _HOMES = {
     "build_dataset": "build",
     "build_step": "build",
+    "data_step": "build",
     "BuildConfig": "config",
     "DataConfig": "config",
     "DedupConfig": "config",
@@ -40,6 +42,8 @@ _HOMES = {
     "manifest_hash": "shards",
     "read_manifest": "shards",
     "load_tokenizer": "tokenizer",
+    "document_provenance": "provenance",
+    "ProvenanceIndex": "provenance",
 }
 __all__ = sorted(_HOMES)
 

@@ -36,6 +36,7 @@ import re
 import sysconfig
 import zlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from glasslab.errors import UserError
@@ -160,14 +161,6 @@ def _half(relative: str, which: int) -> bool:
     return zlib.crc32(relative.encode()) % 2 == which
 
 
-def _code_documents(files: list[tuple[str, Path]]) -> Iterator[str]:
-    for relative, path in files:
-        if _half(relative, 0):
-            source = path.read_text(encoding="utf-8", errors="replace")
-            if not _generated(source):
-                yield source
-
-
 def _docstrings(source: str) -> list[str]:
     try:
         tree = ast.parse(source)
@@ -198,26 +191,18 @@ def _comment_blocks(source: str) -> list[str]:
     return blocks
 
 
-def _prose_documents(files: list[tuple[str, Path]]) -> Iterator[str]:
-    for relative, path in files:
-        if not _half(relative, 1):
-            continue
-        source = path.read_text(encoding="utf-8", errors="replace")
-        if _generated(source):
-            continue
-        text = "\n\n".join(_docstrings(source) + _comment_blocks(source))
-        if len(text) >= MIN_PROSE_CHARS:
-            yield text
+def _prose_of(source: str) -> str | None:
+    text = "\n\n".join(_docstrings(source) + _comment_blocks(source))
+    return text if len(text) >= MIN_PROSE_CHARS else None
 
 
-def topic_documents() -> Iterator[str]:
+def _topics() -> dict[str, str]:
     try:
         from pydoc_data.topics import topics
     except ImportError:
         raise UserError("built-in corpus pydoc_topics: this Python has no pydoc_data module (some "
                         "distributions ship it as a separate package); install it or drop the source") from None
-    for name in sorted(topics):
-        yield topics[name]
+    return topics
 
 
 def _check(corpus: str) -> None:
@@ -225,13 +210,55 @@ def _check(corpus: str) -> None:
         raise UserError(f"built-in corpus {corpus!r}: expected one of {', '.join(corpus_names())}")
 
 
-def documents(corpus: str) -> Iterator[str]:
-    """Documents of built-in ``corpus`` (see the module docstring), in a fixed order."""
+@dataclass(frozen=True)
+class Unit:
+    """One input of a built-in corpus that gives at most one document: a module file, or a reference topic."""
+
+    name: str
+    """The module (``json.encoder``) or topic (``pydoc_data.topics:assert``) the document comes from."""
+    path: str
+    """The file (empty for a topic)."""
+    size: int
+    """Bytes to read (the file's size, or the topic's text), for cutting the corpus into tasks."""
+
+
+def module_name(relative: str) -> str:
+    """``json/encoder.py`` → ``json.encoder``; a package's ``__init__.py`` is the package."""
+    parts = relative.removesuffix(".py").split("/")
+    if parts[-1] == "__init__" and len(parts) > 1:
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def units(corpus: str) -> list[Unit]:
+    """The corpus's units in its fixed order: the files of its half (code or prose) of the module list, or
+    the reference topics by name."""
     _check(corpus)
     if corpus == "pydoc_topics":
-        return topic_documents()
+        topics = _topics()
+        return [Unit(f"pydoc_data.topics:{name}", "", len(topics[name].encode())) for name in sorted(topics)]
     files = _stdlib_files() if corpus in STDLIB_CORPORA else package_modules(corpus)
-    return _code_documents(files) if corpus.endswith("_code") else _prose_documents(files)
+    which = 0 if corpus.endswith("_code") else 1
+    return [Unit(module_name(relative), str(path), path.stat().st_size)
+            for relative, path in files if _half(relative, which)]
+
+
+def unit_document(corpus: str, unit: Unit) -> str | None:
+    """The document ``unit`` gives, or None: a machine-generated module, or prose too short to keep."""
+    if not unit.path:
+        return _topics()[unit.name.partition(":")[2]]
+    source = Path(unit.path).read_text(encoding="utf-8", errors="replace")
+    if _generated(source):
+        return None
+    return source if corpus.endswith("_code") else _prose_of(source)
+
+
+def documents(corpus: str) -> Iterator[str]:
+    """Documents of built-in ``corpus`` (see the module docstring), in a fixed order."""
+    for unit in units(corpus):
+        text = unit_document(corpus, unit)
+        if text is not None:
+            yield text
 
 
 def describe(corpus: str) -> dict[str, str]:

@@ -2,7 +2,9 @@
 
 It merges what the build recorded (sources, the processing funnel, filter drops, input errors) with
 what the shards hold (documents, tokens, bytes per token, length histograms, seeded samples decoded
-back to text) and, when a mixture is given, the tokens and epochs each domain gets per phase.
+back to text) and, when a mixture is given, the tokens and epochs each domain gets per phase. It holds
+nothing about how the build ran (workers, seconds: ``build.json``), so the same config gives the same
+report wherever and however it was built.
 """
 
 from __future__ import annotations
@@ -82,7 +84,6 @@ def make_report(
         "filters": build.get("filters", {}),
         "domains": domains,
         "errors": build.get("errors", InputErrors().to_dict()),
-        "timings": build.get("timings", {}),
     }
     if mixture is not None:
         budget = token_budget or sum(d["tokens"] for d in domains.values())

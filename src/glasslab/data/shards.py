@@ -1,25 +1,21 @@
-"""Tokenized shards: parallel, streaming tokenization into flat memmapped arrays, and reading them back.
+"""Tokenized shards (``glasslab-dataset/2``): flat memmapped token arrays with per-document provenance.
 
 Layout inside a dataset folder::
 
     shards/<domain>/<split>.bin       flat uint16 (vocab < 65,536) or uint32 token ids; every document
                                       is followed by the <|endoftext|> id
     shards/<domain>/<split>.idx.npy   int64 end offset (in tokens, exclusive) of each document
+    shards/<domain>/<split>.prov.npy  where each document came from: (ref uint32, position uint64)
+                                      per document, 12 bytes (see provenance.py)
+    shards/refs.jsonl                 the references ``ref`` points at, one per line
     manifest.json                     counts, dtype, sha256 of every file; written last (see build.py)
 
-Tokenization streams: documents are read in chunks of about ``CHUNK_CHARS``, a bounded number of
-chunks is in flight in a process pool, and encoded chunks are appended to the shard in order. Memory
-is therefore a few chunks per worker, whatever the corpus size.
+The build writes them (``stages.py``: tokenize per task, then assemble per domain and split); this module
+reads them.
 """
 
 from __future__ import annotations
 
-import multiprocessing
-import os
-from collections import deque
-from collections.abc import Iterable, Iterator
-from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -27,157 +23,15 @@ import numpy as np
 from glasslab.errors import UserError
 from glasslab.layout import MANIFEST_FILE, file_sha256, read_json
 
-CHUNK_CHARS = 1 << 20
-"""Text per task handed to a worker (characters)."""
-IN_FLIGHT_PER_WORKER = 2
-"""Chunks queued per worker; bounds memory while keeping every worker busy."""
 SPLITS = ("train", "eval")
-
-_worker_tokenizer = None
-_worker_eot = 0
+FORMAT = "glasslab-dataset/2"
+"""The format ``manifest.json`` names; ``glasslab-dataset/1`` (no provenance) is still read."""
+READABLE_FORMATS = ("glasslab-dataset/1", FORMAT)
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
     """uint16 when every id fits, else uint32."""
     return np.dtype(np.uint16) if vocab_size <= 1 << 16 else np.dtype(np.uint32)
-
-
-def _init_worker(tokenizer_json: str, eot_id: int) -> None:
-    # One process per core already; the tokenizer's own threads would only compete with the others.
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    _load_tokenizer(tokenizer_json, eot_id)
-
-
-def _load_tokenizer(tokenizer_json: str, eot_id: int) -> None:
-    from tokenizers import Tokenizer
-
-    global _worker_tokenizer, _worker_eot
-    _worker_tokenizer = Tokenizer.from_str(tokenizer_json)
-    _worker_tokenizer.encode_special_tokens = True
-    _worker_eot = eot_id
-
-
-def encode_chunk(texts: list[str], dtype_name: str = "uint16") -> tuple[np.ndarray, np.ndarray, int]:
-    """Token ids of ``texts`` flattened with an end-of-text id after each, each document's length in
-    tokens, and the UTF-8 bytes of the texts (counted here so the reading process stays light)."""
-    nbytes = sum(len(text.encode("utf-8")) for text in texts)
-    encodings = _worker_tokenizer.encode_batch_fast(texts, add_special_tokens=False)
-    flat: list[int] = []
-    lengths = np.empty(len(encodings), dtype=np.int64)
-    for i, encoding in enumerate(encodings):
-        ids = encoding.ids
-        flat.extend(ids)
-        flat.append(_worker_eot)
-        lengths[i] = len(ids) + 1
-    return np.array(flat, dtype=dtype_name), lengths, nbytes
-
-
-def _chunks(texts: Iterable[str]) -> Iterator[list[str]]:
-    chunk: list[str] = []
-    size = 0
-    for text in texts:
-        chunk.append(text)
-        size += len(text)
-        if size >= CHUNK_CHARS:
-            yield chunk
-            chunk, size = [], 0
-    if chunk:
-        yield chunk
-
-
-@dataclass
-class ShardStats:
-    """What one shard holds: documents, tokens (end-of-text ids included) and UTF-8 bytes of text."""
-
-    documents: int = 0
-    tokens: int = 0
-    bytes: int = 0
-
-
-class ShardWriter:
-    """Tokenizes document streams into shards with ``num_workers`` processes (1 = in this process)."""
-
-    def __init__(self, tokenizer_json: str, eot_id: int, vocab_size: int, num_workers: int = 1) -> None:
-        self.dtype = token_dtype(vocab_size)
-        self.num_workers = num_workers
-        self._pool: ProcessPoolExecutor | None = None
-        if num_workers > 1:
-            self._pool = _fork_pool(num_workers, tokenizer_json, eot_id)
-        else:
-            _load_tokenizer(tokenizer_json, eot_id)
-
-    def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
-
-    def __enter__(self) -> ShardWriter:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def _encoded(self, chunks: Iterator[list[str]]) -> Iterator[tuple[np.ndarray, np.ndarray, int]]:
-        if self._pool is None:
-            for chunk in chunks:
-                yield encode_chunk(chunk, self.dtype.name)
-            return
-        pending: deque = deque()
-        for chunk in chunks:
-            pending.append(self._pool.submit(encode_chunk, chunk, self.dtype.name))
-            if len(pending) >= self.num_workers * IN_FLIGHT_PER_WORKER:
-                yield pending.popleft().result()
-        while pending:
-            yield pending.popleft().result()
-
-    def write(self, texts: Iterable[str], bin_path: Path) -> ShardStats:
-        """Tokenize ``texts`` into ``bin_path`` and its ``.idx.npy``; returns the counts."""
-        stats = ShardStats()
-        ends: list[np.ndarray] = []
-        bin_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(bin_path, "wb") as out:
-            for tokens, lengths, nbytes in self._encoded(_chunks(texts)):
-                out.write(tokens.tobytes())
-                ends.append(np.cumsum(lengths) + stats.tokens)
-                stats.tokens += int(tokens.size)
-                stats.documents += int(lengths.size)
-                stats.bytes += nbytes
-        np.save(index_path(bin_path), np.concatenate(ends) if ends else np.zeros(0, dtype=np.int64))
-        return stats
-
-
-def _fork_pool(num_workers: int, tokenizer_json: str, eot_id: int) -> ProcessPoolExecutor:
-    """A pool of forked workers (fork, not spawn: no re-import of the caller's ``__main__``).
-
-    The tokenizer library warns and turns its threads off in a child forked after its thread pool
-    was used; saying so up front through the environment keeps the children quiet and serial, and
-    the parent's setting is put back once the workers exist.
-    """
-    previous = os.environ.get("TOKENIZERS_PARALLELISM")
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    try:
-        pool = ProcessPoolExecutor(
-            num_workers,
-            mp_context=multiprocessing.get_context("fork"),
-            initializer=_init_worker,
-            initargs=(tokenizer_json, eot_id),
-        )
-        # Start every worker now, while the environment says "serial".
-        for future in [pool.submit(os.getpid) for _ in range(num_workers)]:
-            future.result()
-    finally:
-        if previous is None:
-            os.environ.pop("TOKENIZERS_PARALLELISM", None)
-        else:
-            os.environ["TOKENIZERS_PARALLELISM"] = previous
-    return pool
-
-
-def index_path(bin_path: Path) -> Path:
-    return bin_path.with_name(bin_path.name.removesuffix(".bin") + ".idx.npy")
-
-
-# --- reading ------------------------------------------------------------------------------------
 
 
 def read_manifest(dataset_dir: str | Path) -> dict:
@@ -187,6 +41,9 @@ def read_manifest(dataset_dir: str | Path) -> dict:
         raise UserError(
             f"{dataset_dir}: not a built dataset (no {MANIFEST_FILE}); run `glasslab data build` first"
         )
+    if manifest.get("format") not in READABLE_FORMATS:
+        raise UserError(f"{dataset_dir}: dataset format {manifest.get('format')!r}; this glasslab reads "
+                        f"{', '.join(READABLE_FORMATS)}: build it again")
     return manifest
 
 

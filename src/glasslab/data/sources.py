@@ -19,7 +19,6 @@ handled as the build promises, and every one is counted in :class:`InputErrors` 
 
 from __future__ import annotations
 
-import glob
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ from pathlib import Path
 from glasslab.data import builtin, compressed
 from glasslab.data.compressed import DamagedFile, DamagedStream
 from glasslab.data.config import SourceConfig
+from glasslab.data.inputs import ReadTask, plan_read_tasks, source_root
 from glasslab.errors import UserError
 
 MAX_LISTED = 1000
@@ -78,14 +78,25 @@ class InputErrors:
             "empty_files": list(self.empty_files),
         }
 
+    def merge(self, other: dict) -> None:
+        """Add another reader's problems (``to_dict`` form), in order; a file skipped twice is listed once."""
+        for name in ("malformed_lines", "invalid_utf8_documents"):
+            getattr(self, name).extend(other[name][: MAX_LISTED - len(getattr(self, name))])
+        self.malformed_count += other["malformed_count"]
+        for kind, count in other["malformed_reasons"].items():
+            self.malformed_reasons[kind] = self.malformed_reasons.get(kind, 0) + count
+        self.invalid_utf8 += other["invalid_utf8"]
+        self.skipped_files += [f for f in other["skipped_files"] if f not in self.skipped_files]
+        self.empty_files += [f for f in other["empty_files"] if f not in self.empty_files]
+
     def skipped(self) -> int:
         """Records and files left out so far (a source compares this before and after it is read)."""
         return self.malformed_count + len(self.skipped_files)
 
 
-def decode_counted(data: bytes, errors: InputErrors, where: str, strict: bool = False) -> str:
-    """UTF-8 text of ``data``; invalid sequences become U+FFFD and the document is listed at ``where``
-    (under ``strict`` they fail)."""
+def decode_counted(data: bytes, errors: InputErrors, where: object, strict: bool = False) -> str:
+    """UTF-8 text of ``data``; invalid sequences become U+FFFD and the document is listed at ``where`` (a
+    string, or an object whose text is made only then) (under ``strict`` they fail)."""
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -94,7 +105,7 @@ def decode_counted(data: bytes, errors: InputErrors, where: str, strict: bool = 
                             "with U+FFFD and count it") from None
         errors.invalid_utf8 += 1
         if len(errors.invalid_utf8_documents) < MAX_LISTED:
-            errors.invalid_utf8_documents.append(where)
+            errors.invalid_utf8_documents.append(str(where))
         return data.decode("utf-8", errors="replace")
 
 
@@ -120,57 +131,114 @@ def describe_errors(errors: dict, listed_in: str) -> list[str]:
     return lines
 
 
-def source_files(source: SourceConfig) -> list[Path]:
-    """The files of a jsonl/parquet source: one file, every file in a folder, or a glob; sorted."""
-    path = Path(source.path)
-    if path.is_file():
-        return [path]
-    if path.is_dir():
-        suffixes = (
-            (".parquet",)
-            if source.kind == "parquet"
-            else (".jsonl", ".json", ".jsonl.gz", ".jsonl.zst", ".json.gz", ".json.zst")
-        )
-        files = sorted(p for p in path.rglob("*") if p.is_file() and p.name.endswith(suffixes))
-    else:
-        files = sorted(Path(p) for p in glob.glob(source.path, recursive=True) if Path(p).is_file())
-    if not files and not path.exists():
-        raise UserError(f"source {source.label}: path {source.path} does not exist")
-    return files
+Reading = Iterator[tuple[str, str, int]]
+"""What a reader yields: ``(text, reference, position)`` per document — the file (relative to the source's
+folder), module or dataset it came from, and its line (JSONL, from 1), row (Parquet, from 0) or record
+(hf, from 0); 0 for a whole file or module. A task of a JSONL file's later byte range counts lines from
+its own start; the build adds the lines before it."""
 
 
-def read_jsonl(path: Path, source: SourceConfig, errors: InputErrors, strict: bool) -> Iterator[str]:
-    """Texts of one JSONL file (streamed); malformed records are skipped and listed as ``file:line``."""
+class _LineBase:
+    """The lines of a file before a byte offset, counted only if an error message needs them."""
+
+    def __init__(self, path: Path, offset: int) -> None:
+        self.path, self.offset, self._value = path, offset, None if offset else 0
+
+    def __int__(self) -> int:
+        if self._value is None:
+            count, left = 0, self.offset
+            with open(self.path, "rb") as handle:
+                while left:
+                    chunk = handle.read(min(left, compressed.CHUNK_BYTES))
+                    count, left = count + chunk.count(b"\n"), left - len(chunk)
+            self._value = count
+        return self._value
+
+
+def _range_lines(path: Path, start: int, stop: int) -> Iterator[bytes]:
+    """The lines of a plain file that start in ``[start, stop)`` (``stop`` -1: to the end); a UTF-8
+    byte-order mark at the file's start is not part of its first line."""
+    with open(path, "rb") as handle:
+        if start:
+            handle.seek(start - 1)
+            if handle.read(1) != b"\n":
+                handle.readline()  # the line under way belongs to the previous range
+        elif handle.read(len(compressed.UTF8_BOM)) != compressed.UTF8_BOM:
+            handle.seek(0)
+        position = handle.tell()
+        while stop < 0 or position < stop:
+            line = handle.readline()
+            if not line:
+                return
+            position += len(line)
+            yield line.rstrip(b"\n")
+
+
+def count_line_starts(path: Path, start: int, stop: int) -> int:
+    """Lines of a plain file that start in ``[start, stop)`` (what :func:`read_jsonl` numbers in that range),
+    so the build can number the next range's lines from where this one ends."""
+    count, position = int(start == 0), max(start, 1) - 1
+    with open(path, "rb") as handle:
+        handle.seek(position)
+        while position < stop - 1:
+            chunk = handle.read(min(compressed.CHUNK_BYTES, stop - 1 - position))
+            if not chunk:
+                break
+            count, position = count + chunk.count(b"\n"), position + len(chunk)
+    return count
+
+
+def read_jsonl(path: Path, source: SourceConfig, errors: InputErrors, strict: bool, start: int = 0,
+               stop: int = -1) -> Iterator[tuple[str, int]]:
+    """``(text, line)`` of one JSONL file, or of the lines starting in its byte range ``[start, stop)``
+    (a plain file only; lines counted from the range's start); malformed records are skipped and listed
+    as ``file:line``."""
     field_name = source.text_field
     records = 0
     blank = True
+    base = _LineBase(path, start)
+    if start or stop >= 0:
+        compressed.check(path)  # a UTF-16 file is damaged whichever range is read
+        lines = _range_lines(path, start, stop)
+    else:
+        lines = compressed.lines(path)
     try:
-        for line_number, raw in enumerate(compressed.lines(path), start=1):
+        for line_number, raw in enumerate(lines, start=1):
             if not raw.strip():
                 continue
             blank = False
-            where = f"{path}:{line_number}"
+            where = _Where(path, base, line_number)
             line = decode_counted(raw, errors, where, strict)
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as exc:
-                errors.skip_record(where, "malformed JSON", exc.msg, strict)
+                errors.skip_record(str(where), "malformed JSON", exc.msg, strict)
                 continue
             if not isinstance(record, dict):
-                errors.skip_record(where, "not a JSON object", type(record).__name__, strict)
+                errors.skip_record(str(where), "not a JSON object", type(record).__name__, strict)
             elif field_name not in record:
-                errors.skip_record(where, f"no text field {field_name!r}", f"keys: {', '.join(sorted(record))}",
+                errors.skip_record(str(where), f"no text field {field_name!r}", f"keys: {', '.join(sorted(record))}",
                                    strict)
             elif not isinstance(record[field_name], str):
-                errors.skip_record(where, f"text field {field_name!r} is not a string",
+                errors.skip_record(str(where), f"text field {field_name!r} is not a string",
                                    type(record[field_name]).__name__, strict)
             else:
                 records += 1
-                yield record[field_name]
+                yield record[field_name], line_number
     except DamagedStream as damaged:
         raise DamagedFile(path, f"{damaged.reason} after {records} records") from None
-    if blank:
+    if blank and not start:
         errors.empty_files.append(str(path))
+
+
+class _Where:
+    """``file:line`` of a record, its line made absolute only when the text is asked for."""
+
+    def __init__(self, path: Path, base: _LineBase, line: int) -> None:
+        self.path, self.base, self.line = path, base, line
+
+    def __str__(self) -> str:
+        return f"{self.path}:{int(self.base) + self.line}"
 
 
 def open_parquet(path: Path, source: SourceConfig):
@@ -192,34 +260,33 @@ def open_parquet(path: Path, source: SourceConfig):
     return parquet
 
 
-def read_parquet(path: Path, source: SourceConfig, errors: InputErrors, strict: bool) -> Iterator[str]:
-    """Texts of one Parquet file, read a record batch at a time; a null text is a malformed record."""
+def read_parquet(path: Path, source: SourceConfig, errors: InputErrors, strict: bool, start: int = 0,
+                 stop: int = -1, row_base: int = 0) -> Iterator[tuple[str, int]]:
+    """``(text, row)`` of one Parquet file (or of its row groups ``[start, stop)``, whose first row is
+    ``row_base``), a record batch at a time; a null text is a malformed record."""
     parquet = open_parquet(path, source)
     if parquet.metadata.num_rows == 0:
         errors.empty_files.append(str(path))
         return
-    row = 0
-    for batch in parquet.iter_batches(columns=[source.text_field], batch_size=1024):
+    groups = list(range(parquet.metadata.num_row_groups))[start : None if stop < 0 else stop]
+    row = row_base
+    for batch in parquet.iter_batches(columns=[source.text_field], batch_size=1024, row_groups=groups):
         for text in batch.column(0).to_pylist():
             if text is None:
                 errors.skip_record(f"{path}:row {row}", f"null text in column {source.text_field!r}", strict=strict)
             else:
-                yield text
+                yield text, row
             row += 1
 
 
-def read_text_folder(source: SourceConfig, errors: InputErrors, strict: bool, skip_bad_files: bool
-                     ) -> Iterator[str]:
-    """One document per file under the folder matching ``source.pattern``, in sorted path order.
-
-    Local text beyond the built-in corpora (system documentation, notes) comes in this way, and
-    only when a config asks for it. ``.gz``/``.zst`` files (e.g. under /usr/share/doc) are unpacked;
-    a file with NUL bytes is not text and is skipped as a malformed record.
-    """
-    folder = Path(source.path)
-    if not folder.is_dir():
-        raise UserError(f"source {source.label}: {source.path} is not a folder")
-    for path in sorted(p for p in folder.glob(source.pattern) if p.is_file()):
+def read_text_files(files: tuple[str, ...], errors: InputErrors, strict: bool, skip_bad_files: bool
+                    ) -> Iterator[tuple[str, Path]]:
+    """One document per file, with its path. Local text beyond the built-in corpora (system
+    documentation, notes) comes in this way, and only when a config asks for it. ``.gz``/``.zst`` files
+    (e.g. under /usr/share/doc) are unpacked; a file with NUL bytes is not text and is skipped as a
+    malformed record."""
+    for name in files:
+        path = Path(name)
         try:
             data = compressed.read_all(path)
         except DamagedFile as damaged:
@@ -232,11 +299,11 @@ def read_text_folder(source: SourceConfig, errors: InputErrors, strict: bool, sk
         if b"\x00" in data:
             errors.skip_record(str(path), "binary file (NUL bytes)", strict=strict)
             continue
-        yield decode_counted(data, errors, str(path), strict)
+        yield decode_counted(data, errors, str(path), strict), path
 
 
-def read_hf(source: SourceConfig, errors: InputErrors, strict: bool) -> Iterator[str]:
-    """Texts of a Hugging Face dataset already in the local cache (never downloads)."""
+def read_hf(source: SourceConfig, errors: InputErrors, strict: bool) -> Iterator[tuple[str, int]]:
+    """``(text, record index)`` of a Hugging Face dataset already in the local cache (never downloads)."""
     import os
 
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -253,58 +320,81 @@ def read_hf(source: SourceConfig, errors: InputErrors, strict: bool) -> Iterator
     for index, record in enumerate(dataset):
         text = record.get(source.text_field)
         if isinstance(text, str):
-            yield text
+            yield text, index
         else:
             errors.skip_record(f"{source.path}[{index}]", f"no string text field {source.text_field!r}",
                                f"keys: {', '.join(sorted(record))}", strict)
 
 
-def _texts(source: SourceConfig, errors: InputErrors, strict: bool, skip_bad_files: bool) -> Iterator[str]:
-    if source.kind == "builtin":
-        yield from builtin.documents(source.path)
-    elif source.kind == "text":
-        yield from read_text_folder(source, errors, strict, skip_bad_files)
-    elif source.kind == "hf":
-        yield from read_hf(source, errors, strict)
-    else:
-        files = source_files(source)
-        if not files:
-            raise UserError(f"source {source.label}: no {source.kind} files at {source.path}")
-        for path in files:
-            if skip_bad_files:
-                try:  # checked whole first: a file found damaged halfway would already have given texts
-                    open_parquet(path, source) if source.kind == "parquet" else compressed.check(path)
-                except DamagedFile as damaged:
-                    errors.skip_file(damaged)
-                    continue
-            if source.kind == "parquet":
-                yield from read_parquet(path, source, errors, strict)
-            else:
-                yield from read_jsonl(path, source, errors, strict)
-
-
-def read_source(source: SourceConfig, errors: InputErrors, strict: bool = False,
-                skip_bad_files: bool = False) -> Iterator[str]:
-    """Raw documents of ``source`` up to its caps; fails with one line when it yields none.
+def read_task(task: ReadTask, source: SourceConfig, errors: InputErrors, strict: bool = False,
+              skip_bad_files: bool = False) -> Reading:
+    """The raw documents of one read task, in order, as ``(text, reference, position)``.
 
     ``strict``: a malformed record or invalid UTF-8 fails instead of being skipped (or replaced) and
     counted. ``skip_bad_files``: a damaged file is left out whole instead of failing the build.
     """
+    if source.kind == "builtin":
+        for name, path in zip(task.names, task.files, strict=True):
+            text = builtin.unit_document(source.path, builtin.Unit(name, path, 0))
+            if text is not None:
+                yield text, name, 0
+        return
+    if source.kind == "hf":
+        for text, index in read_hf(source, errors, strict):
+            yield text, f"{source.path}:{source.split}", index
+        return
+    root = source_root(source)
+    if source.kind == "text":
+        for text, path in read_text_files(task.files, errors, strict, skip_bad_files):
+            yield text, _relative(path, root), 0
+        return
+    path = Path(task.files[0])
+    if skip_bad_files:
+        try:  # checked whole first: a file found damaged halfway would already have given texts
+            open_parquet(path, source) if source.kind == "parquet" else compressed.check(path)
+        except DamagedFile as damaged:
+            errors.skip_file(damaged)
+            return
+    reference = _relative(path, root)
+    if source.kind == "parquet":
+        for text, row in read_parquet(path, source, errors, strict, task.start, task.stop, task.row_base):
+            yield text, reference, row
+    else:
+        for text, line in read_jsonl(path, source, errors, strict, task.start, task.stop):
+            yield text, reference, line
+
+
+def _relative(path: Path, root: Path) -> str:
+    try:
+        return path.relative_to(root).as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
+def read_source(source: SourceConfig, errors: InputErrors, strict: bool = False,
+                skip_bad_files: bool = False) -> Iterator[str]:
+    """Raw documents of ``source`` up to its caps, through its read tasks in order (what a build reads of
+    it, in one process); fails with one line when it yields none."""
     count = 0
     total_bytes = 0
     skipped_before = errors.skipped()
-    for text in _texts(source, errors, strict, skip_bad_files):
-        if source.max_documents and count >= source.max_documents:
-            break
-        if source.max_bytes and total_bytes >= source.max_bytes:
-            break
-        count += 1
-        total_bytes += len(text.encode("utf-8"))
-        yield text
+    tasks = plan_read_tasks((source,))
+    for task in tasks:
+        for text, _, _ in read_task(task, source, errors, strict, skip_bad_files):
+            if (source.max_documents and count >= source.max_documents) or (
+                    source.max_bytes and total_bytes >= source.max_bytes):
+                break
+            count += 1
+            total_bytes += len(text.encode("utf-8", "surrogatepass"))
+            yield text
     if count == 0:
-        skipped = errors.skipped() - skipped_before
-        why = f" ({skipped} skipped; the last: {errors.last_problem})" if skipped else ""
-        raise UserError(f"source {source.label}: empty (no documents in {source.path}){why}")
+        raise empty_source(source, errors, errors.skipped() - skipped_before)
+
+
+def empty_source(source: SourceConfig, errors: InputErrors, skipped: int) -> UserError:
+    """The one-line error for a source that gave no document (saying what was skipped, and the last)."""
+    why = f" ({skipped} skipped; the last: {errors.last_problem})" if skipped else ""
+    return UserError(f"source {source.label}: empty (no documents in {source.path}){why}")
 
 
 def describe(source: SourceConfig) -> dict:

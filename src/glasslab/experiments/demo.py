@@ -33,7 +33,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from glasslab.data import BuildConfig, MixtureConfig
-from glasslab.data.build import STEP_NAME, build_step
+from glasslab.data.build import data_step as build_data_step
 from glasslab.data.config import TokenizerConfig
 from glasslab.evals import TaskConfig
 from glasslab.lab import Step, planned_folder_name
@@ -157,7 +157,7 @@ def build_config(size: DemoSize) -> BuildConfig:
 
 def data_step(size: DemoSize) -> Step:
     """The demo's data build as a step (``glasslab data build demo`` builds this very step)."""
-    return Step(STEP_NAME, build_step, build_config(size))
+    return build_data_step(build_config(size))
 
 
 def ladder_spec(size: DemoSize) -> LadderSpec:

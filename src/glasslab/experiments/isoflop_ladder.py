@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from glasslab.data.build import STEP_NAME, build_step
+from glasslab.data.build import data_step as build_data_step
 from glasslab.experiments import long_ladder
 from glasslab.lab import Step
 from glasslab.ladder.plan import LadderSpec, plan_ladder
@@ -37,7 +37,7 @@ def spec() -> LadderSpec:
 
 def steps() -> list[Step]:
     """The data build (shared with the long ladder), every size and seed of every budget, the fit."""
-    data = Step(STEP_NAME, build_step, long_ladder.build_config())
+    data = build_data_step(long_ladder.build_config())
     *rungs_and_fit, _hero = ladder_steps(plan_ladder(spec()), data, long_ladder.MIXTURE, long_ladder.recipe(),
                                          L_inf=long_ladder.L_INF, threads=1)
     return [data, *rungs_and_fit]
@@ -47,7 +47,7 @@ def smoke_steps() -> list[Step]:
     """The budgets ÷ 20, sizes around 20 tokens per parameter, on the long ladder's smoke recipe (one
     seed, ≥ 20 steps): approach 3 fitted on trained runs in minutes, no claim on the numbers
     (``bench/ladder_bench.py --isoflop --smoke`` compares it with the long smoke hero)."""
-    data = Step(STEP_NAME, build_step, long_ladder.build_config())
+    data = build_data_step(long_ladder.build_config())
     small = dataclasses.replace(long_ladder.smoke_spec(), name=f"{LADDER}-smoke", tokens_per_param=20.0,
                                 budgets=tuple(b / 20 for b in BUDGETS), isoflop_sizes=SIZES_PER_BUDGET)
     *rungs_and_fit, _hero = ladder_steps(plan_ladder(small), data, long_ladder.MIXTURE, long_ladder.smoke_recipe(),

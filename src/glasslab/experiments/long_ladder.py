@@ -31,7 +31,7 @@ from __future__ import annotations
 import dataclasses
 
 from glasslab.data import BuildConfig, MixtureConfig, SourceConfig
-from glasslab.data.build import STEP_NAME, build_step
+from glasslab.data.build import data_step as build_data_step
 from glasslab.data.config import EvalSplitConfig, TokenizerConfig
 from glasslab.experiments.demo import FULL, train_recipe
 from glasslab.lab import Step
@@ -42,8 +42,6 @@ from glasslab.train import TrainConfig
 
 LADDER = "long"
 VOCAB_SIZE = 512
-WORD_SHAPE_FILTERS = ("mean_word_length", "symbol_ratio", "alpha_ratio", "top_ngram", "duplicate_ngrams")
-"""Word-shape filters are for prose; code fails them by design."""
 CODE_CORPORA = ("stdlib_code", "numpy_code", "scipy_code", "matplotlib_code", "torch_code", "rich_code", "pyarrow_code")
 PROSE_CORPORA = ("stdlib_prose", "pydoc_topics", "numpy_prose", "scipy_prose", "matplotlib_prose", "torch_prose",
                  "rich_prose", "pyarrow_prose", "datasketch_prose")
@@ -72,7 +70,7 @@ EVAL_MAX_TOKENS = 16384
 
 def build_config() -> BuildConfig:
     """Two domains, code and prose, from the standard library and glasslab's dependencies."""
-    code = tuple(SourceConfig(name=c, domain="code", kind="builtin", path=c, skip_filters=WORD_SHAPE_FILTERS)
+    code = tuple(SourceConfig(name=c, domain="code", kind="builtin", path=c)
                  for c in CODE_CORPORA)
     prose = tuple(SourceConfig(name=c, domain="prose", kind="builtin", path=c) for c in PROSE_CORPORA)
     return BuildConfig(sources=code + prose, eval=EvalSplitConfig(min_bytes=100_000),
@@ -96,7 +94,7 @@ def recipe() -> TrainConfig:
 
 def steps() -> list[Step]:
     """The data build, every rung and seed, the fit, and the hero (pre-registered, 2 threads)."""
-    data = Step(STEP_NAME, build_step, build_config())
+    data = build_data_step(build_config())
     return [data, *ladder_steps(plan_ladder(spec()), data, MIXTURE, recipe(), L_inf=L_INF, threads=1,
                                 hero_threads=2)]
 
@@ -116,6 +114,6 @@ def smoke_steps() -> list[Step]:
     """The same DAG and data at :func:`smoke_spec`: every path (fit at the full extrapolation,
     registration, hero, report) in minutes, with no claim on the numbers
     (``bench/ladder_bench.py --long --smoke``)."""
-    data = Step(STEP_NAME, build_step, build_config())
+    data = build_data_step(build_config())
     return [data, *ladder_steps(plan_ladder(smoke_spec()), data, MIXTURE, smoke_recipe(), L_inf=L_INF, threads=1,
                                 hero_threads=2, num_bootstrap=200)]

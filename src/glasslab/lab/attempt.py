@@ -17,6 +17,9 @@ from glasslab.lab.step import FunctionRef, StepContext
 MAX_RESULT_CHARS = 100_000
 PARENT_PID_ENV = "GLASSLAB_PARENT_PID"
 """The pid a step process watches: when it dies, the step process stops (see worker.py)."""
+RAY_ADDRESS_ENV = "GLASSLAB_RAY_ADDRESS"
+"""Set for a step process the Ray backend runs: the cluster's address, so a step that runs tasks of its own
+(a data build) runs them on the same cluster."""
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """The Ray backend: each step attempt is a Ray task asking for the step's CPUs and GPUs.
 
 The task starts the same step process as the local backend (``python -m glasslab.lab.worker``),
-so a multi-worker step is torchrun inside the task on one node: the task asks Ray for
+told the cluster's address (``RAY_ADDRESS_ENV``: a data build runs its own tasks there, as Ray tasks
+beside it), so a multi-worker step is torchrun inside the task on one node: the task asks Ray for
 ``cpus * workers`` CPUs and ``gpus * workers`` GPUs, and Ray's ``CUDA_VISIBLE_DEVICES`` reaches the
 ranks. The lab root must be a folder every Ray node sees at the same path (a shared filesystem).
 
@@ -28,7 +29,7 @@ from typing import Any
 import ray
 
 from glasslab.errors import UserError
-from glasslab.lab.attempt import AttemptResult, WorkerSpec, one_line_error
+from glasslab.lab.attempt import RAY_ADDRESS_ENV, AttemptResult, WorkerSpec, one_line_error
 from glasslab.lab.local_backend import finish_result, start_worker, user_pythonpath
 from glasslab.lab.step import Resources
 
@@ -39,7 +40,8 @@ def run_step_in_task(spec_bytes: bytes) -> dict[str, Any]:
     """The body of a step's Ray task: run the step process to the end and report how it ended."""
     spec: WorkerSpec = pickle.loads(spec_bytes)
     scratch = Path(tempfile.mkdtemp(prefix="glasslab-ray-step-"))
-    proc, result_path = start_worker(spec, scratch)
+    env = {**os.environ, RAY_ADDRESS_ENV: ray.get_runtime_context().gcs_address}
+    proc, result_path = start_worker(spec, scratch, env)
     try:
         # Polled rather than waited on, so a cancellation's KeyboardInterrupt lands here promptly.
         while proc.poll() is None:

@@ -1,14 +1,18 @@
-"""The data page's data: the composition report, per-domain results of every run that trained on the
-dataset (mixture weight, realised epochs, held-out loss and bits per byte), and warnings a reader
-should not have to work out: a domain read many times over, an eval split as large as its training
-split."""
+"""The data page's data: the composition report, how the build ran (each stage's tasks, seconds and
+throughput; a build still running, from its progress file), per-domain results of every run that
+trained on the dataset (mixture weight, realised epochs, held-out loss and bits per byte), and warnings
+a reader should not have to work out: a domain read many times over, an eval split as large as its
+training split."""
 
 from __future__ import annotations
 
+import os
+import socket
 import sqlite3
+import time
 from typing import Any
 
-from glasslab.layout import REPORT_FILE, RUN_RECORD
+from glasslab.layout import BUILD_PROGRESS, BUILD_RECORD, REPORT_FILE, RUN_RECORD, STEP_RECORD
 from glasslab.observatory.lab_scan import Lab
 from glasslab.observatory.relations import Relations
 from glasslab.observatory.runs import open_run, run_status
@@ -72,12 +76,47 @@ def warnings(report: dict[str, Any], runs: list[dict[str, Any]]) -> list[dict[st
     return found
 
 
+def build_stages(lab: Lab, folder) -> dict[str, Any] | None:
+    """How the build ran: from ``build.json`` once done, else from its progress file (with how long ago it
+    last moved and its step's status, so a build that died is not shown as running)."""
+    record = lab.json(folder / BUILD_RECORD)
+    if record is not None and (folder / REPORT_FILE).is_file():
+        return {"state": "done", "stages": record.get("stages") or [], "workers": record.get("workers"),
+                "backend": record.get("backend"), "reruns": record.get("reruns") or [],
+                "seconds": (record.get("timings") or {}).get("total_s")}
+    progress = lab.json(folder / BUILD_PROGRESS)
+    if progress is None:
+        return None
+    step = lab.json(folder / STEP_RECORD) or {}
+    updated = progress.get("updated")
+    state = "running" if step.get("status") in (None, "running") else step.get("status")
+    if state == "running" and progress.get("host") == socket.gethostname() and not _alive(progress.get("pid")):
+        state = "interrupted"  # killed: the same build run again resumes where it stopped
+    return {"state": state,
+            "stages": progress.get("stages") or [], "workers": progress.get("workers"),
+            "backend": progress.get("backend"),
+            "age_s": time.time() - updated if isinstance(updated, (int, float)) else None}
+
+
+def _alive(pid: object) -> bool:
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def data_page(lab: Lab, report_id: str) -> dict[str, Any] | None:
     folder = lab.index().reports.get(report_id)
     if folder is None:
         return None
     report = lab.json(folder / REPORT_FILE)
     domains = sorted((report or {}).get("domains") or {})
-    runs = [domain_results(lab, r, domains) for r in Relations(lab).runs_using(report_id)]
+    runs = [domain_results(lab, r, domains) for r in Relations(lab).runs_using(report_id)] if report else []
     return clean({"page": "data", "id": report_id, "title": f"Data {report_id}", "report": report,
-                  "runs": runs, "warnings": warnings(report or {}, runs), "watch": []})
+                  "build": build_stages(lab, folder), "runs": runs, "warnings": warnings(report or {}, runs),
+                  "watch": []})

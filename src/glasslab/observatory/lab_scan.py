@@ -19,7 +19,16 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from glasslab.config import redact
-from glasslab.layout import CARDS_DIR, FIT_FILE, LAB_EVENTS_DB, METRICS_DB, REPORT_FILE, RUN_RECORD, STEP_RECORD
+from glasslab.layout import (
+    BUILD_PROGRESS,
+    CARDS_DIR,
+    FIT_FILE,
+    LAB_EVENTS_DB,
+    METRICS_DB,
+    REPORT_FILE,
+    RUN_RECORD,
+    STEP_RECORD,
+)
 
 SCAN_DEPTH = 2  # <lab>/<step>/ and one level below (a step holding several runs)
 SKIP_DIRS = frozenset({"checkpoints", "tokenizer", "shards", "__pycache__"})
@@ -90,7 +99,7 @@ def _classify(index: LabIndex, folder_id: str, folder: Path) -> None:
         index.runs[folder_id] = folder
     if (folder / STEP_RECORD).is_file():
         index.steps[folder_id] = folder
-    if (folder / REPORT_FILE).is_file():
+    if (folder / REPORT_FILE).is_file() or (folder / BUILD_PROGRESS).is_file():  # a dataset, or one being built
         index.reports[folder_id] = folder
     if (folder / FIT_FILE).is_file():
         index.fits[folder_id] = folder
@@ -162,7 +171,7 @@ class Lab:
         for kind, folders, names in (
             ("run", index.runs, (RUN_RECORD, METRICS_DB, METRICS_DB + "-wal")),
             ("step", index.steps, (STEP_RECORD,)),
-            ("report", index.reports, (REPORT_FILE,)),
+            ("report", index.reports, (REPORT_FILE, BUILD_PROGRESS)),
             ("fit", index.fits, (FIT_FILE,)),
         ):
             for folder_id, folder in folders.items():

@@ -18,6 +18,8 @@ from typing import Any
 
 from glasslab.lab.card import experiments_in_lab
 from glasslab.layout import (
+    BUILD_PROGRESS,
+    BUILD_RECORD,
     CARDS_DIR,
     FIT_FILE,
     LAB_EVENTS_DB,
@@ -127,8 +129,9 @@ class SiteInputs:
             return self.run(item_id)
         if page == "data":
             users = Relations(self.lab).runs_using(item_id)
-            return (self.stamps([self.index.reports[item_id] / REPORT_FILE]), tuple(self.run(r) for r in users),
-                    self.group("records"))
+            folder = self.index.reports[item_id]  # a built dataset, or one being built (its progress file)
+            return (self.stamps([folder / REPORT_FILE, folder / BUILD_PROGRESS, folder / BUILD_RECORD]),
+                    tuple(self.run(r) for r in users), self.group("records"))
         if page == "ladder":
             return (self.stamps([self.index.fits[item_id] / FIT_FILE, self.lab.root / PREDICTIONS_FILE]),
                     self.group("runs"))

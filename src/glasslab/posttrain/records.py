@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from glasslab.data.config import EvalSplitConfig
-from glasslab.data.decontaminate import choose_eval, split_key
+from glasslab.data.decontaminate import held_out_mask, split_key
 from glasslab.data.tokenizer import CHAT_ROLES, SPECIAL_TOKENS
 from glasslab.errors import UserError
 from glasslab.layout import (
@@ -141,7 +141,7 @@ def split_heldout(records: list[dict], texts: Sequence[str], rule: EvalSplitConf
     """Which records are held out: a seeded hash of each record's text (stable under reordering), at
     ``rule``'s fraction, minimum and maximum."""
     keys = np.array([split_key(t, seed) for t in texts], dtype=np.int64)
-    return list(choose_eval(keys, np.array([len(t) for t in texts]), rule))
+    return list(held_out_mask(keys, np.array([len(t) for t in texts]), rule))
 
 
 def write_split_folder(out_dir: Path, fmt: str, train: list[dict], heldout: list[dict],

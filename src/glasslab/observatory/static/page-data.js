@@ -1,5 +1,6 @@
 /* The data page: warnings first (a domain read many times, an eval split as large as training), the
- * processing funnel per domain, the domains, how every run that trained on the dataset did on each
+ * processing funnel per domain, how the build ran (each stage's tasks, seconds and MB/s; a build still
+ * running shows its stages live), the domains, how every run that trained on the dataset did on each
  * domain (mixture weight, epochs, held-out loss), the mixture plan, sources, lengths and samples. */
 (function () {
   "use strict";
@@ -40,6 +41,38 @@
       table(["stage", ...domains, "all domains"], rows, { class: "funnel", units: [null, ...domains.map(() => null), "count"] }));
   }
 
+  // One row per stage: tasks (those a resumed build found done), seconds, input MB/s in all and per
+  // worker, documents in and kept, tasks run again after a worker died.
+  function stagesTable(build) {
+    const workers = build.workers || 1;
+    const rows = (build.stages || []).map((s) => [s.stage,
+      `${fmt(s.tasks_done, "count")}/${fmt(s.tasks, "count")}` + (s.tasks_reused ? ` (${fmt(s.tasks_reused, "count")} reused)` : ""),
+      s.seconds, s.mb_per_s, s.mb_per_s / workers, s.documents_in, s.documents_kept, s.reruns || 0,
+      s.status === "running" && s.tasks_done > (s.tasks_reused || 0) && s.tasks_done < s.tasks
+        ? `${fmt(s.seconds / (s.tasks_done - (s.tasks_reused || 0)) * (s.tasks - s.tasks_done))} s` : ""]);
+    return table(["stage", "tasks", "seconds", "MB/s", "MB/s per worker", "documents in", "kept", "reruns", "ETA"],
+      rows, { class: "build-stages", units: [null, null, null, null, null, "count", "count", "count", null],
+              rowAttrs: (i) => ({ "data-stage": build.stages[i].stage, "data-status": build.stages[i].status || "" }) });
+  }
+
+  function buildSection(build) {
+    if (!build) return;
+    const how = build.backend === "ray" ? `${build.workers || "?"} Ray task(s) at once`
+      : `${build.workers || "?"} local worker process(es)`;
+    if (build.state === "done") {
+      section("Build (stages as tasks)", el("p", { class: "muted" },
+        `${how}, ${fmt(build.seconds)} s` + (build.reruns && build.reruns.length
+          ? ` · ${build.reruns.length} time(s) a worker died and its tasks ran again` : "")), stagesTable(build));
+      return;
+    }
+    const age = build.age_s != null ? ` · last progress ${fmt(Math.max(0, build.age_s))} s ago` : "";
+    const state = build.state === "running" ? "Build in progress"
+      : build.state === "interrupted" ? "Build interrupted (its process is gone; the same build run again resumes)"
+        : `Build stopped (${build.state})`;
+    app.append(el("div", { class: build.state === "running" ? "panel" : "warn", id: "build-progress" },
+      el("b", {}, state), el("span", { class: "muted" }, ` · ${how}${age}`), stagesTable(build)));
+  }
+
   function runsSection(d, domains) {
     if (!d.runs.length) {
       section("Runs trained on this dataset", el("p", { class: "muted" }, "No run in this lab names this dataset yet."));
@@ -59,7 +92,11 @@
   function drawData(d) {
     app.append(el("h1", {}, d.title));
     const r = d.report;
-    if (!r) { app.append(el("p", { class: "warn" }, "report.json is missing or being written.")); return { lab: G.scheduleRefresh }; }
+    if (!r) {
+      if (d.build) buildSection(d.build);
+      else app.append(el("p", { class: "warn" }, "report.json is missing or being written."));
+      return { lab: G.scheduleRefresh };
+    }
     app.append(el("p", { class: "muted" }, `manifest ${r.manifest_hash || "–"} · python ${r.python_version || "–"}`
       + (r.vocab_size ? ` · vocabulary ${r.vocab_size} tokens` : "")));
     if (d.warnings.length) {
@@ -67,6 +104,7 @@
         el("ul", {}, ...d.warnings.map((w) => el("li", { "data-kind": w.kind }, w.text)))));
     }
     funnelSection(r);
+    buildSection(d.build);
     section("Filters (documents dropped by each)", table(["filter", "dropped"],
       Object.entries(r.filters || {}).map(([k, v]) => [k, v]), { units: [null, "count"] }));
     const domains = Object.entries(r.domains || {});

@@ -1,0 +1,172 @@
+"""The build as tasks: the same dataset (manifest hash, report) with 1 or 3 workers, cut into many tasks or
+few, killed with SIGKILL and resumed, or with a worker killed mid-task; input read by byte ranges; caps in
+canonical order; the live progress; an unreachable Ray address. (Ray itself: ``test_lab_ray.py``.)"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+
+from cli_runner import run_cli, subprocess_env
+from data_helpers import small_build_config, topic_texts, write_jsonl
+from glasslab.config import to_dict
+from glasslab.data import build_dataset, document_provenance, manifest_hash
+from glasslab.data import inputs as inputs_module
+from glasslab.data.build import WORK_PREFIX
+from glasslab.data.config import SourceConfig
+from glasslab.data.runner import KILL_TASK_ENV
+from glasslab.data.sources import InputErrors, read_source
+from glasslab.layout import BUILD_PROGRESS, BUILD_RECORD, REPORT_FILE
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The small build with one worker (in this process): what every other way must give, byte for byte."""
+    tmp = tmp_path_factory.mktemp("reference")
+    cfg = small_build_config(tmp, progress=False)
+    out = build_dataset(cfg, tmp / "ds")
+    return tmp, cfg, manifest_hash(out), (out / REPORT_FILE).read_bytes()
+
+
+def test_three_workers_and_small_tasks_build_the_same_dataset(reference, tmp_path, monkeypatch):
+    tmp, cfg, expected, report = reference
+    three = build_dataset(dataclasses.replace(cfg, num_workers=3), tmp_path / "three")
+    assert manifest_hash(three) == expected and (three / REPORT_FILE).read_bytes() == report
+    record = json.loads((three / BUILD_RECORD).read_text())
+    assert record["workers"] == 3 and record["backend"] == "local" and record["reruns"] == []
+    # Cut into ~16 KB byte ranges: every JSONL file is many tasks, each reading the lines that start in it.
+    monkeypatch.setattr(inputs_module, "TASK_BYTES", 16_000)
+    small = build_dataset(dataclasses.replace(cfg, num_workers=2), tmp_path / "small")
+    stages = {s["stage"]: s for s in json.loads((small / BUILD_RECORD).read_text())["stages"]}
+    assert stages["read"]["tasks"] > 20
+    assert manifest_hash(small) == expected and (small / REPORT_FILE).read_bytes() == report
+    last = len(topic_texts()[1::2])
+    assert document_provenance(small, "beta", "train", 0)["line"] >= 1
+    lines = [document_provenance(small, "beta", split, i)["line"] for split in ("train", "eval")
+             for i in range(json.loads((small / "manifest.json").read_text())["domains"]["beta"][split]["documents"])]
+    assert max(lines) <= last and len(set(lines)) == len(lines)
+
+
+def test_caps_follow_the_canonical_order_across_tasks(tmp_path, monkeypatch):
+    path = write_jsonl(tmp_path / "a.jsonl", topic_texts())
+    with open(path, "a") as out:
+        out.write('{"text": broken}\n')  # past the cap: whether a task read it must not show
+    capped = SourceConfig(domain="a", kind="jsonl", path=str(path), max_documents=40, max_bytes=150_000)
+    serial = list(read_source(capped, InputErrors()))
+    monkeypatch.setattr(inputs_module, "TASK_BYTES", 8_000)
+    cfg = small_build_config(tmp_path, sources=(capped,), progress=False)
+    out = build_dataset(dataclasses.replace(cfg, num_workers=2), tmp_path / "two")
+    record = json.loads((out / BUILD_RECORD).read_text())
+    assert record["funnel"][0] == {"stage": "raw", "documents": len(serial),
+                                   "bytes": sum(len(t.encode()) for t in serial)}
+    assert len(serial) < 40 and sum(len(t.encode()) for t in serial[:-1]) < 150_000  # the bytes cap cut it
+    assert record["errors"]["malformed_count"] == 0
+    # tasks past the cap were not read at all
+    assert next(s for s in record["stages"] if s["stage"] == "read")["documents_in"] < len(topic_texts())
+    one = build_dataset(cfg, tmp_path / "one")  # one worker: no task past the cap runs
+    assert manifest_hash(one) == manifest_hash(out)
+    assert (one / REPORT_FILE).read_bytes() == (out / REPORT_FILE).read_bytes()
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait(timeout=60)
+
+
+def test_a_sigkilled_build_resumes_with_its_unfinished_tasks_and_builds_the_same(reference, tmp_path):
+    tmp, cfg, expected, report = reference
+    (tmp_path / "build.yaml").write_text(yaml.safe_dump(to_dict(dataclasses.replace(cfg, progress=True))))
+    command = [sys.executable, "-m", "glasslab", "data", "build", "build.yaml", "--out", "ds", "--workers", "2"]
+    build = subprocess.Popen(command, cwd=tmp_path, env=subprocess_env(), stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while not list((tmp_path / "ds").glob(f"{WORK_PREFIX}*/read/*/done.json")):
+        assert build.poll() is None and time.monotonic() < deadline, "the build ended before it could be killed"
+        time.sleep(0.01)
+    _kill_group(build)
+    work = list((tmp_path / "ds").glob(f"{WORK_PREFIX}*"))
+    assert len(work) == 1 and not (tmp_path / "ds" / "manifest.json").exists()
+    assert json.loads((tmp_path / "ds" / BUILD_PROGRESS).read_text())["status"] == "running"  # as it was left
+    done = run_cli("data", "build", "build.yaml", "--out", "ds", "--workers", "2", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "resuming in" in done.stderr and "reused" in done.stderr
+    ds = tmp_path / "ds"
+    assert manifest_hash(ds) == expected and (ds / REPORT_FILE).read_bytes() == report
+    stages = {s["stage"]: s for s in json.loads((ds / BUILD_RECORD).read_text())["stages"]}
+    assert stages["read"]["tasks_reused"] >= 1
+    assert not work[0].exists() and not (ds / BUILD_PROGRESS).exists()
+
+
+def test_a_worker_killed_mid_task_reruns_it_once_said_and_recorded(reference, tmp_path):
+    tmp, cfg, expected, report = reference
+    (tmp_path / "build.yaml").write_text(yaml.safe_dump(to_dict(cfg)))
+    done = run_cli("data", "build", "build.yaml", "--out", "ds", "--workers", "2", cwd=tmp_path,
+                   **{KILL_TASK_ENV: "read/000001"})
+    assert done.returncode == 0, done.stderr
+    said = [line for line in done.stderr.splitlines() if "worker process died" in line]
+    assert len(said) == 1 and "000001" in said[0], done.stderr
+    ds = tmp_path / "ds"
+    record = json.loads((ds / BUILD_RECORD).read_text())
+    assert [r["stage"] for r in record["reruns"]] == ["read"] and "000001" in record["reruns"][0]["tasks"]
+    assert manifest_hash(ds) == expected and (ds / REPORT_FILE).read_bytes() == report
+
+
+def test_progress_lines_name_each_stage_and_an_unreachable_ray_address_is_one_line(reference, tmp_path):
+    tmp, cfg, expected, _ = reference
+    (tmp_path / "build.yaml").write_text(yaml.safe_dump(to_dict(dataclasses.replace(cfg, progress=True))))
+    done = run_cli("data", "build", "build.yaml", "--out", "ds", "--workers", "1", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    for stage in ("read", "exact", "buckets", "verify", "clusters", "survivors", "ngrams", "tokenizer", "tokenize",
+                  "assemble"):
+        assert any(line.startswith(f"[data build] {stage} ") and " tasks " in line and "MB/s" in line
+                   and "kept" in line for line in done.stderr.splitlines()), (stage, done.stderr)
+    import socket
+
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    done = run_cli("data", "build", "build.yaml", "--out", "ray_ds", "--backend", "ray", "--address",
+                   f"127.0.0.1:{port}", cwd=tmp_path, timeout=120)
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode == 2 and len(lines) == 1, done.stderr
+    assert f"--address 127.0.0.1:{port}: no Ray cluster reachable there" in lines[0]
+    assert not (tmp_path / "ray_ds").exists()
+
+
+def test_provenance_names_the_text_file_and_the_parquet_row(tmp_path, monkeypatch):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from glasslab.data import load_tokenizer
+    from glasslab.data.normalize import normalize
+    from glasslab.data.shards import open_shard
+
+    texts = topic_texts()
+    (tmp_path / "docs" / "sub").mkdir(parents=True)
+    for i, text in enumerate(texts[:12]):
+        (tmp_path / "docs" / ("sub" if i % 2 else "") / f"{i:02d}.txt").write_text(text)
+    pq.write_table(pa.table({"body": texts[20:60]}), tmp_path / "p.parquet", row_group_size=4)
+    monkeypatch.setattr(inputs_module, "TASK_BYTES", 20_000)  # several row-group ranges, several file groups
+    cfg = small_build_config(tmp_path, sources=(
+        SourceConfig(domain="files", kind="text", path=str(tmp_path / "docs")),
+        SourceConfig(domain="rows", kind="parquet", path=str(tmp_path / "p.parquet"), text_field="body")),
+        progress=False, num_workers=2)
+    ds = build_dataset(cfg, tmp_path / "ds")
+    tokenizer = load_tokenizer(ds)
+    for domain in ("files", "rows"):
+        shard = open_shard(ds, domain, "train")
+        for i in range(len(shard.ends)):
+            text = tokenizer.decode(shard.document(i)[:-1].tolist())
+            where = document_provenance(ds, domain, "train", i)
+            if domain == "files":
+                assert where["kind"] == "text" and normalize((tmp_path / "docs" / where["file"]).read_text()) == text
+            else:
+                assert where["file"] == "p.parquet" and normalize(texts[20 + where["row"]]) == text
