@@ -23,6 +23,7 @@ import numpy as np
 
 from glasslab.data.shards import read_manifest
 from glasslab.errors import UserError
+from glasslab.layout import MANIFEST_FILE
 
 REFS_FILE = "shards/refs.jsonl"
 POSITION_NAME = {"jsonl": "line", "parquet": "row", "hf": "record"}
@@ -82,6 +83,6 @@ def _index(path: str, manifest_stamp: tuple) -> ProvenanceIndex:
 def document_provenance(dataset_dir: str | Path, domain: str, split: str, index: int) -> dict:
     """Where document ``index`` of ``domain``'s ``split`` shard came from (see :meth:`ProvenanceIndex.record`)."""
     path = Path(dataset_dir).resolve()
-    manifest = path / "manifest.json"
+    manifest = path / MANIFEST_FILE
     stamp = (manifest.stat().st_mtime_ns, manifest.stat().st_size) if manifest.is_file() else ()
     return _index(str(path), stamp).record(domain, split, index)
