@@ -5,6 +5,9 @@ Browsers refuse ``fetch`` on file:// pages, so each page's data is a script that
 Every file is written to a temp name and renamed, so a host serving the folder while ``--watch``
 re-exports never serves half a file. ``watch`` re-exports only the pages whose files changed, so one
 run that logged a step costs its own pages and the lab-wide ones (overview, compare), not the lab.
+
+A published site is a public record: each page's data goes through :class:`glasslab.public.Publicizer`,
+so no local path or host name the lab's records hold reaches it (the live server shows them to its user).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from glasslab.observatory.relations import Relations
 from glasslab.observatory.runs import TOKENS_KEY
 from glasslab.observatory.series import interpolate
 from glasslab.observatory.shell import STATIC_FILES, render_shell, script_json, static_file
+from glasslab.public import Publicizer
 
 WATCH_SECONDS = 3.0
 
@@ -138,6 +142,14 @@ class SiteInputs:
         return (self.group("runs"), self.group("lab"), self.group("lab_events"))
 
 
+def lab_publicizer(lab: Lab) -> Publicizer:
+    """The public copy maker for ``lab``: its root, and every host its steps and runs ran on."""
+    index = lab.index()
+    records = [lab.json(f / STEP_RECORD) for f in index.steps.values()]
+    records += [lab.json(f / RUN_RECORD) for f in index.runs.values()]
+    return Publicizer(lab.root, {str(r["host"]) for r in records if isinstance(r, dict) and r.get("host")})
+
+
 def with_tokens(series: dict[str, Any]) -> dict[str, Any]:
     """A run's series (as on its page) with tokens at each point, for the static compare page's x axes."""
     tokens = series.get(TOKENS_KEY) or {"steps": []}
@@ -186,6 +198,7 @@ class Publisher:
                 self.stamps[("figure", name)] = stamp
                 written.append(name)
         inputs = SiteInputs(self.lab)
+        self.public = lab_publicizer(self.lab)
         for page, item_id in pages:
             stamp = inputs.page(page, item_id)
             if self.stamps.get((page, item_id)) == stamp:
@@ -206,6 +219,7 @@ class Publisher:
         data = build_page(self.lab, page, item_id, with_series=False)
         if data is None:
             return None
+        data = self.public.data(data)
         if page == "compare":
             data["series_files"] = {run["id"]: series_file(run["id"]) for run in data["runs"]}
         name = page_file(page, item_id)
