@@ -6,7 +6,8 @@ published — the static site, an export's manifest and model card — names dat
 holding the published record can find them again: by folder name (relative to the lab) and manifest hash.
 The records on disk stay as written (``run.json`` is immutable); this module makes the public copy:
 
-- an absolute path inside the lab becomes the path relative to the lab root (a run's folder name);
+- an absolute path inside the lab becomes the lab's folder name and the path below it (``lab/data-1a2b3c4d``,
+  as the run page's Reproduce box writes commands to run beside the lab);
 - any other absolute path becomes its last name (``/home/me/corpus/web.jsonl`` → ``web.jsonl``);
 - a ``host`` field is dropped, and a host name named in the lab's records is replaced in free text.
 
@@ -34,6 +35,7 @@ class Publicizer:
 
     def __init__(self, lab_root: str | Path, hosts: Iterable[str] = ()) -> None:
         root = Path(lab_root)
+        self.name = root.resolve().name
         # Both spellings: a record may hold the path as given or resolved (symlinks, /tmp → /private/tmp).
         self.roots = sorted({str(root.absolute()).rstrip("/"), str(root.resolve()).rstrip("/")}, key=len, reverse=True)
         names = {h for h in (*hosts, socket.gethostname()) if h and h not in ("localhost",)}
@@ -41,12 +43,11 @@ class Publicizer:
                                 + r")\b") if names else None
 
     def path(self, text: str) -> str:
-        """One absolute path as published: relative to the lab root inside it, else its last name."""
+        """One absolute path as published: the lab's name and the path below it inside the lab, else its
+        last name."""
         for root in self.roots:
-            if text == root:
-                return "."
-            if text.startswith(root + "/"):
-                return text[len(root) + 1:]
+            if text == root or text.startswith(root + "/"):
+                return self.name + text[len(root):]
         return Path(text.rstrip("/")).name or "."
 
     def text(self, text: str) -> str:

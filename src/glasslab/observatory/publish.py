@@ -24,6 +24,7 @@ from glasslab.layout import (
     BUILD_PROGRESS,
     BUILD_RECORD,
     CARDS_DIR,
+    CHECKPOINT_LIST,
     FIT_FILE,
     LAB_EVENTS_DB,
     METRICS_DB,
@@ -87,7 +88,7 @@ class SiteInputs:
     thousand files and a few thousand pages.
     """
 
-    RUN_FILES = (METRICS_DB, f"{METRICS_DB}-wal", RUN_RECORD, STEP_RECORD)
+    RUN_FILES = (METRICS_DB, f"{METRICS_DB}-wal", RUN_RECORD, STEP_RECORD, CHECKPOINT_LIST)
 
     def __init__(self, lab: Lab) -> None:
         self.lab = lab

@@ -86,6 +86,15 @@
       { rowAttrs: (i) => ({ id: `export-${i}` }), units: [null, "count"] }));
   }
 
+  // The kept checkpoints (checkpoints.json): hashes anyone can check a download or a replay against.
+  function checkpointsSection(checkpoints) {
+    if (!checkpoints || !checkpoints.length) return;
+    section("Checkpoints", table(["step", "tokens", "weights sha256", "export it"],
+      checkpoints.map((c) => [c.step, c.tokens ?? "", el("code", { title: c.weights_sha256 || "" }, (c.weights_sha256 || "").slice(0, 16)),
+        el("code", {}, c.command)]),
+      { rowAttrs: (i) => ({ id: `checkpoint-${checkpoints[i].step}` }), units: ["count", "count"] }));
+  }
+
   // `glasslab eval` results of this run's checkpoints and exports: one row per task.
   function evaluationsSection(evaluations) {
     if (!evaluations || !evaluations.length) return;
@@ -154,6 +163,7 @@
     const moe = d.layers.length ? drawLayers(d, sync, events) : null;
     reproduceBox(d.reproduce);
     exportsSection((d.links || {}).exports, d.lab_name || "lab");
+    checkpointsSection(d.checkpoints);
     evaluationsSection((d.links || {}).evaluations);
     const samplesBox = section("Samples", el("div", {})).lastChild;
     const samples = d.samples.slice();
