@@ -117,6 +117,9 @@ def data_page(lab: Lab, report_id: str) -> dict[str, Any] | None:
     report = lab.json(folder / REPORT_FILE)
     domains = sorted((report or {}).get("domains") or {})
     runs = [domain_results(lab, r, domains) for r in Relations(lab).runs_using(report_id)] if report else []
+    step = lab.json(folder / STEP_RECORD) or {}
+    # The step that built it (its function and config): what `glasslab reproduce` builds again.
+    built_by = {k: step[k] for k in ("name", "function", "config") if k in step} if "function" in step else None
     return clean({"page": "data", "id": report_id, "title": f"Data {report_id}", "report": report,
                   "build": build_stages(lab, folder), "runs": runs, "warnings": warnings(report or {}, runs),
-                  "watch": []})
+                  "built_by": built_by, "watch": []})
