@@ -63,9 +63,12 @@
       el("b", {}, `Pre-registered ${band.target}: `), v.text);
   }
 
-  function reproduceBox(r) {
+  function reproduceBox(r, d) {
     if (!r || !r.commands.length) return null;
-    const notes = [];
+    // Replaying and checking the run: from this very page when it is published, else from the run folder.
+    const source = G.STATIC ? location.href : `${d.lab_name || "lab"}/${d.id}`;
+    const notes = [el("p", { class: "muted" }, "Replay it and check every published checkpoint (bit-identical, or where it first differs): ",
+      el("code", { id: "replay" }, `glasslab reproduce ${source} --lab replay`))];
     if (r.dirty) notes.push(el("p", { class: "warn" }, `The run had uncommitted changes (diff sha256 ${r.diff_sha256 || "?"}); `
       + "the commit alone does not hold its exact code."));
     if (!r.recorded) {
@@ -161,7 +164,7 @@
     }
     if (!d.panels.length) grid.append(el("p", { class: "muted" }, "Nothing logged yet."));
     const moe = d.layers.length ? drawLayers(d, sync, events) : null;
-    reproduceBox(d.reproduce);
+    reproduceBox(d.reproduce, d);
     exportsSection((d.links || {}).exports, d.lab_name || "lab");
     checkpointsSection(d.checkpoints);
     evaluationsSection((d.links || {}).evaluations);
