@@ -7,7 +7,8 @@
    ``allow_other_commit`` — a run of another commit (it says which ``git checkout`` to run);
 2. finds the dataset in the lab by folder name and manifest hash, else builds it again with the step the
    site published (its function and config) and refuses when the rebuilt manifest's sha256 differs;
-3. trains the recorded config as a ``glasslab train`` step in the lab, up to ``until`` (the schedule stays
+3. trains the recorded config as a ``glasslab train`` step in the lab on the recorded device and CPU
+   threads, up to ``until`` (the schedule stays
    the whole run's: it stops as a preemption does, and the same command without ``until`` resumes);
 4. compares each published checkpoint up to there with the replay's by the sha256 of the weights'
    canonical bytes — **bit-identical**, or the first step where ``train/loss`` differs and the largest
@@ -112,8 +113,9 @@ def replay(run: PublishedRun, lab: Path, dataset: Path, until: int | None = None
     unplaced = dataclasses.replace(run_cfg, data=dataclasses.replace(run_cfg.data, build="", path=""))
     total = run_cfg.train.total_steps
     stop = until if until is not None and until < total else 0
+    device = "cuda" if str(run.record.get("device", "cpu")).startswith("cuda") else "cpu"
     step_cfg = TrainStepConfig(run=unplaced, data_path=str(dataset), data_manifest=manifest_hash(dataset),
-                               stop_after=stop)
+                               device=device, threads=int(run.record.get("threads") or 0), stop_after=stop)
     name = f"reproduce-{run.run_id.rsplit('-', 1)[0]}"
     try:
         return run_one_step(Step(name, train_step, step_cfg), lab).folder
