@@ -30,6 +30,7 @@ HEADLINES = {
                        "cpu_dense_model_flops_fraction_of_matmul", "host_syncs_per_step", "recompiles_after_step_1"],
     "observatory_bench.py": ["series_1M_to_2000_http_ms", "live_latency_p95_s", "log_cost_pct_of_50ms_step",
                              "lab_overview_ms", "lab_run_page_ms", "lab_compare_page_ms", "publish_watch_one_run_s"],
+    "reproduce_bench.py": ["reproduce_bit_identical_checkpoints", "reproduce_train_seconds_ratio"],
     "screenshot.py": ["pages_shot"],
     "sft_bench.py": ["sft_packed_vs_padded_tokens_per_s_ratio", "sft_heldout_loss_drop_percent",
                      "dpo_heldout_pref_accuracy_gain_points", "chat_page_vs_cli_first_token_ratio",
