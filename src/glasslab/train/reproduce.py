@@ -3,7 +3,8 @@
 ``glasslab reproduce SOURCE`` reads the run's public record (``observatory.published``), then:
 
 1. refuses what it cannot replay in one line: a post-training or forked run (reproduce the parent first),
-   a run whose code had uncommitted changes (the diff is not published, only its hash), and — unless
+   a run whose code had uncommitted changes (the diff is not published, only its hash; a checkout holding
+   that very diff on that commit may replay it), and — unless
    ``allow_other_commit`` — a run of another commit (it says which ``git checkout`` to run);
 2. finds the dataset in the lab by folder name and manifest hash, else builds it again with the step the
    site published (its function and config) and refuses when the rebuilt manifest's sha256 differs;
@@ -75,11 +76,12 @@ def check_replayable(run: PublishedRun, allow_other_commit: bool) -> None:
         name = parent.get("run") or parent.get("export") or "its parent"
         raise UserError(f"{run.run_id}: a {'post-training' if record.get('role') in POST_TRAINING_ROLES else 'forked'} "
                         f"run; reproduce its parent {name} first")
-    code = record.get("code") or {}
-    if code.get("dirty"):
+    code, current = record.get("code") or {}, code_version()
+    here = current.get("commit")
+    # Uncommitted changes: only this checkout's own, the same diff on the same commit, replay them.
+    if code.get("dirty") and (code.get("commit"), code.get("diff_sha256")) != (here, current.get("diff_sha256")):
         raise UserError(f"{run.run_id}: trained with uncommitted changes (diff sha256 {code.get('diff_sha256')}) that "
                         "are not published; it cannot be replayed")
-    here = code_version().get("commit")
     if code.get("commit") and code["commit"] != here and not allow_other_commit:
         raise UserError(f"{run.run_id}: trained at commit {code['commit']}, this is {here}; run "
                         f"`git checkout {code['commit']}` first (or --allow-other-commit for a tolerance report)")
@@ -162,9 +164,10 @@ def _weight_difference(original: Path | None, replayed: Path, step: int) -> floa
     return max(((mine[k].double() - theirs[k].double()).abs().max().item() for k in mine if k in theirs), default=0.0)
 
 
-def same_platform(run: PublishedRun) -> bool:
-    """Whether this machine is the platform the run recorded (bit-identical is then the expectation)."""
-    return run.record.get("platform") == platform.platform()
+def same_setting(run: PublishedRun) -> bool:
+    """Whether this is the platform and commit the run recorded (bit-identical is then the expectation)."""
+    commit = (run.record.get("code") or {}).get("commit")
+    return run.record.get("platform") == platform.platform() and commit == code_version().get("commit")
 
 
 def report_lines(run: PublishedRun, verdicts: list[CheckpointVerdict]) -> list[str]:
@@ -183,6 +186,6 @@ def report_lines(run: PublishedRun, verdicts: list[CheckpointVerdict]) -> list[s
             lines.append(f"step {v.step}: differs ({where}; largest |loss difference| "
                          f"{v.largest_loss_difference:.3g}{weights})")
     same = sum(1 for v in verdicts if v.identical)
-    kind = "" if same_platform(run) else " (another platform than the run's: a tolerance report, not a promise)"
+    kind = "" if same_setting(run) else " (another platform or commit than the run's: a tolerance report)"
     lines.append(f"{run.run_id}: {same} of {len(verdicts)} published checkpoints bit-identical{kind}")
     return lines
