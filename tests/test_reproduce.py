@@ -14,8 +14,9 @@ from glasslab.cli import main as cli_main
 from glasslab.data.build import build_step
 from glasslab.errors import UserError
 from glasslab.lab import Step, run_one_step
+from glasslab.layout import read_json
 from glasslab.observatory.publish import publish
-from glasslab.train.reproduce import PublishedRun, check_replayable
+from glasslab.train.reproduce import PublishedRun, check_replayable, find_or_build_dataset
 from train_data import tiny_build_config, tiny_run_config
 
 
@@ -79,3 +80,14 @@ def _record(**fields) -> PublishedRun:
 def test_what_cannot_be_replayed_is_refused_in_one_line(fields, expected):
     with pytest.raises(UserError, match=expected):
         check_replayable(_record(**fields), allow_other_commit=False)
+
+
+def test_a_rebuilt_dataset_that_differs_is_refused_naming_the_first_differing_file(tmp_path):
+    built = run_one_step(Step("data", build_step, tiny_build_config()), tmp_path / "made").folder
+    manifest = read_json(built / "manifest.json")
+    manifest["domains"]["prose"]["train"]["sha256"] = "f" * 64  # as if the published build made other shards
+    record = {"dataset": {"folder": built.name, "manifest_hash": "0" * 64}}
+    step = {"name": "data", "function": "glasslab.data.build:build_step",
+            "config": read_json(built / "step.json")["config"], "manifest": manifest}
+    with pytest.raises(UserError, match=r"first at domains\.prose\.train\.sha256 \(shards/prose/train\.bin\)"):
+        find_or_build_dataset(PublishedRun("run-x", record, [], {}, step), tmp_path / "replay")

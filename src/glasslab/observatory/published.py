@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from glasslab.errors import UserError
-from glasslab.layout import CHECKPOINT_LIST, RUN_RECORD, STEP_RECORD, read_json
+from glasslab.layout import CHECKPOINT_LIST, MANIFEST_FILE, RUN_RECORD, STEP_RECORD, read_json
 from glasslab.track import RunReader
 from glasslab.train.reproduce import PublishedRun
 
@@ -45,6 +45,8 @@ def _from_folder(folder: Path) -> PublishedRun:
     dataset = (record.get("dataset") or {}).get("folder")
     step = read_json(folder.parent / dataset / STEP_RECORD) if dataset else None
     data_step = {k: step[k] for k in ("name", "function", "config")} if step and "function" in step else None
+    if data_step is not None:
+        data_step["manifest"] = read_json(folder.parent / dataset / MANIFEST_FILE)
     return PublishedRun(folder.name, record, listed.get("checkpoints", []), dict(zip(steps, values, strict=True)),
                         data_step, folder)
 

@@ -7,7 +7,8 @@
    that very diff on that commit may replay it), and — unless
    ``allow_other_commit`` — a run of another commit (it says which ``git checkout`` to run);
 2. finds the dataset in the lab by folder name and manifest hash, else builds it again with the step the
-   site published (its function and config) and refuses when the rebuilt manifest's sha256 differs;
+   site published (its function and config) and refuses when the rebuilt manifest's sha256 differs,
+   naming the first entry (and file) of the published manifest that the rebuild does not match;
 3. trains the recorded config as a ``glasslab train`` step in the lab on the recorded device and CPU
    threads, up to ``until`` (the schedule stays
    the whole run's: it stops as a preemption does, and the same command without ``until`` resumes);
@@ -34,6 +35,7 @@ from glasslab.data import manifest_hash
 from glasslab.errors import UserError
 from glasslab.lab import Step, run_one_step
 from glasslab.layout import CHECKPOINT_LIST, MANIFEST_FILE, MODEL_STATE, checkpoint_path, code_version, read_json
+from glasslab.public import Publicizer
 from glasslab.track import RunReader
 from glasslab.train.run_config import RunConfig
 from glasslab.train.steps import TrainingPreempted, TrainStepConfig, train_step
@@ -53,7 +55,8 @@ class PublishedRun:
     losses: dict[int, float]
     """``train/loss`` by step, as logged (the latest attempt)."""
     data_step: dict[str, Any] | None
-    """``{"name", "function", "config"}`` of the step that built the run's dataset, when published."""
+    """``{"name", "function", "config", "manifest"}`` of the step that built the run's dataset and what it
+    built (the dataset's ``manifest.json``), when published."""
     folder: Path | None = field(default=None)
     """The run folder when the record was read from one (its checkpoints' weights are then at hand)."""
 
@@ -102,9 +105,26 @@ def find_or_build_dataset(run: PublishedRun, lab: Path) -> Path:
     built = run_one_step(Step(run.data_step["name"], run.data_step["function"], run.data_step["config"]), lab).folder
     rebuilt = manifest_hash(built)
     if rebuilt != digest:
+        published = run.data_step.get("manifest")
+        # Both sides as published (paths made public), so only what was built can differ.
+        public = Publicizer(lab)
+        first = first_difference(public.data(published), public.data(read_json(built / MANIFEST_FILE)))
         raise UserError(f"{built}: rebuilt dataset's manifest sha256 {rebuilt[:16]} differs from the published "
-                        f"{digest[:16]}; the data build is not the same here")
+                        f"{digest[:16]}" + (f"; first at {first}" if published and first else ""))
     return built
+
+
+def first_difference(published: Any, rebuilt: Any, where: str = "") -> str | None:
+    """Where two manifests first differ, in key order: a dotted key, with the file it describes when its
+    entry names one (``domains.code.train.sha256 (shards/code/train.bin)``); None when they are equal."""
+    if isinstance(published, dict) and isinstance(rebuilt, dict):
+        for key in sorted(set(published) | set(rebuilt)):
+            found = first_difference(published.get(key), rebuilt.get(key), f"{where}.{key}" if where else key)
+            if found is not None:
+                file = published.get("file")
+                return found if not isinstance(file, str) or "(" in found else f"{found} ({file})"
+        return None
+    return None if published == rebuilt else where or "the manifest"
 
 
 def replay(run: PublishedRun, lab: Path, dataset: Path, until: int | None = None) -> Path:
