@@ -4,9 +4,9 @@ a site folder, or an ``http(s)://`` address) or the run's own folder in a lab.
 What ``glasslab reproduce`` needs of a run: ``run.json`` (the resolved config, code commit and dirty flag
 with the diff's hash, package versions, platform, the dataset's folder name and manifest hash), the kept
 checkpoints with their weights' sha256 (``checkpoints.json``), the logged ``train/loss`` and the step that
-built the dataset (its function and config, from the data page). A site's page keeps its data in a
-script beside it (``data/<page>.js``, ``window.GLASSLAB_DATA = {...};``) and the compare page's series in
-``data/series-<page>.js``; both are read as JSON.
+built the dataset (its function, config and manifest, from the data page). A site's page keeps its data
+in a script beside it (``data/<page>.js``, ``window.GLASSLAB_DATA = {...};``) and a run's series in chunk
+scripts named by an index script (the page's ``series_index``); all are read as JSON.
 """
 
 from __future__ import annotations
@@ -82,8 +82,12 @@ def _from_site(base: str, page: str, fetch) -> PublishedRun:
         raise UserError(f"{base}/{page}: not a run page (run-….html)")
     stem = page.removesuffix(".html")
     data = _script_json(fetch(base, f"data/{stem}.js"), f"{base}/data/{stem}.js")
-    series = _script_json(fetch(base, f"data/series-{stem.removeprefix('run-')}.js"), f"{base}/data/series-….js")
-    loss = series.get(LOSS_KEY) or {"steps": [], "values": []}
+    loss = {"steps": [], "values": []}
+    index_name = data.get("series_index")
+    index = _script_json(fetch(base, index_name), f"{base}/{index_name}") if index_name else {}
+    if LOSS_KEY in index.get("scalars", {}):
+        chunk_name = f"{index['prefix']}-{index['scalars'][LOSS_KEY]}.js"
+        loss = _script_json(fetch(base, chunk_name), f"{base}/{chunk_name}")["scalars"][LOSS_KEY]
     data_step = None
     dataset = (data.get("links") or {}).get("dataset")
     if dataset:
