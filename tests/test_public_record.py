@@ -83,8 +83,10 @@ def test_paths_become_the_labs_name_and_below_and_hosts_go():
     record = {"host": "box7", "config": {"data": {"path": "/srv/me/lab/data-1a2b"}},
               "parent": {"run_dir": "/srv/me/lab/run-x", "run": "run-x"},
               "note": "trained on box7 from /home/me/corpus/web.jsonl; see http://127.0.0.1:8765/run/run-x",
+              "sample": "</script> a/b 1/2 /usr", "home": "~/corpus/web.jsonl",
               "metrics": {"eval/macro/loss": 3.2, "throughput/tokens_per_second": 10}}
     assert public.data(record) == {
         "config": {"data": {"path": "lab/data-1a2b"}}, "parent": {"run_dir": "lab/run-x", "run": "run-x"},
         "note": "trained on <host> from web.jsonl; see http://127.0.0.1:8765/run/run-x",
+        "sample": "</script> a/b 1/2 /usr", "home": "web.jsonl",
         "metrics": {"eval/macro/loss": 3.2, "throughput/tokens_per_second": 10}}

@@ -25,9 +25,9 @@ from typing import Any
 HOST_KEYS = frozenset({"host", "hostname"})
 """Fields that name a machine; a public record drops them."""
 HIDDEN_HOST = "<host>"
-ABSOLUTE_PATH = re.compile(r"(?<![\w.:/~-])(?:~|/)(?:/?[\w.@+=,%-]+)+/?")
-"""An absolute path in free text: ``/`` or ``~`` not inside a word, a URL (``http://host/run/x``) or a
-relative path (``tokens/s``, ``a/b``), then one or more names."""
+ABSOLUTE_PATH = re.compile(r"(?<![\w.:/~<-])~?(?:/[\w.@+=,%-]+){2,}/?")
+"""An absolute path in free text: two or more ``/name`` parts (after ``~`` or not), not inside a word, a
+URL (``http://host/run/x``), a relative path (``tokens/s``, ``a/b``) or markup (``</script>``)."""
 
 
 class Publicizer:
