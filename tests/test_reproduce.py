@@ -45,6 +45,7 @@ def test_a_run_replayed_from_its_site_alone_is_bit_identical_at_every_published_
     # 0, 1, 2, 4 (log-spaced below the interval of 8), 9 (before the decay), 12 (the end); keep_last=1 kept no 8.
     assert [line.split(":")[0] for line in out.splitlines()[:6]] == [f"step {s}" for s in (0, 1, 2, 4, 9, 12)]
     assert out.count(": bit-identical") == 6 and "6 of 6 published checkpoints bit-identical" in out
+    assert "tolerance" not in out  # the same platform, commit, packages and threads as the original
     assert list((root / "replay").glob("data-*/manifest.json"))  # the data was built again from the site
 
 

@@ -16,8 +16,8 @@
    canonical bytes — **bit-identical**, or the first step where ``train/loss`` differs and the largest
    loss difference (and, with the original's checkpoints at hand, the largest weight difference).
 
-Same platform and threads, bit-identical is the expectation; on another platform the report is a
-tolerance report and says so.
+Same platform, commit, package versions and threads, bit-identical is the expectation; elsewhere the
+report is a tolerance report and says what differs.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from glasslab.lab import Step, run_one_step
 from glasslab.layout import CHECKPOINT_LIST, MANIFEST_FILE, MODEL_STATE, checkpoint_path, code_version, read_json
 from glasslab.public import Publicizer
 from glasslab.track import RunReader
+from glasslab.track.run_record import package_versions
 from glasslab.train.run_config import RunConfig
 from glasslab.train.steps import TrainingPreempted, TrainStepConfig, train_step
 
@@ -184,10 +185,19 @@ def _weight_difference(original: Path | None, replayed: Path, step: int) -> floa
     return max(((mine[k].double() - theirs[k].double()).abs().max().item() for k in mine if k in theirs), default=0.0)
 
 
-def same_setting(run: PublishedRun) -> bool:
-    """Whether this is the platform and commit the run recorded (bit-identical is then the expectation)."""
-    commit = (run.record.get("code") or {}).get("commit")
-    return run.record.get("platform") == platform.platform() and commit == code_version().get("commit")
+def setting_differences(run: PublishedRun) -> list[str]:
+    """What differs here from where the run trained: platform, commit, the versions of the packages that
+    decide what a run computes (empty: bit-identical is the expectation)."""
+    found = []
+    if run.record.get("platform") != platform.platform():
+        found.append(f"platform {run.record.get('platform')} → {platform.platform()}")
+    commit, here = (run.record.get("code") or {}).get("commit"), code_version().get("commit")
+    if commit != here:
+        found.append(f"commit {str(commit)[:12]} → {str(here)[:12]}")
+    versions = package_versions()
+    found += [f"{name} {old} → {versions.get(name)}" for name, old in sorted((run.record.get("packages") or {}).items())
+              if name != "glasslab" and versions.get(name) != old]
+    return found
 
 
 def report_lines(run: PublishedRun, verdicts: list[CheckpointVerdict]) -> list[str]:
@@ -206,6 +216,7 @@ def report_lines(run: PublishedRun, verdicts: list[CheckpointVerdict]) -> list[s
             lines.append(f"step {v.step}: differs ({where}; largest |loss difference| "
                          f"{v.largest_loss_difference:.3g}{weights})")
     same = sum(1 for v in verdicts if v.identical)
-    kind = "" if same_setting(run) else " (another platform or commit than the run's: a tolerance report)"
+    differences = setting_differences(run)
+    kind = f" (a tolerance report: {'; '.join(differences)})" if differences else ""
     lines.append(f"{run.run_id}: {same} of {len(verdicts)} published checkpoints bit-identical{kind}")
     return lines
