@@ -35,7 +35,7 @@ class DemoLab:
 def demo_lab(tmp_path_factory) -> DemoLab:
     """The one demo lab of a test session (built once, a few minutes on 2 cores): every test that needs
     a finished demo reads this lab and must not change what is in it (rerunning cached steps is fine)."""
-    root = tmp_path_factory.mktemp("demo") / "lab"
+    root = tmp_path_factory.mktemp("where-the-demo-lab-lived") / "lab"  # a path the public record must not name
     started = time.monotonic()
     result = run_cli("demo", "--quick", "--no-serve", "--lab", str(root), timeout=1100)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

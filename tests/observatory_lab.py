@@ -151,6 +151,10 @@ def build_lab(root: Path, hero_steps: int = 20) -> Path:
     write_json(root / "hero-dddd4444" / "step.json", {"name": "hero", "status": "succeeded", "attempts": 1,
                                                       "function": "glasslab.ladder.steps:hero_step",
                                                       "dependencies": {"data": "data-abc12345"}})
+    # The hero's kept checkpoints, as the trainer lists them (checkpoints.json).
+    write_json(root / "hero-dddd4444" / "checkpoints.json", {"checkpoints": [
+        {"step": s, "tokens": s * TOKENS_PER_STEP, "weights_sha256": f"{s:02d}" * 32, "extra": s in (1, 2, 4),
+         "files": {"model.pt": "ab" * 32}} for s in (0, 1, 2, 4, 19)]})
     # A fork of the middle rung, and an export of the hero (the formats of issue 15).
     log_run(root / "fork-eeee5555", 10, 1.1,
             {"parent": {"run": "rung-m-bbbb2222", "run_dir": "/elsewhere/rung-m-bbbb2222", "step": 20}})

@@ -171,6 +171,12 @@ def test_hero_run_page_draws_its_band_and_links(site, page):
     reproduce = page.locator("#reproduce").inner_text()
     assert reproduce.startswith("git checkout ")
     assert "glasslab train run-config.json data.path=lab/data-abc12345" in reproduce
+    kept = page.locator("#checkpoint-19").inner_text().split("\t")  # the hero's kept checkpoints, each exportable
+    assert kept == ["19", "77.82k", "19" * 8, f"glasslab export {HERO}@19"]
+    assert page.locator("tr[id^=checkpoint-]").count() == 5
+    replay = page.locator("#replay").inner_text()  # a published page names itself as what to replay
+    assert replay.startswith("glasslab reproduce ") and (page.url in replay if site.kind == "static"
+                                                           else f"/{HERO} --lab replay" in replay)
     header = page.locator("#run-header").inner_text()
     assert "step 19 of 19 (100%)" in header and "81.92k tokens" in header
     # Task accuracy in percent with its chance line; peak memory in GB.

@@ -235,7 +235,7 @@ def test_sft_from_an_export_with_no_dataset_at_hand_trains_exports_and_chats(lab
     given = tmp_path / "given"  # an export as someone downloads it: no dataset beside it, none named
     assert cli_main(["export", str(lab["base"]), "--lab", str(tmp_path / "made"), "--out", str(given)]) == 0
     manifest = read_json(given / EXPORT_MANIFEST)
-    write_json_atomic(given / EXPORT_MANIFEST, {**manifest, "dataset": None, "dataset_path": None})
+    write_json_atomic(given / EXPORT_MANIFEST, {**manifest, "dataset": None, "dataset_manifest_hash": None})
     cfg = SFTStepConfig(train=_sft_train_config(max_steps=4, checkpoint_interval=4), base=str(given),
                         conversations_from="conversations")
     out = tmp_path / "lab" / "sft-from-export"

@@ -102,3 +102,22 @@ def test_cuda_rng_states_restore_where_fewer_gpus_are_visible(monkeypatch):
     state["cuda"] = [torch.full((16,), 1, dtype=torch.uint8), torch.full((16,), 2, dtype=torch.uint8)]
     restore_rng(state)
     assert list(restored) == [0] and torch.equal(restored[0], state["cuda"][0])
+
+
+def test_the_published_schedule_is_step_0_powers_of_two_below_the_interval_pre_decay_and_final():
+    from glasslab.train.config import ScheduleConfig, TrainConfig
+
+    wsd = TrainConfig(max_steps=1000, checkpoint_interval=100, schedule=ScheduleConfig(kind="wsd", decay_fraction=0.2))
+    assert sorted(ckpt.published_steps(wsd)) == [0, 1, 2, 4, 8, 16, 32, 64, 800, 1000]
+    cosine = TrainConfig(max_steps=6, checkpoint_interval=100, schedule=ScheduleConfig(kind="cosine"))
+    assert sorted(ckpt.published_steps(cosine)) == [0, 1, 2, 4, 6]
+
+
+def test_extra_checkpoints_do_not_count_toward_keep_last_and_rollbacks_pass_them_by(tmp_path):
+    for step in (0, 4, 10, 14, 20):
+        parts = {"model": {"w": torch.full((4,), float(step))}}
+        ckpt.save_checkpoint(tmp_path, step, parts, about={"extra": True} if step % 10 else None)
+        ckpt.apply_retention(tmp_path, keep_last=2, keep_every=0, keep=frozenset({0, 4, 14}))
+    assert [s for s, _ in ckpt.list_checkpoints(tmp_path)] == [0, 4, 10, 14, 20]
+    assert latest_checkpoint(tmp_path, at_most=19, skip_extra=True)[0] == 10
+    assert latest_checkpoint(tmp_path, at_most=19)[0] == 14

@@ -190,3 +190,42 @@ def test_muon_trains_the_tiny_moe(tmp_path):
     with RunReader(tmp_path) as reader:
         losses = reader.scalars("train/loss")[1]
     assert sum(losses[-5:]) / 5 < 0.7 * sum(losses[:5]) / 5, losses
+
+
+def test_kept_log_checkpoints_are_listed_and_never_change_where_a_rollback_returns(tmp_path):
+    """``train.keep_log`` writes 0, 1, 2, 4, 8 (below the interval of 16) and 24 (the last step before the
+    WSD decay) as well; a rollback at 26 still returns to 16, not to the extra 24, so the run's losses,
+    rollback and weights are bit for bit those of the run without them."""
+    import json
+
+    from glasslab.layout import read_json
+    from glasslab.model.load import weights_sha256
+    from glasslab.train import checkpoint as ckpt
+
+    schedule = ScheduleConfig(kind="wsd", warmup_fraction=0.0, decay_fraction=0.4)
+    runs = {}
+    for keep_log in (False, True):
+        cfg = _cfg(checkpoint_interval=16, keep_log=keep_log, schedule=schedule)
+        loader = _BadBatchAt(cfg.seq_len, cfg.global_batch_size, bad={25, 26})
+        trainer = make_trainer(tmp_path / str(keep_log), cfg, loader=loader)
+        assert trainer.fit() == "finished"
+        trainer.run.finish()
+        with RunReader(tmp_path / str(keep_log)) as reader:
+            rollbacks = [e["title"] for e in reader.events() if e["kind"] == "rollback"]
+            runs[keep_log] = (reader.scalars("train/loss"), rollbacks, trainer.replica_fingerprint())
+    assert runs[True] == runs[False] and "to 16" in runs[True][1][0]
+
+    run_dir = tmp_path / "True"
+    listed = json.loads((run_dir / "checkpoints.json").read_text())["checkpoints"]
+    assert [c["step"] for c in listed] == [0, 1, 2, 4, 8, 24, 32, 40]
+    assert [c["step"] for c in listed if c["extra"]] == [1, 2, 4, 8, 24]
+    assert [c["tokens"] for c in listed] == [c["step"] * 256 for c in listed]
+    assert [s for s, _ in ckpt.list_checkpoints(tmp_path / "False")] == [32, 40]
+    final = listed[-1]
+    assert final["weights_sha256"] == runs[True][2]
+    for entry in listed:  # the listed hashes are the files' and the weights' own, recomputed from disk
+        path = ckpt.checkpoint_path(run_dir, entry["step"])
+        assert entry["files"] == {n: f["sha256"] for n, f in read_json(path / "manifest.json")["files"].items()}
+        state = torch.load(path / "model.pt", weights_only=True)
+        assert weights_sha256(state) == entry["weights_sha256"]
+    assert len({c["weights_sha256"] for c in listed}) == len(listed)  # every kept step holds other weights

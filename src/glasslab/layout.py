@@ -52,6 +52,12 @@ shows a build in progress from it, and it goes when the build ends."""
 CHECKPOINTS_DIR = "checkpoints"
 """A run's checkpoint folders, ``checkpoints/step-XXXXXXX/``."""
 CHECKPOINT_PREFIX = "step-"
+CHECKPOINT_LIST = "checkpoints.json"
+"""A run's list of its kept checkpoints (step, tokens, each file's sha256, the weights' canonical sha256),
+rewritten by the trainer after every checkpoint; the published site carries it."""
+EXTRA_CHECKPOINT = "extra"
+"""Set in a checkpoint's manifest when it was written only for the published schedule (``train.keep_log``):
+a rollback passes it by, so kept checkpoints never change where training returns to."""
 MODEL_STATE = "model.pt"
 """The checkpoint part holding the model's parameters and buffers (what SFT starts from)."""
 TRAINER_STATE = "trainer.pt"
@@ -134,11 +140,14 @@ def checkpoint_problem(path: str | Path) -> str | None:
 
 
 def latest_checkpoint(run_dir: str | Path, on_fallback: Callable[[int, str], None] | None = None,
-                      at_most: int | None = None) -> tuple[int, Path] | None:
-    """The newest intact checkpoint (at step ``<= at_most`` when given) as (step, path), reporting each
-    damaged one to ``on_fallback(step, problem)``; None when there is none."""
+                      at_most: int | None = None, skip_extra: bool = False) -> tuple[int, Path] | None:
+    """The newest intact checkpoint (at step ``<= at_most`` when given; not one written only for the
+    published schedule when ``skip_extra``) as (step, path), reporting each damaged one to
+    ``on_fallback(step, problem)``; None when there is none."""
     for step, path in reversed(list_checkpoints(run_dir)):
         if at_most is not None and step > at_most:
+            continue
+        if skip_extra and is_extra_checkpoint(path):
             continue
         problem = checkpoint_problem(path)
         if problem is None:
@@ -146,6 +155,13 @@ def latest_checkpoint(run_dir: str | Path, on_fallback: Callable[[int, str], Non
         if on_fallback is not None:
             on_fallback(step, problem)
     return None
+
+
+def is_extra_checkpoint(path: str | Path) -> bool:
+    """Whether the checkpoint folder ``path`` was written only for the published schedule (its manifest
+    says :data:`EXTRA_CHECKPOINT`)."""
+    manifest = read_json(Path(path) / MANIFEST_FILE)
+    return isinstance(manifest, dict) and bool(manifest.get(EXTRA_CHECKPOINT))
 
 
 def intact_checkpoint(run_dir: str | Path, step: int) -> Path:

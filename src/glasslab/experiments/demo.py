@@ -171,13 +171,14 @@ def ladder_spec(size: DemoSize) -> LadderSpec:
 
 
 def train_recipe(size: DemoSize, sinks: tuple[str, ...] = ()) -> TrainConfig:
-    """What every rung and the hero share: schedule, guard, intervals, tasks, sinks (batch, steps and LR come
-    from the plan)."""
+    """What every rung and the hero share: schedule, guard, intervals, tasks, sinks, the published checkpoint
+    schedule (``keep_log``: what the site lists and ``glasslab export RUN@STEP`` exports; batch, steps and LR
+    come from the plan)."""
     return TrainConfig(schedule=ScheduleConfig(kind="wsd", warmup_fraction=WARMUP_FRACTION,
                                                decay_fraction=0.2, min_lr_ratio=0.0),
                        guard=GuardConfig(sigma=8.0), eval_max_tokens=size.eval_max_tokens, eval_batch_size=32,
                        sample_max_new_tokens=24, checkpoint_interval=size.checkpoint_interval, sinks=sinks,
-                       eval_tasks=TASKS, task_eval_every=size.task_eval_every)
+                       eval_tasks=TASKS, task_eval_every=size.task_eval_every, keep_log=True)
 
 
 def sft_tasks(size: DemoSize) -> tuple[TaskConfig, ...]:

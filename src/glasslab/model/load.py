@@ -123,6 +123,19 @@ def load_model(source: ModelSource, device: str | torch.device = "cpu") -> Trans
     return model.to(device).eval()
 
 
+def weights_sha256(state: dict[str, torch.Tensor]) -> str:
+    """sha256 of a model state's canonical bytes: each tensor's name, then its raw bytes (on the CPU,
+    contiguous), in name order. The same weights hash the same whichever file (``torch.save``, shards)
+    or process holds them, so two checkpoints are compared by this, not by their files."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for name, tensor in sorted(state.items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
 def load_checkpoint_weights(model: Transformer, path: Path) -> None:
     """The model state (parameters and buffers) of the checkpoint folder ``path`` into ``model``, a plain
     (unsharded) model in this process, whether one file or a sharded run's shards hold it. The weights
@@ -186,13 +199,17 @@ def _export_source(folder: Path, lab: str | Path | None) -> ModelSource:
 
 
 def _export_dataset(folder: Path, manifest: dict[str, Any], lab: str | Path | None) -> Path | None:
-    """The dataset the export's run trained on: where the manifest says, else the folder of that name in
-    ``lab`` or beside the export (a lab moved whole); None when none holds one."""
-    candidates = [Path(manifest["dataset_path"])] if manifest.get("dataset_path") else []
-    if manifest.get("dataset"):
-        roots = ([Path(lab)] if lab is not None else []) + [folder.resolve().parent]
-        candidates += [root / manifest["dataset"] for root in roots]
-    return next((c for c in candidates if (c / MANIFEST_FILE).is_file()), None)
+    """The dataset the export's run trained on: the folder its manifest names (``dataset``) in ``lab`` or
+    beside the export, when its manifest hash is the one the export recorded (``dataset_manifest_hash``);
+    None when none is (a caller that needs it takes ``--data``)."""
+    name, digest = manifest.get("dataset"), manifest.get("dataset_manifest_hash")
+    if not name:
+        return None
+    roots = ([Path(lab)] if lab is not None else []) + [folder.resolve().parent]
+    for candidate in (root / name for root in roots):
+        if (candidate / MANIFEST_FILE).is_file() and (not digest or file_sha256(candidate / MANIFEST_FILE) == digest):
+            return candidate
+    return None
 
 
 def _holds_tokenizer(folder: Path) -> bool:

@@ -12,7 +12,7 @@ import sqlite3
 import time
 from typing import Any
 
-from glasslab.layout import BUILD_PROGRESS, BUILD_RECORD, REPORT_FILE, RUN_RECORD, STEP_RECORD
+from glasslab.layout import BUILD_PROGRESS, BUILD_RECORD, MANIFEST_FILE, REPORT_FILE, RUN_RECORD, STEP_RECORD
 from glasslab.observatory.lab_scan import Lab
 from glasslab.observatory.relations import Relations
 from glasslab.observatory.runs import open_run, run_status
@@ -117,6 +117,11 @@ def data_page(lab: Lab, report_id: str) -> dict[str, Any] | None:
     report = lab.json(folder / REPORT_FILE)
     domains = sorted((report or {}).get("domains") or {})
     runs = [domain_results(lab, r, domains) for r in Relations(lab).runs_using(report_id)] if report else []
+    step = lab.json(folder / STEP_RECORD) or {}
+    # The step that built it (its function and config): what `glasslab reproduce` builds again.
+    built_by = {k: step[k] for k in ("name", "function", "config") if k in step} if "function" in step else None
+    if built_by is not None:  # and what it built: a rebuild that differs is told which file first
+        built_by["manifest"] = lab.json(folder / MANIFEST_FILE)
     return clean({"page": "data", "id": report_id, "title": f"Data {report_id}", "report": report,
                   "build": build_stages(lab, folder), "runs": runs, "warnings": warnings(report or {}, runs),
-                  "watch": []})
+                  "built_by": built_by, "watch": []})

@@ -5,6 +5,9 @@ Browsers refuse ``fetch`` on file:// pages, so each page's data is a script that
 Every file is written to a temp name and renamed, so a host serving the folder while ``--watch``
 re-exports never serves half a file. ``watch`` re-exports only the pages whose files changed, so one
 run that logged a step costs its own pages and the lab-wide ones (overview, compare), not the lab.
+
+A published site is a public record: each page's data goes through :class:`glasslab.public.Publicizer`,
+so no local path or host name the lab's records hold reaches it (the live server shows them to its user).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from glasslab.layout import (
     BUILD_PROGRESS,
     BUILD_RECORD,
     CARDS_DIR,
+    CHECKPOINT_LIST,
     FIT_FILE,
     LAB_EVENTS_DB,
     METRICS_DB,
@@ -37,6 +41,7 @@ from glasslab.observatory.page_data import build_page
 from glasslab.observatory.relations import Relations
 from glasslab.observatory.run_page import MAX_KEYS_PER_READ, read_run_series, read_run_vectors
 from glasslab.observatory.shell import STATIC_FILES, render_shell, script_json, static_file
+from glasslab.public import Publicizer
 
 WATCH_SECONDS = 3.0
 # Bytes of series JSON per chunk file: a 100,000-step metric downsampled to 2,000 points is ~70 kB,
@@ -85,7 +90,7 @@ class SiteInputs:
     thousand files and a few thousand pages.
     """
 
-    RUN_FILES = (METRICS_DB, f"{METRICS_DB}-wal", RUN_RECORD, STEP_RECORD)
+    RUN_FILES = (METRICS_DB, f"{METRICS_DB}-wal", RUN_RECORD, STEP_RECORD, CHECKPOINT_LIST)
 
     def __init__(self, lab: Lab) -> None:
         self.lab = lab
@@ -138,6 +143,14 @@ class SiteInputs:
         if page == "compare":
             return self.group("runs")
         return (self.group("runs"), self.group("lab"), self.group("lab_events"))
+
+
+def lab_publicizer(lab: Lab) -> Publicizer:
+    """The public copy maker for ``lab``: its root, and every host its steps and runs ran on."""
+    index = lab.index()
+    records = [lab.json(f / STEP_RECORD) for f in index.steps.values()]
+    records += [lab.json(f / RUN_RECORD) for f in index.runs.values()]
+    return Publicizer(lab.root, {str(r["host"]) for r in records if isinstance(r, dict) and r.get("host")})
 
 
 def series_prefix(run_id: str) -> str:
@@ -193,6 +206,7 @@ class Publisher:
                 self.stamps[("figure", name)] = stamp
                 written.append(name)
         inputs = SiteInputs(self.lab)
+        self.public = lab_publicizer(self.lab)
         for page, item_id in pages:
             stamp = inputs.page(page, item_id)
             if self.stamps.get((page, item_id)) == stamp:
@@ -215,6 +229,7 @@ class Publisher:
         data = build_page(self.lab, page, item_id, with_series=False)
         if data is None:
             return None
+        data = self.public.data(data)
         if page == "compare":
             data["series_files"] = {run["id"]: series_index_file(run["id"]) for run in data["runs"]}
         if page == "run":

@@ -14,7 +14,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from glasslab.layout import RUN_RECORD
+from glasslab.layout import CHECKPOINT_LIST, RUN_RECORD
 from glasslab.observatory.changes import experts_now, what_changed
 from glasslab.observatory.lab_scan import Lab, read_redacted
 from glasslab.observatory.panels import TASK_KEY, chart_specs
@@ -97,6 +97,14 @@ def run_links(relations: Relations, run_id: str) -> dict[str, Any]:
             "exports": relations.exports(run_id), "evaluations": relations.evaluations(run_id)}
 
 
+def kept_checkpoints(lab: Lab, run_id: str) -> list[dict[str, Any]]:
+    """The run's kept checkpoints as ``checkpoints.json`` lists them (step, tokens, the weights' sha256 and
+    each file's), each with the command that exports it."""
+    listed = lab.json(lab.index().runs[run_id] / CHECKPOINT_LIST) or {}
+    return [{**c, "command": f"glasslab export {run_id}@{c['step']}"}
+            for c in listed.get("checkpoints", []) if isinstance(c, dict) and "step" in c]
+
+
 def run_page(lab: Lab, run_id: str) -> dict[str, Any] | None:
     index = lab.index()
     folder = index.runs.get(run_id)
@@ -112,6 +120,7 @@ def run_page(lab: Lab, run_id: str) -> dict[str, Any] | None:
         "experts": None, "has_report": run_id in index.reports, "links": run_links(relations, run_id),
         "band": band_on_steps(record), "chance": {}, "reproduce": relations.reproduce(run_id),
         "lab_name": lab.root.resolve().name, "chat_models": chat_models(relations, run_id),
+        "checkpoints": kept_checkpoints(lab, run_id),
     }
     stored = store_part(lab, run_id)
     if stored is None:

@@ -11,7 +11,16 @@ stays one file written by rank 0. It is written under a hidden temp name and ren
 only when complete, so a process killed mid-write leaves either the previous state or a temp folder
 that is ignored and swept. A folder whose manifest is missing or whose files do not match it
 (truncated, corrupted) is skipped by ``layout.latest_checkpoint``, which reports it so the trainer records
-``checkpoint_fallback``. Reading checkpoints back (listing, verifying, their config) is the lab's file
+``checkpoint_fallback``.
+
+Which checkpoints stay: the last ``keep_last`` written on the interval (or at a preemption, or the end),
+the multiples of ``keep_every``, and with ``train.keep_log`` the published schedule (:func:`published_steps`).
+A schedule checkpoint off the interval is marked extra in its manifest; it does not count toward
+``keep_last`` and a rollback passes it by, so publishing more checkpoints never changes the run. Each
+manifest also holds the tokens trained on and the sha256 of the weights' canonical bytes
+(``model.load.weights_sha256``), and ``checkpoints.json`` beside the folders lists every kept one.
+
+Reading checkpoints back (listing, verifying, their config) is the lab's file
 contract in :mod:`glasslab.layout`, and a model's weights are read by :mod:`glasslab.model.load`, so
 loading a model needs nothing of the trainer; this module writes checkpoints and restores the trainer.
 """
@@ -29,7 +38,9 @@ import torch
 
 from glasslab.layout import (
     CHECKPOINT_CONFIG,
+    CHECKPOINT_LIST,
     CHECKPOINTS_DIR,
+    EXTRA_CHECKPOINT,
     MANIFEST_FILE,
     SHARDED_MODEL,
     TEMP_PREFIX,
@@ -38,19 +49,23 @@ from glasslab.layout import (
     checkpoint_path,
     file_sha256,
     intact_checkpoint,
+    is_extra_checkpoint,
     is_sharded,
     list_checkpoints,
     move_into_place,
+    read_json,
     remove,
     temp_path,
     write_json_atomic,
 )
+from glasslab.train.config import TrainConfig
 from glasslab.train.distributed import DistContext
+from glasslab.train.schedule import decay_start
 
 # The read side, from the file contract, for the trainer's callers that reach checkpoints through here.
 __all__ = ["HOST_PARTS", "SHARDED_MODEL", "SHARDED_OPTIMIZER", "apply_retention", "checkpoint_config",
-           "intact_checkpoint", "is_sharded", "list_checkpoints", "load_checkpoint", "save_checkpoint",
-           "save_sharded_checkpoint", "sweep_temp"]
+           "intact_checkpoint", "is_sharded", "list_checkpoints", "load_checkpoint", "published_steps",
+           "save_checkpoint", "save_sharded_checkpoint", "sweep_temp", "write_checkpoint_list"]
 
 PART_SUFFIX = ".pt"
 HOST_PARTS = frozenset({"trainer"})
@@ -60,23 +75,41 @@ SHARDED_OPTIMIZER = "optimizer"
 """The folder of a sharded run's optimiser state; absent before the first optimiser step."""
 
 
-def save_checkpoint(run_dir: Path, step: int, parts: dict[str, Any], config: dict[str, Any] | None = None) -> Path:
+def published_steps(cfg: TrainConfig) -> frozenset[int]:
+    """The steps ``train.keep_log`` keeps: 0, the powers of two below ``checkpoint_interval``, the last
+    step before a WSD decay starts, and the final step."""
+    total = cfg.total_steps
+    steps = {0, total}
+    power = 1
+    while power < min(cfg.checkpoint_interval, total):
+        steps.add(power)
+        power *= 2
+    start = decay_start(cfg.schedule, total)
+    if start is not None:
+        steps.add(start)
+    return frozenset(steps)
+
+
+def save_checkpoint(run_dir: Path, step: int, parts: dict[str, Any], config: dict[str, Any] | None = None,
+                    about: dict[str, Any] | None = None) -> Path:
     """Write ``parts`` (name → picklable state) and the run's ``config`` (plain data) as the checkpoint
-    for ``step``, atomically; the same step written again (after a rollback) replaces the old folder."""
+    for ``step``, atomically; the same step written again (after a rollback) replaces the old folder.
+    ``about`` adds fields to the manifest (``tokens``, ``weights_sha256``, ``extra``)."""
     final = checkpoint_path(run_dir, step)
     with atomic_path(final) as tmp:
         tmp.mkdir()
-        _finish_folder(tmp, step, parts, config, {})
+        _finish_folder(tmp, step, parts, config, {}, about)
     return final
 
 
 def save_sharded_checkpoint(run_dir: Path, step: int, ctx: DistContext, shards: dict[str, dict | None],
-                            parts: dict[str, Any] | None, config: dict[str, Any] | None = None) -> Path:
+                            parts: dict[str, Any] | None, config: dict[str, Any] | None = None,
+                            about: dict[str, Any] | None = None) -> Path:
     """The checkpoint for ``step`` of a sharded run; every rank calls it (a collective).
 
     ``shards``: folder name → a state dict of this rank's shards (DTensors), written with torch
     distributed checkpoint by every rank at once (None: nothing to write yet). ``parts`` and
-    ``config`` are rank 0's, as in :func:`save_checkpoint`. Each rank hashes the files it wrote;
+    ``config`` and ``about`` are rank 0's, as in :func:`save_checkpoint`. Each rank hashes the files it wrote;
     rank 0 writes the manifest and renames the folder into place, so a job killed mid-write leaves a
     temp folder that :func:`sweep_temp` removes.
     """
@@ -96,7 +129,7 @@ def save_sharded_checkpoint(run_dir: Path, step: int, ctx: DistContext, shards: 
             for name, state in shards.items():
                 if state is not None:
                     shard_files.update(_described(tmp, f"{name}/.metadata"))
-            _finish_folder(tmp, step, parts or {}, config, shard_files)
+            _finish_folder(tmp, step, parts or {}, config, shard_files, about)
             move_into_place(tmp, final)
     except BaseException:
         if ctx.is_main:
@@ -120,7 +153,7 @@ def _described(root: Path, name: str) -> dict[str, dict]:
 
 
 def _finish_folder(tmp: Path, step: int, parts: dict[str, Any], config: dict[str, Any] | None,
-                   files: dict[str, dict]) -> None:
+                   files: dict[str, dict], about: dict[str, Any] | None) -> None:
     """Write ``parts`` and ``config`` into ``tmp``, then the manifest over them and ``files``."""
     files = dict(files)
     for name, state in parts.items():
@@ -133,7 +166,7 @@ def _finish_folder(tmp: Path, step: int, parts: dict[str, Any], config: dict[str
     if config is not None:
         path = write_json_atomic(tmp / CHECKPOINT_CONFIG, config)
         files.update(_described(tmp, path.name))
-    write_json_atomic(tmp / MANIFEST_FILE, {"step": step, "time": time.time(), "files": files})
+    write_json_atomic(tmp / MANIFEST_FILE, {"step": step, "time": time.time(), **(about or {}), "files": files})
 
 
 def load_checkpoint(path: Path, map_location: str | torch.device = "cpu",
@@ -151,17 +184,33 @@ def load_checkpoint(path: Path, map_location: str | torch.device = "cpu",
     return parts
 
 
-def apply_retention(run_dir: Path, keep_last: int, keep_every: int) -> list[int]:
-    """Delete checkpoints outside the last ``keep_last`` and the multiples of ``keep_every``; return their steps."""
+def apply_retention(run_dir: Path, keep_last: int, keep_every: int, keep: frozenset[int] = frozenset()) -> list[int]:
+    """Delete checkpoints outside the last ``keep_last`` (extra ones not counted), the multiples of
+    ``keep_every`` and the steps in ``keep``; return their steps."""
     checkpoints = list_checkpoints(run_dir)
-    recent = {step for step, _ in checkpoints[-keep_last:]}
+    regular = [step for step, path in checkpoints if not is_extra_checkpoint(path)]
+    recent = set(regular[-keep_last:])
     removed = []
     for step, path in checkpoints:
-        if step in recent or (keep_every and step % keep_every == 0):
+        if step in recent or step in keep or (keep_every and step % keep_every == 0):
             continue
         shutil.rmtree(path, ignore_errors=True)
         removed.append(step)
     return removed
+
+
+def write_checkpoint_list(run_dir: Path) -> list[dict[str, Any]]:
+    """Rewrite ``<run>/checkpoints.json`` from the kept checkpoints' manifests; returns its entries: ``step``,
+    ``tokens``, ``weights_sha256`` (the weights' canonical bytes), ``extra``, ``files`` (name → sha256)."""
+    entries = []
+    for step, path in list_checkpoints(run_dir):
+        manifest = read_json(path / MANIFEST_FILE) or {}
+        entries.append({"step": step, "tokens": manifest.get("tokens"),
+                        "weights_sha256": manifest.get("weights_sha256"),
+                        "extra": bool(manifest.get(EXTRA_CHECKPOINT)),
+                        "files": {name: f["sha256"] for name, f in manifest.get("files", {}).items()}})
+    write_json_atomic(Path(run_dir) / CHECKPOINT_LIST, {"checkpoints": entries})
+    return entries
 
 
 def sweep_temp(run_dir: Path) -> None:

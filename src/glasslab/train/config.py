@@ -153,6 +153,10 @@ class TrainConfig:
     """Keep this many most recent checkpoints."""
     keep_every: int = field(default=0, metadata=UNVERSIONED)
     """Also keep, permanently, every checkpoint whose step is a multiple of this (0 = none)."""
+    keep_log: bool = field(default=False, metadata=UNVERSIONED)
+    """Also write and keep, permanently, the published schedule's checkpoints: step 0, log-spaced steps
+    (1, 2, 4, …) below ``checkpoint_interval``, the last step before a WSD decay starts, and the final
+    step. Rollbacks pass the extra ones by, so keeping them never changes training."""
     peak_flops: float = field(default=0.0, metadata=UNVERSIONED)
     """Peak FLOP/s of one device for MFU (0 = from the table of known devices, else measured)."""
     sinks: tuple[Literal["jsonl", "tensorboard", "wandb"], ...] = field(default=(), metadata=UNVERSIONED)

@@ -10,6 +10,10 @@ a run's page to its exports; the run's own timeline gets an ``export`` event too
 Any run exports, pretraining or post-training: the checkpoint is read with :mod:`glasslab.model.load`,
 which also says where the tokenizer is and whether the dataset is at hand (its held-out text is what the
 logits are compared on; without it, seeded random token ids are).
+
+An export is given away: its manifest and card name the run and the dataset by folder name and the
+dataset's manifest hash (``model.load`` finds the dataset again by both in a lab), and the card's facts
+go through :class:`glasslab.public.Publicizer`, so no local path or host name leaves the lab in it.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import torch
 
 from glasslab import config as configs
 from glasslab.config import UNVERSIONED, require
-from glasslab.data import MixtureConfig, eval_batches, read_manifest
+from glasslab.data import MixtureConfig, eval_batches, manifest_hash, read_manifest
 from glasslab.errors import UserError
 from glasslab.layout import (
     EXPORT_MANIFEST,
@@ -37,6 +41,7 @@ from glasslab.layout import (
 from glasslab.model.card import model_card
 from glasslab.model.export import export_hf
 from glasslab.model.load import ModelSource, find_model, load_model
+from glasslab.public import Publicizer
 from glasslab.track import RunReader, append_event, read_record
 
 DEFAULT_PAGE_URL = "http://127.0.0.1:8765"
@@ -83,15 +88,15 @@ def export_step(ctx: Any) -> dict[str, Any]:
                         "differs); run `glasslab export` again")
     model = load_model(source)
     record = read_record(run_dir) or {}
-    facts = export_facts(run_dir, cfg, source, record)
+    facts = Publicizer(ctx.lab_root, [str(record.get("host") or "")]).data(export_facts(run_dir, cfg, source, record))
     dataset = source.dataset
     manifest = export_hf(
         model, source.model_config, source.tokenizer, Path(ctx.output_dir),
         check_tokens=check_tokens(dataset, source.model_config.vocab_size, source.context, cfg.check_sequences),
         record={"run": run_dir.name, "step": cfg.step, "checkpoint_sha256": source.sha256,
                 "seq_len": source.context, "role": record.get("role"),
-                "dataset": dataset.name if dataset else None,
-                "dataset_path": str(dataset.resolve()) if dataset else None, "code": code_version()},
+                "dataset": dataset.resolve().name if dataset else None,
+                "dataset_manifest_hash": manifest_hash(dataset) if dataset else None, "code": code_version()},
         card=lambda manifest: model_card({**facts, **manifest}),
         step_folder=True,
     )

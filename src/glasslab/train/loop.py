@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +29,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from glasslab.layout import latest_checkpoint
+from glasslab.layout import EXTRA_CHECKPOINT, latest_checkpoint
+from glasslab.model.load import weights_sha256
 from glasslab.track import Run
 from glasslab.train import checkpoint as ckpt
 from glasslab.train import distributed
@@ -110,6 +110,8 @@ class Trainer:
         self.tokens = 0
         """Tokens trained on so far (a fork may change the batch, so this is a sum, not step × batch)."""
         self.rollbacks = 0
+        self.published_steps = ckpt.published_steps(cfg) if cfg.keep_log else frozenset()
+        """Checkpoints kept for the published schedule (``train.keep_log``), besides the interval's."""
         self.preempt_requested = False
         self.last_metrics: dict[str, float] = {}
         self._mixture: dict[str, float] | None = None
@@ -166,20 +168,26 @@ class Trainer:
         self.guard.load_state_dict(trainer["guard"])
         restore_rng(trainer["rng"])
 
-    def save_checkpoint(self) -> None:
+    def save_checkpoint(self, extra: bool = False) -> None:
         """Write the checkpoint for the current step (rank 0), with the run's config as JSON beside
-        it, and apply retention."""
+        it, apply retention and list the kept ones. ``extra``: written only for the published schedule
+        (``train.keep_log``), so a rollback passes it by."""
         if self.run is not None:
             self.run.flush()
+        about = {"tokens": self.tokens, "weights_sha256": self.replica_fingerprint()}
+        if extra:
+            about[EXTRA_CHECKPOINT] = True
         if self.sharded:  # every rank writes its shards; rank 0 the loop's state and the manifest
             host = {"trainer": self._trainer_state()} if self.ctx.is_main else None
             ckpt.save_sharded_checkpoint(self.run_dir, self.step, self.ctx,
                                          distributed.sharded_state(self.model, self.optimizer.optimizers),
-                                         host, config=self.config_data)
+                                         host, config=self.config_data, about=about)
         elif self.ctx.is_main:
-            ckpt.save_checkpoint(self.run_dir, self.step, self.checkpoint_parts(), config=self.config_data)
+            ckpt.save_checkpoint(self.run_dir, self.step, self.checkpoint_parts(), config=self.config_data,
+                                 about=about)
         if self.ctx.is_main:
-            ckpt.apply_retention(self.run_dir, self.cfg.keep_last, self.cfg.keep_every)
+            ckpt.apply_retention(self.run_dir, self.cfg.keep_last, self.cfg.keep_every, self.published_steps)
+            ckpt.write_checkpoint_list(self.run_dir)
         self.ctx.barrier()
         for hook in self.hooks:
             hook.post_checkpoint(self, ckpt.checkpoint_path(self.run_dir, self.step))
@@ -294,7 +302,7 @@ class Trainer:
         if self.rollbacks > self.cfg.guard.max_rollbacks:
             raise TrainingDiverged(f"still spiking after {self.cfg.guard.max_rollbacks} rollbacks: {reason}")
         spiked_at = self.step
-        found = latest_checkpoint(self.run_dir, self.record_fallback, at_most=spiked_at)
+        found = latest_checkpoint(self.run_dir, self.record_fallback, at_most=spiked_at, skip_extra=True)
         if found is None:
             raise TrainingDiverged(f"no intact checkpoint to roll back to at step {spiked_at}: {reason}")
         good_step, path = found
@@ -321,6 +329,9 @@ class Trainer:
             paused = True
         if step % cfg.checkpoint_interval == 0:
             self.save_checkpoint()
+            paused = True
+        elif step in self.published_steps and step < cfg.total_steps:  # the final one comes after the last eval
+            self.save_checkpoint(extra=True)
             paused = True
         if paused:
             self.meter.restart()
@@ -380,12 +391,9 @@ class Trainer:
                     body=problem, step=step, severity="warning")
 
     def replica_fingerprint(self) -> str:
-        """sha256 of this rank's model state (parameters and buffers, router biases included)."""
-        digest = hashlib.sha256()
-        for name, tensor in sorted(distributed.full_model_state(self.model, self.sharded).items()):
-            digest.update(name.encode())
-            digest.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
-        return digest.hexdigest()
+        """sha256 of this rank's model state (parameters and buffers, router biases included), over its
+        canonical bytes (``model.load.weights_sha256``); every rank calls it under FSDP2 (a collective)."""
+        return weights_sha256(distributed.full_model_state(self.model, self.sharded))
 
 
 def _detached_copy(state: Any) -> Any:

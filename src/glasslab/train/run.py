@@ -29,6 +29,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from glasslab import config as configs
 from glasslab import track
 from glasslab.errors import UserError
@@ -107,7 +109,9 @@ def _train(recipe: Recipe, run_dir: Path, ctx: distributed.DistContext, resume: 
     run = None
     ctx.barrier()  # every rank has checked the folder before rank 0 writes into it
     if ctx.is_main:
+        # The threads too: CPU kernels may sum in another order on another count (`glasslab reproduce` uses it).
         extra = {**recipe.describe(), "world_size": ctx.world_size, "device": str(ctx.device),
+                 "threads": torch.get_num_threads(),
                  "peak_flops": peak, "peak_flops_source": peak_source, "total_steps": cfg.total_steps,
                  "compile": dataclasses.asdict(run_compile_choice(cfg, parts.flops_per_token, ctx.device)),
                  **record_extra}

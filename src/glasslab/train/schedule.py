@@ -20,14 +20,20 @@ def lr_multiplier(cfg: ScheduleConfig, step: int, total_steps: int) -> float:
         return 1.0
     floor = cfg.min_lr_ratio
     if cfg.kind == "wsd":
-        decay = int(round(cfg.decay_fraction * total_steps))
-        decay_start = total_steps - decay
-        if step < decay_start or decay == 0:
+        start = decay_start(cfg, total_steps)
+        if start is None or step < start:
             return 1.0
-        progress = min(1.0, (step - decay_start + 1) / decay)
+        progress = min(1.0, (step - start + 1) / (total_steps - start))
         return 1.0 - (1.0 - floor) * progress
     span = max(1, total_steps - warmup)
     progress = min(1.0, (step - warmup + 1) / span)
     if cfg.kind == "cosine":
         return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
     return 1.0 - (1.0 - floor) * progress  # linear
+
+
+def decay_start(cfg: ScheduleConfig, total_steps: int) -> int | None:
+    """The first (0-based) optimiser step of a WSD schedule's decay phase, so the checkpoint at this step
+    holds the weights just before the decay; None for a schedule without a separate decay phase."""
+    decay = int(round(cfg.decay_fraction * total_steps))
+    return total_steps - decay if cfg.kind == "wsd" and decay > 0 else None

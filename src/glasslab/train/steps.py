@@ -53,6 +53,9 @@ class TrainStepConfig:
     hooks: tuple[str, ...] = field(default=(), metadata=UNVERSIONED)
     """Trainer hooks as importable ``"module:name"`` factories, each called with no arguments in the
     step's process (``glasslab train`` names its progress bar here); they watch, they change nothing."""
+    stop_after: int = field(default=0, metadata=UNVERSIONED)
+    """Stop after this many steps as a preemption does (checkpoint written, the step not done, a rerun
+    resumes); 0: at the end. The schedule stays the whole run's (``glasslab reproduce --until``)."""
 
 
 class TrainingPreempted(RuntimeError):
@@ -96,6 +99,8 @@ def run_training(ctx: Any, record_extra: dict[str, Any] | None = None,
     fork = _fork_from_inputs(cfg.fork, ctx) if cfg.fork is not None else None
     record_extra = dict(cfg.record_extra if record_extra is None else record_extra)
     all_hooks = [_make_hook(ref) for ref in cfg.hooks] + list(hooks)
+    if cfg.stop_after:
+        all_hooks.append(StopAfter(cfg.stop_after))
     return train_in_folder(run_cfg, ctx.output_dir, device=cfg.device, record_extra=record_extra, hooks=all_hooks,
                            fork=fork)
 
@@ -112,6 +117,24 @@ def train_in_folder(run: RunConfig | Recipe, folder: str | Path, *, device: str 
     if result["status"] != "finished":
         raise TrainingPreempted(result)
     return result
+
+
+class StopAfter(TrainerHook):
+    """Asks the trainer to stop after ``steps`` optimiser steps the way a SIGTERM does: the flag is set one
+    step ahead (at step 0's checkpoint for ``steps`` = 1), and the trainer checkpoints once step ``steps`` is done."""
+
+    def __init__(self, steps: int) -> None:
+        self.steps = steps
+
+    def _maybe_stop(self, trainer: Any) -> None:
+        if trainer.step >= self.steps - 1:
+            trainer.preempt_requested = True
+
+    def post_step(self, trainer: Any, metrics: dict[str, float]) -> None:
+        self._maybe_stop(trainer)
+
+    def post_checkpoint(self, trainer: Any, path: Path) -> None:
+        self._maybe_stop(trainer)
 
 
 def has_started(folder: str | Path) -> bool:

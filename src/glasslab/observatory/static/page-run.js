@@ -82,9 +82,12 @@
       el("b", {}, `Pre-registered ${band.target}: `), v.text);
   }
 
-  function reproduceBox(r) {
+  function reproduceBox(r, d) {
     if (!r || !r.commands.length) return false;
-    const notes = [];
+    // Replaying and checking the run: from this very page when it is published, else from the run folder.
+    const source = G.STATIC ? location.href : `${d.lab_name || "lab"}/${d.id}`;
+    const notes = [el("p", { class: "muted" }, "Replay it and check every published checkpoint (bit-identical, or where it first differs): ",
+      el("code", { id: "replay" }, `glasslab reproduce ${source} --lab replay`))];
     if (r.dirty) notes.push(el("p", { class: "warn" }, `The run had uncommitted changes (diff sha256 ${r.diff_sha256 || "?"}); `
       + "the commit alone does not hold its exact code."));
     if (!r.recorded) {
@@ -103,6 +106,15 @@
         x.manifest && x.manifest.max_logit_diff != null ? x.manifest.max_logit_diff : "",
         el("code", {}, `AutoModelForCausalLM.from_pretrained("${labName}/${x.id}")`)]),
       { rowAttrs: (i) => ({ id: `export-${i}` }), units: [null, "count"] });
+  }
+
+  // The kept checkpoints (checkpoints.json): hashes anyone can check a download or a replay against.
+  function checkpointsTable(checkpoints) {
+    if (!checkpoints || !checkpoints.length) return null;
+    return table(["step", "tokens", "weights sha256", "export it"],
+      checkpoints.map((c) => [c.step, c.tokens ?? "", el("code", { title: c.weights_sha256 || "" }, (c.weights_sha256 || "").slice(0, 16)),
+        el("code", {}, c.command)]),
+      { rowAttrs: (i) => ({ id: `checkpoint-${checkpoints[i].step}` }), units: ["count", "count"] });
   }
 
   // `glasslab eval` results of this run's checkpoints and exports: one row per task.
@@ -183,13 +195,19 @@
   }
 
   G.runSections.add({ id: "reproduce", title: "Reproduce", order: 50, draw(body, ctx) {
-    const nodes = reproduceBox(ctx.d.reproduce);
+    const nodes = reproduceBox(ctx.d.reproduce, ctx.d);
     if (!nodes) return false;
     body.append(...nodes);
   } });
 
   G.runSections.add({ id: "exports", title: "Exports", order: 60, draw(body, ctx) {
     const t = exportsTable((ctx.d.links || {}).exports, ctx.d.lab_name || "lab");
+    if (!t) return false;
+    body.append(t);
+  } });
+
+  G.runSections.add({ id: "checkpoints", title: "Checkpoints", order: 65, draw(body, ctx) {
+    const t = checkpointsTable(ctx.d.checkpoints);
     if (!t) return false;
     body.append(t);
   } });

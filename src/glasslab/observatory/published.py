@@ -1,0 +1,100 @@
+"""A pretraining run's public record, read back from where it was published: a site's run page (a file in
+a site folder, or an ``http(s)://`` address) or the run's own folder in a lab.
+
+What ``glasslab reproduce`` needs of a run: ``run.json`` (the resolved config, code commit and dirty flag
+with the diff's hash, package versions, platform, the dataset's folder name and manifest hash), the kept
+checkpoints with their weights' sha256 (``checkpoints.json``), the logged ``train/loss`` and the step that
+built the dataset (its function, config and manifest, from the data page). A site's page keeps its data
+in a script beside it (``data/<page>.js``, ``window.GLASSLAB_DATA = {...};``) and a run's series in chunk
+scripts named by an index script (the page's ``series_index``); all are read as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from glasslab.errors import UserError
+from glasslab.layout import CHECKPOINT_LIST, MANIFEST_FILE, RUN_RECORD, STEP_RECORD, read_json
+from glasslab.track import RunReader
+from glasslab.train.reproduce import PublishedRun
+
+LOSS_KEY = "train/loss"
+
+
+def read_published(source: str) -> PublishedRun:
+    """The public record at ``source``: a run folder, a site's run page file, or its ``http(s)://`` address."""
+    if source.startswith(("http://", "https://")):
+        return _from_site(source.rsplit("/", 1)[0], source.rsplit("/", 1)[1], _fetch_url)
+    path = Path(source)
+    if (path / RUN_RECORD).is_file():
+        return _from_folder(path)
+    if path.is_file() and path.suffix == ".html":
+        return _from_site(str(path.parent), path.name, _fetch_file)
+    raise UserError(f"{source}: neither a run folder ({RUN_RECORD}) nor a published run page (run-….html) "
+                    "nor an http(s):// address of one")
+
+
+def _from_folder(folder: Path) -> PublishedRun:
+    record = read_json(folder / RUN_RECORD) or {}
+    listed = read_json(folder / CHECKPOINT_LIST) or {}
+    with RunReader(folder) as reader:
+        steps, values = reader.scalars(LOSS_KEY)
+    dataset = (record.get("dataset") or {}).get("folder")
+    step = read_json(folder.parent / dataset / STEP_RECORD) if dataset else None
+    data_step = {k: step[k] for k in ("name", "function", "config")} if step and "function" in step else None
+    if data_step is not None:
+        data_step["manifest"] = read_json(folder.parent / dataset / MANIFEST_FILE)
+    return PublishedRun(folder.name, record, listed.get("checkpoints", []), dict(zip(steps, values, strict=True)),
+                        data_step, folder)
+
+
+def _fetch_file(base: str, name: str) -> str:
+    path = Path(base) / name
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read it ({type(exc).__name__}); expected a published site's file") from exc
+
+
+def _fetch_url(base: str, name: str) -> str:
+    url = f"{base}/{name}"
+    try:
+        with urllib.request.urlopen(url, timeout=30) as response:
+            return response.read().decode("utf-8")
+    except OSError as exc:
+        raise UserError(f"{url}: cannot fetch it ({exc}); expected a published site's file") from exc
+
+
+def _script_json(text: str, where: str) -> Any:
+    """The JSON a site's data script assigns (``window.X = {...};``, a series file ``(…)["RUN"] = {...};``)."""
+    try:
+        head = text.index("] = ") + 3 if text.startswith("(") else text.index("=") + 1
+        return json.loads(text[head:].strip().removesuffix(";"))
+    except (IndexError, ValueError) as exc:
+        raise UserError(f"{where}: not a glasslab site data script ({type(exc).__name__})") from exc
+
+
+def _from_site(base: str, page: str, fetch) -> PublishedRun:
+    if not (page.startswith("run-") and page.endswith(".html")):
+        raise UserError(f"{base}/{page}: not a run page (run-….html)")
+    stem = page.removesuffix(".html")
+    data = _script_json(fetch(base, f"data/{stem}.js"), f"{base}/data/{stem}.js")
+    loss = {"steps": [], "values": []}
+    index_name = data.get("series_index")
+    index = _script_json(fetch(base, index_name), f"{base}/{index_name}") if index_name else {}
+    if LOSS_KEY in index.get("scalars", {}):
+        chunk_name = f"{index['prefix']}-{index['scalars'][LOSS_KEY]}.js"
+        loss = _script_json(fetch(base, chunk_name), f"{base}/{chunk_name}")["scalars"][LOSS_KEY]
+    data_step = None
+    dataset = (data.get("links") or {}).get("dataset")
+    if dataset:
+        site = _script_json(fetch(base, "data/site.js"), f"{base}/data/site.js")
+        data_page = (site.get("links") or {}).get(f"data:{dataset}")
+        if data_page:
+            page_data = _script_json(fetch(base, f"data/{data_page.removesuffix('.html')}.js"), data_page)
+            data_step = page_data.get("built_by")
+    return PublishedRun(data["id"], data.get("record") or {}, data.get("checkpoints") or [],
+                        dict(zip(loss["steps"], loss["values"], strict=True)), data_step)

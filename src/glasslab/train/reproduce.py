@@ -1,0 +1,222 @@
+"""Replay a published pretraining run and say, per published checkpoint, whether it came out the same.
+
+``glasslab reproduce SOURCE`` reads the run's public record (``observatory.published``), then:
+
+1. refuses what it cannot replay in one line: a post-training or forked run (reproduce the parent first),
+   a run whose code had uncommitted changes (the diff is not published, only its hash; a checkout holding
+   that very diff on that commit may replay it), and — unless
+   ``allow_other_commit`` — a run of another commit (it says which ``git checkout`` to run);
+2. finds the dataset in the lab by folder name and manifest hash, else builds it again with the step the
+   site published (its function and config) and refuses when the rebuilt manifest's sha256 differs,
+   naming the first entry (and file) of the published manifest that the rebuild does not match;
+3. trains the recorded config as a ``glasslab train`` step in the lab on the recorded device and CPU
+   threads, up to ``until`` (the schedule stays
+   the whole run's: it stops as a preemption does, and the same command without ``until`` resumes);
+4. compares each published checkpoint up to there with the replay's by the sha256 of the weights'
+   canonical bytes — **bit-identical**, or the first step where ``train/loss`` differs and the largest
+   loss difference (and, with the original's checkpoints at hand, the largest weight difference).
+
+Same platform, commit, package versions and threads, bit-identical is the expectation; elsewhere the
+report is a tolerance report and says what differs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import platform
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from glasslab import config as configs
+from glasslab.data import manifest_hash
+from glasslab.errors import UserError
+from glasslab.lab import Step, run_one_step
+from glasslab.layout import CHECKPOINT_LIST, MANIFEST_FILE, MODEL_STATE, checkpoint_path, code_version, read_json
+from glasslab.public import Publicizer
+from glasslab.track import RunReader
+from glasslab.track.run_record import package_versions
+from glasslab.train.run_config import RunConfig
+from glasslab.train.steps import TrainingPreempted, TrainStepConfig, train_step
+
+POST_TRAINING_ROLES = ("sft", "dpo")
+
+
+@dataclass(frozen=True)
+class PublishedRun:
+    """What a run's public record says (``observatory.published`` reads it from a site or a folder)."""
+
+    run_id: str
+    record: dict[str, Any]
+    """``run.json`` as published (paths relative to the lab, no host)."""
+    checkpoints: list[dict[str, Any]]
+    """``checkpoints.json``'s entries: ``step``, ``tokens``, ``weights_sha256``, …"""
+    losses: dict[int, float]
+    """``train/loss`` by step, as logged (the latest attempt)."""
+    data_step: dict[str, Any] | None
+    """``{"name", "function", "config", "manifest"}`` of the step that built the run's dataset and what it
+    built (the dataset's ``manifest.json``), when published."""
+    folder: Path | None = field(default=None)
+    """The run folder when the record was read from one (its checkpoints' weights are then at hand)."""
+
+
+@dataclass(frozen=True)
+class CheckpointVerdict:
+    step: int
+    identical: bool | None
+    """None: the replay kept no checkpoint at this step."""
+    first_loss_difference: int | None = None
+    largest_loss_difference: float = 0.0
+    largest_weight_difference: float | None = None
+
+
+def check_replayable(run: PublishedRun, allow_other_commit: bool) -> None:
+    """One-line UserErrors for what cannot be replayed here (see the module docstring, point 1)."""
+    record = run.record
+    parent = record.get("parent") or {}
+    if record.get("role") in POST_TRAINING_ROLES or parent:
+        name = parent.get("run") or parent.get("export") or "its parent"
+        raise UserError(f"{run.run_id}: a {'post-training' if record.get('role') in POST_TRAINING_ROLES else 'forked'} "
+                        f"run; reproduce its parent {name} first")
+    code, current = record.get("code") or {}, code_version()
+    here = current.get("commit")
+    # Uncommitted changes: only this checkout's own, the same diff on the same commit, replay them.
+    if code.get("dirty") and (code.get("commit"), code.get("diff_sha256")) != (here, current.get("diff_sha256")):
+        raise UserError(f"{run.run_id}: trained with uncommitted changes (diff sha256 {code.get('diff_sha256')}) that "
+                        "are not published; it cannot be replayed")
+    if code.get("commit") and code["commit"] != here and not allow_other_commit:
+        raise UserError(f"{run.run_id}: trained at commit {code['commit']}, this is {here}; run "
+                        f"`git checkout {code['commit']}` first (or --allow-other-commit for a tolerance report)")
+
+
+def find_or_build_dataset(run: PublishedRun, lab: Path) -> Path:
+    """The run's dataset in ``lab`` (folder name and manifest hash), else built again from the published step."""
+    dataset = run.record.get("dataset") or {}
+    name, digest = dataset.get("folder"), dataset.get("manifest_hash") or run.record.get("data_manifest_hash")
+    if not name or not digest:
+        raise UserError(f"{run.run_id}: its record names no dataset (folder and manifest hash)")
+    candidate = lab / name
+    if (candidate / MANIFEST_FILE).is_file() and manifest_hash(candidate) == digest:
+        return candidate
+    if run.data_step is None:
+        raise UserError(f"{run.run_id}: dataset {name} (manifest sha256 {digest[:16]}) is not in {lab} and the "
+                        "step that built it is not published; put it there (or build it) first")
+    built = run_one_step(Step(run.data_step["name"], run.data_step["function"], run.data_step["config"]), lab).folder
+    rebuilt = manifest_hash(built)
+    if rebuilt != digest:
+        published = run.data_step.get("manifest")
+        # Both sides as published (paths made public), so only what was built can differ.
+        public = Publicizer(lab)
+        first = first_difference(public.data(published), public.data(read_json(built / MANIFEST_FILE)))
+        raise UserError(f"{built}: rebuilt dataset's manifest sha256 {rebuilt[:16]} differs from the published "
+                        f"{digest[:16]}" + (f"; first at {first}" if published and first else ""))
+    return built
+
+
+def first_difference(published: Any, rebuilt: Any, where: str = "") -> str | None:
+    """Where two manifests first differ, in key order: a dotted key, with the file it describes when its
+    entry names one (``domains.code.train.sha256 (shards/code/train.bin)``); None when they are equal."""
+    if isinstance(published, dict) and isinstance(rebuilt, dict):
+        for key in sorted(set(published) | set(rebuilt)):
+            found = first_difference(published.get(key), rebuilt.get(key), f"{where}.{key}" if where else key)
+            if found is not None:
+                file = published.get("file")
+                return found if not isinstance(file, str) or "(" in found else f"{found} ({file})"
+        return None
+    return None if published == rebuilt else where or "the manifest"
+
+
+def replay(run: PublishedRun, lab: Path, dataset: Path, until: int | None = None) -> Path:
+    """Train the run's recorded config on ``dataset`` as a step in ``lab`` (stopping after ``until`` steps);
+    returns the replay's folder."""
+    config = configs.apply_overrides(run.record["config"], [f"data.path={dataset}"])
+    run_cfg = configs.from_dict(RunConfig, config)
+    unplaced = dataclasses.replace(run_cfg, data=dataclasses.replace(run_cfg.data, build="", path=""))
+    total = run_cfg.train.total_steps
+    stop = until if until is not None and until < total else 0
+    device = "cuda" if str(run.record.get("device", "cpu")).startswith("cuda") else "cpu"
+    step_cfg = TrainStepConfig(run=unplaced, data_path=str(dataset), data_manifest=manifest_hash(dataset),
+                               device=device, threads=int(run.record.get("threads") or 0), stop_after=stop)
+    name = f"reproduce-{run.run_id.rsplit('-', 1)[0]}"
+    try:
+        return run_one_step(Step(name, train_step, step_cfg), lab).folder
+    except TrainingPreempted:
+        from glasslab.lab import make_plan
+
+        return make_plan([Step(name, train_step, step_cfg)], lab).steps[-1].folder
+
+
+def compare(run: PublishedRun, folder: Path, until: int | None = None) -> list[CheckpointVerdict]:
+    """Each published checkpoint up to ``until`` against the replay in ``folder``."""
+    replayed = {c["step"]: c for c in (read_json(folder / CHECKPOINT_LIST) or {}).get("checkpoints", [])}
+    with RunReader(folder) as reader:
+        steps, values = reader.scalars("train/loss")
+    losses = dict(zip(steps, values, strict=True))
+    verdicts = []
+    for published in run.checkpoints:
+        step = published["step"]
+        if until is not None and step > until:
+            continue
+        mine = replayed.get(step)
+        if mine is None:
+            verdicts.append(CheckpointVerdict(step, None))
+            continue
+        if mine.get("weights_sha256") == published.get("weights_sha256"):
+            verdicts.append(CheckpointVerdict(step, True))
+            continue
+        common = sorted(s for s in run.losses if s in losses and s <= step)
+        differing = [s for s in common if losses[s] != run.losses[s]]
+        largest = max((abs(losses[s] - run.losses[s]) for s in common), default=0.0)
+        verdicts.append(CheckpointVerdict(step, False, differing[0] if differing else None, largest,
+                                          _weight_difference(run.folder, folder, step)))
+    return verdicts
+
+
+def _weight_difference(original: Path | None, replayed: Path, step: int) -> float | None:
+    """The largest |difference| between the two runs' weights at ``step`` (None without the original's file)."""
+    mine_file, theirs_file = checkpoint_path(replayed, step) / MODEL_STATE, None
+    if original is not None:
+        theirs_file = checkpoint_path(original, step) / MODEL_STATE
+    if theirs_file is None or not theirs_file.is_file() or not mine_file.is_file():
+        return None
+    mine, theirs = (torch.load(f, map_location="cpu", weights_only=True) for f in (mine_file, theirs_file))
+    return max(((mine[k].double() - theirs[k].double()).abs().max().item() for k in mine if k in theirs), default=0.0)
+
+
+def setting_differences(run: PublishedRun) -> list[str]:
+    """What differs here from where the run trained: platform, commit, the versions of the packages that
+    decide what a run computes (empty: bit-identical is the expectation)."""
+    found = []
+    if run.record.get("platform") != platform.platform():
+        found.append(f"platform {run.record.get('platform')} → {platform.platform()}")
+    commit, here = (run.record.get("code") or {}).get("commit"), code_version().get("commit")
+    if commit != here:
+        found.append(f"commit {str(commit)[:12]} → {str(here)[:12]}")
+    versions = package_versions()
+    found += [f"{name} {old} → {versions.get(name)}" for name, old in sorted((run.record.get("packages") or {}).items())
+              if name != "glasslab" and versions.get(name) != old]
+    return found
+
+
+def report_lines(run: PublishedRun, verdicts: list[CheckpointVerdict]) -> list[str]:
+    """What ``glasslab reproduce`` prints: one line per published checkpoint, then a summary."""
+    lines = []
+    for v in verdicts:
+        if v.identical is None:
+            lines.append(f"step {v.step}: not kept by the replay")
+        elif v.identical:
+            lines.append(f"step {v.step}: bit-identical")
+        else:
+            where = (f"train/loss first differs at step {v.first_loss_difference}" if v.first_loss_difference
+                     is not None else "train/loss the same at every logged step")
+            weights = "" if v.largest_weight_difference is None else \
+                f", largest |weight difference| {v.largest_weight_difference:.3g}"
+            lines.append(f"step {v.step}: differs ({where}; largest |loss difference| "
+                         f"{v.largest_loss_difference:.3g}{weights})")
+    same = sum(1 for v in verdicts if v.identical)
+    differences = setting_differences(run)
+    kind = f" (a tolerance report: {'; '.join(differences)})" if differences else ""
+    lines.append(f"{run.run_id}: {same} of {len(verdicts)} published checkpoints bit-identical{kind}")
+    return lines
