@@ -23,7 +23,7 @@ from glasslab.errors import UserError
 
 # Subcommand modules, in the order `glasslab --help` lists them.
 COMMANDS = ("demo", "data", "train", "sft", "dpo", "run", "ladder", "export", "eval", "chat", "serve", "publish",
-            "note", "card")
+            "note", "card", "batch")
 
 
 class Parser(argparse.ArgumentParser):

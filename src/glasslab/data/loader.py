@@ -72,6 +72,10 @@ class DomainStream:
     def read_window(self, index: int, window: int) -> np.ndarray:
         """The ``index``-th sequence of ``window`` tokens: a window of its epoch's stream, in the epoch's
         shuffled window order."""
+        return self.read(self.window_start(index, window), window)
+
+    def window_start(self, index: int, window: int) -> int:
+        """Stream position of the ``index``-th sequence of ``window`` tokens."""
         per_epoch = self.tokens_per_epoch // window
         epoch, rank = divmod(index, per_epoch)
         key = (epoch, window)
@@ -80,24 +84,30 @@ class DomainStream:
                 self._window_orders.pop(min(self._window_orders))
             rng = np.random.default_rng([self._seed, self._key, epoch, window])
             self._window_orders[key] = rng.permutation(per_epoch)
-        start = epoch * self.tokens_per_epoch + int(self._window_orders[key][rank]) * window
-        return self.read(start, window)
+        return epoch * self.tokens_per_epoch + int(self._window_orders[key][rank]) * window
+
+    def pieces(self, position: int, count: int) -> Iterator[tuple[int, int, int]]:
+        """``(document, offset in it, tokens)`` of each document the ``count`` tokens of the stream from
+        ``position`` run through, in order."""
+        while count > 0:
+            epoch, offset = divmod(position, self.tokens_per_epoch)
+            perm, cum_ends = self._order(epoch)
+            k = int(np.searchsorted(cum_ends, offset, side="right"))
+            doc = int(perm[k])
+            within = offset - (int(cum_ends[k]) - int(self._lengths[doc]))
+            take = min(count, int(self._lengths[doc]) - within)
+            yield doc, within, take
+            count -= take
+            position += take
 
     def read(self, position: int, count: int) -> np.ndarray:
         """``count`` tokens of the stream starting at stream position ``position``."""
         out = np.empty(count, dtype=np.int64)
         filled = 0
-        while filled < count:
-            epoch, offset = divmod(position, self.tokens_per_epoch)
-            perm, cum_ends = self._order(epoch)
-            k = int(np.searchsorted(cum_ends, offset, side="right"))
-            doc = perm[k]
-            within = offset - (int(cum_ends[k]) - int(self._lengths[doc]))
-            take = min(count - filled, int(self._lengths[doc]) - within)
+        for doc, within, take in self.pieces(position, count):
             start = int(self._starts[doc]) + within
             out[filled : filled + take] = self.shard.tokens[start : start + take]
             filled += take
-            position += take
         return out
 
 
@@ -209,6 +219,22 @@ class Loader:
             if cursors[domain] + window > self._cap_tokens[domain]:
                 active = []
         return plan, cursors
+
+    def next_plan(self) -> list[tuple[str, int]]:
+        """(domain, stream position) of every sequence of the next step, all ranks' rows; changes nothing."""
+        return self._plan(self.step, self.cursors)[0]
+
+    def row_documents(self, domain: str, position: int) -> list[tuple[int, int, np.ndarray]]:
+        """The sequence a plan draws at ``position`` of ``domain``'s stream, as ``(document, offset in it,
+        tokens)`` for each document it runs through."""
+        stream, window = self._streams[domain], self.seq_len + 1
+        pieces = stream.pieces(stream.window_start(position // window, window), window)
+        return [(doc, within, np.asarray(stream.shard.document(doc)[within : within + take]))
+                for doc, within, take in pieces]
+
+    def document_tokens(self, domain: str, document: int) -> int:
+        """Length of a training document of ``domain``, its end-of-text token included."""
+        return int(self._streams[domain]._lengths[document])
 
     def _read_step(self, step: int, cursors: dict[str, int]) -> tuple[torch.Tensor, list[str], dict[str, int]]:
         """This rank's batch of ``step`` from ``cursors``, its rows' domains, and the cursors after it."""
