@@ -1,6 +1,6 @@
-"""``glasslab batch``: every step's batch of real tiny runs, rebuilt in a fresh process from the run's config
-and recorded loader starts, has the hash the trainer recorded — across a rollback, a SIGKILL and resume,
-and a fork that halves the batch."""
+"""``glasslab batch`` and the run page's batch panel: every step's batch of real tiny runs, rebuilt in a fresh
+process from the run's config and recorded loader starts, has the hash the trainer recorded — across a
+rollback, a SIGKILL and resume, and a fork that halves the batch."""
 
 from __future__ import annotations
 
@@ -18,8 +18,10 @@ from glasslab.cli import main as cli_main
 from glasslab.config import from_dict
 from glasslab.track import RunReader
 from glasslab.train import RunConfig
+from glasslab.train.batches import rebuild_batch
 from glasslab.train.fork import ForkPoint
 from glasslab.train.run import train
+from observatory_lab import CHROMIUM_ARGS, chromium_path, serve_lab
 from train_data import build_tiny_dataset, tiny_run_config
 
 # Rolls back at step 6 (to the checkpoint at 4, skipping 2 batches) with the trainer's own mechanism, then
@@ -65,14 +67,14 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     dataset = build_tiny_dataset(root)
     config = tiny_run_config(dataset, max_steps=16, checkpoint_interval=4, sample_prompts=[], keep_last=10,
                              eval_interval=0)
-    parent = root / "parent"
+    parent = root / "lab" / "parent"
     killed = subprocess.run([sys.executable, "-c", FIRST_LIFE.replace("CONFIG", repr(config)), str(parent)],
                             env=subprocess_env(), capture_output=True, text=True, timeout=600)
     assert killed.returncode == -9, killed.stderr[-3000:]
     train(from_dict(RunConfig, config), parent, resume=True)
     forked = dict(config, train={**config["train"], "global_batch_tokens": 32 * 4, "max_steps": 12})
-    train(from_dict(RunConfig, forked), root / "fork", fork=ForkPoint.at(parent, 8))
-    return {"parent": parent, "fork": root / "fork", "dataset": dataset}
+    train(from_dict(RunConfig, forked), root / "lab" / "fork", fork=ForkPoint.at(parent, 8))
+    return {"parent": parent, "fork": root / "lab" / "fork", "dataset": dataset}
 
 
 def test_every_recorded_batch_is_rebuilt_exactly_in_a_fresh_process(runs):
@@ -134,3 +136,31 @@ def test_bad_input_is_one_line(runs, tmp_path, capsys):
         assert err.count("\n") == 1 and f"dataset {record['dataset']['manifest_hash'][:16]}" in err and "gone" in err
     finally:
         shutil.move(moved, runs["dataset"])
+
+
+@pytest.mark.skipif(chromium_path() is None, reason="chromium is not installed")
+def test_the_run_page_shows_a_steps_documents_and_an_incidents_batch(runs):
+    from playwright.sync_api import sync_playwright
+
+    expected = rebuild_batch(runs["parent"], 9)
+    errors = []
+    with serve_lab(runs["parent"].parent) as server, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1300, "height": 900})
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.goto(f"{server.url}/run/parent")
+        page.wait_for_selector("body[data-ready='1']")
+        page.fill("input[name=batch-step]", "9")
+        page.click("#batch button")
+        page.wait_for_selector("#batch[data-step='9'] .batch-row")
+        rows = page.locator("#batch .batch-row")
+        assert rows.count() == 8 and "matches the hash recorded" in page.locator("#batch .batch-check").text_content()
+        first = rows.first
+        assert first.locator("pre").first.text_content() == expected.rows[0].pieces[0].text
+        assert expected.rows[0].pieces[0].source["module"] in first.locator(".batch-source").first.text_content()
+        page.click("tr.sev-incident")  # the rollback at step 6: the batch that attempt 1 trained there
+        page.wait_for_selector("#batch[data-step='6'] .batch-row")
+        assert "attempt 1 (start)" in page.locator("#batch .batch-check").text_content()
+        assert page.url.endswith("#batch=6@1")
+        browser.close()
+    assert not errors, errors

@@ -7,7 +7,7 @@ model's reply and is on only on loopback or with ``--chat``: ``chat.py``):
     /compare?runs=a,b&keys=… runs overlaid        /api/delta?page=…       the same delta, polled
     /ladder/<id>            fit + prediction band /static/<file>          vendored assets
     /data/<id>              data report
-    /provenance/<id>        run.json, step.json
+    /provenance/<id>        run.json, step.json       /api/batch?id=…&step=…  a step's batch (batch_api.py)
     /experiment/<name>      an experiment's card
 Ids come from the lab scan, so unknown ids and traversal attempts (``..``, ``%2e%2e``) are 404.
 """
@@ -28,6 +28,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingR
 from starlette.routing import Route
 
 from glasslab.errors import UserError
+from glasslab.observatory.batch_api import batch_endpoint
 from glasslab.observatory.chat import ChatService
 from glasslab.observatory.lab_scan import Lab
 from glasslab.observatory.live import RunWatch, event_stream, parse_cursors
@@ -138,6 +139,7 @@ def create_app(lab_root: str | Path, chat: bool = False) -> Starlette:
         Route("/api/page/{page}", api_page),
         Route("/api/stream", api_stream),
         Route("/api/delta", api_delta),
+        Route("/api/batch", batch_endpoint(lab)),
         Route("/api/chat", chat_service.endpoint, methods=["POST"]),
         Route("/static/{name}", static),
     ]

@@ -23,20 +23,22 @@ import dataclasses
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from glasslab import config as configs
 from glasslab.data.config import DataConfig
 from glasslab.errors import UserError
 from glasslab.layout import MANIFEST_FILE
 
+if TYPE_CHECKING:
+    import torch
 
-def batch_hash(batch: torch.Tensor) -> str:
-    """blake2b-128 of a batch of token ids (shape, dtype and values), as 32 hex digits."""
-    array = np.ascontiguousarray(batch.numpy())
+
+def batch_hash(batch: np.ndarray | torch.Tensor) -> str:
+    """blake2b-128 of a batch of token ids (shape, dtype and values; a tensor on the host), as 32 hex digits."""
+    array = np.ascontiguousarray(batch)
     digest = hashlib.blake2b(f"{array.shape}{array.dtype.str}".encode(), digest_size=16)
     digest.update(array.data)
     return digest.hexdigest()
@@ -176,6 +178,6 @@ def rebuild_batch(run_dir: str | Path, step: int, attempt: int | None = None, ra
                 provenance.record(domain, "train", document) if provenance else None,
                 tokenizer.decode(tokens.tolist(), skip_special_tokens=True)))
         rows.append(row)
-    rebuilt = batch_hash(torch.from_numpy(np.stack(rank0)))
+    rebuilt = batch_hash(np.stack(rank0))
     return StepBatch(run_dir.name, step, attempt, reasons.get(attempt, ""), world_size, loader.seq_len, rows,
                      rebuilt, by_attempt[(step, attempt)])

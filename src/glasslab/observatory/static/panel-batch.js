@@ -1,0 +1,82 @@
+/* The run page's batch panel: the documents a step's batch held (``/api/batch``, rebuilt on the server
+ * and checked against the hash the trainer recorded), for a step typed in or an event clicked in the
+ * timeline (an incident shows the batch of the attempt it happened in). Live pages of pretraining runs
+ * only: a static site has no server to rebuild batches. It wraps the run page's drawing function, so the
+ * page module itself does not know about it. */
+(function () {
+  "use strict";
+  const G = window.Glasslab;
+  const { el, fmt, app } = G;
+  const drawRun = window.GlasslabPages.run;
+  let onEventClick = null;  // the panel drawn last (the page is drawn again on a refresh)
+  app.addEventListener("click", (ev) => {
+    const row = ev.target.closest("tr[id^='event-']");
+    if (row && onEventClick) onEventClick(row);
+  });
+
+  function source(s) {
+    if (!s) return "source not recorded";
+    const where = ["file", "line", "row", "module", "dataset", "record"].filter((k) => k in s).map((k) => `${k} ${s[k]}`);
+    return `${s.source}: ${where.join(" ")}`;
+  }
+
+  function drawBatch(box, b) {
+    box.textContent = "";
+    box.append(el("p", { class: b.matches ? "batch-check ok" : "batch-check bad" },
+      `step ${fmt(b.step, "count")} · attempt ${b.attempt} (${b.reason}) · ${b.rows.length} rows of ${b.seq_len + 1} tokens · `
+      + (b.matches ? "matches the hash recorded in training" : `does not match the recorded hash ${b.recorded_hash}`)));
+    for (const row of b.rows) {
+      const pieces = row.pieces.map((p) => el("div", { class: "batch-doc" },
+        el("div", { class: "batch-source" }, `document ${p.document} · tokens ${p.offset}–${p.offset + p.tokens} of `
+          + `${p.document_tokens} · ${source(p.source)}`),
+        el("pre", {}, p.text),
+        p.ends_document ? el("div", { class: "batch-end" }, "end of document") : ""));
+      box.append(el("div", { class: "batch-row", "data-row": String(row.index) },
+        el("h3", {}, `row ${row.index} · ${row.domain}${b.world_size > 1 ? ` · rank ${row.rank}` : ""}`), ...pieces));
+    }
+  }
+
+  function batchPanel(data) {
+    const input = el("input", { type: "number", min: "1", name: "batch-step", "aria-label": "step",
+                                value: String(data.summary.step || 1) });
+    const show = el("button", { type: "button" }, "show batch");
+    const box = el("div", { class: "batch-box" });
+    const panel = G.section("Batch", el("div", { class: "controls" }, el("label", {}, "step ", input), show,
+      el("span", { class: "muted" }, " or click an event in the timeline")), box);
+    panel.id = "batch";
+    const load = async (step, attempt) => {
+      input.value = String(step);
+      box.textContent = "";
+      box.append(el("p", { class: "muted" }, `Rebuilding the batch of step ${step}…`));
+      const query = { id: data.id, step: String(step), ...(attempt != null ? { attempt: String(attempt) } : {}) };
+      try {
+        const reply = await fetch(`/api/batch?${new URLSearchParams(query)}`);
+        const body = await reply.json();
+        if (!reply.ok) throw new Error(body.error || reply.statusText);
+        drawBatch(box, body);
+      } catch (err) {
+        box.textContent = "";
+        box.append(el("p", { class: "warn" }, String(err.message || err)));
+      }
+      panel.dataset.step = String(step);
+      // In the address, so a redrawn page shows it again and a link to it can be passed on.
+      history.replaceState(null, "", `#batch=${step}${attempt != null ? `@${attempt}` : ""}`);
+    };
+    show.addEventListener("click", () => load(Number(input.value)));
+    onEventClick = (row) => {
+      const step = Number(row.cells[0].textContent);
+      if (!step) return;
+      const event = (data.events || []).find((e) => `event-${e.id}` === row.id);
+      load(step, event && event.attempt != null && event.severity !== "info" ? event.attempt : null);
+      panel.scrollIntoView();
+    };
+    const asked = /^#batch=(\d+)(?:@(\d+))?$/.exec(location.hash);
+    if (asked) load(Number(asked[1]), asked[2] != null ? Number(asked[2]) : null);
+  }
+
+  window.GlasslabPages.run = (data, ...rest) => {
+    const handler = drawRun(data, ...rest);
+    if (!G.STATIC && data.record && data.record.dataset) batchPanel(data);
+    return handler;
+  };
+})();
