@@ -196,21 +196,44 @@ class Loader:
         weights = self.weights_at(step)
         window = self.seq_len + 1
         uniforms = np.random.default_rng([self.cfg.seed, step]).random(self.global_batch)
+        active = self._active(weights, start, step)
+        # Every row at once, when no domain reaches its cap within the step (the rows would then be
+        # drawn among the same domains one by one: the same picks, the same positions). A rebuilt
+        # batch replays every earlier step's draw, so this is most of what `glasslab batch` costs.
+        cumulative = np.add.accumulate([weights[d] for d in active])  # in order, as the loop sums
+        picks = np.minimum(np.searchsorted(cumulative, uniforms * cumulative[-1], side="right"), len(active) - 1)
+        counts = np.bincount(picks, minlength=len(active))
+        if all(start[d] + (int(n) + 1) * window <= self._cap_tokens[d] for d, n in zip(active, counts, strict=True)):
+            order = np.argsort(picks, kind="stable")
+            rank_in_domain = np.empty(len(picks), dtype=np.int64)
+            rank_in_domain[order] = np.arange(len(picks)) - np.repeat(np.cumsum(counts) - counts, counts)
+            firsts = np.array([start[d] for d in active], dtype=np.int64)
+            positions = (firsts[picks] + rank_in_domain * window).tolist()
+            plan = [(active[j], p) for j, p in zip(picks.tolist(), positions, strict=True)]
+            cursors = dict(start) | {d: start[d] + int(n) * window for d, n in zip(active, counts, strict=True)}
+            return plan, cursors
+        return self._plan_row_by_row(step, start, weights, uniforms)
+
+    def _active(self, weights: dict[str, float], cursors: dict[str, int], step: int) -> list[str]:
+        """The weighted domains with a whole window left before their cap."""
+        window = self.seq_len + 1
+        active = [d for d in self.domains if weights.get(d, 0.0) > 0 and cursors[d] + window <= self._cap_tokens[d]]
+        if not active:
+            raise DataExhausted(f"data exhausted at step {step}: every weighted domain reached its "
+                                f"epoch cap ({dict(self.cfg.mixture.epoch_caps)})")
+        return active
+
+    def _plan_row_by_row(self, step: int, start: dict[str, int], weights: dict[str, float],
+                         uniforms: np.ndarray) -> tuple[list[tuple[str, int]], dict[str, int]]:
+        """:meth:`_plan` for a step in which a domain reaches its cap: the rows after it are drawn among
+        the domains left."""
+        window = self.seq_len + 1
         cursors = dict(start)
         plan: list[tuple[str, int]] = []
         active: list[str] = []
         for u in uniforms:
             if not active:  # (re)computed at the start and whenever a domain reaches its cap
-                active = [
-                    d
-                    for d in self.domains
-                    if weights.get(d, 0.0) > 0 and cursors[d] + window <= self._cap_tokens[d]
-                ]
-                if not active:
-                    raise DataExhausted(
-                        f"data exhausted at step {step}: every weighted domain reached its "
-                        f"epoch cap ({dict(self.cfg.mixture.epoch_caps)})"
-                    )
+                active = self._active(weights, cursors, step)
                 cumulative = list(itertools.accumulate(weights[d] for d in active))
             index = min(bisect.bisect_right(cumulative, u * cumulative[-1]), len(active) - 1)
             domain = active[index]
