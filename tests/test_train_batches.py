@@ -139,7 +139,7 @@ def test_bad_input_is_one_line(runs, tmp_path, capsys):
 
 
 @pytest.mark.skipif(chromium_path() is None, reason="chromium is not installed")
-def test_the_run_page_shows_a_steps_documents_and_an_incidents_batch(runs):
+def test_the_run_page_shows_the_documents_of_a_step_an_incident_and_a_chart_point(runs):
     from playwright.sync_api import sync_playwright
 
     expected = rebuild_batch(runs["parent"], 9)
@@ -162,5 +162,15 @@ def test_the_run_page_shows_a_steps_documents_and_an_incidents_batch(runs):
         page.wait_for_selector("#batch[data-step='6'] .batch-row")
         assert "attempt 1 (start)" in page.locator("#batch .batch-check").text_content()
         assert page.url.endswith("#batch=6@1")
+        over = page.locator(".u-over").first  # a chart: the batch of the step under the cursor
+        over.scroll_into_view_if_needed()
+        box = over.bounding_box()
+        page.mouse.move(box["x"] + box["width"] * 0.7, box["y"] + box["height"] / 2)
+        step = page.evaluate("() => { const over = document.querySelector('.u-over');"
+                             " const u = Object.values(window.GLASSLAB_CHARTS).find((c) => c && c.over === over);"
+                             " return u.data[0][u.cursor.idx]; }")
+        page.mouse.click(box["x"] + box["width"] * 0.7, box["y"] + box["height"] / 2)
+        page.wait_for_selector(f"#batch[data-step='{step}'] .batch-row")
+        assert step not in (6, 9) and "matches the hash recorded" in page.locator("#batch .batch-check").text_content()
         browser.close()
     assert not errors, errors

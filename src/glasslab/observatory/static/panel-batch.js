@@ -1,6 +1,6 @@
 /* The run page's batch panel: the documents a step's batch held (``/api/batch``, rebuilt on the server
- * and checked against the hash the trainer recorded), for a step typed in or an event clicked in the
- * timeline (an incident shows the batch of the attempt it happened in). Live pages of pretraining runs
+ * and checked against the hash the trainer recorded), for a step typed in, a chart clicked, or an event
+ * clicked in the timeline (an incident shows the batch of the attempt it happened in). Live pages of pretraining runs
  * only: a static site has no server to rebuild batches. It wraps the run page's drawing function, so the
  * page module itself does not know about it. */
 (function () {
@@ -8,10 +8,19 @@
   const G = window.Glasslab;
   const { el, fmt, app } = G;
   const drawRun = window.GlasslabPages.run;
-  let onEventClick = null;  // the panel drawn last (the page is drawn again on a refresh)
+  let showStep = null;  // the panel drawn last (the page is drawn again on a refresh): (step, attempt) => …
   app.addEventListener("click", (ev) => {
+    if (!showStep) return;
     const row = ev.target.closest("tr[id^='event-']");
-    if (row && onEventClick) onEventClick(row);
+    if (row) {
+      const step = Number(row.cells[0].textContent);
+      if (step) showStep(step, row.id);
+      return;
+    }
+    const over = ev.target.closest(".u-over");  // a chart's plot area: the step under the cursor
+    const plot = over && Object.values(G.charts).find((u) => u && u.over === over);
+    const step = plot && plot.cursor.idx != null ? plot.data[0][plot.cursor.idx] : null;
+    if (step) showStep(step, null);
   });
 
   function source(s) {
@@ -42,7 +51,7 @@
     const show = el("button", { type: "button" }, "show batch");
     const box = el("div", { class: "batch-box" });
     const panel = G.section("Batch", el("div", { class: "controls" }, el("label", {}, "step ", input), show,
-      el("span", { class: "muted" }, " or click an event in the timeline")), box);
+      el("span", { class: "muted" }, " or click a chart or an event in the timeline")), box);
     panel.id = "batch";
     const load = async (step, attempt) => {
       input.value = String(step);
@@ -63,10 +72,8 @@
       history.replaceState(null, "", `#batch=${step}${attempt != null ? `@${attempt}` : ""}`);
     };
     show.addEventListener("click", () => load(Number(input.value)));
-    onEventClick = (row) => {
-      const step = Number(row.cells[0].textContent);
-      if (!step) return;
-      const event = (data.events || []).find((e) => `event-${e.id}` === row.id);
+    showStep = (step, eventRowId) => {
+      const event = (data.events || []).find((e) => `event-${e.id}` === eventRowId);
       load(step, event && event.attempt != null && event.severity !== "info" ? event.attempt : null);
       panel.scrollIntoView();
     };
