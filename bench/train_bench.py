@@ -6,7 +6,9 @@ per-group gradient and parameter norms, the spike guard, the LR schedule, throug
 mixture weights, the hash of the step's tokens, logging every metric to a real run store and a JSONL
 sink (``train.sinks``), and the command line's progress-bar hook. Both drive the same model and optimiser
 on the same in-memory batches in this process, one step of each in turn so machine noise hits both
-alike; the overhead is median trainer step / median bare step - 1.
+alike; the overhead is median trainer step / median bare step - 1. The hash of each step's tokens
+(``train/batches.py``) is timed alone in the same loop, on the same batches: ``batch_hash_percent`` is
+its median as a share of the median bare step, the part of the overhead it adds.
 
 It also measures what the LM head's chunked loss (``model/head_loss.py``) saves: the peak resident
 memory of one forward and backward of the head and its cross-entropy over 4,096 tokens at a 32,768

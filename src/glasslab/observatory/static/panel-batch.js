@@ -83,7 +83,11 @@
 
   window.GlasslabPages.run = (data, ...rest) => {
     const handler = drawRun(data, ...rest);
-    if (!G.STATIC && data.record && data.record.dataset) batchPanel(data);
+    // Pretraining runs: post-training batches are not drawn by the pretraining loader.
+    if (!G.STATIC && data.record && data.record.dataset && !["sft", "dpo"].includes(data.record.role)) {
+      batchPanel(data);
+      document.body.classList.add("has-batch-panel");
+    }
     return handler;
   };
 })();
