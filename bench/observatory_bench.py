@@ -1,12 +1,16 @@
 """Observatory benchmarks: a 1M-point series drawn from rollups, live latency with 20 open pages,
-what keeping the rollups costs the trainer, and the lab at scale: a synthetic lab of 1,000 runs x
+what keeping the rollups costs the trainer; the lab at scale: a synthetic lab of 1,000 runs x
 1,000 steps x 50 metrics plus 10 runs x 100,000 steps, written in bulk in the real run format, with
 the time of its overview, run and compare pages through ``glasslab serve`` and of the round of
-``publish --watch`` that re-exports one changed run.
+``publish --watch`` that re-exports one changed run; and a run at a real run's width: 500 scalar
+metrics and 48 layers x 64 experts of vectors every 100 steps over 100,000 steps, its run page in
+headless Chromium on the live server and on the static site (first chart drawn after navigation, a
+keypress in the search box to the filtered charts drawn, the JS heap with every chart drawn).
 
     python bench/observatory_bench.py [--points 1000000] [--pages 20] [--seconds 6]
         [--lab-runs 1000 --lab-steps 1000 --lab-metrics 50 --long-runs 10 --long-steps 100000]
-        [--lab-dir /tmp] [--skip-lab]
+        [--wide-steps 100000 --wide-metrics 500 --wide-layers 48 --wide-experts 64]
+        [--lab-dir /tmp] [--skip-lab] [--skip-wide]
 
 Prints headline figures one per line as ``name: value  (target …)``.
 """
@@ -32,14 +36,14 @@ import httpx
 
 from glasslab import track
 from glasslab.layout import STEP_RECORD, write_json_atomic
-from glasslab.observatory.publish import Publisher, page_file
+from glasslab.observatory.publish import Publisher, page_file, publish
 from glasslab.observatory.series import read_series
 from glasslab.track.run_record import build_record, write_record
 from glasslab.track.store import RunStore
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 sys.path.insert(0, str(SRC.parent / "tests"))
-from observatory_lab import free_port  # noqa: E402
+from observatory_lab import CHROMIUM_ARGS, chromium_path, free_port, write_wide_run  # noqa: E402
 
 
 def build_long_run(run_dir: Path, points: int) -> float:
@@ -64,13 +68,13 @@ def long_series(run_dir: Path, port: int) -> dict[str, float]:
             "GROUP BY step / 500"
         ).fetchall()
         group_by_s = time.perf_counter() - start
-    url = f"http://127.0.0.1:{port}/api/page/run?id={run_dir.name}"
+    url = f"http://127.0.0.1:{port}/api/series?id={run_dir.name}&key=train/loss"
     times = []
     for _ in range(5):
         start = time.perf_counter()
         response = httpx.get(url, timeout=30)
         times.append(time.perf_counter() - start)
-        assert len(response.json()["series"]["train/loss"]["steps"]) <= 2000
+        assert len(response.json()["train/loss"]["steps"]) <= 2000
     return {"points": len(series["steps"]), "rollup_ms": 1e3 * rollup_s, "group_by_ms": 1e3 * group_by_s,
             "http_ms": 1e3 * statistics.median(times)}
 
@@ -289,6 +293,136 @@ def lab_at_scale(args: argparse.Namespace) -> dict[str, float]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+# --- a run at a real run's width ----------------------------------------------------------------
+
+WIDE_RUN = "wide-run-0000aaaa"
+# Typed one key at a time; each keypress is timed to its filtered charts drawn.
+SEARCHES = ("layer_47/", "eval/task", "debug/metric_1", "grad/norm/l")
+FIRST_LOADS = 3
+
+
+def all_series_bytes(port: int, keys: list[str]) -> int:
+    """Bytes of every series of the run at a chart's resolution: what a page that sent every chart up
+    front would ship (the page before this one did)."""
+    total = 0
+    for start in range(0, len(keys), 200):
+        params = [("id", WIDE_RUN), *(("key", k) for k in keys[start:start + 200])]
+        total += len(httpx.get(f"http://127.0.0.1:{port}/api/series", params=params, timeout=600).content)
+    return total
+
+
+def in_view_drawn(page) -> None:
+    """Wait until every chart slot in the viewport is drawn."""
+    page.wait_for_function("""() => ![...document.querySelectorAll('#run-charts .slot:not(.drawn)')].some(n => {
+        const r = n.getBoundingClientRect(); return r.height > 0 && r.bottom > 0 && r.top < innerHeight; })""",
+                           timeout=120_000, polling=50)
+
+
+def browse(browser, url: str) -> dict[str, float]:
+    """The run page at ``url`` in fresh browser contexts: seconds from navigation to the first chart
+    drawn (each of ``FIRST_LOADS`` loads), milliseconds from each keypress of ``SEARCHES`` to its
+    filtered charts drawn, and the JS heap (MB) once every chart of the page is drawn."""
+    firsts = []
+    for _ in range(FIRST_LOADS):
+        context = browser.new_context(viewport={"width": 1300, "height": 900})
+        page = context.new_page()
+        page.goto(url)
+        page.wait_for_function("() => window.GLASSLAB_TIMING && window.GLASSLAB_TIMING.firstChart != null",
+                               timeout=120_000, polling=20)
+        firsts.append(page.evaluate("() => window.GLASSLAB_TIMING.firstChart") / 1e3)
+        context.close()
+    context = browser.new_context(viewport={"width": 1300, "height": 900})
+    page = context.new_page()
+    page.goto(url)
+    page.wait_for_selector("body[data-ready='1']", timeout=120_000)
+    box = page.locator("input[name=q]")
+    keypresses = []
+    for query in SEARCHES:
+        box.fill("")
+        page.wait_for_function("() => document.body.dataset.filtered === ''", timeout=120_000)
+        in_view_drawn(page)
+        for n in range(1, len(query) + 1):
+            page.keyboard.press(query[n - 1])
+            page.wait_for_function("q => document.body.dataset.filtered === q", arg=query[:n], timeout=120_000,
+                                   polling=10)
+            keypresses.append(page.evaluate("() => window.GLASSLAB_TIMING.filter.ms"))
+            in_view_drawn(page)  # the charts just outside the view too, before the next key
+    box.fill("")
+    page.wait_for_function("() => document.body.dataset.filtered === ''", timeout=120_000)
+    height = page.evaluate("() => document.documentElement.scrollHeight")
+    for y in range(0, height, 800):  # every chart of the page drawn: the heap at its largest
+        page.evaluate("y => window.scrollTo(0, y)", y)
+        in_view_drawn(page)
+    drawn = page.evaluate("() => document.querySelectorAll('#run-charts .slot.drawn').length")
+    cdp = context.new_cdp_session(page)
+    before_gc = cdp.send("Runtime.getHeapUsage")["usedSize"]
+    cdp.send("HeapProfiler.collectGarbage")
+    after_gc = cdp.send("Runtime.getHeapUsage")["usedSize"]
+    context.close()
+    keypresses.sort()
+    return {"first_s": statistics.median(firsts), "first_max_s": max(firsts),
+            "key_p50_ms": statistics.median(keypresses), "key_p95_ms": keypresses[int(0.95 * (len(keypresses) - 1))],
+            "key_max_ms": keypresses[-1], "keys": len(keypresses), "heap_mb": after_gc / 1e6,
+            "heap_before_gc_mb": before_gc / 1e6, "drawn": drawn}
+
+
+def wide_run(args: argparse.Namespace) -> dict[str, object]:
+    """Write the wide run, time its run page's data, then browse it live and published."""
+    tmp = Path(tempfile.mkdtemp(prefix="observatory-wide-", dir=args.lab_dir))
+    lab = tmp / "lab"
+    try:
+        start = time.perf_counter()
+        rows = write_wide_run(lab / WIDE_RUN, args.wide_steps, args.wide_metrics, args.wide_layers, args.wide_experts)
+        write_s = time.perf_counter() - start
+        print(f"# wide run written: {args.wide_metrics} metrics x {args.wide_steps} steps ({rows:,} scalar rows), "
+              f"{args.wide_layers} x {args.wide_experts} vectors every 100 steps, in {write_s:.0f} s; "
+              f"{disk_bytes(lab) / 1e9:.2f} GB on disk", flush=True)
+        result: dict[str, object] = {}
+        with served(lab) as port:
+            first_ms, page_ms_warm = page_ms(port, f"/api/page/run?id={WIDE_RUN}")  # the server is warm after
+            data = httpx.get(f"http://127.0.0.1:{port}/api/page/run?id={WIDE_RUN}", timeout=300)
+            result |= {"page_first_ms": first_ms, "page_ms": page_ms_warm, "page_kb": len(data.content) / 1e3,
+                       "all_mb": all_series_bytes(port, data.json()["keys"]) / 1e6}
+            print(f"# wide run page data: first load {first_ms:.0f} ms, then {page_ms_warm:.0f} ms", flush=True)
+            if chromium_path():
+                from playwright.sync_api import sync_playwright
+
+                with sync_playwright() as p:
+                    browser = p.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
+                    result["live"] = browse(browser, f"http://127.0.0.1:{port}/run/{WIDE_RUN}")
+                    start = time.perf_counter()
+                    index = publish(lab, tmp / "site")
+                    result["publish_s"] = time.perf_counter() - start
+                    result["static"] = browse(browser, (index.parent / page_file("run", WIDE_RUN)).as_uri())
+                    browser.close()
+        return result
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def print_wide(args: argparse.Namespace, wide: dict) -> None:
+    size = (f"{args.wide_metrics} metrics x {args.wide_steps} steps, {args.wide_layers} x {args.wide_experts} "
+            "vectors every 100 steps")
+    print(f"wide_run_page_ms: {wide['page_ms']:.0f}  ({size}; page data without series, median of 5 after the "
+          f"first load of {wide['page_first_ms']:.0f} ms)")
+    print(f"wide_page_data_kb: {wide['page_kb']:.0f}  (sent before any chart; every series at a chart's "
+          f"resolution would be {wide['all_mb']:.1f} MB)")
+    for site in ("live", "static"):
+        if site not in wide:
+            for name in ("first_chart_s", "search_keypress_ms", "js_heap_mb"):
+                print(f"wide_{site}_{name}: n/a  (chromium not found)")
+            continue
+        b = wide[site]
+        print(f"wide_{site}_first_chart_s: {b['first_s']:.2f}  (median of {FIRST_LOADS} loads, slowest "
+              f"{b['first_max_s']:.2f}; target <= 1.5)")
+        print(f"wide_{site}_search_keypress_ms: {b['key_p50_ms']:.0f}  (median of {b['keys']} keypresses; p95 "
+              f"{b['key_p95_ms']:.0f}, max {b['key_max_ms']:.0f}; target <= 100)")
+        print(f"wide_{site}_js_heap_mb: {b['heap_mb']:.0f}  (all {b['drawn']} charts drawn, after a GC; "
+              f"{b['heap_before_gc_mb']:.0f} before it; target <= 500)")
+    if "publish_s" in wide:
+        print(f"wide_publish_s: {wide['publish_s']:.1f}  (the static site of the wide run)")
+
+
 @contextmanager
 def served(lab: Path):
     """``glasslab serve`` on ``lab`` in a subprocess, as a user starts it; yields its port."""
@@ -324,12 +458,18 @@ def main() -> None:
     parser.add_argument("--writers", type=int, default=os.cpu_count() or 1, help="processes writing the lab")
     parser.add_argument("--lab-dir", default=None, help="where the synthetic lab goes (deleted after)")
     parser.add_argument("--skip-lab", action="store_true", help="leave the lab-at-scale part out")
+    parser.add_argument("--wide-steps", type=int, default=100_000, help="steps of the wide run")
+    parser.add_argument("--wide-metrics", type=int, default=500, help="scalar metrics of the wide run")
+    parser.add_argument("--wide-layers", type=int, default=48, help="MoE layers of the wide run")
+    parser.add_argument("--wide-experts", type=int, default=64, help="experts per layer of the wide run")
+    parser.add_argument("--skip-wide", action="store_true", help="leave the wide run out")
     parser.add_argument("--smoke", action="store_true", help="a quick check: 100k points, 3 pages, 2 s, "
-                        "a lab of 20 runs x 200 steps plus one of 5,000 steps")
+                        "a lab of 20 runs x 200 steps plus one of 5,000 steps, a wide run of 1,000 steps")
     args = parser.parse_args()
     if args.smoke:
         args.points, args.pages, args.seconds = 100_000, 3, 2.0
         args.lab_runs, args.lab_steps, args.long_runs, args.long_steps = 20, 200, 1, 5000
+        args.wide_steps = 1000
     if args.lab_metrics < len(LAB_KEYS):
         parser.error(f"--lab-metrics {args.lab_metrics}: expected at least {len(LAB_KEYS)}")
     tmp = Path(tempfile.mkdtemp(prefix="observatory-bench-"))
@@ -342,6 +482,7 @@ def main() -> None:
     with_us, without_us = logging_cost(tmp)
     shutil.rmtree(tmp, ignore_errors=True)
     scale = None if args.skip_lab else lab_at_scale(args)
+    wide = None if args.skip_wide else wide_run(args)
     expected = args.pages * int(args.seconds * 10)
     p95 = latencies[int(0.95 * (len(latencies) - 1))]
     print(f"series_points_drawn: {series['points']}  (from {args.points} logged)")
@@ -364,6 +505,8 @@ def main() -> None:
         print(f"lab_compare_page_ms: {scale['compare'][1]:.0f}  ({scale['compared']}; target < 300)")
         print(f"publish_watch_one_run_s: {scale['publish_s']:.2f}  (one watch round after one run changed; "
               "target < 1)")
+    if wide is not None:
+        print_wide(args, wide)
 
 
 if __name__ == "__main__":

@@ -193,3 +193,82 @@ def chromium_path() -> str | None:
 
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+
+# --- a run at a real run's width ----------------------------------------------------------------
+
+WIDE_GROUPS = ("embed", "attn", "mlp", "experts", "router", "norm", "lm_head")
+
+
+def wide_keys(metrics: int, layers: int, domains: int, tasks: int) -> tuple[list[str], list[str]]:
+    """(metrics logged every step, metrics logged at evals), ``metrics`` in all: the names of DESIGN.md
+    for a model of ``layers`` MoE layers, then ``debug/metric_<n>`` filler under one prefix."""
+    train = ["train/loss", "train/tokens", "optim/learning_rate", "grad/norm/total", "params/norm/total",
+             "throughput/tokens_per_second", "throughput/mfu", "memory/peak_bytes",
+             *(f"grad/norm/{g}" for g in WIDE_GROUPS), *(f"params/norm/{g}" for g in WIDE_GROUPS)]
+    train += [f"moe/layer_{i}/{name}" for i in range(layers)
+              for name in ("load_max_violation", "routing_entropy", "router_bias_norm")]
+    train += [f"grad/norm/layer_{i}/{part}" for i in range(layers) for part in ("attn", "experts")]
+    train += [f"mixture/{kind}/domain_{d:02d}" for kind in ("weight", "epochs") for d in range(domains)]
+    evals = ["eval/macro/loss", "eval/macro/bpb", *(f"eval/domain_{d:02d}/{m}" for d in range(domains)
+                                                   for m in ("loss", "bpb"))]
+    evals += [f"eval/task/task_{t:02d}/acc" for t in range(tasks)]
+    filler = metrics - len(train) - len(evals)
+    if filler < 0:
+        raise ValueError(f"{metrics} metrics cannot hold the {len(train) + len(evals)} named ones")
+    train += [f"debug/metric_{n:03d}" for n in range(filler)]
+    return train, evals
+
+
+def write_wide_run(folder: Path, steps: int, metrics: int = 500, layers: int = 48, experts: int = 64,
+                   vector_every: int = 100, domains: int = 16, tasks: int = 20, chunk_steps: int = 5000) -> int:
+    """A run of ``metrics`` scalars every step (evals every ``steps // 100``) and per-expert load and
+    router bias of ``layers`` × ``experts`` every ``vector_every`` steps, written through the real
+    store with large transactions. Layer ``layers // 3`` grows out of balance towards the end and
+    ``debug/metric_007`` jumps at the last step, so there is something for "what changed" to find.
+    Returns the scalar rows written."""
+    from glasslab.track.store import RunStore
+
+    train, evals = wide_keys(metrics, layers, domains, tasks)
+    hot = layers // 3
+    write_record(folder, build_record({"model": {"n_layers": layers, "experts": experts}, "name": folder.name}, None)
+                 | {"size_name": "1.6B-A61M", "flops_per_token": FLOPS_PER_TOKEN, "steps": steps})
+    store = RunStore(folder, flush_rows=1 << 62, flush_seconds=math.inf)
+    store.conn.execute("PRAGMA cache_size=-262144")
+    eval_every = max(1, steps // 100)
+    rows = 0
+    # Each metric: a curve of its own (offset, slope and wiggle from its index), cheap to compute.
+    shape = {key: (1.0 + 0.01 * (i % 97), 0.3 + 0.002 * (i % 41), 0.05 * (i % 7))
+             for i, key in enumerate(train + evals)}
+    for step in range(steps):
+        t = step / max(1, steps - 1)
+        decay = 1.0 / math.sqrt(1.0 + step)
+        wiggle = math.sin(step / 37.0)
+        logged = {}
+        for key in train:
+            base, slope, amp = shape[key]
+            logged[key] = base + slope * decay + amp * wiggle
+        logged["train/loss"] = 2.0 + 3.0 * decay
+        logged["train/tokens"] = float((step + 1) * TOKENS_PER_STEP)
+        for i in range(layers):
+            logged[f"moe/layer_{i}/load_max_violation"] = 0.1 + 0.01 * i * decay + (2.0 * t * t if i == hot else 0.0)
+        if step == steps - 1:
+            logged["debug/metric_007"] = logged.get("debug/metric_007", 0.0) + 10.0
+        if step % eval_every == eval_every - 1:
+            for key in evals:
+                logged[key] = shape[key][0] + 3.0 * decay
+        store.log(logged, step)
+        rows += len(logged)
+        if step % vector_every == 0:
+            for i in range(layers):
+                load = [1.0 + 0.3 * math.sin(e + i + step / 500) for e in range(experts)]
+                load[(i * 7) % experts] *= 1.0 + (4.0 * t if i == hot else 0.2)  # the hot layer's favourite
+                total = sum(load)
+                store.log_vector(f"moe/layer_{i}/expert_load", [v / total for v in load], step)
+                store.log_vector(f"moe/layer_{i}/router_bias",
+                                 [0.01 * math.sin(e * 0.7 + i) * (1 + t) for e in range(experts)], step)
+        if step % chunk_steps == chunk_steps - 1:
+            store.flush()
+    store.annotate("spike_skipped", "loss spike skipped", step=steps // 2, severity="warning")
+    store.close()
+    return rows

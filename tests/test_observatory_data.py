@@ -1,18 +1,25 @@
-"""The pages' data without a browser: verdicts, rounding to the uncertainty, panels, chance levels and
-the links between runs, datasets, ladders and exports, read from the synthetic lab's files."""
+"""The pages' data without a browser: verdicts, rounding to the uncertainty, panels and per-layer
+families, chance levels, what changed in a run (z-scores, experts at the extremes) and the links
+between runs, datasets, ladders and exports, read from the synthetic lab's files."""
 
 from __future__ import annotations
 
+import math
 import os
 
+import numpy as np
 import pytest
 
+from glasslab.observatory.changes import experts_now, what_changed
 from glasslab.observatory.lab_scan import Lab
 from glasslab.observatory.ladder_page import floor_line, registry_entries, with_uncertainty
 from glasslab.observatory.page_data import build_page
+from glasslab.observatory.panels import chart_specs, group_panels, layer_of
 from glasslab.observatory.relations import Relations
-from glasslab.observatory.run_page import chance_levels, group_panels
+from glasslab.observatory.run_page import chance_levels, run_series
 from glasslab.observatory.verdict import verdict
+from glasslab.track.reader import RunReader
+from glasslab.track.store import RunStore
 from observatory_lab import build_lab
 
 CURVE = [{"fraction": f / 4, "point": 4.0 - f * 0.2, "lo": 3.8 - f * 0.2, "hi": 4.2 - f * 0.2} for f in range(1, 5)]
@@ -76,6 +83,77 @@ def test_panels_have_titles_that_say_what_they_show():
         "eval/task/copy/acc": 0.25, "eval/task/copy/acc_norm": 0.25, "eval/task/other/acc": 0.5,
         "eval/task/macro/acc": 0.375}
     assert chance_levels({}, keys) == {}
+
+
+def test_per_layer_families_become_charts_of_their_own():
+    assert layer_of("moe/layer_12/routing_entropy") == ("moe/layer_*/routing_entropy", 12)
+    assert layer_of("grad/norm/layer_3/attn") == ("grad/norm/layer_*/attn", 3)
+    assert layer_of("grad/norm/attn") is None and layer_of("player_1/x") is None
+    keys = ["grad/norm/total", "grad/norm/attn", *(f"grad/norm/layer_{i}/attn" for i in (10, 2, 1)),
+            "moe/layer_0/load_max_violation", "moe/layer_1/load_max_violation", "moe/layer_0/routing_entropy"]
+    charts = {c["id"]: c for c in chart_specs(keys)}
+    # The panel keeps what is not per layer; the family is a chart of its own, its rows by layer number.
+    assert charts["Gradient norm"]["keys"] == ["grad/norm/total", "grad/norm/attn"]
+    family = charts["Gradient norm: grad/norm/layer_*/attn"]
+    assert family["family"] == {"pattern": "grad/norm/layer_*/attn", "rows": [1, 2, 10]}
+    assert family["keys"] == ["grad/norm/layer_1/attn", "grad/norm/layer_2/attn", "grad/norm/layer_10/attn"]
+    assert family["logy"] is True
+    # A panel that is one family keeps its title; a single layer is no family.
+    assert charts["MoE load: max violation per layer"]["family"]["rows"] == [0, 1]
+    assert charts["MoE routing entropy per layer"]["family"] is None
+
+
+def test_what_changed_scores_the_latest_value_against_the_fifty_before(tmp_path):
+    rng = np.random.default_rng(0)
+    history = rng.normal(1.0, 0.1, 80)
+    store = RunStore(tmp_path / "run")
+    for step, value in enumerate(history):
+        store.log({"steady": float(value), "jumps": float(value) + (5.0 if step == 79 else 0.0),
+                   "flat": 2.0 if step < 79 else 2.5, "short": 1.0}, step)
+        if step == 79:
+            store.log({"broke": math.nan}, step)
+        elif step >= 70:
+            store.log({"broke": 1.0 + 0.01 * step}, step)
+    store.close()
+    # A resume that logs the last step again: the latest attempt's value counts, once.
+    store = RunStore(tmp_path / "run", reason="resume")
+    store.log({"steady": float(history[79]) + 0.05}, 79)
+    store.close()
+    with RunReader(tmp_path / "run") as reader:
+        assert [s for s, _ in reader.recent("steady", 51)] == list(range(29, 80))
+        changed = what_changed(reader, ["steady", "jumps", "flat", "short", "broke"])
+    moves = {m["key"]: m for m in changed["metrics"]}
+    assert [m["key"] for m in changed["metrics"][:3]] == ["broke", "flat", "jumps"]  # news first, then by |z|
+    assert moves["broke"]["kind"] == "nonfinite" and moves["flat"]["kind"] == "left_constant"
+    before = history[29:79]
+    expected = (history[79] + 5.0 - before.mean()) / before.std(ddof=1)
+    assert moves["jumps"]["z"] == pytest.approx(expected, rel=1e-9) and moves["jumps"]["n"] == 50
+    steady = (history[79] + 0.05 - before.mean()) / before.std(ddof=1)
+    assert moves["steady"]["z"] == pytest.approx(steady, rel=1e-9) and abs(moves["steady"]["z"]) < 3
+    assert moves["short"]["z"] == 0.0 and changed["scored"] == 5
+
+
+def test_experts_now_name_the_extremes_of_load_and_bias(tmp_path):
+    store = RunStore(tmp_path / "run")
+    for step in (0, 100):
+        for layer in range(3):
+            load = [0.25] * 4
+            if step == 100 and layer == 2:
+                load = [0.55, 0.15, 0.15, 0.15]  # layer 2, expert 0: 2.2x its fair share, now
+            store.log_vector(f"moe/layer_{layer}/expert_load", load, step)
+            store.log_vector(f"moe/layer_{layer}/router_bias", [0.01 * layer * (e - 1.5) for e in range(4)], step)
+    store.close()
+    with RunReader(tmp_path / "run") as reader:
+        now = experts_now(reader, reader.vector_keys())
+    most = now["load"]["most"][0]
+    assert (most["layer"], most["expert"], most["step"]) == (2, 0, 100) and most["ratio"] == pytest.approx(2.2)
+    assert now["load"]["layers"][0] == {"layer": 2, "step": 100, "imbalance": pytest.approx(2.2)}
+    assert now["load"]["least"][0]["ratio"] == pytest.approx(0.6)
+    assert (now["bias"]["highest"][0]["layer"], now["bias"]["highest"][0]["expert"]) == (2, 3)
+    assert now["bias"]["lowest"][0]["value"] == pytest.approx(-0.03)
+    with RunReader(tmp_path / "run") as reader:
+        assert experts_now(reader, []) == {"load": {"most": [], "least": [], "layers": []},
+                                           "bias": {"highest": [], "lowest": []}}
 
 
 def test_relations_between_runs_datasets_ladders_and_exports(lab):
@@ -145,4 +223,4 @@ def test_pages_read_again_only_the_stores_that_changed(tmp_path, monkeypatch):
     run.finish()
     steps = {r["id"]: r["step"] for r in build_page(lab, "overview")["runs"]}
     assert steps["rung-s-aaaa1111"] == 30 and set(opened) == {"rung-s-aaaa1111", "hero-dddd4444"}
-    assert build_page(lab, "run", "rung-s-aaaa1111")["series"]["train/loss"]["steps"][-1] == 30
+    assert run_series(lab, "rung-s-aaaa1111", ["train/loss"])["train/loss"]["steps"][-1] == 30

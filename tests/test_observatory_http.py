@@ -51,10 +51,18 @@ def test_every_page_and_its_data_answer(server):
     csp = httpx.get(f"{server.url}/run/hero-dddd4444").headers["content-security-policy"]
     assert "script-src 'self' 'sha256-" in csp and "unsafe-inline'; style" not in csp
     run = httpx.get(f"{server.url}/api/page/run", params={"id": "hero-dddd4444"}).json()
-    assert run["series"]["train/loss"]["steps"] == list(range(20))
-    assert [p["title"] for p in run["panels"]][:3] == ["Loss", "Learning rate", "Gradient norm"]
-    assert run["vectors"]["moe/layer_0/expert_load"]["steps"][-1] == 19
+    assert [c["title"] for c in run["charts"]][:3] == ["Loss", "Learning rate", "Gradient norm"]
+    assert "series" not in run and "vectors" not in run  # the page asks for the charts it draws
     assert run["events"][0]["kind"] == "spike_skipped"
+    series = httpx.get(f"{server.url}/api/series", params=[("id", "hero-dddd4444"), ("key", "train/loss"),
+                                                             ("key", "never/logged")]).json()
+    assert list(series) == ["train/loss"] and series["train/loss"]["steps"] == list(range(20))
+    coarse = httpx.get(f"{server.url}/api/series", params={"id": "hero-dddd4444", "key": "train/loss", "points": "5"})
+    assert coarse.json()["train/loss"]["steps"] == list(range(20))  # at least 50 points are always allowed
+    vectors = httpx.get(f"{server.url}/api/vectors", params={"id": "hero-dddd4444", "key": "moe/layer_0/expert_load"})
+    assert vectors.json()["moe/layer_0/expert_load"]["steps"][-1] == 19
+    for path in ("/api/series?id=nope&key=train/loss", "/api/vectors?key=train/loss"):
+        assert httpx.get(server.url + path).status_code == 404, path
     rung = httpx.get(f"{server.url}/api/page/run", params={"id": "rung-s-aaaa1111"}).json()
     assert [e["kind"] for e in rung["events"]] == ["spike_skipped", "step_retried"]  # the executor's too
     overview = httpx.get(f"{server.url}/api/page/overview").json()

@@ -264,6 +264,27 @@ def test_compare_plots_a_third_metric_for_picked_runs_smoothed(site, page):
     check_axes(page)
 
 
+def test_compare_search_filters_the_charts_and_picks_metrics_by_prefix(site, page):
+    query = f"runs={RUNG_S},{RUNG_M}&keys=train/loss,eval/macro/loss,grad/norm/total&q=loss"
+    open_page(page, site.url("compare", query=query))
+    shown = "() => Object.keys(window.GLASSLAB_CHARTS).filter(k => k.startsWith('compare:'))"
+    assert page.evaluate(shown) == ["compare:train/loss", "compare:eval/macro/loss"]
+    assert page.locator(".search-status").inner_text() == "2 of 3 charts · 4 metrics in the lab match"
+    # The lab's metric names by prefix, with counts; picking one adds its chart (the search stays).
+    page.locator(".key-list > summary").click()
+    eval_group = page.locator("details.key-group[data-prefix='eval/']")
+    assert eval_group.locator("summary").inner_text() == "eval/ 3 of 5"
+    eval_group.locator("summary .muted").click()
+    eval_group.locator("button[data-key='eval/web/loss']").click()
+    page.wait_for_function("() => window.GLASSLAB_CHARTS['compare:eval/web/loss'] !== undefined")
+    view = parse_qs(urlparse(page.evaluate("() => location.href")).query)
+    assert view["keys"] == ["train/loss,eval/macro/loss,grad/norm/total,eval/web/loss"] and view["q"] == ["loss"]
+    page.reload()
+    page.wait_for_selector("body[data-ready='1']")
+    assert page.evaluate(shown) == ["compare:train/loss", "compare:eval/macro/loss", "compare:eval/web/loss"]
+    assert page.locator("input[name=q]").input_value() == "loss"
+
+
 def test_overview_table_sorts_filters_and_flags_incidents(site, page):
     open_page(page, site.url("overview"))
     assert page.title() == "Overview · glasslab observatory" and "Lab lab" not in page.content()

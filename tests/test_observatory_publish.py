@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+import json
 import os
 import signal
 import subprocess
@@ -10,10 +12,11 @@ import time
 from pathlib import Path
 
 from glasslab import track
-from glasslab.observatory.publish import Publisher, page_file, series_file
+from glasslab.observatory.publish import Publisher, page_file, series_index_file, series_prefix
 from observatory_lab import SECRET, build_lab, log_step
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
+publish_module = importlib.import_module("glasslab.observatory.publish")  # the package's `publish` is the function
 
 
 def glasslab(*args: str) -> subprocess.CompletedProcess:
@@ -54,11 +57,50 @@ def test_watch_reexports_only_changed_pages(tmp_path):
     assert page_file("run", "rung-s-aaaa1111") in again
     assert page_file("run", "hero-dddd4444") not in again and page_file("provenance", "hero-dddd4444") not in again
     assert page_file("data", "data-abc12345") in again  # the rung trained on it: its per-domain evals show there
-    # The static compare page's series: one file per run, only the changed run's is written again.
-    assert series_file("rung-s-aaaa1111") in again and series_file("hero-dddd4444") not in again
-    data_name = page_file("run", "rung-s-aaaa1111").replace(".html", ".js")
-    data_js = (tmp_path / "site" / "data" / data_name).read_text()
-    assert data_js.startswith("window.GLASSLAB_DATA = ") and '"steps":[0,1,2' in data_js and ",30]" in data_js
+    # A run's series (what its page and the compare page load): chunk files and their index, written
+    # again for the changed run only.
+    assert series_index_file("rung-s-aaaa1111") in again and series_index_file("hero-dddd4444") not in again
+    chunk = f"{series_prefix('rung-s-aaaa1111')}-0.js"
+    assert chunk in again
+    chunk_js = (tmp_path / "site" / chunk).read_text()
+    assert chunk_js.startswith("(window.GLASSLAB_CHUNKS = window.GLASSLAB_CHUNKS || {})")
+    assert '"train/loss":{"steps":[0,1,2' in chunk_js and ",30]" in chunk_js
+    index_js = (tmp_path / "site" / series_index_file("rung-s-aaaa1111")).read_text()
+    assert '"train/loss":0' in index_js and '"moe/layer_0/expert_load":' in index_js
+
+
+def test_a_runs_series_are_chunks_its_index_names_and_stale_chunks_go(tmp_path, monkeypatch):
+    lab = build_lab(tmp_path / "lab")
+    site, run_id = tmp_path / "site", "rung-s-aaaa1111"
+    monkeypatch.setattr(publish_module, "CHUNK_BYTES", 1000)  # a metric or two a chunk
+    publisher = Publisher(lab, site)
+    publisher.export()
+
+    def chunks() -> dict[str, dict]:
+        return {p.name: json.loads(p.read_text().split("] = ", 1)[1].rstrip(";\n"))
+                for p in site.glob(f"{series_prefix(run_id)}-[0-9]*.js")}
+
+    def index() -> dict:
+        return json.loads((site / series_index_file(run_id)).read_text().split("] = ", 1)[1].rstrip(";\n"))
+
+    before = chunks()
+    assert len(before) >= 8
+    with track.RunReader(lab / run_id) as reader:
+        keys, vector_keys = reader.scalar_keys(), reader.vector_keys()
+    # Every metric and vector in exactly the chunk its index names.
+    for kind, names in (("scalars", keys), ("vectors", vector_keys)):
+        assert set(index()[kind]) == set(names)
+        for key, n in index()[kind].items():
+            held = before[f"{series_prefix(run_id).split('/')[-1]}-{n}.js"]
+            assert key in held[kind] and held[kind][key]["steps"][-1] == 29
+    monkeypatch.setattr(publish_module, "CHUNK_BYTES", 10**7)  # now one chunk of series, one of vectors
+    run = track.init(lab / run_id, {}, reason="resume")
+    log_step(run, 30)
+    run.finish()
+    publisher.export()
+    assert sorted(chunks()) == sorted(f"{series_prefix(run_id).split('/')[-1]}-{n}.js" for n in (0, 1))
+    assert set(index()["scalars"].values()) == {0} and chunks()[f"{series_prefix(run_id).split('/')[-1]}-0.js"][
+        "scalars"]["train/loss"]["steps"][-1] == 30
 
 
 def test_publish_watch_cli_follows_a_run(tmp_path):
@@ -67,7 +109,7 @@ def test_publish_watch_cli_follows_a_run(tmp_path):
     command = [sys.executable, "-m", "glasslab", "publish", "--lab", str(lab), "--out", str(site), "--watch",
                "--every", "0.3"]
     watcher = subprocess.Popen(command, env={**os.environ, "PYTHONPATH": SRC}, stdout=subprocess.DEVNULL)
-    data_js = site / "data" / page_file("run", "rung-s-aaaa1111").replace(".html", ".js")
+    data_js = site / f"{series_prefix('rung-s-aaaa1111')}-0.js"  # its series: the first (only) chunk
     try:
         deadline = time.monotonic() + 20
         while not data_js.exists() and time.monotonic() < deadline:

@@ -24,6 +24,7 @@ def test_sft_run_page_links_its_base_and_shows_replies_beside_the_bases(tmp_path
         "base": base})
     for step in range(5):
         run.log({"sft/loss": 4.0 - 0.1 * step, "sft/assistant_tokens": 100.0 * (step + 1)}, step)
+    run.log({"eval/sft/loss": 4.6}, 4)
     run.sample(4, chat_turns("user", PROMPT), chat_turns("assistant", "Serialize obj to a JSON string."))
     run.finish("finished")
     with sync_playwright() as p, serve_lab(lab) as server:
@@ -43,5 +44,12 @@ def test_sft_run_page_links_its_base_and_shows_replies_beside_the_bases(tmp_path
         replies = row.locator(".turn-assistant").all_inner_texts()
         assert replies == ["assistant: Serialize obj to a JSON string.", "assistant: def f(x):"]
         assert page.locator(".chart").count() >= 1 and "SFT loss" in page.content()
+        # The post-training panels are run-page sections: counts and before/after first, the chat before the
+        # samples; "now" is read from the series source (the page's data holds no series).
+        order = page.eval_on_selector_all("section[data-section]", "els => els.map((e) => e.dataset.section)")
+        assert order.index("posttrain") < order.index("charts") < order.index("chat") < order.index("samples")
+        assert "Post-training: supervised fine-tuning" in page.locator("#run-posttrain h2").inner_text()
+        cells = page.locator("table.before-after tbody tr").first.locator("td").all_inner_texts()
+        assert cells[0] == "eval/sft/loss" and cells[2].startswith("4.6") and "0.5" in cells[3], cells
         browser.close()
     assert not errors, errors

@@ -5,10 +5,10 @@ model's reply and is on only on loopback or with ``--chat``: ``chat.py``):
     /                       lab overview          /api/page/<page>?id=…   page data (JSON)
     /run/<id>               one run               /api/stream?page=…      server-sent events
     /compare?runs=a,b&keys=… runs overlaid        /api/delta?page=…       the same delta, polled
-    /ladder/<id>            fit + prediction band /static/<file>          vendored assets
-    /data/<id>              data report
-    /provenance/<id>        run.json, step.json       /api/batch?id=…&step=…  a step's batch (batch_api.py)
-    /experiment/<name>      an experiment's card
+    /ladder/<id>            fit + prediction band /api/series?id=…&key=…  a run's series, by metric
+    /data/<id>              data report           /api/vectors?id=…&key=… a run's vectors, by metric
+    /provenance/<id>        run.json, step.json   /static/<file>          vendored assets
+    /experiment/<name>      an experiment's card  /api/batch?id=…&step=…  a step's batch (batch_api.py)
 Ids come from the lab scan, so unknown ids and traversal attempts (``..``, ``%2e%2e``) are 404.
 """
 
@@ -33,7 +33,8 @@ from glasslab.observatory.chat import ChatService
 from glasslab.observatory.lab_scan import Lab
 from glasslab.observatory.live import RunWatch, event_stream, parse_cursors
 from glasslab.observatory.page_data import build_page
-from glasslab.observatory.series import EncodedSeries
+from glasslab.observatory.run_page import run_series, run_vectors
+from glasslab.observatory.series import DEFAULT_POINTS, EncodedSeries, clean
 from glasslab.observatory.shell import STATIC_FILES, content_security_policy, render_shell, static_file
 
 PAGES = ("overview", "run", "compare", "ladder", "data", "provenance", "experiment")
@@ -97,6 +98,31 @@ def create_app(lab_root: str | Path, chat: bool = False) -> Starlette:
         data = load(request.path_params["page"], request.query_params.get("id"), request)
         return PageResponse(data, headers=NO_STORE)
 
+    def run_data(request: Request, read) -> Response:
+        """A run's series or vectors (``read(run_id, keys)``) for the metrics named by repeated ``key``
+        parameters (names may hold commas); 404 for an unknown run."""
+        run_id, keys = request.query_params.get("id"), request.query_params.getlist("key")
+        data = read(run_id, keys) if run_id else None
+        if data is None and run_id and run_id not in lab.index().runs:
+            lab.index(fresh=True)  # perhaps created since the cached scan
+            data = read(run_id, keys)
+        if data is None:
+            raise HTTPException(404, "no such run in this lab, or its store cannot be read now")
+        if isinstance(data, EncodedSeries):
+            return Response(data.json, media_type="application/json", headers=NO_STORE)
+        return JSONResponse(clean(data), headers=NO_STORE)
+
+    # Plain functions: Starlette runs them in its threads, so a page's first chart is not kept waiting
+    # behind another page's heatmap of 48 layers (the pages and the stream stay on the event loop).
+    def api_series(request: Request) -> Response:
+        """Series of at most ``points`` points each (a heatmap row needs fewer than a chart)."""
+        points = request.query_params.get("points", "")
+        points = int(points) if points.isdigit() else DEFAULT_POINTS
+        return run_data(request, lambda run_id, keys: run_series(lab, run_id, keys, points))
+
+    def api_vectors(request: Request) -> Response:
+        return run_data(request, lambda run_id, keys: run_vectors(lab, run_id, keys))
+
     def watch_for(request: Request) -> tuple[RunWatch, str]:
         page = request.query_params.get("page", "")
         data = load(page, request.query_params.get("id"), request) if page != "overview" else {"watch": []}
@@ -139,6 +165,8 @@ def create_app(lab_root: str | Path, chat: bool = False) -> Starlette:
         Route("/api/page/{page}", api_page),
         Route("/api/stream", api_stream),
         Route("/api/delta", api_delta),
+        Route("/api/series", api_series),
+        Route("/api/vectors", api_vectors),
         Route("/api/batch", batch_endpoint(lab)),
         Route("/api/chat", chat_service.endpoint, methods=["POST"]),
         Route("/static/{name}", static),

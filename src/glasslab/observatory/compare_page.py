@@ -2,8 +2,9 @@
 scalar metric the lab logged, and the series of the picked runs for the picked metrics.
 
 The view (runs, metrics, x axis, log scales, smoothing) lives in the page's URL, so a link
-reproduces it. The live server answers each view with its series; the static site writes one data
-file per run with all its series (``publish.with_tokens``), which the page loads for the runs it shows.
+reproduces it. The live server answers each view with its series; on the static site the page loads
+the chunk files that hold them (``publish``: the same files the run pages load), ``train/tokens``
+with them for x axes in tokens or FLOPs.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
@@ -114,6 +115,9 @@ class Lab:
         self._scanned_at = 0.0
         self._json: dict[Path, tuple[tuple[int, int], dict[str, Any] | None]] = {}
         self._memo: dict[str, OrderedDict[Hashable, tuple[tuple, int, Any]]] = {}
+        # The series endpoints read in the server's threads: the memo's bookkeeping is one at a time
+        # (what is computed is not: two threads may read the same thing once each).
+        self._memo_lock = threading.Lock()
 
     def memo(self, kind: str, item: Hashable, paths: Sequence[Path], compute: Callable[[], T],
              limit: int = 100_000) -> T:
@@ -122,18 +126,20 @@ class Lab:
         last look). None is never kept (a store being created). Each ``kind`` keeps its ``limit`` most
         recently used values. Callers must not change what they get."""
         stamps = tuple(file_stamp(p) for p in paths)
-        cache = self._memo.setdefault(kind, OrderedDict())
-        held = cache.get(item)
-        if held is not None and held[0] == stamps and max(s[0] for s in stamps) + RACY_NS < held[1]:
-            cache.move_to_end(item)
-            return held[2]
+        with self._memo_lock:
+            cache = self._memo.setdefault(kind, OrderedDict())
+            held = cache.get(item)
+            if held is not None and held[0] == stamps and max(s[0] for s in stamps) + RACY_NS < held[1]:
+                cache.move_to_end(item)
+                return held[2]
         computed_at = time.time_ns()
         value = compute()
         if value is not None:
-            cache[item] = (stamps, computed_at, value)
-            cache.move_to_end(item)
-            while len(cache) > limit:
-                cache.popitem(last=False)
+            with self._memo_lock:
+                cache[item] = (stamps, computed_at, value)
+                cache.move_to_end(item)
+                while len(cache) > limit:
+                    cache.popitem(last=False)
         return value
 
     def json(self, path: Path) -> dict[str, Any] | None:

@@ -1,9 +1,9 @@
 """The run page's pieces for a post-training run (SFT, DPO): its panels, and what its chat panel may talk to.
 
-The page itself (``static/page-chat.js``) draws from ``run.json`` what became of the data (the counts of
-conversations cut or left out, of pairs left out), the base's metrics before step 0 beside the run's own,
-the replies before and after, and the chat panel: live on ``glasslab serve`` (``chat.py``), the recorded
-replies on the static site.
+The run page's sections draw the rest: ``static/run-posttrain.js`` what became of the data (from
+``run.json``: the counts of conversations cut or left out, of pairs left out) and the base's metrics
+before step 0 beside the run's own; ``static/run-chat.js`` the chat panel, live on ``glasslab serve``
+(``chat.py``), the replies recorded before and after on the static site.
 """
 
 from __future__ import annotations

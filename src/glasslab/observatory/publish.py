@@ -35,11 +35,13 @@ from glasslab.layout import (
 from glasslab.observatory.lab_scan import Lab, file_stamp
 from glasslab.observatory.page_data import build_page
 from glasslab.observatory.relations import Relations
-from glasslab.observatory.runs import TOKENS_KEY
-from glasslab.observatory.series import interpolate
+from glasslab.observatory.run_page import MAX_KEYS_PER_READ, read_run_series, read_run_vectors
 from glasslab.observatory.shell import STATIC_FILES, render_shell, script_json, static_file
 
 WATCH_SECONDS = 3.0
+# Bytes of series JSON per chunk file: a 100,000-step metric downsampled to 2,000 points is ~70 kB,
+# so a chart of a few metrics loads one or two files, and a short run is one file.
+CHUNK_BYTES = 400_000
 
 
 def page_file(page: str, item_id: str | None) -> str:
@@ -138,22 +140,27 @@ class SiteInputs:
         return (self.group("runs"), self.group("lab"), self.group("lab_events"))
 
 
-def with_tokens(series: dict[str, Any]) -> dict[str, Any]:
-    """A run's series (as on its page) with tokens at each point, for the static compare page's x axes."""
-    tokens = series.get(TOKENS_KEY) or {"steps": []}
-    out = {}
-    for key, one in series.items():
-        if not one["steps"]:
-            continue
-        if tokens["steps"] and key != TOKENS_KEY:
-            one = one | {"tokens": interpolate(one["steps"], tokens["steps"], tokens["values"])}
-        out[key] = one
-    return out
+def series_prefix(run_id: str) -> str:
+    """Where a run's series live on the site: ``<prefix>-index.js`` says which chunk file
+    (``<prefix>-<n>.js``) holds each metric's series and each vector's."""
+    return f"data/{page_file('series', run_id).removesuffix('.html')}"
 
 
-def series_file(run_id: str) -> str:
-    """The script holding every series of a run for the static compare page."""
-    return f"data/{page_file('series', run_id).removesuffix('.html')}.js"
+def series_index_file(run_id: str) -> str:
+    return f"{series_prefix(run_id)}-index.js"
+
+
+def pack_chunks(encoded: dict[str, str], budget: int) -> list[list[str]]:
+    """Keys in order, cut into chunks of about ``budget`` bytes of JSON (a chunk holds at least one)."""
+    chunks: list[list[str]] = []
+    size = 0
+    for key, text in encoded.items():
+        if not chunks or (chunks[-1] and size + len(text) > budget):
+            chunks.append([])
+            size = 0
+        chunks[-1].append(key)
+        size += len(text)
+    return chunks
 
 
 class Publisher:
@@ -197,8 +204,10 @@ class Publisher:
             # A run's series change only with its store, which its page is drawn from too.
             series_stamp = inputs.page("series", item_id) if page == "run" else None
             if data is not None and series_stamp and self.stamps.get(("series", item_id)) != series_stamp:
-                written.append(self._export_series(item_id, data["series"]))
-                self.stamps[("series", item_id)] = series_stamp
+                files = self._export_series(item_id, data["keys"], data["vector_keys"])
+                if files is not None:  # else the store could not be read: the next round tries again
+                    written += files
+                    self.stamps[("series", item_id)] = series_stamp
         return written
 
     def _export_page(self, page: str, item_id: str | None) -> dict[str, Any] | None:
@@ -207,7 +216,9 @@ class Publisher:
         if data is None:
             return None
         if page == "compare":
-            data["series_files"] = {run["id"]: series_file(run["id"]) for run in data["runs"]}
+            data["series_files"] = {run["id"]: series_index_file(run["id"]) for run in data["runs"]}
+        if page == "run":
+            data["series_index"] = series_index_file(item_id)
         name = page_file(page, item_id)
         data_name = f"data/{name.removesuffix('.html')}.js"
         write_text_atomic(self.out / data_name, f"window.GLASSLAB_DATA = {script_json(data)};\n")
@@ -218,14 +229,41 @@ class Publisher:
         write_text_atomic(self.out / name, html)
         return data
 
-    def _export_series(self, run_id: str, series: dict[str, Any]) -> str:
-        """One script per run with every series it logged (the compare page loads the runs it shows),
-        so a run that changed rewrites its own file only. ``series``: as on the run's page."""
-        name = series_file(run_id)
-        holder = "(window.GLASSLAB_SERIES = window.GLASSLAB_SERIES || {})"
-        series = script_json(with_tokens(series))
-        write_text_atomic(self.out / name, f"{holder}[{script_json(run_id)}] = {series};\n")
-        return name
+    def _export_series(self, run_id: str, keys: list[str], vector_keys: list[str]) -> list[str] | None:
+        """A run's series and vectors as chunk files plus their index (the run and compare pages load
+        the chunks of the charts they draw), so a run that changed rewrites its own files only.
+        Returns the files written; None when the store cannot be read now (nothing is written)."""
+        folder = self.lab.index().runs[run_id]
+        series: dict[str, Any] = {}
+        for start in range(0, len(keys), MAX_KEYS_PER_READ):  # a few hundred metrics read at a time
+            part = read_run_series(folder, keys[start:start + MAX_KEYS_PER_READ])
+            if part is None:
+                return None
+            series.update(part)
+        vectors = read_run_vectors(folder, vector_keys)
+        if vectors is None:
+            return None
+        prefix = series_prefix(run_id)
+        index: dict[str, Any] = {"prefix": prefix, "scalars": {}, "vectors": {}}
+        written, number = [], 0
+        for kind, values in (("scalars", series), ("vectors", vectors)):
+            encoded = {key: script_json(one) for key, one in values.items()}
+            for chunk in pack_chunks(encoded, CHUNK_BYTES):
+                body = ",".join(f"{script_json(key)}:{encoded[key]}" for key in chunk)
+                name = f"{prefix}-{number}.js"
+                holder = "(window.GLASSLAB_CHUNKS = window.GLASSLAB_CHUNKS || {})"
+                write_text_atomic(self.out / name, f'{holder}[{script_json(name)}] = {{"{kind}":{{{body}}}}};\n')
+                index[kind].update({key: number for key in chunk})
+                written.append(name)
+                number += 1
+        holder = "(window.GLASSLAB_SERIES_INDEX = window.GLASSLAB_SERIES_INDEX || {})"
+        name = series_index_file(run_id)
+        write_text_atomic(self.out / name, f"{holder}[{script_json(run_id)}] = {script_json(index)};\n")
+        # Chunks a larger export of this run left behind: the new index no longer names them.
+        for old in self.out.glob(f"{prefix}-*.js"):
+            if old.stem.rsplit("-", 1)[-1].isdigit() and int(old.stem.rsplit("-", 1)[-1]) >= number:
+                old.unlink()
+        return [*written, name]
 
 
 def publish(lab_root: str | Path, out_dir: str | Path) -> Path:

@@ -1,69 +1,37 @@
-"""The run page's data: charts grouped into panels with meaningful titles, the MoE layers, the
-pre-registered band mapped onto steps, task chance levels, links to the run's dataset, ladder,
-parent, children and exports, the command that recreates it, events and samples."""
+"""The run page's data: its charts (``panels.chart_specs``), what changed (``changes``), the MoE
+layers, the pre-registered band mapped onto steps, task chance levels, links to the run's dataset,
+ladder, parent, children and exports, the command that recreates it, events and samples.
+
+No series: a run of 500 metrics × 100,000 steps would send ~40 MB up front. The page asks for the
+series of the charts it draws (:func:`run_series`, :func:`run_vectors`; ``/api/series`` and
+``/api/vectors`` live, chunk files on the static site) as they come into view.
+"""
 
 from __future__ import annotations
 
 import re
 import sqlite3
+from pathlib import Path
 from typing import Any
 
 from glasslab.layout import RUN_RECORD
+from glasslab.observatory.changes import experts_now, what_changed
 from glasslab.observatory.lab_scan import Lab, read_redacted
-from glasslab.observatory.posttrain_page import POSTTRAIN_PANELS, chat_models
+from glasslab.observatory.panels import TASK_KEY, chart_specs
+from glasslab.observatory.posttrain_page import chat_models
 from glasslab.observatory.relations import Relations
 from glasslab.observatory.runs import LOSS_KEY, open_run, planned_steps, run_summary, store_files
 from glasslab.observatory.series import DEFAULT_POINTS, EncodedSeries, clean, read_series, thin_vectors
 from glasslab.track.lab_events import read_lab_events
 
 MAX_SAMPLES = 200
-RUN_PAGES_KEPT = 16  # run pages whose store reads are kept (a 100k-step run's are ~10 MB)
+RUN_PAGES_KEPT = 16  # run pages whose store reads are kept
+SERIES_KEPT = 512  # (run, metrics) series reads kept: a page asks for a few charts' series at a time
+MAX_KEYS_PER_READ = 256  # metrics one series request may ask for (a page batches its charts below this)
+# Points per series a page may ask for: full charts take DEFAULT_POINTS; a heatmap row or a small
+# multiple 240, which a 100,000-step metric reads from 390 rollup rows instead of 6,250.
+MIN_POINTS = 50
 MOE_KEY = re.compile(r"^moe/layer_(\d+)/")
-TASK_KEY = re.compile(r"^eval/task/([^/]+)/(acc|acc_norm)$")
-
-# Run-page panels: (title, test on the metric name, log-scale y). First match wins; what no panel
-# claims lands in a panel named after its prefix (or after the metric, when it is alone there).
-PANELS = POSTTRAIN_PANELS + (
-    ("Loss", lambda k: k in ("train/loss", LOSS_KEY), True),
-    ("SFT loss (assistant tokens only)", lambda k: k == "sft/loss", True),
-    ("Learning rate", lambda k: k.startswith("optim/"), False),
-    ("Gradient norm", lambda k: k.startswith("grad/norm/"), True),
-    ("Parameter norms per group", lambda k: k.startswith("params/norm/"), False),
-    ("Router bias norm per layer (balancing state, not trained)", lambda k: k.endswith("/router_bias_norm"), False),
-    ("MoE load: max violation per layer", lambda k: k.startswith("moe/") and k.endswith("/load_max_violation"),
-     False),
-    ("MoE routing entropy per layer", lambda k: k.startswith("moe/") and k.endswith("/routing_entropy"), False),
-    ("MoE dropped tokens per layer", lambda k: k.startswith("moe/") and k.endswith("/dropped_tokens"), False),
-    ("Throughput", lambda k: k == "throughput/tokens_per_second", False),
-    ("Model FLOPs utilisation", lambda k: k == "throughput/mfu", False),
-    ("Peak memory", lambda k: k.startswith("memory/"), False),
-    ("Tokens seen", lambda k: k == "train/tokens", False),
-    ("SFT assistant tokens", lambda k: k == "sft/assistant_tokens", False),
-    ("Task accuracy", lambda k: TASK_KEY.match(k) is not None or k == "eval/task/macro/acc", False),
-    ("Task bits per byte (correct choice)", lambda k: k.startswith("eval/task/") and k.endswith("/bpb"), False),
-    ("Eval loss per domain", lambda k: k.startswith("eval/") and k.endswith("/loss"), False),
-    ("Eval bits per byte per domain", lambda k: k.startswith("eval/") and k.endswith("/bpb"), False),
-    ("Mixture weights in force", lambda k: k.startswith("mixture/weight/"), False),
-    ("Passes over each domain's training data", lambda k: k.startswith("mixture/epochs/"), False),
-)
-
-
-def group_panels(keys: list[str]) -> list[dict[str, Any]]:
-    """Chart panels for a run's scalar keys, in the order of ``PANELS`` then by prefix."""
-    panels: dict[str, dict[str, Any]] = {}
-    for title, _, logy in PANELS:
-        panels[title] = {"title": title, "keys": [], "logy": logy}
-    for key in keys:
-        title = next((t for t, match, _ in PANELS if match(key)), None)
-        if title is None:
-            title = f"{key.split('/')[0]}/…" if "/" in key else "other"
-            panels.setdefault(title, {"title": title, "keys": [], "logy": False})
-        panels[title]["keys"].append(key)
-    out = [p for p in panels.values() if p["keys"]]
-    for panel in out:
-        if panel["title"].endswith("/…") and len(panel["keys"]) == 1:
-            panel["title"] = panel["keys"][0]
-    return out
 
 
 def chance_levels(record: dict[str, Any], keys: list[str]) -> dict[str, float]:
@@ -129,7 +97,7 @@ def run_links(relations: Relations, run_id: str) -> dict[str, Any]:
             "exports": relations.exports(run_id), "evaluations": relations.evaluations(run_id)}
 
 
-def run_page(lab: Lab, run_id: str, max_points: int = DEFAULT_POINTS) -> dict[str, Any] | None:
+def run_page(lab: Lab, run_id: str) -> dict[str, Any] | None:
     index = lab.index()
     folder = index.runs.get(run_id)
     if folder is None:
@@ -139,42 +107,94 @@ def run_page(lab: Lab, run_id: str, max_points: int = DEFAULT_POINTS) -> dict[st
     record = read_redacted(folder / RUN_RECORD) or {}
     data: dict[str, Any] = {
         "page": "run", "id": run_id, "title": f"Run {run_id}", "record": record,
-        "summary": run_summary(lab, run_id, lab_events), "panels": [], "series": {}, "vectors": {},
-        "layers": [], "events": [], "samples": [], "cursors": {}, "watch": [run_id],
-        "has_report": run_id in index.reports, "links": run_links(relations, run_id),
+        "summary": run_summary(lab, run_id, lab_events), "keys": [], "charts": [], "vector_keys": [],
+        "layers": [], "events": [], "samples": [], "cursors": {}, "watch": [run_id], "changes": None,
+        "experts": None, "has_report": run_id in index.reports, "links": run_links(relations, run_id),
         "band": band_on_steps(record), "chance": {}, "reproduce": relations.reproduce(run_id),
         "lab_name": lab.root.resolve().name, "chat_models": chat_models(relations, run_id),
     }
-    stored = store_part(lab, run_id, max_points)
+    stored = store_part(lab, run_id)
     if stored is None:
         data["summary"]["unreadable"] = True
         return clean(data)
     keys, vector_keys = stored["keys"], stored["vector_keys"]
-    data.update(panels=group_panels(keys), chance=chance_levels(record, keys), vectors=stored["vectors"],
+    data.update(keys=keys, charts=stored["charts"], chance=chance_levels(record, keys), vector_keys=vector_keys,
                 layers=moe_layers(keys, vector_keys), events=stored["events"] + lab_events,
-                samples=stored["samples"], cursors={run_id: stored["cursor"]})
-    # The series are finite already (read_series): cleaning them again cost as much as reading them.
-    return clean(data) | {"series": stored["series"]}
+                samples=stored["samples"], cursors={run_id: stored["cursor"]}, changes=stored["changes"],
+                experts=stored["experts"])
+    return clean(data)
 
 
-def store_part(lab: Lab, run_id: str, max_points: int = DEFAULT_POINTS) -> dict[str, Any] | None:
-    """What the run page reads from the run's store: scalar and vector names, series, vectors, events,
-    samples and the live cursor; None when the store cannot be read. Kept while the store's files are
-    unchanged, for the last few runs looked at: a finished 100k-step run's page reads ~300k rollup rows
-    (docs/LOG.md, the lab at scale)."""
+def store_part(lab: Lab, run_id: str) -> dict[str, Any] | None:
+    """What the run page reads from the run's store: scalar and vector names, the charts they make,
+    events, samples, the live cursor, what changed and the experts at the extremes; None when the
+    store cannot be read.
+    Kept while the store's files are unchanged, for the last few runs looked at."""
     def read() -> dict[str, Any] | None:
         with open_run(lab.index().runs[run_id]) as reader:
             if reader is None:
                 return None
             try:
                 keys, vector_keys = reader.scalar_keys(), reader.vector_keys()
-                return {"keys": keys, "vector_keys": vector_keys,
-                        "series": EncodedSeries({key: read_series(reader, key, max_points) for key in keys}),
-                        "vectors": {key: thin_vectors(*reader.vectors(key)) for key in vector_keys},
-                        "events": reader.events(), "samples": reader.samples()[-MAX_SAMPLES:],
-                        "cursor": reader.cursor()}
+                return {"keys": keys, "charts": chart_specs(keys), "vector_keys": vector_keys,
+                        "events": reader.events(),
+                        "samples": reader.samples()[-MAX_SAMPLES:], "cursor": reader.cursor(),
+                        "changes": what_changed(reader, keys), "experts": experts_now(reader, vector_keys)}
             except sqlite3.Error:
                 return None
 
-    return lab.memo("run-page", (run_id, max_points), store_files(lab.index().runs[run_id]), read,
-                    limit=RUN_PAGES_KEPT)
+    return lab.memo("run-page", run_id, store_files(lab.index().runs[run_id]), read, limit=RUN_PAGES_KEPT)
+
+
+def read_run_series(folder: Path, keys: list[str], points: int = DEFAULT_POINTS) -> dict[str, Any] | None:
+    """``{key: series}`` (``series.read_series``: at most ``points`` points, with min/max when
+    downsampled) for the metrics ``keys`` the run in ``folder`` logged (names it never logged are left
+    out); None when its store cannot be read."""
+    with open_run(folder) as reader:
+        if reader is None:
+            return None
+        try:
+            series = {key: read_series(reader, key, points) for key in keys}
+        except sqlite3.Error:
+            return None
+    return {key: one for key, one in series.items() if one["steps"]}
+
+
+def read_run_vectors(folder: Path, keys: list[str]) -> dict[str, Any] | None:
+    """``{key: {steps, values}}`` for the vector metrics ``keys`` of the run in ``folder``, each
+    thinned to a few hundred steps for a heatmap; None when its store cannot be read."""
+    with open_run(folder) as reader:
+        if reader is None:
+            return None
+        try:
+            vectors = {key: thin_vectors(*reader.vectors(key)) for key in keys}
+        except sqlite3.Error:
+            return None
+    return {key: one for key, one in vectors.items() if one["steps"]}
+
+
+def run_series(lab: Lab, run_id: str, keys: list[str], points: int = DEFAULT_POINTS) -> EncodedSeries | None:
+    """:func:`read_run_series` for at most ``MAX_KEYS_PER_READ`` metrics of a run of the lab (``points``
+    clamped to ``MIN_POINTS``…``DEFAULT_POINTS``), JSON encoded once and kept while its store is
+    unchanged; None for an unknown run or unreadable store."""
+    folder = lab.index().runs.get(run_id)
+    if folder is None:
+        return None
+    keys = list(dict.fromkeys(keys))[:MAX_KEYS_PER_READ]
+    points = min(DEFAULT_POINTS, max(MIN_POINTS, points))
+
+    def read() -> EncodedSeries | None:
+        series = read_run_series(folder, keys, points)
+        return None if series is None else EncodedSeries(series)
+
+    return lab.memo("run-series", (run_id, tuple(keys), points), store_files(folder), read, limit=SERIES_KEPT)
+
+
+def run_vectors(lab: Lab, run_id: str, keys: list[str]) -> dict[str, Any] | None:
+    """:func:`read_run_vectors` for a run of the lab, kept while its store is unchanged."""
+    folder = lab.index().runs.get(run_id)
+    if folder is None:
+        return None
+    keys = list(dict.fromkeys(keys))[:MAX_KEYS_PER_READ]
+    return lab.memo("run-vectors", (run_id, tuple(keys)), store_files(folder),
+                    lambda: read_run_vectors(folder, keys), limit=SERIES_KEPT)

@@ -1,6 +1,7 @@
 /* glasslab observatory line charts: uPlot with the axis policy of format.js, min/max bands,
  * prediction bands, error bars, horizontal reference lines (chance), EMA smoothing with the raw
- * line faint behind, hover synced across a page's charts, and event markers.
+ * line faint behind, hover synced across a page's charts, event markers, and a compact legend for
+ * charts of many lines (the line under the cursor and the extremes, never every name).
  * Every text goes in through textContent or uPlot labels (set as text), never as HTML. */
 (function () {
   "use strict";
@@ -58,18 +59,28 @@
 
   /* lines: [{label, xs, ys, lo?, hi?, bandLabel?, err?: {lo, hi}, color?, points?, dash?, width?}]
    * opts: {title, unit, xunit, xlabel, logx, logy, height, smooth, sync, hlines: [{y, label}],
-   *        events: () => [{id, step, kind, title, severity}], onCursor: (x | null) => void} */
+   *        events: () => [{id, step, kind, title, severity}], onCursor: (x | null) => void,
+   *        legend: "full" (default) | "compact", bare: no panel box or title (the caller has one)} */
   class LineChart {
     constructor(container, opts) {
       this.opts = opts;
       this.lines = opts.lines;
-      this.root = el("div", { class: "panel" }, el("h3", {}, opts.title));
+      this.root = opts.bare ? el("div", {}) : el("div", { class: "panel" }, el("h3", {}, opts.title));
       if (opts.subtitle) this.root.appendChild(el("div", { class: "muted small" }, opts.subtitle));
       this.box = el("div", { class: "chart" });
       this.root.appendChild(this.box);
+      if (opts.legend === "compact") {
+        this.legend = el("div", { class: "legend-compact small" });
+        this.root.appendChild(this.legend);
+      }
       container.appendChild(this.root);
       this.pending = false;
       this.build();
+    }
+
+    destroy() {
+      this.plot.destroy();
+      this.root.remove();
     }
 
     // Per line: which columns it draws (main, smoothed, band hi/lo), in series order.
@@ -105,9 +116,11 @@
       const series = [{ label: o.xlabel || "step", value: (u, v) => fmt(v, o.xunit || unitOf(o.xlabel || "step")) }];
       const bands = [];
       const value = (u, v) => fmt(v, unit);
+      this.shownSeries = [];  // per line: the uPlot series that shows its value (smoothed when smoothing)
       this.lines.forEach((line, i) => {
         const color = line.color || PALETTE[i % PALETTE.length];
         for (const column of this.layout(line)) {
+          if (column === "main" || column === "smooth") this.shownSeries[i] = series.length;
           if (column === "main" || column === "raw") {
             const faint = column === "raw";
             series.push({
@@ -136,6 +149,7 @@
       if (o.events) plugins.push(markerPlugin(o.events));
       if (this.lines.some((l) => l.err)) plugins.push(errorBarPlugin(this));
       if (o.hlines && o.hlines.length) plugins.push(hlinePlugin(o.hlines));
+      if (this.legend) plugins.push(compactLegendPlugin(this));
       const hooks = {};
       if (o.onCursor) {
         hooks.setCursor = [(u) => o.onCursor(u.cursor.idx == null ? null : u.data[0][u.cursor.idx])];
@@ -148,7 +162,7 @@
         axes: [axis(o.xunit || unitOf(o.xlabel || "step"), { label: o.xlabel || null, side: 2 }),
                axis(unit, { side: 3 })],
         cursor: o.sync ? { sync: { key: o.sync, setSeries: false } } : {},
-        legend: { live: true },
+        legend: { live: true, show: !this.legend },
       }, this.data(), this.box);
       this.plot.glasslab = this;
       this.bandCount = bands.length;
@@ -194,6 +208,40 @@
       };
       return [snap(min, false), snap(max, true)];
     };
+  }
+
+  /* The compact legend: at the cursor, the line nearest the pointer and the highest and lowest lines
+   * there; with no cursor, the highest and lowest at each line's last point. */
+  function compactLegendPlugin(chart) {
+    const unit = chart.opts.unit || "plain";
+    const xunit = chart.opts.xunit || unitOf(chart.opts.xlabel || "step");
+    const update = (u) => {
+      const idx = u.cursor.idx;
+      const at = [];
+      chart.lines.forEach((line, i) => {
+        const s = chart.shownSeries[i];
+        if (s == null || line.bandLabel) return;
+        const ys = u.data[s];
+        let j = idx;
+        if (j == null) { j = ys.length - 1; while (j >= 0 && ys[j] == null) j--; }
+        if (j != null && j >= 0 && ys[j] != null) at.push({ label: line.label, y: ys[j], x: u.data[0][j] });
+      });
+      const parts = [];
+      if (idx != null) parts.push(`${chart.opts.xlabel || "step"} ${fmt(u.data[0][idx], xunit)}`);
+      if (at.length === 1) parts.push(`${at[0].label} ${fmt(at[0].y, unit)}`);
+      else if (at.length) {
+        if (idx != null && u.cursor.top >= 0) {
+          const pointer = u.posToVal(u.cursor.top, "y");
+          const near = at.reduce((a, b) => (Math.abs(b.y - pointer) < Math.abs(a.y - pointer) ? b : a));
+          parts.push(`nearest: ${near.label} ${fmt(near.y, unit)}`);
+        }
+        const hi = at.reduce((a, b) => (b.y > a.y ? b : a)), lo = at.reduce((a, b) => (b.y < a.y ? b : a));
+        parts.push(`highest: ${hi.label} ${fmt(hi.y, unit)}`, `lowest: ${lo.label} ${fmt(lo.y, unit)}`);
+        if (idx == null) parts.push(`(last points; ${at.length} lines)`);
+      }
+      chart.legend.textContent = parts.join(" · ");
+    };
+    return { hooks: { setCursor: [update], setData: [update], ready: [update] } };
   }
 
   // Vertical marks at event steps that link to the entry in the timeline (#event-<id>).

@@ -210,7 +210,11 @@
 
   window.Glasslab = { BOOT, STATIC, app, el, fmt, href, link, table, sortableTable, section, statusCell,
                       nav, setLive, loadData, follow, eventsTable, tokensAt, trackTokens,
-                      charts: {} };
+                      charts: {},
+                      // Milliseconds since navigation: the page's data in hand, its first chart drawn,
+                      // the last search's charts drawn (bench/observatory_bench.py reads them).
+                      timing: { data: null, firstChart: null, filter: null } };
+  window.GLASSLAB_TIMING = window.Glasslab.timing;
   window.GlasslabPages = {};
   window.GLASSLAB_CHARTS = window.Glasslab.charts;  // uPlot instances by title, for tests and scripts
 })();

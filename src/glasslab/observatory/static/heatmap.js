@@ -1,7 +1,8 @@
-/* glasslab observatory heatmaps: one vector per step (experts × steps), with an expert axis, a step
- * axis and a colour bar. Signed vectors (router biases) use a diverging map centred on 0; loads a
- * sequential one. Hover names the expert and step; ``highlight(step)`` (from a linked line chart)
- * marks that step's column and lists the experts with the largest values there. */
+/* glasslab observatory heatmaps: one vector per step (experts × steps, or layers × steps for a
+ * per-layer family of metrics), with a row axis, a step axis and a colour bar. Signed values (router
+ * biases) use a diverging map centred on 0; others a sequential one. Hover names the row and step;
+ * ``highlight(step)`` (from a linked line chart) marks that step's column and names the rows that lead
+ * there; with ``extremes``, the top and bottom rows are named (at the newest step until hovered). */
 (function () {
   "use strict";
   const { el } = window.GlasslabCharts;
@@ -31,14 +32,19 @@
     return out;
   }
 
-  /* opts: {title, key, steps, values, signed?, rowName = "expert", onHover(step | null)} */
+  /* opts: {title, key, steps, values (one array of rows per step), signed?, rowName = "expert",
+   *        rowLabels (a label per row; default its index), extremes (name top and bottom rows),
+   *        log (colour by log10: a family of log-scaled metrics, e.g. gradient norms; values <= 0
+   *        are gaps), bare (no panel box or title), onHover(step | null)} */
   class Heatmap {
     constructor(container, opts) {
       this.opts = opts;
       this.rowName = opts.rowName || "expert";
+      this.rowLabels = opts.rowLabels || null;
       this.steps = opts.steps.slice();
       this.values = opts.values.slice();
-      this.signed = opts.signed != null ? opts.signed : this.values.some((v) => v.some((x) => x != null && x < 0));
+      this.signed = opts.log ? false
+        : opts.signed != null ? opts.signed : this.values.some((v) => v.some((x) => x != null && x < 0));
       this.canvas = el("canvas", { class: "heat-cells", width: 1, height: 1 });
       this.cursor = el("div", { class: "heat-cursor" });
       this.yaxis = el("div", { class: "heat-yaxis" });
@@ -47,8 +53,8 @@
       this.barLabels = el("div", { class: "heat-colorbar-labels" });
       this.info = el("div", { class: "heat-info muted" }, `hover for each ${this.rowName}'s value`);
       const plot = el("div", { class: "heat-plot" }, this.canvas, this.cursor);
-      this.root = el("div", { class: "panel heat", "data-key": opts.key || null },
-        el("h3", {}, opts.title),
+      this.root = el("div", { class: opts.bare ? "heat" : "panel heat", "data-key": opts.key || null },
+        opts.bare ? null : el("h3", {}, opts.title),
         el("div", { class: "heat-grid" },
           el("div", { class: "heat-ytitle" }, this.rowName), this.yaxis, plot,
           el("div", { class: "heat-colorbar" }, this.bar, this.barLabels),
@@ -60,8 +66,26 @@
         this.hovering = false;
         this.cursor.style.display = "none";
         if (opts.onHover) opts.onHover(null);
+        this.nameExtremes();
       });
       this.draw();
+      this.nameExtremes();
+    }
+
+    label(r) { return this.rowLabels ? this.rowLabels[r] : r; }
+
+    // All columns at once (a per-layer family redrawn from its series).
+    replace(steps, values) {
+      this.steps = steps.slice(); this.values = values.slice();
+      this.draw();
+      if (!this.hovering) this.nameExtremes();
+    }
+
+    destroy() { this.root.remove(); }
+
+    // With ``extremes``: the top and bottom rows at the newest step, until a hover says otherwise.
+    nameExtremes() {
+      if (this.opts.extremes && this.steps.length) this.highlight(this.steps[this.steps.length - 1], true);
     }
 
     add(step, vec) {
@@ -75,9 +99,17 @@
       this.draw();
     }
 
+    // A value where the colour scale puts it (its log10 on a log scale; null: a gap).
+    scaled(x) { return x == null || !this.opts.log ? x : x > 0 ? Math.log10(x) : null; }
+
     range() {
       let lo = Infinity, hi = -Infinity;
-      for (const v of this.values) for (const x of v) if (x != null) { lo = Math.min(lo, x); hi = Math.max(hi, x); }
+      for (const v of this.values) {
+        for (const raw of v) {
+          const x = this.scaled(raw);
+          if (x != null) { lo = Math.min(lo, x); hi = Math.max(hi, x); }
+        }
+      }
       if (!Number.isFinite(lo)) return [0, 1];
       if (this.signed) { const m = Math.max(Math.abs(lo), Math.abs(hi)) || 1; return [-m, m]; }
       return hi > lo ? [lo, hi] : [lo - 0.5, hi + 0.5];
@@ -95,7 +127,7 @@
       const img = ctx.createImageData(cols, rows);
       for (let c = 0; c < cols; c++) {
         for (let r = 0; r < rows; r++) {
-          const x = this.values[c][r];
+          const x = this.scaled(this.values[c][r]);
           const [red, green, blue] = colour(stops, x == null ? 0.5 : (x - lo) / (hi - lo));
           const p = 4 * (r * cols + c);
           img.data[p] = red; img.data[p + 1] = green; img.data[p + 2] = blue; img.data[p + 3] = x == null ? 40 : 255;
@@ -111,7 +143,7 @@
       this.yaxis.textContent = "";
       const every = Math.max(1, Math.ceil(rows / 10));
       for (let r = 0; r < rows; r += every) {
-        const tick = el("div", { class: "heat-tick" }, String(r));
+        const tick = el("div", { class: "heat-tick" }, String(this.label(r)));
         tick.style.top = `${100 * (r + 0.5) / rows}%`;
         this.yaxis.appendChild(tick);
       }
@@ -136,7 +168,7 @@
       ctx.putImageData(img, 0, 0);
       this.barLabels.textContent = "";
       const marks = this.signed ? [hi, 0, lo] : [hi, (lo + hi) / 2, lo];
-      const labels = tickLabels(marks, "plain");
+      const labels = tickLabels(this.opts.log ? marks.map((m) => 10 ** m) : marks, "plain");
       marks.forEach((v, i) => {
         const tick = el("div", { class: "heat-tick" }, labels[i]);
         tick.style.top = `${100 * i / (marks.length - 1)}%`;
@@ -168,21 +200,30 @@
       this.showColumn(c);
       this.hovering = true;  // the linked line's cursor comes back here as highlight(): keep this text
       if (this.opts.onHover) this.opts.onHover(this.steps[c]);
-      this.info.textContent = `step ${fmt(this.steps[c], "count")} · ${this.rowName} ${r}: ${fmt(v)} ` +
-        `(colour scale ${fmt(this.span[0])} … ${fmt(this.span[1])})`;
+      this.info.textContent = `step ${fmt(this.steps[c], "count")} · ${this.rowName} ${this.label(r)}: ${fmt(v)} ` +
+        `(colour scale ${this.opts.log ? `${fmt(10 ** this.span[0])} … ${fmt(10 ** this.span[1])}, log`
+          : `${fmt(this.span[0])} … ${fmt(this.span[1])}`})`;
     }
 
-    /* Mark ``step``'s column (null: clear) and say which rows lead there: the largest |value|
-     * for signed vectors, the most loaded otherwise. */
-    highlight(step) {
+    /* Mark ``step``'s column (null: clear; ``quiet``: name without marking) and say which rows lead
+     * there: with ``extremes`` the top and bottom two, else the largest |value| for signed vectors
+     * and the most loaded otherwise. */
+    highlight(step, quiet) {
       if (this.hovering) return;
-      if (step == null || !this.steps.length) { this.cursor.style.display = "none"; return; }
+      if (step == null || !this.steps.length) { this.cursor.style.display = "none"; this.nameExtremes(); return; }
       const c = this.column(step);
-      this.showColumn(c);
-      const ranked = (this.values[c] || []).map((v, r) => [r, v]).filter(([, v]) => v != null)
-        .sort((a, b) => (this.signed ? Math.abs(b[1]) - Math.abs(a[1]) : b[1] - a[1])).slice(0, 3);
-      const lead = ranked.map(([r, v]) => `${this.rowName} ${r} ${this.signed && v > 0 ? "+" : ""}${fmt(v)}`).join(", ");
-      this.info.textContent = `step ${fmt(this.steps[c], "count")}: ${this.signed ? "largest |value|" : "most loaded"}: ${lead}`;
+      if (!quiet) this.showColumn(c);
+      const cells = (this.values[c] || []).map((v, r) => [r, v]).filter(([, v]) => v != null);
+      const name = ([r, v]) => `${this.rowName} ${this.label(r)} ${this.signed && v > 0 ? "+" : ""}${fmt(v)}`;
+      const at = `step ${fmt(this.steps[c], "count")}`;
+      if (this.opts.extremes) {
+        const ranked = cells.sort((a, b) => b[1] - a[1]);
+        const top = ranked.slice(0, 2), bottom = ranked.slice(Math.max(2, ranked.length - 2)).reverse();
+        this.info.textContent = `${at}: top ${top.map(name).join(", ")}` + (bottom.length ? ` · bottom ${bottom.map(name).join(", ")}` : "");
+        return;
+      }
+      const ranked = cells.sort((a, b) => (this.signed ? Math.abs(b[1]) - Math.abs(a[1]) : b[1] - a[1])).slice(0, 3);
+      this.info.textContent = `${at}: ${this.signed ? "largest |value|" : "most loaded"}: ${ranked.map(name).join(", ")}`;
     }
   }
 

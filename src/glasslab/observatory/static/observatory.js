@@ -37,7 +37,10 @@
   G.draw = draw;
 
   G.nav();
-  G.loadData().then((data) => draw(data, true)).catch((err) => {
+  G.loadData().then((data) => {
+    G.timing.data = performance.now();
+    return draw(data, true);
+  }).catch((err) => {
     app.textContent = "";
     app.append(el("h1", {}, "Could not load this page"), el("pre", {}, String(err)));
     document.body.dataset.ready = "1";

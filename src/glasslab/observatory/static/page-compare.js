@@ -1,13 +1,16 @@
 /* The compare page: any scalar metrics (one chart each, hover synced) for runs picked by name, role
- * or ladder; x in steps, tokens or FLOPs; log axes; EMA smoothing with the raw line faint behind.
- * The view lives in the URL (?runs=…&keys=…&x=…&logx=1&logy=1&smooth=0.6), so a link reproduces it,
- * on the live server and in the static site alike. Live: series come from /api/page/compare for the
- * view; static: from one data file per metric, loaded when the view first needs it. */
+ * or ladder; x in steps, tokens or FLOPs; log axes; EMA smoothing with the raw line faint behind; a
+ * search box that filters the charts and the lab's metric names (grouped by prefix; pick one to add
+ * its chart). The view lives in the URL (?runs=…&keys=…&x=…&logx=1&logy=1&smooth=0.6&q=…), so a link
+ * reproduces it, on the live server and in the static site alike. Live: series come from
+ * /api/page/compare for the view; static: from the runs' chunk files (series-source.js), loaded when
+ * the view first needs them. */
 (function () {
   "use strict";
   const G = window.Glasslab;
   const { el, fmt, link, section, statusCell, app, tokensAt } = G;
   const { LineChart, PALETTE } = window.GlasslabCharts;
+  const MAX_KEYS = 12;  // as compare_page.py: charts one view draws
   const { unitOf } = window.GlasslabFormat;
   const AXES = ["step", "tokens", "flops"];
 
@@ -21,7 +24,7 @@
     return {
       runs: runs.length ? runs : d.picked.slice(), keys: keys.length ? [...new Set(keys)] : d.keys.slice(),
       x: AXES.includes(q.get("x") || q.get("axis")) ? (q.get("x") || q.get("axis")) : "step",
-      logx: q.get("logx") === "1", logy: q.get("logy") === "1", smooth,
+      logx: q.get("logx") === "1", logy: q.get("logy") === "1", smooth, q: q.get("q") || "",
     };
   }
 
@@ -30,6 +33,7 @@
     if (view.logx) q.logx = "1";
     if (view.logy) q.logy = "1";
     if (view.smooth) q.smooth = String(view.smooth);
+    if (view.q) q.q = view.q;
     return q;
   }
 
@@ -38,15 +42,6 @@
     if (axis === "step") return step;
     if (tokens == null) return null;
     return axis === "tokens" ? tokens : run.flops_per_token ? tokens * run.flops_per_token : null;
-  }
-
-  function loadScript(src) {
-    return new Promise((resolve, reject) => {
-      const script = el("script", { src });
-      script.onload = resolve;
-      script.onerror = () => reject(new Error(`could not load ${src}`));
-      document.body.appendChild(script);
-    });
   }
 
   function drawCompare(d) {
@@ -101,6 +96,30 @@
       if (addMetric.value) { view.keys.push(addMetric.value); update(true); }
     });
     app.append(el("div", { class: "controls" }, el("b", {}, "metrics "), chips, addMetric));
+
+    // --- search: filters the charts shown and the lab's metric names; a picked name adds its chart
+    const addMatching = el("button", { type: "button", name: "add-matching" }, "add matching");
+    const search = new G.MetricSearch({
+      keys: Object.keys(d.metrics), query: view.q,
+      placeholder: "search metrics: text or regex (filters the charts; pick a name below to add it)",
+      describe: (m) => {
+        const lab = Object.keys(d.metrics).filter((k) => m.test(k)).length;
+        const charts = view.keys.filter((k) => m.test(k)).length;
+        addMatching.disabled = m.kind === "all" || !lab;
+        return m.kind === "all" ? `${Object.keys(d.metrics).length} metrics in the lab`
+          : `${charts} of ${view.keys.length} charts · ${lab} metrics in the lab match`;
+      },
+      onQuery: (q) => { view.q = q; update(false); },
+      onPickKey: (key) => { if (!view.keys.includes(key)) { view.keys.push(key); update(true); } },
+    });
+    addMatching.title = `add the charts of the metrics that match (at most ${MAX_KEYS} in a view)`;
+    addMatching.addEventListener("click", () => {
+      const more = Object.keys(d.metrics).filter((k) => search.match.test(k) && !view.keys.includes(k));
+      view.keys = [...view.keys, ...more].slice(0, Math.max(MAX_KEYS, view.keys.length));
+      update(true);
+    });
+    search.node.firstChild.append(addMatching);
+    app.append(search.node);
 
     const chartBox = el("div", { class: "grid compare-grid" });
     app.append(chartBox);
@@ -162,7 +181,8 @@
       for (const key of Object.keys(charts)) delete charts[key];
       for (const key of Object.keys(G.charts)) delete G.charts[key];
       if (!view.keys.length) chartBox.append(el("p", { class: "muted" }, "Add a metric to compare."));
-      for (const key of view.keys) {
+      const match = G.matcher(view.q);
+      for (const key of view.keys.filter((k) => match.test(k))) {
         const lines = view.runs.map((r) => lineFor(r, key)).filter(Boolean);
         const missing = view.runs.filter((r) => !(cache[r] || {})[key]).length;
         const chart = new LineChart(chartBox, { title: key, lines, logx: view.logx, logy: view.logy, unit: unitOf(key),
@@ -181,13 +201,12 @@
         && (runsById[r].keys || []).includes(k));
       if (!want.length) return false;
       if (G.STATIC) {
-        // One file per run with all its series: a run that changed rewrites only its own file.
-        window.GLASSLAB_SERIES = window.GLASSLAB_SERIES || {};
-        for (const runId of new Set(want.map(([r]) => r))) {
-          const file = (d.series_files || {})[runId];
-          if (!window.GLASSLAB_SERIES[runId] && file) await loadScript(file);
-          cache[runId] = Object.assign(cache[runId] || {}, window.GLASSLAB_SERIES[runId] || {});
-        }
+        // The runs' chunk files (the run pages load the same), train/tokens with them for x in tokens.
+        await Promise.all([...new Set(want.map(([r]) => r))].map(async (runId) => {
+          G.source.useIndex(runId, (d.series_files || {})[runId]);
+          const keys = [...new Set([...want.filter(([r]) => r === runId).map(([, k]) => k), "train/tokens"])];
+          cache[runId] = Object.assign(cache[runId] || {}, await G.source.scalars(runId, keys));
+        }));
         return false;
       }
       const fresh = await G.loadData(viewQuery(view));
@@ -200,7 +219,7 @@
       const mine = ++version;
       history.replaceState && safeReplace(viewQuery(view));
       permalink.href = `?${new URLSearchParams(viewQuery(view))}`;
-      if (refetch) { drawMetricPicker(); drawRunPicker(); }
+      if (refetch) { drawMetricPicker(); drawRunPicker(); search.changed(null); }
       if (refetch) {
         try {
           const cursors = await ensureSeries();

@@ -1,13 +1,32 @@
-/* The run page: a live header, links to what the run came from and led to, the band's verdict,
- * charts by panel (hover synced across them), MoE layers with linked heatmaps, the command that
- * recreates the run, exports, samples and the event timeline. */
+/* The run page: a live header, links to what the run came from and led to, the band's verdict, then
+ * its sections in order. Each section is one idea in one file and plugs in the same way:
+ *
+ *   G.runSections.add({ id, title, order, draw(body, ctx) })
+ *
+ * The page draws each into <section id="run-<id>" data-section="<id>"> under an <h2> of its title
+ * (a string, or ``title(ctx)`` for one that depends on the run), lowest ``order`` first. ``draw``
+ * returns false when it has nothing to show (the section is left out), else nothing or a handler
+ * {ready?: Promise (the page is ready once it settles),
+ * delta?(delta) (rows the run logged: scalars, vectors, events, samples, status; ``delta.newEvents``
+ * are the events not seen before)}. ``ctx``: {d (the page's data), events (the run's events in
+ * order, kept current), sync (the charts' cursor-sync key), workspace (workspace.js), actions (what
+ * sections offer each other: showMetric(key), showLayer(layer))}. docs/observatory.md lists the
+ * sections, their orders and the free slots between them. */
 (function () {
   "use strict";
   const G = window.Glasslab;
-  const { el, fmt, link, table, section, statusCell, app } = G;
-  const { LineChart, Heatmap, upsert } = window.GlasslabCharts;
-  const { unitOf } = window.GlasslabFormat;
+  const { el, fmt, link, table, statusCell, app } = G;
   const LOSS_KEYS = ["train/loss", "sft/loss"];
+  const sections = [];
+
+  G.runSections = {
+    add(spec) {
+      if (sections.some((x) => x.id === spec.id)) throw new Error(`run section ${spec.id} added twice`);
+      sections.push(spec);
+      sections.sort((a, b) => a.order - b.order);
+    },
+    list: () => sections.slice(),
+  };
 
   // A step replayed after a resume or rollback logs its samples and events again under a higher
   // attempt (the API already shows each once): keep only the latest of each, as the reader does.
@@ -64,7 +83,7 @@
   }
 
   function reproduceBox(r) {
-    if (!r || !r.commands.length) return null;
+    if (!r || !r.commands.length) return false;
     const notes = [];
     if (r.dirty) notes.push(el("p", { class: "warn" }, `The run had uncommitted changes (diff sha256 ${r.diff_sha256 || "?"}); `
       + "the commit alone does not hold its exact code."));
@@ -74,26 +93,25 @@
           + "at this commit recreates it too (cached unless --force)." : "")));
       notes.push(el("details", {}, el("summary", {}, "run-config.json"), el("pre", {}, JSON.stringify(r.config || {}, null, 2))));
     }
-    return section("Reproduce", el("pre", { class: "command", id: "reproduce" }, r.commands.join("\n")), ...notes);
+    return [el("pre", { class: "command", id: "reproduce" }, r.commands.join("\n")), ...notes];
   }
 
-  function exportsSection(exports, labName) {
-    if (!exports || !exports.length) return;
-    section("Exports", table(["export", "from step", "status", "max logit difference", "load with transformers"],
+  function exportsTable(exports, labName) {
+    if (!exports || !exports.length) return null;
+    return table(["export", "from step", "status", "max logit difference", "load with transformers"],
       exports.map((x) => [x.id, x.step ?? "", statusCell(x.status),
         x.manifest && x.manifest.max_logit_diff != null ? x.manifest.max_logit_diff : "",
         el("code", {}, `AutoModelForCausalLM.from_pretrained("${labName}/${x.id}")`)]),
-      { rowAttrs: (i) => ({ id: `export-${i}` }), units: [null, "count"] }));
+      { rowAttrs: (i) => ({ id: `export-${i}` }), units: [null, "count"] });
   }
 
   // `glasslab eval` results of this run's checkpoints and exports: one row per task.
-  function evaluationsSection(evaluations) {
-    if (!evaluations || !evaluations.length) return;
+  function evaluationsTable(evaluations) {
+    if (!evaluations || !evaluations.length) return null;
     const rows = evaluations.flatMap((e) => Object.entries(e.tasks || {}).map(([name, t]) =>
       [e.id, e.kind === "run" ? "checkpoint" : e.kind || "", e.step ?? "", name, t.items, t.chance, t.acc, t.acc_norm, t.bpb]));
-    section("Task evaluations (glasslab eval)", table(
-      ["evaluation", "of", "step", "task", "items", "chance", "acc", "acc_norm", "bpb"], rows,
-      { units: [null, null, "count", null, "count", "percent", "percent", "percent", null] }));
+    return table(["evaluation", "of", "step", "task", "items", "chance", "acc", "acc_norm", "bpb"], rows,
+      { units: [null, null, "count", null, "count", "percent", "percent", "percent", null] });
   }
 
   // A sample is text, or (SFT) a conversation: a list of {role, content} as JSON in the prompt.
@@ -121,159 +139,103 @@
     const verdict = verdictLine(s.verdict, d.band || {});
     if (verdict) app.append(verdict);
     if (s.unreadable) app.append(el("p", { class: "warn" }, "The run store could not be read right now; showing what is available."));
-    window.GlasslabPosttrain(d);  // SFT, DPO: data counts, before and after, the chat panel (page-chat.js)
-    const events = d.events.slice();
-    const charts = {};   // key -> [chart, line index]
-    let livePoints = 0;  // raw points appended since the page was drawn from downsampled data
-    const sync = `run-${d.id}`;
-    const grid = section("Charts", el("div", { class: "grid" })).lastChild;
-    for (const panel of d.panels) {
-      const lines = panel.keys.map((key) => {
-        const series = d.series[key] || { steps: [], values: [] };
-        return { label: key, xs: series.steps.slice(), ys: series.values.slice(),
-                 lo: series.min ? series.min.slice() : null, hi: series.max ? series.max.slice() : null };
-      });
-      const band = d.band;
-      if (band && band.curve.length && panel.keys.includes(band.target)) {
-        lines.push({ label: "pre-registered prediction", bandLabel: "prediction band", color: "#ff7f0e", dash: [6, 4],
-          xs: band.curve.map((c) => c.step), ys: band.curve.map((c) => c.point),
-          lo: band.curve.map((c) => c.lo), hi: band.curve.map((c) => c.hi) });
-      }
-      // One dashed line per chance level, naming the tasks at it.
-      const levels = {};
-      for (const k of panel.keys.filter((key) => d.chance[key] != null)) (levels[d.chance[k]] ||= []).push(k.split("/")[2] || k);
-      const hlines = Object.entries(levels).map(([y, tasks]) => ({ y: Number(y),
-        label: `chance ${fmt(Number(y), "percent")} (${tasks.join(", ")})` }));
-      const chart = new LineChart(grid, { title: panel.title, lines, logy: panel.logy, unit: unitOf(panel.keys[0]),
-                                          events: () => events, sync, hlines });
-      chart.root.dataset.panel = panel.title;
-      G.charts[panel.title] = chart.plot;
-      panel.keys.forEach((key, i) => { charts[key] = [chart, i]; });
+    G.source.useIndex(d.id, d.series_index);
+    const ctx = { d, events: d.events.slice(), sync: `run-${d.id}`, actions: {},
+                  workspace: new G.Workspace(`glasslab:${d.lab_name || "lab"}:run`) };
+    // Settles once the charts in view are drawn: a section that reads a lot may wait for it.
+    ctx.charts = new Promise((resolve) => { ctx.chartsDrawn = resolve; });
+    const handlers = [];
+    for (const spec of sections) {
+      const title = typeof spec.title === "function" ? spec.title(ctx) : spec.title;
+      const box = el("section", { id: `run-${spec.id}`, "data-section": spec.id }, el("h2", {}, title));
+      const body = el("div", { class: "section-body" });
+      box.append(body);
+      app.append(box);
+      const handler = spec.draw(body, ctx);
+      if (handler === false) box.remove();
+      else if (handler) handlers.push(handler);
     }
-    if (!d.panels.length) grid.append(el("p", { class: "muted" }, "Nothing logged yet."));
-    const moe = d.layers.length ? drawLayers(d, sync, events) : null;
-    reproduceBox(d.reproduce);
-    exportsSection((d.links || {}).exports, d.lab_name || "lab");
-    evaluationsSection((d.links || {}).evaluations);
-    const samplesBox = section("Samples", el("div", {})).lastChild;
-    const samples = d.samples.slice();
-    // An SFT run's record holds the base model's replies to the same prompts: shown beside each reply.
-    const baseReplies = new Map(((rec.base || {}).samples || []).map((x) => [x.prompt, x.text]));
-    const parentStep = (rec.parent || {}).step;
-    const drawSamples = () => {
-      samplesBox.textContent = "";
-      const head = ["step", "prompt", "text"];
-      if (baseReplies.size) head.push(`base model's reply${parentStep != null ? ` (step ${parentStep})` : ""}`);
-      samplesBox.append(samples.length ? table(head,
-        samples.slice().reverse().map((x) => [x.step, sampleCell(x.prompt), sampleCell(x.text),
-          ...(baseReplies.size ? [sampleCell(baseReplies.get(x.prompt) ?? "")] : [])]),
-        { class: "samples" })
-        : el("p", { class: "muted" }, "No samples yet."));
-    };
-    drawSamples();
-    const eventsBox = section("Event timeline", el("div", {})).lastChild;
-    const drawEvents = () => {
-      eventsBox.textContent = "";
-      eventsBox.append(G.eventsTable(events.slice().sort((a, b) => a.time - b.time), false));
-    };
-    drawEvents();
+    let livePoints = 0;  // raw points appended since the page was drawn from downsampled data
     return {
+      ready: Promise.all(handlers.map((h) => h.ready)),
       delta(runId, delta) {
-        let unknown = false;
         if (delta.status) s.status = delta.status;
         for (const [key, step, value] of delta.scalars) {
           if (LOSS_KEYS.includes(key) && (s.step == null || step >= s.step)) { s.step = step; s.loss = value; s.loss_key = key; }
           if (key === "train/tokens") s.tokens = value;
           if (key === "eval/macro/loss") s.eval_loss = value;
           if (key === "throughput/tokens_per_second") s.tokens_per_second = value;
-          const hit = charts[key];
-          if (hit) hit[0].add(hit[1], step, value); else if (!key.startsWith("moe/layer_") || !moe) unknown = true;
-          if (moe) moe.scalar(key, step, value);
         }
         drawHeader();
+        // A page redrawn from fresh data may be sent events it already has: keep each id once.
+        delta.newEvents = delta.events.filter((x) => !ctx.events.some((y) => y.id === x.id));
+        if (delta.newEvents.length) {
+          ctx.events.push(...delta.newEvents);
+          dropReplayed(ctx.events, delta.newEvents, (a, b) => a.step != null && a.step === b.step && a.kind === b.kind
+            && a.kind !== "resume");
+        }
+        for (const h of handlers) if (h.delta) h.delta(delta);
         livePoints += delta.scalars.length;
         // A page left open for hours: draw again from the rollups instead of growing without end.
-        if (livePoints > 200000) { livePoints = 0; unknown = true; }
-        for (const [key, step, values] of delta.vectors) {
-          if (moe && moe.vector(key, step, values)) continue;
-          unknown = true;
-        }
-        // A page redrawn from fresh data may be sent rows it already has: keep each id once.
-        const newSamples = delta.samples.filter((x) => !samples.some((y) => y.id === x.id));
-        if (newSamples.length) {
-          samples.push(...newSamples);
-          dropReplayed(samples, newSamples, (a, b) => a.step === b.step);
-          drawSamples();
-        }
-        const newEvents = delta.events.filter((x) => !events.some((y) => y.id === x.id));
-        if (newEvents.length) {
-          events.push(...newEvents);
-          dropReplayed(events, newEvents, (a, b) => a.step != null && a.step === b.step && a.kind === b.kind
-            && a.kind !== "resume");
-          drawEvents();
-          for (const [chart] of Object.values(charts)) chart.plot.redraw(false, true);
-        }
-        if (unknown) G.scheduleRefresh();  // a new metric appeared: lay the panels out again
+        if (livePoints > 200000) { livePoints = 0; G.source.forget(d.id); G.scheduleRefresh(); }
       },
     };
   }
 
-  /* MoE layers, one at a time: the router-bias norm line and the expert-load and router-bias
-   * heatmaps, linked by hover (the line's cursor marks the heatmaps' column and names the experts
-   * that lead there; a heatmap's hover moves every chart's cursor to its step). */
-  function drawLayers(d, sync, events) {
-    const box = section("MoE layers: expert load and router bias").lastChild;
-    const select = el("select", { name: "layer", "aria-label": "MoE layer" },
-      ...d.layers.map((i) => el("option", { value: String(i) }, `layer ${i}`)));
-    const body = el("div", { class: "grid moe-layer" });
-    box.append(el("div", { class: "controls" }, el("label", {}, "layer ", select),
-      el("span", { class: "muted" }, "Hover a chart or a heatmap: the other follows, and the experts with the "
-        + "largest values at that step are named.")), body);
-    const scalars = (layer) => [`moe/layer_${layer}/router_bias_norm`].filter((k) => d.series[k]);
-    let current = null;
-    const show = (layer) => {
+  G.runSections.add({ id: "reproduce", title: "Reproduce", order: 50, draw(body, ctx) {
+    const nodes = reproduceBox(ctx.d.reproduce);
+    if (!nodes) return false;
+    body.append(...nodes);
+  } });
+
+  G.runSections.add({ id: "exports", title: "Exports", order: 60, draw(body, ctx) {
+    const t = exportsTable((ctx.d.links || {}).exports, ctx.d.lab_name || "lab");
+    if (!t) return false;
+    body.append(t);
+  } });
+
+  G.runSections.add({ id: "evaluations", title: "Task evaluations (glasslab eval)", order: 70, draw(body, ctx) {
+    const t = evaluationsTable((ctx.d.links || {}).evaluations);
+    if (!t) return false;
+    body.append(t);
+  } });
+
+  G.runSections.add({ id: "samples", title: "Samples", order: 80, draw(body, ctx) {
+    const d = ctx.d, rec = d.record || {};
+    const samples = d.samples.slice();
+    // An SFT run's record holds the base model's replies to the same prompts: shown beside each reply.
+    const baseReplies = new Map(((rec.base || {}).samples || []).map((x) => [x.prompt, x.text]));
+    const parentStep = (rec.parent || {}).step;
+    const drawSamples = () => {
       body.textContent = "";
-      const heat = {};
-      const keys = scalars(layer);
-      const highlight = (step) => { for (const h of Object.values(heat)) h.highlight(step); };
-      const line = keys.length ? new LineChart(body, {
-        title: `Layer ${layer}: router bias norm`, sync, events: () => events, onCursor: highlight, height: 200,
-        lines: keys.map((k) => ({ label: k, xs: d.series[k].steps.slice(), ys: d.series[k].values.slice() })),
-      }) : null;
-      if (line) G.charts[`moe-layer`] = line.plot;
-      for (const [kind, title] of [["expert_load", "expert load (share of routed tokens)"],
-                                   ["router_bias", "router bias (signed; 0 is white)"]]) {
-        const key = `moe/layer_${layer}/${kind}`;
-        const v = d.vectors[key];
-        if (!v) continue;
-        heat[key] = new Heatmap(body, { title: `Layer ${layer}: ${title}`, key, steps: v.steps, values: v.values,
-          signed: kind === "router_bias" ? true : null, onHover: (step) => line && line.hoverAt(step) });
-      }
-      current = { layer, line, keys, heat };
+      const head = ["step", "prompt", "text"];
+      if (baseReplies.size) head.push(`base model's reply${parentStep != null ? ` (step ${parentStep})` : ""}`);
+      body.append(samples.length ? table(head,
+        samples.slice().reverse().map((x) => [x.step, sampleCell(x.prompt), sampleCell(x.text),
+          ...(baseReplies.size ? [sampleCell(baseReplies.get(x.prompt) ?? "")] : [])]),
+        { class: "samples" })
+        : el("p", { class: "muted" }, "No samples yet."));
     };
-    select.addEventListener("change", () => show(Number(select.value)));
-    show(d.layers[0]);
+    drawSamples();
     return {
-      scalar(key, step, value) {
-        const series = d.series[key];
-        if (series && key.startsWith("moe/layer_")) upsert({ xs: series.steps, ys: series.values }, step, value);
-        if (current && current.line) {
-          const i = current.keys.indexOf(key);
-          if (i >= 0) current.line.add(i, step, value);  // the line keeps its own copy of the points
-        }
-      },
-      vector(key, step, values) {
-        if (!key.startsWith("moe/layer_")) return false;
-        // Kept for a later switch of layer; the heatmap on show keeps its own copy.
-        const v = d.vectors[key] || (d.vectors[key] = { steps: [], values: [] });
-        const i = v.steps.indexOf(step);
-        if (i >= 0) v.values[i] = values;
-        else if (!v.steps.length || step > v.steps[v.steps.length - 1]) { v.steps.push(step); v.values.push(values); }
-        if (current && current.heat[key]) current.heat[key].add(step, values);
-        return true;
+      delta(delta) {
+        const fresh = delta.samples.filter((x) => !samples.some((y) => y.id === x.id));
+        if (!fresh.length) return;
+        samples.push(...fresh);
+        dropReplayed(samples, fresh, (a, b) => a.step === b.step);
+        drawSamples();
       },
     };
-  }
+  } });
+
+  G.runSections.add({ id: "events", title: "Event timeline", order: 90, draw(body, ctx) {
+    const drawEvents = () => {
+      body.textContent = "";
+      body.append(G.eventsTable(ctx.events.slice().sort((a, b) => a.time - b.time), false));
+    };
+    drawEvents();
+    return { delta(delta) { if (delta.newEvents.length) drawEvents(); } };
+  } });
 
   window.GlasslabPages.run = drawRun;
 })();

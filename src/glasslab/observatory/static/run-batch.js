@@ -1,14 +1,13 @@
-/* The run page's batch panel: the documents a step's batch held (``/api/batch``, rebuilt on the server
+/* The run page's batch section: the documents a step's batch held (``/api/batch``, rebuilt on the server
  * and checked against the hash the trainer recorded), for a step typed in, a chart clicked, or an event
- * clicked in the timeline (an incident shows the batch of the attempt it happened in). Live pages of pretraining runs
- * only: a static site has no server to rebuild batches. It wraps the run page's drawing function, so the
- * page module itself does not know about it. */
+ * clicked in the timeline (an incident shows the batch of the attempt it happened in). Live pages of
+ * pretraining runs only: a static site has no server to rebuild batches, and post-training batches are
+ * not drawn by the pretraining loader. */
 (function () {
   "use strict";
   const G = window.Glasslab;
   const { el, fmt, app } = G;
-  const drawRun = window.GlasslabPages.run;
-  let showStep = null;  // the panel drawn last (the page is drawn again on a refresh): (step, attempt) => …
+  let showStep = null;  // (step, event row id) => …, of the section drawn last (a refresh draws it again)
   app.addEventListener("click", (ev) => {
     if (!showStep) return;
     const row = ev.target.closest("tr[id^='event-']");
@@ -45,14 +44,15 @@
     }
   }
 
-  function batchPanel(data) {
+  function batchSection(body, ctx) {
+    const data = ctx.d;
     const input = el("input", { type: "number", min: "1", name: "batch-step", "aria-label": "step",
                                 value: String(data.summary.step || 1) });
     const show = el("button", { type: "button" }, "show batch");
     const box = el("div", { class: "batch-box" });
-    const panel = G.section("Batch", el("div", { class: "controls" }, el("label", {}, "step ", input), show,
+    body.append(el("div", { class: "controls" }, el("label", {}, "step ", input), show,
       el("span", { class: "muted" }, " or click a chart or an event in the timeline")), box);
-    panel.id = "batch";
+    const panel = body.closest("section") || body;
     const load = async (step, attempt) => {
       input.value = String(step);
       box.textContent = "";
@@ -60,9 +60,9 @@
       const query = { id: data.id, step: String(step), ...(attempt != null ? { attempt: String(attempt) } : {}) };
       try {
         const reply = await fetch(`/api/batch?${new URLSearchParams(query)}`);
-        const body = await reply.json();
-        if (!reply.ok) throw new Error(body.error || reply.statusText);
-        drawBatch(box, body);
+        const answer = await reply.json();
+        if (!reply.ok) throw new Error(answer.error || reply.statusText);
+        drawBatch(box, answer);
       } catch (err) {
         box.textContent = "";
         box.append(el("p", { class: "warn" }, String(err.message || err)));
@@ -73,21 +73,22 @@
     };
     show.addEventListener("click", () => load(Number(input.value)));
     showStep = (step, eventRowId) => {
-      const event = (data.events || []).find((e) => `event-${e.id}` === eventRowId);
+      const event = ctx.events.find((e) => `event-${e.id}` === eventRowId);
       load(step, event && event.attempt != null && event.severity !== "info" ? event.attempt : null);
       panel.scrollIntoView();
     };
+    document.body.classList.add("has-batch-panel");
     const asked = /^#batch=(\d+)(?:@(\d+))?$/.exec(location.hash);
     if (asked) load(Number(asked[1]), asked[2] != null ? Number(asked[2]) : null);
   }
 
-  window.GlasslabPages.run = (data, ...rest) => {
-    const handler = drawRun(data, ...rest);
-    // Pretraining runs: post-training batches are not drawn by the pretraining loader.
-    if (!G.STATIC && data.record && data.record.dataset && !["sft", "dpo"].includes(data.record.role)) {
-      batchPanel(data);
-      document.body.classList.add("has-batch-panel");
-    }
-    return handler;
-  };
+  G.runSections.add({
+    id: "batch", title: "Batch", order: 35,
+    draw(body, ctx) {
+      const rec = ctx.d.record || {};
+      if (G.STATIC || !rec.dataset || ["sft", "dpo"].includes(rec.role)) return false;
+      batchSection(body, ctx);
+      return undefined;
+    },
+  });
 })();

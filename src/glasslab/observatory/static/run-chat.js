@@ -1,49 +1,12 @@
-/* A post-training run's page pieces (SFT, DPO): what became of its data (conversations cut or left out,
- * pairs left out), its base's numbers before step 0 beside its own, and the chat panel — the base and the
- * tuned model side by side on the same message, replies streamed by glasslab serve (POST /api/chat, one
- * reply at a time: the two columns answer in turn). On the static site, and wherever the endpoint is off,
- * the panel shows the replies recorded during the run and says what a live chat needs.
- * The run page calls ``GlasslabPosttrain(d)`` once; nothing happens for other runs. */
+/* A post-training run's (SFT, DPO) chat section: the base and the tuned model side by side on the same
+ * message, replies streamed by glasslab serve (POST /api/chat, one reply at a time: the two columns
+ * answer in turn). On the static site, and wherever the endpoint is off, it shows the replies recorded
+ * during the run and says what a live chat needs. Left out for any other run. */
 (function () {
   "use strict";
   const G = window.Glasslab;
-  const { el, fmt, table, section } = G;
-  const ROLES = { sft: "supervised fine-tuning", dpo: "preference tuning (DPO)" };
-  const HEADLINE = { sft: "eval/sft/loss", dpo: "eval/dpo/pref_accuracy" };
-
-  function countsTable(rec) {
-    if (rec.role === "sft" && rec.conversations) {
-      const c = rec.conversations;
-      return table(["conversations", "given", "whole", "cut at a turn boundary", "left out: longer than a row",
-                    "left out: first reply longer than a row", "used"],
-        ["train", "heldout"].filter((k) => c[k]).map((k) => [k === "train" ? "training" : "held out",
-          c[k].conversations, c[k].whole, c[k].cut, c[k].left_out_long, c[k].left_out_first_reply, c[k].kept]),
-        { class: "counts", units: [null, "count", "count", "count", "count", "count", "count"] });
-    }
-    if (rec.role === "dpo" && rec.pairs) {
-      const p = rec.pairs;
-      return table(["pairs", "given", "used", "left out: longer than a row"],
-        ["train", "heldout"].filter((k) => p[k]).map((k) => [k === "train" ? "training" : "held out",
-          p[k].pairs, p[k].kept, p[k].left_out_long]),
-        { class: "counts", units: [null, "count", "count", "count"] });
-    }
-    return null;
-  }
-
-  const last = (series) => (series && series.values.length ? series.values[series.values.length - 1] : null);
-
-  // The base's metrics (measured before step 0 as the run's last evaluation is) beside the run's latest.
-  function beforeAfter(d, rec) {
-    const before = (rec.base || {}).metrics || {};
-    const headline = HEADLINE[rec.role];
-    const keys = Object.keys(before).filter((k) => !k.endsWith("/bpb"))
-      .sort((a, b) => (b === headline) - (a === headline) || a.localeCompare(b));
-    if (!keys.length) return null;
-    return table(["metric", "base (before step 0)", "now", "change"], keys.map((k) => {
-      const now = last(d.series[k]);
-      return [k, before[k], now ?? "", now == null ? "" : fmt(now - before[k])];
-    }), { class: "before-after" });
-  }
+  const { el, fmt, table } = G;
+  const ROLES = ["sft", "dpo"];
 
   // The replies the run recorded at its last samples, beside the base's to the same prompts.
   function recordedReplies(d, rec) {
@@ -178,22 +141,24 @@
               form);
   }
 
-  window.GlasslabPosttrain = function (d) {
-    const rec = d.record || {};
-    if (!ROLES[rec.role]) return;
-    const counts = countsTable(rec), compared = beforeAfter(d, rec);
-    section(`Post-training: ${ROLES[rec.role]}`,
-      ...(counts ? [counts] : []), ...(compared ? [compared] : []),
-      ...(rec.beta != null ? [el("p", { class: "muted" }, `β = ${rec.beta}; the reference is the base.`)] : []));
-    const models = d.chat_models;
-    if (!G.STATIC && G.BOOT.chat && models) {
-      section("Chat: the base and the tuned model side by side", livePanel(models));
-      return;
-    }
-    const why = G.STATIC ? "A live chat with these models needs glasslab serve (on this machine's loopback, or with "
-      + "--chat); here are the replies recorded during the run."
-      : "The chat panel is off: this server does not listen on loopback (glasslab serve --chat turns it on). "
-      + "Here are the replies recorded during the run.";
-    section("Chat", el("p", { class: "muted chat-off" }, why), recordedReplies(d, rec));
-  };
+  const live = (d) => !G.STATIC && G.BOOT.chat && d.chat_models;
+
+  G.runSections.add({
+    id: "chat", order: 75,
+    title: (ctx) => (live(ctx.d) ? "Chat: the base and the tuned model side by side" : "Chat"),
+    draw(body, ctx) {
+      const d = ctx.d, rec = d.record || {};
+      if (!ROLES.includes(rec.role)) return false;
+      if (live(d)) {
+        body.append(livePanel(d.chat_models));
+        return null;
+      }
+      const why = G.STATIC ? "A live chat with these models needs glasslab serve (on this machine's loopback, or with "
+        + "--chat); here are the replies recorded during the run."
+        : "The chat panel is off: this server does not listen on loopback (glasslab serve --chat turns it on). "
+        + "Here are the replies recorded during the run.";
+      body.append(el("p", { class: "muted chat-off" }, why), recordedReplies(d, rec));
+      return null;
+    },
+  });
 })();
