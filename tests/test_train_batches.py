@@ -153,14 +153,14 @@ def test_the_run_page_shows_the_documents_of_a_step_an_incident_and_a_chart_poin
         page.fill("input[name=batch-step]", "9")
         page.click("#run-batch button")
         page.wait_for_selector("#run-batch[data-step='9'] .batch-row")
-        rows = page.locator("#run-batch .batch-row")
-        assert rows.count() == 8 and "matches the hash recorded" in page.locator("#run-batch .batch-check").text_content()
+        rows, check = page.locator("#run-batch .batch-row"), page.locator("#run-batch .batch-check")
+        assert rows.count() == 8 and "matches the hash recorded" in check.text_content()
         first = rows.first
         assert first.locator("pre").first.text_content() == expected.rows[0].pieces[0].text
         assert expected.rows[0].pieces[0].source["module"] in first.locator(".batch-source").first.text_content()
         page.click("tr.sev-incident")  # the rollback at step 6: the batch that attempt 1 trained there
         page.wait_for_selector("#run-batch[data-step='6'] .batch-row")
-        assert "attempt 1 (start)" in page.locator("#run-batch .batch-check").text_content()
+        assert "attempt 1 (start)" in check.text_content()
         assert page.url.endswith("#batch=6@1")
         over = page.locator(".u-over").first  # a chart: the batch of the step under the cursor
         over.scroll_into_view_if_needed()
@@ -171,6 +171,6 @@ def test_the_run_page_shows_the_documents_of_a_step_an_incident_and_a_chart_poin
                              " return u.data[0][u.cursor.idx]; }")
         page.mouse.click(box["x"] + box["width"] * 0.7, box["y"] + box["height"] / 2)
         page.wait_for_selector(f"#run-batch[data-step='{step}'] .batch-row")
-        assert step not in (6, 9) and "matches the hash recorded" in page.locator("#run-batch .batch-check").text_content()
+        assert step not in (6, 9) and "matches the hash recorded" in check.text_content()
         browser.close()
     assert not errors, errors
