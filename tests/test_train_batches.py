@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from cli_runner import subprocess_env
+from glasslab import track
 from glasslab.cli import main as cli_main
 from glasslab.config import from_dict
 from glasslab.track import RunReader
@@ -125,6 +126,10 @@ def test_bad_input_is_one_line(runs, tmp_path, capsys):
         assert cli_main(["batch", parent, *args]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and expected in err, err
+    track.init(tmp_path / "old", {}).finish()  # a run store without batches (trained before they were recorded)
+    assert cli_main(["batch", str(tmp_path / "old"), "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "recorded no batches" in err
     moved = tmp_path / "moved"
     shutil.move(runs["dataset"], moved)
     try:
@@ -150,6 +155,8 @@ def test_the_run_page_shows_the_documents_of_a_step_an_incident_and_a_chart_poin
         page.on("pageerror", lambda exc: errors.append(str(exc)))
         page.goto(f"{server.url}/run/parent")
         page.wait_for_selector("body[data-ready='1']")
+        order = page.eval_on_selector_all("section[data-section]", "els => els.map((e) => e.dataset.section)")
+        assert order.index("charts") < order.index("batch") < order.index("samples")  # its slot: order 35
         page.fill("input[name=batch-step]", "9")
         page.click("#run-batch button")
         page.wait_for_selector("#run-batch[data-step='9'] .batch-row")
