@@ -3,10 +3,12 @@
 "Bare" is the least a training step must do: forward, cross-entropy, backward, clip, AdamW step,
 balancer step. "Trainer" is ``Trainer.train_step`` with everything it adds: micro-batch loss scaling,
 per-group gradient and parameter norms, the spike guard, the LR schedule, throughput/MFU/memory,
-mixture weights, logging every metric to a real run store and a JSONL sink (``train.sinks``), and
-the command line's progress-bar hook. Both drive the same model and optimiser
+mixture weights, the hash of the step's tokens, logging every metric to a real run store and a JSONL
+sink (``train.sinks``), and the command line's progress-bar hook. Both drive the same model and optimiser
 on the same in-memory batches in this process, one step of each in turn so machine noise hits both
-alike; the overhead is median trainer step / median bare step - 1.
+alike; the overhead is median trainer step / median bare step - 1. The hash of each step's tokens
+(``train/batches.py``) is timed alone in the same loop, on the same batches: ``batch_hash_percent`` is
+its median as a share of the median bare step, the part of the overhead it adds.
 
 It also measures what the LM head's chunked loss (``model/head_loss.py``) saves: the peak resident
 memory of one forward and backward of the head and its cross-entropy over 4,096 tokens at a 32,768
@@ -40,6 +42,7 @@ from glasslab import track
 from glasslab.cli.progress import TrainingProgress
 from glasslab.model import ModelConfig, MoEConfig, Transformer
 from glasslab.model.head_loss import chunk_tokens, head_cross_entropy
+from glasslab.train.batches import batch_hash
 from glasslab.train.config import TrainConfig
 from glasslab.train.distributed import DistContext
 from glasslab.train.loop import RunParts, Trainer
@@ -143,7 +146,7 @@ def main() -> None:
         for _ in range(2):  # warm up both
             trainer.train_step()
             bare_step(bare_model, bare_optimizer, loader.next_batch(), cfg.grad_clip)
-        bare_times, trainer_times = [], []
+        bare_times, trainer_times, hash_times = [], [], []
         for _ in range(args.steps):
             start = time.perf_counter()
             bare_step(bare_model, bare_optimizer, loader.next_batch(), cfg.grad_clip)
@@ -151,12 +154,17 @@ def main() -> None:
             start = time.perf_counter()
             trainer.train_step()  # includes the store's periodic commit when it falls due
             trainer_times.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            batch_hash(loader.next_batch())  # what the trainer step above spent on its batch's hash
+            hash_times.append(time.perf_counter() - start)
         run.finish()
     bare, full = statistics.median(bare_times), statistics.median(trainer_times)
     print(f"model {model_cfg.size_name()}, batch {args.batch}x{args.seq_len} tokens, {args.steps} steps each, "
           f"alternating, threads {torch.get_num_threads()}")
     print(f"median bare step: {bare * 1e3:.1f} ms; median trainer step: {full * 1e3:.1f} ms")
     print(f"train_overhead_percent: {100 * (full / bare - 1):.2f}  (target <= 2)", flush=True)
+    print(f"batch_hash_percent: {100 * statistics.median(hash_times) / bare:.3f}  (of a bare step; the part of "
+          "the overhead that the hash of each step's tokens adds)", flush=True)
     tokens, vocab = (512, 4096) if args.smoke else (4096, 32768)
     chunk = min(chunk_tokens(vocab), tokens // 4)  # the trainer's chunk (1,024 tokens at 32k); 4+ chunks
     full_peak = head_loss_peak(tokens, 256, vocab, chunk=tokens)

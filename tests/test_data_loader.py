@@ -159,6 +159,25 @@ def test_epoch_caps_take_a_domain_out_then_exhaust(ds):
     assert capped_both.state_dict() == last_complete  # a failed draw leaves the state alone
 
 
+def test_a_step_drawn_all_at_once_is_the_step_drawn_row_by_row(ds):
+    """The vectorised draw (every step but those where a domain reaches its cap) picks the same domains
+    and positions as drawing the rows one by one, across phases, three domains' weights and a cap."""
+    alpha_tokens = open_shard(ds, "alpha", "train").num_tokens
+    cap = 30 * 10 * 17 / alpha_tokens  # alpha runs out near step 30 (about 10 of its rows a step)
+    cfg = _cfg(ds, weights={"alpha": 0.6, "beta": 0.4}, epoch_caps={"alpha": cap},
+               phases=[PhaseConfig(start_step=20, weights={"alpha": 0.7, "beta": 0.3})])
+    loader = Loader(cfg, seq_len=16, global_batch=24, prefetch=False)
+    row_by_row, fell_back = loader._plan_row_by_row, []
+    loader._plan_row_by_row = lambda step, *rest: fell_back.append(step) or row_by_row(step, *rest)
+    for step in range(60):
+        uniforms = np.random.default_rng([cfg.seed, step]).random(24)
+        expected = row_by_row(step, loader.cursors, loader.weights_at(step), uniforms)
+        plan, loader.cursors = loader._plan(step, loader.cursors)
+        assert (plan, loader.cursors) == expected, step
+    # Row by row only where alpha reached its cap; all at once before and after (beta alone).
+    assert 1 <= len(fell_back) <= 3 and 15 < fell_back[0] and loader.epochs()["alpha"] <= cap
+
+
 def test_one_epoch_packs_every_document_once_in_shuffled_order(ds):
     shard = open_shard(ds, "alpha", "train")
     loader = Loader(_cfg(ds, weights={"alpha": 1.0}), seq_len=63, global_batch=1)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import calendar
 import json
+import random
 import sqlite3
 import time
 from pathlib import Path
@@ -58,6 +59,24 @@ def test_demo_hero_has_metrics_samples_and_result(demo_lab):
     assert {"train/loss", "optim/learning_rate", "eval/macro/loss", "throughput/tokens_per_second"} <= keys
     assert any(k.startswith("moe/layer_") for k in keys)
     assert samples > 0
+
+
+def test_the_heros_batches_rebuild_to_what_it_trained_on(demo_lab):
+    """The hero's first incident (or, in a calm run, random steps) and its last step: each batch rebuilt
+    from the run's config and recorded loader starts has the hash the trainer recorded, with the
+    documents' sources."""
+    from glasslab.track import RunReader
+    from glasslab.train.batches import rebuild_batch
+
+    hero = only(demo_lab.root, "demo-hero-*")
+    with RunReader(hero) as reader:
+        incidents = [e for e in reader.events() if e["kind"] in ("spike_skipped", "rollback") and e["step"]]
+        last = reader.batch_hashes()[-1][0]
+    picks = [(e["step"], e["attempt"]) for e in incidents[:1]] + [(s, None) for s in random.sample(range(1, last), 2)]
+    for step, attempt in picks + [(last, None)]:
+        batch = rebuild_batch(hero, step, attempt)
+        assert batch.matches, (step, attempt)
+        assert all(p.source and p.text for row in batch.rows for p in row.pieces)
 
 
 def test_demo_publishes_the_static_site(demo_lab):

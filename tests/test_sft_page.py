@@ -48,6 +48,7 @@ def test_sft_run_page_links_its_base_and_shows_replies_beside_the_bases(tmp_path
         # samples; "now" is read from the series source (the page's data holds no series).
         order = page.eval_on_selector_all("section[data-section]", "els => els.map((e) => e.dataset.section)")
         assert order.index("posttrain") < order.index("charts") < order.index("chat") < order.index("samples")
+        assert "batch" not in order  # its batches are not the pretraining loader's
         assert "Post-training: supervised fine-tuning" in page.locator("#run-posttrain h2").inner_text()
         cells = page.locator("table.before-after tbody tr").first.locator("td").all_inner_texts()
         assert cells[0] == "eval/sft/loss" and cells[2].startswith("4.6") and "0.5" in cells[3], cells

@@ -72,6 +72,10 @@ class DomainStream:
     def read_window(self, index: int, window: int) -> np.ndarray:
         """The ``index``-th sequence of ``window`` tokens: a window of its epoch's stream, in the epoch's
         shuffled window order."""
+        return self.read(self.window_start(index, window), window)
+
+    def window_start(self, index: int, window: int) -> int:
+        """Stream position of the ``index``-th sequence of ``window`` tokens."""
         per_epoch = self.tokens_per_epoch // window
         epoch, rank = divmod(index, per_epoch)
         key = (epoch, window)
@@ -80,24 +84,30 @@ class DomainStream:
                 self._window_orders.pop(min(self._window_orders))
             rng = np.random.default_rng([self._seed, self._key, epoch, window])
             self._window_orders[key] = rng.permutation(per_epoch)
-        start = epoch * self.tokens_per_epoch + int(self._window_orders[key][rank]) * window
-        return self.read(start, window)
+        return epoch * self.tokens_per_epoch + int(self._window_orders[key][rank]) * window
+
+    def pieces(self, position: int, count: int) -> Iterator[tuple[int, int, int]]:
+        """``(document, offset in it, tokens)`` of each document the ``count`` tokens of the stream from
+        ``position`` run through, in order."""
+        while count > 0:
+            epoch, offset = divmod(position, self.tokens_per_epoch)
+            perm, cum_ends = self._order(epoch)
+            k = int(np.searchsorted(cum_ends, offset, side="right"))
+            doc = int(perm[k])
+            within = offset - (int(cum_ends[k]) - int(self._lengths[doc]))
+            take = min(count, int(self._lengths[doc]) - within)
+            yield doc, within, take
+            count -= take
+            position += take
 
     def read(self, position: int, count: int) -> np.ndarray:
         """``count`` tokens of the stream starting at stream position ``position``."""
         out = np.empty(count, dtype=np.int64)
         filled = 0
-        while filled < count:
-            epoch, offset = divmod(position, self.tokens_per_epoch)
-            perm, cum_ends = self._order(epoch)
-            k = int(np.searchsorted(cum_ends, offset, side="right"))
-            doc = perm[k]
-            within = offset - (int(cum_ends[k]) - int(self._lengths[doc]))
-            take = min(count - filled, int(self._lengths[doc]) - within)
+        for doc, within, take in self.pieces(position, count):
             start = int(self._starts[doc]) + within
             out[filled : filled + take] = self.shard.tokens[start : start + take]
             filled += take
-            position += take
         return out
 
 
@@ -186,21 +196,44 @@ class Loader:
         weights = self.weights_at(step)
         window = self.seq_len + 1
         uniforms = np.random.default_rng([self.cfg.seed, step]).random(self.global_batch)
+        active = self._active(weights, start, step)
+        # Every row at once, when no domain reaches its cap within the step (the rows would then be
+        # drawn among the same domains one by one: the same picks, the same positions). A rebuilt
+        # batch replays every earlier step's draw, so this is most of what `glasslab batch` costs.
+        cumulative = np.add.accumulate([weights[d] for d in active])  # in order, as the loop sums
+        picks = np.minimum(np.searchsorted(cumulative, uniforms * cumulative[-1], side="right"), len(active) - 1)
+        counts = np.bincount(picks, minlength=len(active))
+        if all(start[d] + (int(n) + 1) * window <= self._cap_tokens[d] for d, n in zip(active, counts, strict=True)):
+            order = np.argsort(picks, kind="stable")
+            rank_in_domain = np.empty(len(picks), dtype=np.int64)
+            rank_in_domain[order] = np.arange(len(picks)) - np.repeat(np.cumsum(counts) - counts, counts)
+            firsts = np.array([start[d] for d in active], dtype=np.int64)
+            positions = (firsts[picks] + rank_in_domain * window).tolist()
+            plan = [(active[j], p) for j, p in zip(picks.tolist(), positions, strict=True)]
+            cursors = dict(start) | {d: start[d] + int(n) * window for d, n in zip(active, counts, strict=True)}
+            return plan, cursors
+        return self._plan_row_by_row(step, start, weights, uniforms)
+
+    def _active(self, weights: dict[str, float], cursors: dict[str, int], step: int) -> list[str]:
+        """The weighted domains with a whole window left before their cap."""
+        window = self.seq_len + 1
+        active = [d for d in self.domains if weights.get(d, 0.0) > 0 and cursors[d] + window <= self._cap_tokens[d]]
+        if not active:
+            raise DataExhausted(f"data exhausted at step {step}: every weighted domain reached its "
+                                f"epoch cap ({dict(self.cfg.mixture.epoch_caps)})")
+        return active
+
+    def _plan_row_by_row(self, step: int, start: dict[str, int], weights: dict[str, float],
+                         uniforms: np.ndarray) -> tuple[list[tuple[str, int]], dict[str, int]]:
+        """:meth:`_plan` for a step in which a domain reaches its cap: the rows after it are drawn among
+        the domains left."""
+        window = self.seq_len + 1
         cursors = dict(start)
         plan: list[tuple[str, int]] = []
         active: list[str] = []
         for u in uniforms:
             if not active:  # (re)computed at the start and whenever a domain reaches its cap
-                active = [
-                    d
-                    for d in self.domains
-                    if weights.get(d, 0.0) > 0 and cursors[d] + window <= self._cap_tokens[d]
-                ]
-                if not active:
-                    raise DataExhausted(
-                        f"data exhausted at step {step}: every weighted domain reached its "
-                        f"epoch cap ({dict(self.cfg.mixture.epoch_caps)})"
-                    )
+                active = self._active(weights, cursors, step)
                 cumulative = list(itertools.accumulate(weights[d] for d in active))
             index = min(bisect.bisect_right(cumulative, u * cumulative[-1]), len(active) - 1)
             domain = active[index]
@@ -209,6 +242,22 @@ class Loader:
             if cursors[domain] + window > self._cap_tokens[domain]:
                 active = []
         return plan, cursors
+
+    def next_plan(self) -> list[tuple[str, int]]:
+        """(domain, stream position) of every sequence of the next step, all ranks' rows; changes nothing."""
+        return self._plan(self.step, self.cursors)[0]
+
+    def row_documents(self, domain: str, position: int) -> list[tuple[int, int, np.ndarray]]:
+        """The sequence a plan draws at ``position`` of ``domain``'s stream, as ``(document, offset in it,
+        tokens)`` for each document it runs through."""
+        stream, window = self._streams[domain], self.seq_len + 1
+        pieces = stream.pieces(stream.window_start(position // window, window), window)
+        return [(doc, within, np.asarray(stream.shard.document(doc)[within : within + take]))
+                for doc, within, take in pieces]
+
+    def document_tokens(self, domain: str, document: int) -> int:
+        """Length of a training document of ``domain``, its end-of-text token included."""
+        return int(self._streams[domain]._lengths[document])
 
     def _read_step(self, step: int, cursors: dict[str, int]) -> tuple[torch.Tensor, list[str], dict[str, int]]:
         """This rank's batch of ``step`` from ``cursors``, its rows' domains, and the cursors after it."""

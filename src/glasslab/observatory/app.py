@@ -8,7 +8,7 @@ model's reply and is on only on loopback or with ``--chat``: ``chat.py``):
     /ladder/<id>            fit + prediction band /api/series?id=…&key=…  a run's series, by metric
     /data/<id>              data report           /api/vectors?id=…&key=… a run's vectors, by metric
     /provenance/<id>        run.json, step.json   /static/<file>          vendored assets
-    /experiment/<name>      an experiment's card
+    /experiment/<name>      an experiment's card  /api/batch?id=…&step=…  a step's batch (batch_api.py)
 Ids come from the lab scan, so unknown ids and traversal attempts (``..``, ``%2e%2e``) are 404.
 """
 
@@ -28,6 +28,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingR
 from starlette.routing import Route
 
 from glasslab.errors import UserError
+from glasslab.observatory.batch_api import batch_endpoint
 from glasslab.observatory.chat import ChatService
 from glasslab.observatory.lab_scan import Lab
 from glasslab.observatory.live import RunWatch, event_stream, parse_cursors
@@ -166,6 +167,7 @@ def create_app(lab_root: str | Path, chat: bool = False) -> Starlette:
         Route("/api/delta", api_delta),
         Route("/api/series", api_series),
         Route("/api/vectors", api_vectors),
+        Route("/api/batch", batch_endpoint(lab)),
         Route("/api/chat", chat_service.endpoint, methods=["POST"]),
         Route("/static/{name}", static),
     ]

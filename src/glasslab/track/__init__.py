@@ -57,6 +57,14 @@ class Run:
         self.store.annotate(kind, title, body, step, severity)
         self._to_sinks("annotate", kind, title, body, step, severity)
 
+    def log_batch(self, step: int, digest: str) -> None:
+        """Record the hash of the tokens trained on at ``step`` (the store only: no sink wants it)."""
+        self.store.log_batch(step, digest)
+
+    def set_loader_start(self, step: int, state: dict) -> None:
+        """Record where this attempt's data loader starts (after step ``step``): the batch replay's origin."""
+        self.store.set_loader_start(step, state)
+
     def sample(self, step: int, prompt: str, text: str) -> None:
         """Store one generation from ``prompt`` at ``step``."""
         self.store.sample(step, prompt, text)

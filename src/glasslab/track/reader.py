@@ -187,6 +187,15 @@ class RunReader:
         rows = self._rows("SELECT attempt, start_step, time, reason FROM attempts ORDER BY attempt")
         return [dict(zip(("attempt", "start_step", "time", "reason"), r, strict=True)) for r in rows]
 
+    def batch_hashes(self) -> list[tuple[int, int, str]]:
+        """``(step, attempt, hash)`` of every step's input tokens, every attempt, in step and attempt order."""
+        return self._rows("SELECT step, attempt, hash FROM batches ORDER BY step, attempt")
+
+    def loader_starts(self) -> dict[int, tuple[int, dict]]:
+        """Attempt -> (the step after which its loader starts, the loader's recorded state)."""
+        rows = self._rows("SELECT attempt, step, state FROM loader_starts ORDER BY attempt")
+        return {a: (s, json.loads(state)) for a, s, state in rows}
+
     def meta(self, key: str) -> object | None:
         rows = self._rows("SELECT value FROM meta WHERE key=?", (key,))
         return json.loads(rows[0][0]) if rows else None

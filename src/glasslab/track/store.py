@@ -53,6 +53,10 @@ CREATE TABLE IF NOT EXISTS events(
 CREATE TABLE IF NOT EXISTS samples(
     id INTEGER PRIMARY KEY AUTOINCREMENT, step INTEGER NOT NULL, prompt TEXT NOT NULL,
     text TEXT NOT NULL, time REAL NOT NULL, attempt INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS batches(
+    step INTEGER NOT NULL, attempt INTEGER NOT NULL, hash TEXT NOT NULL, time REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS batches_step ON batches(step, attempt);
+CREATE TABLE IF NOT EXISTS loader_starts(attempt INTEGER PRIMARY KEY, step INTEGER NOT NULL, state TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS attempts(
     attempt INTEGER PRIMARY KEY, start_step INTEGER, time REAL NOT NULL, reason TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -168,6 +172,7 @@ class RunStore:
         self._scalars: list[tuple[str, int, float, float, int]] = []
         self._vectors: list[tuple[str, int, str, float, int]] = []
         self._samples: list[tuple[int, str, str, float, int]] = []
+        self._batches: list[tuple[int, int, str, float]] = []
         self._last_flush = time.monotonic()
         self._first_step_seen = False
         # key -> the last step that earlier attempts rolled up: buckets up to it may hold rows this
@@ -250,6 +255,18 @@ class RunStore:
         self._vectors.append((key, step, payload, time.time(), self.attempt))
         self._maybe_flush()
 
+    def log_batch(self, step: int, digest: str) -> None:
+        """Buffer the hash of the tokens the trainer read for ``step`` (see ``train/batches.py``)."""
+        self._note_step(step)
+        self._batches.append((step, self.attempt, digest, time.time()))
+        self._maybe_flush()
+
+    def set_loader_start(self, step: int, state: dict) -> None:
+        """Record where this attempt's data loader starts: before optimiser step ``step + 1``, at ``state``
+        (its position and the batch's split over ranks); written at once."""
+        self.conn.execute("INSERT OR REPLACE INTO loader_starts(attempt, step, state) VALUES (?,?,?)",
+                          (self.attempt, step, json.dumps(state)))
+
     def sample(self, step: int, prompt: str, text: str) -> None:
         """Buffer one generated sample."""
         self._samples.append((step, prompt, text, time.time(), self.attempt))
@@ -266,14 +283,14 @@ class RunStore:
         )
 
     def _maybe_flush(self) -> None:
-        pending = len(self._scalars) + len(self._vectors) + len(self._samples)
+        pending = len(self._scalars) + len(self._vectors) + len(self._samples) + len(self._batches)
         if pending >= self.flush_rows or time.monotonic() - self._last_flush >= self.flush_seconds:
             self.flush()
 
     def flush(self) -> None:
         """Commit every buffered row in one transaction."""
         self._last_flush = time.monotonic()
-        if not (self._scalars or self._vectors or self._samples):
+        if not (self._scalars or self._vectors or self._samples or self._batches):
             return
         with _transaction(self.conn):
             if self._scalars:
@@ -290,8 +307,10 @@ class RunStore:
                 self.conn.executemany(
                     "INSERT INTO samples(step, prompt, text, time, attempt) VALUES (?,?,?,?,?)", self._samples
                 )
+            if self._batches:
+                self.conn.executemany("INSERT INTO batches(step, attempt, hash, time) VALUES (?,?,?,?)", self._batches)
             self._heartbeat()
-        self._scalars, self._vectors, self._samples = [], [], []
+        self._scalars, self._vectors, self._samples, self._batches = [], [], [], []
 
     def _roll_up(self) -> None:
         """Fold the buffered scalars (already inserted) into the per-bucket min/max/last rollups.

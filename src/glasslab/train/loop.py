@@ -1,7 +1,8 @@
 """The training loop. It stays short: every concern is a piece called at a fixed point of a step.
 
 One optimiser step:
-  1. take this rank's share of the global batch and split it into micro-batches;
+  1. take this rank's share of the global batch (rank 0 logs a hash of its tokens, which ``glasslab
+     batch`` checks a rebuilt batch against) and split it into micro-batches;
   2. forward/backward each, scaling so the gradient is that of (sum of token losses / global tokens);
      gradients are reduced over ranks once, in the last micro-batch's backward;
   3. one reduction: the global loss, the preemption flag, and (already all-reduced) gradient norms,
@@ -34,6 +35,7 @@ from glasslab.model.load import weights_sha256
 from glasslab.track import Run
 from glasslab.train import checkpoint as ckpt
 from glasslab.train import distributed
+from glasslab.train.batches import batch_hash
 from glasslab.train.compile_rule import run_compile_choice
 from glasslab.train.config import TrainConfig
 from glasslab.train.distributed import DistContext, wrap_model
@@ -202,6 +204,7 @@ class Trainer:
         """Train to ``cfg.total_steps``; returns ``finished`` or ``preempted``."""
         if not ckpt.list_checkpoints(self.run_dir):
             self.save_checkpoint()  # step 0: a rollback always has somewhere to go
+        self._record_loader_start()
         self.meter.restart()
         while self.step < self.cfg.total_steps:
             metrics = self.train_step()
@@ -219,7 +222,10 @@ class Trainer:
 
     def train_step(self) -> dict[str, float]:
         """One optimiser step (applied, skipped, or ending in a rollback); returns what it logged."""
-        batch = self.parts.loader.next_batch().to(self.ctx.device, non_blocking=True)
+        host_batch = self.parts.loader.next_batch()
+        batch = host_batch.to(self.ctx.device, non_blocking=True)
+        if self.run is not None and isinstance(host_batch, torch.Tensor):  # read while the copy runs
+            self.run.log_batch(self.step + 1, batch_hash(host_batch))
         loss_tokens = self.objective.loss_tokens(batch)
         loss_sum = self.forward_backward(batch, loss_tokens)
         grad_norms = group_norms(grads_by_group(self.params_by_group))
@@ -315,6 +321,7 @@ class Trainer:
                     body=reason, step=spiked_at, severity="incident")
         if self.run is not None:
             self.run.new_attempt("rollback")
+        self._record_loader_start()
         self.meter.restart()
 
     def at_intervals(self) -> None:
@@ -385,6 +392,12 @@ class Trainer:
     def _event(self, kind: str, title: str, body: str = "", step: int | None = None, severity: str = "info") -> None:
         if self.run is not None:
             self.run.annotate(kind, title, body, step=step, severity=severity)
+
+    def _record_loader_start(self) -> None:
+        """Where the loader stands as an attempt begins: what ``glasslab batch`` replays its draws from."""
+        if self.run is not None:
+            self.run.set_loader_start(self.step, {"loader": self.parts.loader.state_dict(),
+                                                  "world_size": self.ctx.world_size})
 
     def record_fallback(self, step: int, problem: str) -> None:
         self._event("checkpoint_fallback", f"checkpoint step {step} is damaged; using an earlier one",

@@ -1,0 +1,183 @@
+"""The batch of any training step, rebuilt: the documents the model read, checked against what it trained on.
+
+The loader's position is not a function of the step alone: per-domain cursors accumulate over earlier
+draws, epoch caps drop domains, a rollback skips the windows that spiked, a fork may change the batch.
+So the trainer records two things in the run store (``track/store.py``):
+
+- ``loader_starts``: as each attempt begins (a fresh start, a resume from a checkpoint, a rollback after
+  its skip, a fork with its changed batch), the loader's state (step and per-domain cursors, a few
+  integers) and the world size;
+- ``batches``: every step, a hash of the tokens rank 0 read (:func:`batch_hash`: blake2b-128 of the
+  int64 rows and their shape, as text).
+
+:func:`rebuild_batch` takes the attempt in force at the step (the latest that trained it) or the one
+asked for, replays that attempt's draws from its start with the run's data config (the draws need no
+tokens: each is a few random numbers per row), reads the step's rows, and hashes rank 0's rows again:
+``matches`` says the rebuilt batch is the one trained on. Each row is cut at document boundaries, each
+piece with its document, the piece's place in it, the document's provenance and its decoded text.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from glasslab import config as configs
+from glasslab.data.config import DataConfig
+from glasslab.errors import UserError
+from glasslab.layout import MANIFEST_FILE
+
+if TYPE_CHECKING:
+    import torch
+
+
+def batch_hash(batch: np.ndarray | torch.Tensor) -> str:
+    """blake2b-128 of a batch of token ids (shape, dtype and values; a tensor on the host), as 32 hex digits."""
+    array = np.ascontiguousarray(batch)
+    digest = hashlib.blake2b(f"{array.shape}{array.dtype.str}".encode(), digest_size=16)
+    digest.update(array.data)
+    return digest.hexdigest()
+
+
+@dataclass
+class Piece:
+    """The part of a row that comes from one document."""
+
+    document: int
+    """The document's index in its domain's training shard."""
+    offset: int
+    """Where the piece starts in the document, in tokens."""
+    tokens: int
+    document_tokens: int
+    """The document's length, its end-of-text token included: a piece ending there ends the document."""
+    source: dict | None
+    """Where the document came from (``data/provenance.py``); None for a dataset built without it."""
+    text: str
+
+    @property
+    def ends_document(self) -> bool:
+        return self.offset + self.tokens == self.document_tokens
+
+
+@dataclass
+class Row:
+    index: int
+    """The row's place in the global batch."""
+    rank: int
+    domain: str
+    pieces: list[Piece] = field(default_factory=list)
+
+
+@dataclass
+class StepBatch:
+    """One step's rebuilt batch (all ranks' rows, or one rank's) and its check."""
+
+    run: str
+    step: int
+    attempt: int
+    reason: str
+    """Why the attempt began: start, resume, rollback, fork."""
+    world_size: int
+    seq_len: int
+    rows: list[Row]
+    hash: str
+    """Hash of the rebuilt rows of rank 0."""
+    recorded_hash: str
+
+    @property
+    def matches(self) -> bool:
+        return self.hash == self.recorded_hash
+
+    def to_json(self) -> dict[str, Any]:
+        return {**{f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "rows"},
+                "matches": self.matches,
+                "rows": [{"index": r.index, "rank": r.rank, "domain": r.domain,
+                          "pieces": [{**dataclasses.asdict(p), "ends_document": p.ends_document} for p in r.pieces]}
+                         for r in self.rows]}
+
+
+def rebuild_batch(run_dir: str | Path, step: int, attempt: int | None = None, rank: int | None = None) -> StepBatch:
+    """The batch of ``step`` (as logged: the first step is 1) of the run in ``run_dir``, for the attempt in
+    force (``attempt``: another that trained it), all ranks' rows (``rank``: that rank's).
+
+    One-line UserErrors: a step the run did not train, an attempt that does not exist or did not train
+    the step, a rank outside the run's world, a run without recorded batches, a dataset folder that is
+    gone or holds another dataset (named by the manifest hash the run trained on).
+    """
+    from glasslab.data.loader import Loader
+    from glasslab.data.provenance import ProvenanceIndex
+    from glasslab.data.shards import manifest_hash, read_manifest
+    from glasslab.data.tokenizer import load_tokenizer
+    from glasslab.track import RunReader, read_record
+
+    run_dir = Path(run_dir)
+    with RunReader(run_dir) as reader:
+        hashes = reader.batch_hashes()
+        starts = reader.loader_starts()
+        reasons = {a["attempt"]: a["reason"] for a in reader.attempts()}
+    if not hashes or not starts:
+        raise UserError(f"{run_dir}: the run recorded no batches (trained before glasslab recorded them, or "
+                        "not by the pretraining loader)")
+    by_attempt = {(s, a): h for s, a, h in hashes}
+    trained = sorted({s for s, _, _ in hashes})
+    if attempt is None:
+        if step not in trained:
+            raise UserError(f"step {step}: {run_dir.name} trained steps {trained[0]}..{trained[-1]}"
+                            + (" (beyond its last step)" if step > trained[-1] else ""))
+        attempt = max(a for s, a, _ in hashes if s == step)
+    elif attempt not in starts:
+        raise UserError(f"--attempt {attempt}: {run_dir.name} has attempts {', '.join(map(str, sorted(starts)))}")
+    elif (step, attempt) not in by_attempt:
+        own = [s for s, a, _ in hashes if a == attempt]
+        span = f"steps {own[0]}..{own[-1]}" if own else "no step"
+        raise UserError(f"step {step}: attempt {attempt} of {run_dir.name} trained {span}")
+    start_step, start = starts[attempt]
+    state, world_size = start["loader"], int(start["world_size"])
+    if "cursors" not in state:
+        raise UserError(f"{run_dir}: attempt {attempt} was not trained by the pretraining loader")
+    if rank is not None and not 0 <= rank < world_size:
+        raise UserError(f"--rank {rank}: the run trained on {world_size} rank(s) (0..{world_size - 1})")
+
+    record = read_record(run_dir) or {}
+    dataset = record.get("dataset") or {}
+    path, digest = Path(dataset.get("path", "")), dataset.get("manifest_hash", state["manifest_hash"])
+    if not (path / MANIFEST_FILE).is_file():
+        raise UserError(f"dataset {digest[:16]} (manifest sha256) is gone: {path} holds no built dataset; "
+                        "build it again from the run's data config to see its batches")
+    if manifest_hash(path) != digest:
+        raise UserError(f"{path}: holds another dataset than the one the run trained on (manifest sha256 "
+                        f"{digest[:16]}); build that one again to see its batches")
+    data_cfg = dataclasses.replace(configs.from_dict(DataConfig, record["config"]["data"], "data"),
+                                   path=str(path), build="")
+    loader = Loader(data_cfg, int(state["seq_len"]), int(state["global_batch"]), prefetch=False)
+    loader.load_state_dict(state)
+    loader.skip(step - 1 - start_step)  # the attempt's draws before this step, no tokens read
+    plan = loader.next_plan()
+    rows_per_rank = loader.global_batch // world_size
+    tokenizer = load_tokenizer(path)
+    provenance = ProvenanceIndex(path) if "provenance" in read_manifest(path) else None
+    rows, rank0 = [], []
+    for index, (domain, position) in enumerate(plan):
+        row_rank = index // rows_per_rank
+        if row_rank > 0 and rank not in (None, row_rank):
+            continue  # rank 0's rows are always read: they carry the check
+        documents = loader.row_documents(domain, position)
+        if row_rank == 0:
+            rank0.append(np.concatenate([tokens for _, _, tokens in documents]).astype(np.int64))
+        if rank not in (None, row_rank):
+            continue
+        row = Row(index, row_rank, domain)
+        for document, offset, tokens in documents:
+            row.pieces.append(Piece(
+                document, offset, len(tokens), loader.document_tokens(domain, document),
+                provenance.record(domain, "train", document) if provenance else None,
+                tokenizer.decode(tokens.tolist(), skip_special_tokens=True)))
+        rows.append(row)
+    rebuilt = batch_hash(np.stack(rank0))
+    return StepBatch(run_dir.name, step, attempt, reasons.get(attempt, ""), world_size, loader.seq_len, rows,
+                     rebuilt, by_attempt[(step, attempt)])
