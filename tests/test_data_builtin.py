@@ -38,6 +38,8 @@ def test_package_corpora_are_deterministic_disjoint_and_versioned():
     # Every dependency listed is installed with glasslab, so every corpus name resolves here.
     for name in builtin.corpus_names():
         assert builtin.describe(name)["licence"] not in ("", "unknown"), name
+        # Where Python lives is not part of the dataset: the same build elsewhere has the same manifest hash.
+        assert "/" not in builtin.describe(name)["provenance"], name
 
 
 def test_corpus_names_are_validated_and_a_missing_corpus_fails_in_one_line(monkeypatch):

@@ -263,18 +263,19 @@ def documents(corpus: str) -> Iterator[str]:
 
 def describe(corpus: str) -> dict[str, str]:
     """``{"package", "version", "licence", "provenance"}`` of a built-in corpus: what the manifest records
-    so the corpus can be rebuilt (same package versions, same documents)."""
+    so the corpus can be rebuilt (same package versions, same documents). Never where the package is
+    installed: the manifest's hash names the dataset, and the same build on another machine must match."""
     _check(corpus)
     contents = KIND_WORDS[corpus.rpartition("_")[2]]
     if corpus in STDLIB_CORPORA:
         version = platform.python_version()
         contents = contents if corpus == "pydoc_topics" else f"standard-library {contents}"
         return {"package": "python", "version": version, "licence": STDLIB_LICENCE,
-                "provenance": f"CPython {version} {contents} ({stdlib_dir()})"}
+                "provenance": f"CPython {version} {contents}"}
     dist = _distribution(corpus)
     name = dist.metadata["Name"]
     return {"package": name, "version": dist.version, "licence": _licence(dist),
-            "provenance": f"{name} {dist.version} {contents} ({dist.locate_file('')})"}
+            "provenance": f"{name} {dist.version} {contents}"}
 
 
 def _licence(dist: importlib.metadata.Distribution) -> str:
