@@ -199,14 +199,19 @@ def _export_source(folder: Path, lab: str | Path | None) -> ModelSource:
 
 
 def _export_dataset(folder: Path, manifest: dict[str, Any], lab: str | Path | None) -> Path | None:
-    """The dataset the export's run trained on: the folder its manifest names (``dataset``) in ``lab`` or
-    beside the export, when its manifest hash is the one the export recorded (``dataset_manifest_hash``);
-    None when none is (a caller that needs it takes ``--data``)."""
+    """The dataset the export's run trained on, when its manifest hash is the one the export recorded
+    (``dataset_manifest_hash``): the folder the export names (``dataset``) in ``lab`` or beside the export,
+    else the dataset the run it came from (``run``, in the same places) recorded; None when none is (a
+    caller that needs it takes ``--data``)."""
     name, digest = manifest.get("dataset"), manifest.get("dataset_manifest_hash")
     if not name:
         return None
     roots = ([Path(lab)] if lab is not None else []) + [folder.resolve().parent]
-    for candidate in (root / name for root in roots):
+    candidates = [root / name for root in roots]
+    if manifest.get("run"):
+        records = (read_json(root / manifest["run"] / RUN_RECORD) or {} for root in roots)
+        candidates += [Path(path) for record in records if (path := (record.get("dataset") or {}).get("path"))]
+    for candidate in candidates:
         if (candidate / MANIFEST_FILE).is_file() and (not digest or file_sha256(candidate / MANIFEST_FILE) == digest):
             return candidate
     return None
