@@ -37,7 +37,9 @@ def lab(tmp_path_factory) -> dict[str, Path]:
     run_cfg = from_dict(RunConfig, tiny_run_config(dataset, max_steps=30, checkpoint_interval=30, seq_len=64))
     base = run_one_step(Step("base", train_step, TrainStepConfig(run=run_cfg)), root).folder
     data = Step("conversations", conversations_step, ConversationsConfig(builtin_max_modules=20))
-    train = dataclasses.replace(default_sft_train(), seq_len=128, global_batch_tokens=128 * 8, max_steps=8,
+    default = default_sft_train()  # 10x its LR: 8 steps at 1e-3 moved no weight by 0.004 (a reply stayed the base's)
+    train = dataclasses.replace(default, seq_len=128, global_batch_tokens=128 * 8, max_steps=8,
+                                optimizer=dataclasses.replace(default.optimizer, lr=1e-2),
                                 checkpoint_interval=8, sample_max_new_tokens=8, eval_max_tokens=256)
     sft = run_one_step(Step("sft", sft_step, SFTStepConfig(train=train, base=f"{base.name}@30",
                                                             conversations_from="conversations"), deps=(data,)),

@@ -221,5 +221,6 @@ def test_demo_preference_tunes_its_sft_model_on_the_builtin_pairs(demo_lab):
     before = record["base"]["metrics"]
     assert before["eval/dpo/reward_margin"] == 0  # the SFT model is its own reference before step 1
     result = json.loads((dpo / "result.json").read_text())
-    assert result["eval/dpo/reward_margin"] > 0 and result["dpo/accuracy"] > 0.5
+    # On the held-out pairs (the last training batch's accuracy is 16 pairs' worth of noise)
+    assert result["eval/dpo/reward_margin"] > 0 and result["eval/dpo/accuracy"] > 0.5
     assert "held-out preference accuracy (SFT -> DPO)" in demo_lab.stdout
