@@ -93,6 +93,17 @@ def test_counts_and_longest_matches_agree_with_a_scan(lab):
     assert hi > lo and (length == len(ids) or np.subtract(*index.count(ids[:length + 1].tolist())) == 0)
 
 
+def test_a_span_of_common_tokens_is_dropped_however_often_it_occurs(lab):
+    index = index_for(lab["dataset"], lab["lab"])
+    tokens = np.concatenate([open_shard(lab["dataset"], d, "train").tokens for d in ("code", "prose")]).astype(np.int64)
+    windows = np.lib.stride_tricks.sliding_window_view(tokens, 8)
+    common = windows[np.argmax(index.log_probs[windows].sum(axis=1))]  # the most probable 8 tokens in the data
+    assert np.subtract(*index.count(common.tolist())[::-1]) >= 1
+    spans, dropped = index.trace(common.tolist())
+    assert spans == [] and dropped == 1
+    assert index.trace(common.tolist(), max_log10_unigram_prob=0.0)[0][0].end == 8  # found when not cut
+
+
 def test_common_spans_are_dropped_and_counted(lab):
     index = TokenIndex(index_for(lab["dataset"], lab["lab"]).folder)
     text = document_text(lab["dataset"], "code", 0)[:800]

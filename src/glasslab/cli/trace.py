@@ -28,7 +28,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="source documents listed per span (default 3)")
     p.add_argument("--max-prob", type=float, default=None, metavar="P",
                    help="drop spans whose unigram probability (product over their tokens) is above P "
-                   "(default 1e-20)")
+                   "(default: that of K typical tokens of the training data)")
     p.add_argument("--json", action="store_true", help="print the spans as JSON")
     add_lab_option(p)
     p.set_defaults(func=run)
@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     from glasslab.cli.batch import describe_source
     from glasslab.data.provenance import ProvenanceIndex
     from glasslab.data.shards import read_manifest
-    from glasslab.data.token_index import MAX_LOG10_UNIGRAM_PROB, index_for
+    from glasslab.data.token_index import default_cutoff, index_for
     from glasslab.data.tokenizer import load_tokenizer, shard_encoder
 
     if not args.text.strip():
@@ -65,7 +65,8 @@ def run(args: argparse.Namespace) -> int:
     index = index_for(dataset, args.lab)
     tokenizer = shard_encoder(load_tokenizer(dataset))
     ids = tokenizer.encode(args.text, add_special_tokens=False).ids
-    max_log10 = MAX_LOG10_UNIGRAM_PROB if args.max_prob is None else math.log10(args.max_prob)
+    max_log10 = (default_cutoff(args.min_tokens, index.typical_log10) if args.max_prob is None
+                 else math.log10(args.max_prob))
     spans, dropped = index.trace(ids, args.min_tokens, args.max_docs, max_log10)
     provenance = ProvenanceIndex(dataset) if "provenance" in read_manifest(dataset) else None
     out = []
@@ -83,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(f"{len(ids)} tokens; {len(out)} span(s) of >= {args.min_tokens} tokens found in the training data of "
           f"{index.info['manifest_hash'][:16]} ({index.info['tokens']:,} tokens)"
-          + (f"; {dropped} more dropped as common (unigram probability > 1e{max_log10:g})" if dropped else ""))
+          + (f"; {dropped} more dropped as common (unigram probability > 1e{max_log10:.1f})" if dropped else ""))
     for span in out:
         print(f"\n=== tokens {span['start']}..{span['end']} · {span['count']} occurrence(s) · "
               f"unigram probability 1e{span['log10_unigram_prob']:.0f} ===")

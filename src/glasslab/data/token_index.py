@@ -21,7 +21,7 @@ A lookup is a binary search over ``sa.npy`` comparing byte slices of ``tokens.np
 key: about 30 comparisons, each a slice of the mapped file). :meth:`TokenIndex.trace` finds, for each
 start in the text, the longest prefix found in the training data (its neighbours in suffix order share
 the longest prefix), keeps the maximal spans of at least ``min_tokens``, and drops common ones by their
-unigram probability (see :data:`MAX_LOG10_UNIGRAM_PROB`).
+unigram probability (see :func:`default_cutoff`).
 """
 
 from __future__ import annotations
@@ -41,12 +41,15 @@ from glasslab.layout import json_text, read_json, write_text_atomic
 INDEX_FILE = "index.json"
 FORMAT = "glasslab-token-index/1"
 
-MAX_LOG10_UNIGRAM_PROB = -20.0
-"""A span is kept when the product of its tokens' unigram probabilities is at most 10**this (OLMoTrace ranks
-spans the same way, keeping the least probable). Eight tokens of average frequency in a 512-token
-vocabulary give about 1e-22 and pass; eight of the commonest (a space, ``self``, ``(``, each a few percent
-of the data) give 1e-10..1e-13 and are dropped, however often they occur; a larger vocabulary makes
-ordinary spans rarer still (32k tokens: about 1e-36 for eight)."""
+def default_cutoff(min_tokens: int, typical_log10: float) -> float:
+    """The default rarity cutoff (log10): a span must be at most as probable as ``min_tokens`` typical
+    tokens of the data, ``typical_log10`` being the mean log10 unigram probability of a token of the
+    training data (minus its unigram entropy). OLMoTrace ranks spans by the same product, keeping the least
+    probable. A span of exactly ``min_tokens`` tokens passes when its tokens are rarer than usual on the
+    whole; a longer one needs fewer rare tokens; a run of common tokens (spaces, ``self``, ``(``, ``_``)
+    must be far longer. Measured on the probability of the data's own tokens, it means the same for a
+    512-token vocabulary as for a 50k one."""
+    return min_tokens * typical_log10
 
 
 @dataclass(frozen=True)
@@ -152,6 +155,9 @@ class TokenIndex:
         self.ends = np.load(self.folder / "ends.npy")
         counts = np.load(self.folder / "counts.npy")
         self.log_probs = np.log(np.maximum(counts, 1) / max(int(counts.sum()), 1))
+        share = counts / max(int(counts.sum()), 1)
+        # The mean log10 unigram probability of a training token (the default cutoff's unit).
+        self.typical_log10 = float((share * self.log_probs).sum() / math.log(10))
         self.domains = sorted(info["first_document"], key=info["first_document"].get)
         self.firsts = np.array([info["first_document"][d] for d in self.domains], np.int64)
         with open(self.folder / "tokens.npy", "rb") as handle:
@@ -188,9 +194,12 @@ class TokenIndex:
         return self.domains[slot], document - int(self.firsts[slot])
 
     def trace(self, ids, min_tokens: int = 8, max_docs: int = 3,
-              max_log10_unigram_prob: float = MAX_LOG10_UNIGRAM_PROB) -> tuple[list[Span], int]:
+              max_log10_unigram_prob: float | None = None) -> tuple[list[Span], int]:
         """The maximal spans of ``ids`` of at least ``min_tokens`` found in the training data and rare
-        enough, and how many maximal spans long enough were dropped as too common."""
+        enough (log10 of their unigram probability at most ``max_log10_unigram_prob``, by default
+        :func:`default_cutoff`), and how many maximal spans long enough were dropped as too common."""
+        if max_log10_unigram_prob is None:
+            max_log10_unigram_prob = default_cutoff(min_tokens, self.typical_log10)
         query = self._bytes(ids)
         spans, dropped, reach = [], 0, 0
         for start in range(len(ids)):
