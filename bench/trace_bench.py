@@ -1,6 +1,6 @@
 """Tracing text to the training data: the suffix-array index's build speed and size, and a trace's latency.
 
-    python bench/trace_bench.py            # the standard library's code and prose, ~1.5 MB and ~10x that
+    python bench/trace_bench.py            # code and prose of the standard library and torch: 2 MB, 20 MB
     python bench/trace_bench.py --smoke    # the tests' tiny dataset (CI)
 
 Each size builds a dataset (built-in corpora, a 4096-token BPE; not timed), then the index step of
@@ -33,20 +33,18 @@ from glasslab.data.shards import open_shard, read_manifest
 from glasslab.data.token_index import TokenIndex, build_index
 from glasslab.data.tokenizer import load_tokenizer, shard_encoder
 
-SIZES = {"1x": 1_500_000, "10x": 15_000_000}
-"""Source bytes per size (half code, half prose, before filtering)."""
+SIZES = {"1x": 2_000_000, "10x": 20_000_000}
+"""Source bytes per size (a quarter from each corpus, before filtering)."""
 
 
 def build_config(max_bytes: int) -> BuildConfig:
-    return from_dict(BuildConfig, {
-        "sources": [
-            {"domain": "code", "kind": "builtin", "path": "stdlib_code", "max_bytes": max_bytes // 2,
-             "skip_filters": ["mean_word_length", "symbol_ratio", "alpha_ratio", "top_ngram", "duplicate_ngrams"]},
-            {"domain": "prose", "kind": "builtin", "path": "stdlib_prose", "max_bytes": max_bytes // 2},
-        ],
-        "tokenizer": {"vocab_size": 4096, "sample_bytes": 1_000_000},
-        "num_workers": 1, "samples_per_domain": 0,
-    })
+    """Code and prose of the standard library and of torch, ``max_bytes`` of sources in all."""
+    code_filters = ["mean_word_length", "symbol_ratio", "alpha_ratio", "top_ngram", "duplicate_ngrams"]
+    sources = [{"domain": domain, "kind": "builtin", "path": f"{corpus}_{domain}", "max_bytes": max_bytes // 4,
+                **({"skip_filters": code_filters} if domain == "code" else {})}
+               for corpus in ("stdlib", "torch") for domain in ("code", "prose")]
+    return from_dict(BuildConfig, {"sources": sources, "tokenizer": {"vocab_size": 4096, "sample_bytes": 1_000_000},
+                                   "num_workers": 1, "samples_per_domain": 0})
 
 
 def texts(dataset: Path, count: int, seed: int = 0) -> list[list[int]]:
