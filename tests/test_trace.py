@@ -55,7 +55,7 @@ def test_a_copied_text_traces_to_its_document_and_source(lab, capsys):
     assert longest["text"].strip() in middle and longest["count"] >= 1
     assert longest["documents"][0]["domain"] == "code" and longest["documents"][0]["document"] == document
     assert longest["documents"][0]["source"] == document_provenance(lab["dataset"], "code", "train", document)
-    assert "module" in longest["documents"][0]["source"]
+    assert "module" in longest["documents"][0]["source"] and longest["heldout_count"] == 0
     sa = Path(out["index"]) / "sa.npy"
     built = sa.stat().st_mtime_ns
     again = trace_json(lab, str(lab["dataset"]), middle, capsys=capsys)  # the dataset itself: same index
@@ -80,17 +80,31 @@ def test_counts_and_longest_matches_agree_with_a_scan(lab):
         for length in (1, 3, 8):
             gram = tokens[start:start + length]
             windows = np.lib.stride_tricks.sliding_window_view(tokens, length)
-            lo, hi = index.count(gram.tolist())
+            lo, hi = index.train.count(gram.tolist())
             assert hi - lo == int((windows == gram).all(axis=1).sum())
-            assert all((tokens[int(p):int(p) + length] == gram).all() for p in index.sa[lo:hi])
+            assert all((tokens[int(p):int(p) + length] == gram).all() for p in index.train.sa[lo:hi])
     # A training window with one token changed: its longest match is found at least up to the change,
     # and it is the longest (one more token occurs nowhere).
     ids = tokens[1000:1040].copy()
     ids[20] = (ids[20] + 1) % 500 + 2
-    length = index.longest_match(index._bytes(ids))
+    length = index.train.longest_match(index.train.bytes(ids))
     assert length >= 20
-    lo, hi = index.count(ids[:length].tolist())
-    assert hi > lo and (length == len(ids) or np.subtract(*index.count(ids[:length + 1].tolist())) == 0)
+    lo, hi = index.train.count(ids[:length].tolist())
+    assert hi > lo and (length == len(ids) or np.subtract(*index.train.count(ids[:length + 1].tolist())) == 0)
+
+
+def test_spans_the_held_out_split_holds_too_are_marked_with_their_count_there(lab):
+    index = index_for(lab["dataset"], lab["lab"])
+    heldout = np.concatenate([open_shard(lab["dataset"], d, "eval").tokens for d in ("code", "prose")]).astype(np.int64)
+    marked = 0
+    for start in range(0, len(heldout) - 100, 90):  # overlapping held-out windows: their spans are in both
+        spans, _ = index.trace(heldout[start:start + 100].tolist())
+        for span in spans:
+            gram = heldout[start + span.start:start + span.end]
+            windows = np.lib.stride_tricks.sliding_window_view(heldout, len(gram))
+            assert span.heldout_count == int((windows == gram).all(axis=1).sum()) >= 1
+            marked += 1
+    assert marked >= 1
 
 
 def test_a_span_of_common_tokens_is_dropped_however_often_it_occurs(lab):
@@ -98,7 +112,7 @@ def test_a_span_of_common_tokens_is_dropped_however_often_it_occurs(lab):
     tokens = np.concatenate([open_shard(lab["dataset"], d, "train").tokens for d in ("code", "prose")]).astype(np.int64)
     windows = np.lib.stride_tricks.sliding_window_view(tokens, 8)
     common = windows[np.argmax(index.log_probs[windows].sum(axis=1))]  # the most probable 8 tokens in the data
-    assert np.subtract(*index.count(common.tolist())[::-1]) >= 1
+    assert np.subtract(*index.train.count(common.tolist())[::-1]) >= 1
     spans, dropped = index.trace(common.tolist())
     assert spans == [] and dropped == 1
     assert index.trace(common.tolist(), max_log10_unigram_prob=0.0)[0][0].end == 8  # found when not cut

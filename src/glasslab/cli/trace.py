@@ -75,8 +75,8 @@ def run(args: argparse.Namespace) -> int:
                       "source": provenance.record(domain, "train", document) if provenance else None}
                      for domain, document in span.documents]
         out.append({"start": span.start, "end": span.end, "text": tokenizer.decode(ids[span.start:span.end]),
-                    "count": span.count, "log10_unigram_prob": round(span.log10_unigram_prob, 2),
-                    "documents": documents})
+                    "count": span.count, "heldout_count": span.heldout_count,
+                    "log10_unigram_prob": round(span.log10_unigram_prob, 2), "documents": documents})
     if args.json:
         print(json.dumps({"dataset": str(dataset), "manifest_hash": index.info["manifest_hash"],
                           "index": str(index.folder), "tokens": len(ids), "min_tokens": args.min_tokens,
@@ -87,7 +87,8 @@ def run(args: argparse.Namespace) -> int:
           + (f"; {dropped} more dropped as common (unigram probability > 1e{max_log10:.1f})" if dropped else ""))
     for span in out:
         print(f"\n=== tokens {span['start']}..{span['end']} · {span['count']} occurrence(s) · "
-              f"unigram probability 1e{span['log10_unigram_prob']:.0f} ===")
+              f"unigram probability 1e{span['log10_unigram_prob']:.0f}"
+              + (f" · also {span['heldout_count']}x in the held-out split" if span["heldout_count"] else "") + " ===")
         print(span["text"])
         for document in span["documents"]:
             print(f"  <- {document['domain']} document {document['document']} · {describe_source(document['source'])}")
