@@ -23,7 +23,7 @@ from glasslab.errors import UserError
 
 # Subcommand modules, in the order `glasslab --help` lists them.
 COMMANDS = ("demo", "data", "train", "sft", "dpo", "run", "ladder", "export", "eval", "chat", "serve", "publish",
-            "reproduce", "batch", "note", "card")
+            "reproduce", "batch", "trace", "note", "card")
 
 
 class Parser(argparse.ArgumentParser):

@@ -101,6 +101,26 @@ class StepBatch:
                          for r in self.rows]}
 
 
+def trained_dataset(run_dir: str | Path, manifest_digest: str | None = None) -> Path:
+    """The dataset folder the run in ``run_dir`` trained on, checked against the manifest hash it recorded
+    (``manifest_digest`` when its record names none); one line when it is gone or holds another dataset,
+    naming the dataset by that hash."""
+    from glasslab.data.shards import manifest_hash
+    from glasslab.track import read_record
+
+    dataset = (read_record(run_dir) or {}).get("dataset") or {}
+    path, digest = Path(dataset.get("path", "")), dataset.get("manifest_hash", manifest_digest)
+    if not digest:
+        raise UserError(f"{run_dir}: the run's record names no dataset")
+    if not dataset.get("path") or not (path / MANIFEST_FILE).is_file():
+        raise UserError(f"dataset {digest[:16]} (manifest sha256) is gone: {path} holds no built dataset; "
+                        "build it again from the run's data config")
+    if manifest_hash(path) != digest:
+        raise UserError(f"{path}: holds another dataset than the one the run trained on (manifest sha256 "
+                        f"{digest[:16]}); build that one again")
+    return path
+
+
 def rebuild_batch(run_dir: str | Path, step: int, attempt: int | None = None, rank: int | None = None) -> StepBatch:
     """The batch of ``step`` (as logged: the first step is 1) of the run in ``run_dir``, for the attempt in
     force (``attempt``: another that trained it), all ranks' rows (``rank``: that rank's).
@@ -111,7 +131,7 @@ def rebuild_batch(run_dir: str | Path, step: int, attempt: int | None = None, ra
     """
     from glasslab.data.loader import Loader
     from glasslab.data.provenance import ProvenanceIndex
-    from glasslab.data.shards import manifest_hash, read_manifest
+    from glasslab.data.shards import read_manifest
     from glasslab.data.tokenizer import load_tokenizer
     from glasslab.track import RunReader, read_record
 
@@ -144,14 +164,7 @@ def rebuild_batch(run_dir: str | Path, step: int, attempt: int | None = None, ra
         raise UserError(f"--rank {rank}: the run trained on {world_size} rank(s) (0..{world_size - 1})")
 
     record = read_record(run_dir) or {}
-    dataset = record.get("dataset") or {}
-    path, digest = Path(dataset.get("path", "")), dataset.get("manifest_hash", state["manifest_hash"])
-    if not (path / MANIFEST_FILE).is_file():
-        raise UserError(f"dataset {digest[:16]} (manifest sha256) is gone: {path} holds no built dataset; "
-                        "build it again from the run's data config to see its batches")
-    if manifest_hash(path) != digest:
-        raise UserError(f"{path}: holds another dataset than the one the run trained on (manifest sha256 "
-                        f"{digest[:16]}); build that one again to see its batches")
+    path = trained_dataset(run_dir, state["manifest_hash"])
     data_cfg = dataclasses.replace(configs.from_dict(DataConfig, record["config"]["data"], "data"),
                                    path=str(path), build="")
     loader = Loader(data_cfg, int(state["seq_len"]), int(state["global_batch"]), prefetch=False)

@@ -1,0 +1,95 @@
+"""``glasslab trace RUN|DATASET "text"``: the spans of a text found verbatim in the training data, and where."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+from glasslab.cli.options import add_lab_option
+from glasslab.errors import UserError
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "trace", help="find the spans of a text that the training data holds verbatim",
+        description="Tokenize TEXT with the dataset's tokenizer and print its maximal spans of at least "
+        "--min-tokens tokens found verbatim in the dataset's training shards, each with how often it occurs "
+        "and its first source documents (domain, source, file and line or module). Spans made of common "
+        "tokens (unigram probability above --max-prob) are dropped and counted. The suffix-array index is "
+        "a lab step of its own, <lab>/index-<hash8>, built the first time a dataset is traced. RUN is a run "
+        "id or run folder (its dataset is traced); DATASET is a built dataset's folder.",
+    )
+    p.add_argument("target", metavar="RUN|DATASET", help="run id, run folder or dataset folder")
+    p.add_argument("text", help="the text to trace")
+    p.add_argument("--min-tokens", type=int, default=8, metavar="K", help="shortest span reported (default 8)")
+    p.add_argument("--max-docs", type=int, default=3, metavar="N",
+                   help="source documents listed per span (default 3)")
+    p.add_argument("--max-prob", type=float, default=None, metavar="P",
+                   help="drop spans whose unigram probability (product over their tokens) is above P "
+                   "(default: that of K typical tokens of the training data)")
+    p.add_argument("--json", action="store_true", help="print the spans as JSON")
+    add_lab_option(p)
+    p.set_defaults(func=run)
+
+
+def dataset_of(lab: str, target: str) -> Path:
+    """The dataset folder ``target`` names: a dataset folder, or a run (id or folder) whose dataset it is."""
+    from glasslab.layout import MANIFEST_FILE, METRICS_DB
+    from glasslab.train.batches import trained_dataset
+
+    if (Path(target) / MANIFEST_FILE).is_file():
+        return Path(target)
+    for candidate in (Path(lab) / target, Path(target)):
+        if (candidate / METRICS_DB).is_file():
+            return trained_dataset(candidate)
+    raise UserError(f"{target!r}: neither a built dataset (no {MANIFEST_FILE}) nor a run (no run store at "
+                    f"{Path(lab) / target} or {target})")
+
+
+def run(args: argparse.Namespace) -> int:
+    from glasslab.cli.batch import describe_source
+    from glasslab.data.provenance import ProvenanceIndex
+    from glasslab.data.shards import read_manifest
+    from glasslab.data.token_index import default_cutoff, index_for
+    from glasslab.data.tokenizer import load_tokenizer, shard_encoder
+
+    if not args.text.strip():
+        raise UserError("the text to trace is empty")
+    if args.max_prob is not None and not 0 < args.max_prob <= 1:
+        raise UserError(f"--max-prob {args.max_prob}: expected a probability in (0, 1]")
+    if args.min_tokens < 1 or args.max_docs < 0:
+        raise UserError(f"--min-tokens {args.min_tokens} / --max-docs {args.max_docs}: expected >= 1 / >= 0")
+    dataset = dataset_of(args.lab, args.target)
+    index = index_for(dataset, args.lab)
+    tokenizer = shard_encoder(load_tokenizer(dataset))
+    ids = tokenizer.encode(args.text, add_special_tokens=False).ids
+    max_log10 = (default_cutoff(args.min_tokens, index.typical_log10) if args.max_prob is None
+                 else math.log10(args.max_prob))
+    spans, dropped = index.trace(ids, args.min_tokens, args.max_docs, max_log10)
+    provenance = ProvenanceIndex(dataset) if "provenance" in read_manifest(dataset) else None
+    out = []
+    for span in spans:
+        documents = [{"domain": domain, "document": document,
+                      "source": provenance.record(domain, "train", document) if provenance else None}
+                     for domain, document in span.documents]
+        out.append({"start": span.start, "end": span.end, "text": tokenizer.decode(ids[span.start:span.end]),
+                    "count": span.count, "heldout_count": span.heldout_count,
+                    "log10_unigram_prob": round(span.log10_unigram_prob, 2), "documents": documents})
+    if args.json:
+        print(json.dumps({"dataset": str(dataset), "manifest_hash": index.info["manifest_hash"],
+                          "index": str(index.folder), "tokens": len(ids), "min_tokens": args.min_tokens,
+                          "max_log10_unigram_prob": max_log10, "spans": out, "dropped_common": dropped}, indent=1))
+        return 0
+    print(f"{len(ids)} tokens; {len(out)} span(s) of >= {args.min_tokens} tokens found in the training data of "
+          f"{index.info['manifest_hash'][:16]} ({index.info['tokens']:,} tokens)"
+          + (f"; {dropped} more dropped as common (unigram probability > 1e{max_log10:.1f})" if dropped else ""))
+    for span in out:
+        print(f"\n=== tokens {span['start']}..{span['end']} · {span['count']} occurrence(s) · "
+              f"unigram probability 1e{span['log10_unigram_prob']:.0f}"
+              + (f" · also {span['heldout_count']}x in the held-out split" if span["heldout_count"] else "") + " ===")
+        print(span["text"])
+        for document in span["documents"]:
+            print(f"  <- {document['domain']} document {document['document']} · {describe_source(document['source'])}")
+    return 0
