@@ -134,7 +134,7 @@ def test_every_run_scores_the_tasks_and_the_ladder_predicts_the_heros_accuracy(d
     from glasslab.observatory.ladder_page import ladder_page
 
     lab, tasks = demo_lab.root, ("next_word_code", "next_word_prose")
-    runs = sorted(lab.glob("demo-d*")) + [only(lab, "demo-hero-*")]
+    runs = sorted(lab.glob("demo-d[0-9]*")) + [only(lab, "demo-hero-*")]  # the rungs (not demo-dpo)
     assert len(runs) == 5
     for run in runs:
         record = json.loads((run / "run.json").read_text())
@@ -169,7 +169,7 @@ def test_the_demo_on_a_local_ray_makes_the_same_steps_as_locally(demo_lab, tmp_p
     result = run_cli("demo", "--quick", "--no-serve", "--backend", "ray", "--lab", str(lab), timeout=1500)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert step_hashes(lab) == step_hashes(demo_lab.root)
-    for rung in sorted(demo_lab.root.glob("demo-d*")):
+    for rung in sorted(demo_lab.root.glob("demo-d[0-9]*")):
         local = json.loads((rung / "result.json").read_text())["eval/macro/loss"]
         on_ray = json.loads((lab / rung.name / "result.json").read_text())["eval/macro/loss"]
         assert on_ray == pytest.approx(local, rel=1e-6)
