@@ -71,15 +71,21 @@ SELFCAL_HEADLINES = ["ladder_selfcal_extrapolation", "ladder_selfcal_rel_error_p
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1800)  # two ladders of ten tiny runs and a data build: minutes, more on a busy machine
-def test_ladder_bench_selfcal_smoke_trains_both_protocols_and_prints_their_headlines(tmp_path):
-    done = subprocess.run([sys.executable, str(BENCH / "ladder_bench.py"), "--selfcal", "--smoke"],
-                          env=subprocess_env(), capture_output=True, text=True, timeout=1700, cwd=tmp_path)
+@pytest.mark.timeout(1200)  # a ladder of ten tiny runs and a data build: minutes, more on a busy machine
+def test_ladder_bench_selfcal_smoke_trains_a_protocol_and_prints_its_headlines(tmp_path):
+    """Protocol (a) trained at its smoke size; (b) is the same code at context 128, so it is only planned
+    here (training both doubled the suite's slowest item to ~3 minutes)."""
+    from glasslab.experiments import selfcal_ladder_128
+    from glasslab.lab import make_plan
+
+    assert make_plan(selfcal_ladder_128.smoke_steps(), tmp_path / "plan-only").steps
+    done = subprocess.run([sys.executable, str(BENCH / "ladder_bench.py"), "--selfcal", "--smoke", "--protocol", "a"],
+                          env=subprocess_env(), capture_output=True, text=True, timeout=1100, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     printed = dict(HEADLINE.findall(done.stdout))
     missing = [name for name in SELFCAL_HEADLINES if name not in printed]
     assert not missing, f"ladder_bench.py --selfcal --smoke did not print {missing}:\n{done.stdout[-2000:]}"
-    assert "--- protocol (a)" in done.stdout and "--- protocol (b)" in done.stdout
+    assert "--- protocol (a)" in done.stdout and printed["ladder_selfcal_rel_error_pct"] != "n/a"
 
 
 GPU_CHECK_SECTIONS = ("environment", "cuda_tests", "model_bench", "demo_quick", "fsdp2")
