@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from cli_runner import run_cli
+from observatory_lab import CHROMIUM_ARGS, chromium_path
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -40,3 +41,14 @@ def demo_lab(tmp_path_factory) -> DemoLab:
     result = run_cli("demo", "--quick", "--no-serve", "--lab", str(root), timeout=1100)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return DemoLab(root, result.stdout, result.stderr, time.monotonic() - started)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """One headless Chromium (Debian's, never a downloaded one) per test module of the page tests."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()

@@ -9,19 +9,9 @@ import pytest
 from cli_runner import run_cli
 from glasslab.lab.card_results import card_results
 from glasslab.observatory.publish import page_file
-from observatory_lab import CHROMIUM_ARGS, chromium_path, serve_lab
+from observatory_lab import chromium_path, serve_lab
 
 pytestmark = pytest.mark.skipif(chromium_path() is None, reason="chromium is not installed")
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
 
 
 @pytest.fixture(scope="module", params=["live", "static"])

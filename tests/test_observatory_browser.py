@@ -9,7 +9,7 @@ import pytest
 
 from glasslab import track
 from glasslab.observatory.publish import page_file, publish
-from observatory_lab import CHROMIUM_ARGS, XSS, build_lab, chromium_path, log_step, serve_lab
+from observatory_lab import XSS, build_lab, chromium_path, log_step, serve_lab
 
 pytestmark = pytest.mark.skipif(chromium_path() is None, reason="chromium is not installed")
 
@@ -20,16 +20,6 @@ def lab(tmp_path_factory):
     (root / "<img src=x onerror=window.__xss=1>").mkdir()  # a hostile folder name
     track.init(root / "<img src=x onerror=window.__xss=1>", {}).finish()
     return root
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
 
 
 @pytest.fixture()

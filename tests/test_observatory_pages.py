@@ -12,7 +12,7 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 
 from glasslab.observatory.publish import page_file, publish
-from observatory_lab import CHROMIUM_ARGS, build_lab, chromium_path, loss_at, prediction, serve_lab
+from observatory_lab import build_lab, chromium_path, loss_at, prediction, serve_lab
 
 pytestmark = pytest.mark.skipif(chromium_path() is None, reason="chromium is not installed")
 
@@ -47,16 +47,6 @@ def site(request, lab, tmp_path_factory):
     else:
         index = publish(lab, tmp_path_factory.mktemp("site") / "site")
         yield Site("static", index.parent.as_uri())
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
 
 
 @pytest.fixture()

@@ -13,7 +13,7 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 
 from glasslab.observatory.publish import page_file, publish
-from observatory_lab import CHROMIUM_ARGS, chromium_path, serve_lab, write_wide_run
+from observatory_lab import chromium_path, serve_lab, write_wide_run
 
 pytestmark = pytest.mark.skipif(chromium_path() is None, reason="chromium is not installed")
 
@@ -40,16 +40,6 @@ def run_url(request, lab, tmp_path_factory):
     else:
         index = publish(lab, tmp_path_factory.mktemp("site") / "site")
         yield (index.parent / page_file("run", WIDE)).as_uri()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
 
 
 @pytest.fixture()
