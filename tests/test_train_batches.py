@@ -22,7 +22,7 @@ from glasslab.train import RunConfig
 from glasslab.train.batches import rebuild_batch
 from glasslab.train.fork import ForkPoint
 from glasslab.train.run import train
-from observatory_lab import CHROMIUM_ARGS, chromium_path, serve_lab
+from observatory_lab import chromium_path, serve_lab
 from train_data import build_tiny_dataset, tiny_run_config
 
 # Rolls back at step 6 (to the checkpoint at 4, skipping 2 batches) with the trainer's own mechanism, then
@@ -144,13 +144,10 @@ def test_bad_input_is_one_line(runs, tmp_path, capsys):
 
 
 @pytest.mark.skipif(chromium_path() is None, reason="chromium is not installed")
-def test_the_run_page_shows_the_documents_of_a_step_an_incident_and_a_chart_point(runs):
-    from playwright.sync_api import sync_playwright
-
+def test_the_run_page_shows_the_documents_of_a_step_an_incident_and_a_chart_point(runs, browser):
     expected = rebuild_batch(runs["parent"], 9)
     errors = []
-    with serve_lab(runs["parent"].parent) as server, sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
+    with serve_lab(runs["parent"].parent) as server:
         page = browser.new_page(viewport={"width": 1300, "height": 900})
         page.on("pageerror", lambda exc: errors.append(str(exc)))
         page.goto(f"{server.url}/run/parent")
@@ -179,5 +176,66 @@ def test_the_run_page_shows_the_documents_of_a_step_an_incident_and_a_chart_poin
         page.mouse.click(box["x"] + box["width"] * 0.7, box["y"] + box["height"] / 2)
         page.wait_for_selector(f"#run-batch[data-step='{step}'] .batch-row")
         assert step not in (6, 9) and "matches the hash recorded" in check.text_content()
-        browser.close()
+        page.close()
     assert not errors, errors
+
+
+@pytest.mark.skipif(chromium_path() is None, reason="chromium is not installed")
+def test_the_published_page_carries_the_incidents_batches_and_names_the_command_for_others(runs, tmp_path, browser):
+    from glasslab.observatory.batch_view import PUBLISHED_TEXT_CHARS
+    from glasslab.observatory.publish import batch_index_file, page_file, publish
+
+    lab = runs["parent"].parent
+    site = publish(lab, tmp_path / "site").parent
+    index = json.loads((site / batch_index_file("parent")).read_text().split("] = ", 1)[1].rstrip(";\n"))
+    # Step 1, 10 steps evenly spaced over the 16 planned (in the attempt in force), the rollback's spiked
+    # step as attempt 1 trained it, and the resume's first step (9, attempt 3).
+    assert set(index["files"]) == {"1@1", "2@1", "3@1", "5@2", "6@2", "6@1", "8@2", "9@3", "10@3", "11@3",
+                                   "13@3", "14@3", "16@3"}
+    fork = json.loads((site / batch_index_file("fork")).read_text().split("] = ", 1)[1].rstrip(";\n"))
+    assert "9@1" in fork["files"]  # the fork's event at step 8: the first step it trained
+    published = "".join(p.read_text() for p in site.rglob("*.js"))
+    assert str(lab.parent) not in published and str(runs["dataset"]) not in published  # no local path
+
+    expected = rebuild_batch(runs["parent"], 6, 1)
+    errors = []
+    page = browser.new_page(viewport={"width": 1300, "height": 900})
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto((site / page_file("run", "parent")).as_uri())
+    page.wait_for_selector("body[data-ready='1']")
+    page.wait_for_selector("#run-batch .batch-published a")
+    page.click("tr.sev-incident a.batch-link")  # the rollback at step 6: the batch attempt 1 spiked on
+    page.wait_for_selector("#run-batch[data-step='6'] .batch-row")
+    rows, check = page.locator("#run-batch .batch-row"), page.locator("#run-batch .batch-check")
+    assert rows.count() == 8 and "attempt 1 (start)" in check.text_content()
+    assert "matches the hash recorded" in check.text_content() and page.url.endswith("#batch=6@1")
+    for row, texts in ((rows.first, expected.rows[0]), (rows.last, expected.rows[-1])):
+        assert row.locator("pre").first.text_content() == texts.pieces[0].text[:PUBLISHED_TEXT_CHARS]
+        assert texts.pieces[0].source["module"] in row.locator(".batch-source").first.text_content()
+    page.fill("input[name=batch-step]", "7")  # not published: the command that rebuilds it
+    page.click("#run-batch button")
+    page.wait_for_selector("#run-batch[data-step='7'] .batch-command")
+    assert page.locator("#run-batch .batch-command").text_content() == "glasslab batch parent 7"
+    assert page.locator("#run-batch .batch-row").count() == 0
+    page.click("#run-batch .batch-published a:text-is('9')")  # a published step in force
+    page.wait_for_selector("#run-batch[data-step='9'] .batch-row")
+    assert "attempt 3 (resume)" in check.text_content()
+    page.close()
+    assert not errors, errors
+
+
+def test_an_event_points_to_the_batch_it_is_about_and_a_site_publishes_a_fixed_set():
+    from glasslab.observatory.batch_view import MAX_EVENT_BATCHES, event_batch, published_batches
+
+    spike = {"kind": "spike_skipped", "severity": "warning", "step": 31, "attempt": 1}
+    assert event_batch(spike) == {"step": 31, "attempt": 1}  # the batch that attempt judged
+    assert event_batch({"kind": "resume", "severity": "info", "step": 8, "attempt": 3}) == {"step": 9, "attempt": 3}
+    export = {"kind": "export", "severity": "info", "step": 16, "attempt": None}
+    assert event_batch(export) == {"step": 16, "attempt": None}  # in force
+    assert event_batch({"kind": "step_failed", "severity": "incident", "step": None, "attempt": None}) is None
+    trained = [(s, 1) for s in range(1, 41)] + [(s, 2) for s in range(31, 201)]
+    events = [spike, *({**spike, "step": s, "attempt": 2} for s in range(32, 200))]
+    chosen = published_batches(trained, events, planned_steps=200)
+    fixed = {(1, 1), *((20 * k, 1 if 20 * k < 31 else 2) for k in range(1, 11))}
+    assert fixed <= set(chosen) and (31, 1) in chosen
+    assert len(chosen) == len(fixed | {(31, 1)} | {(s, 2) for s in range(32, 32 + MAX_EVENT_BATCHES - 1)})

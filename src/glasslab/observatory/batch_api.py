@@ -2,7 +2,8 @@
 
 ``train/batches.py`` rebuilds it (replaying the attempt's loader draws, checked against the hash the
 trainer recorded). A step, attempt or dataset the run cannot answer for is a 400 whose ``error`` is the
-one line ``glasslab batch`` would print; an unknown run is a 404.
+one line ``glasslab batch`` would print; an unknown run is a 404. The JSON is the published site's
+(``batch_view.panel_json``), uncut.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from glasslab.errors import UserError
+from glasslab.observatory.batch_view import panel_json
 from glasslab.observatory.lab_scan import Lab
 
 NO_STORE = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
@@ -37,6 +39,6 @@ def batch_endpoint(lab: Lab):
             batch = await run_in_threadpool(rebuild_batch, folder, step, attempt)
         except UserError as exc:
             return JSONResponse({"error": str(exc)}, 400, headers=NO_STORE)
-        return JSONResponse(batch.to_json(), headers=NO_STORE)
+        return JSONResponse(panel_json(batch), headers=NO_STORE)
 
     return endpoint

@@ -16,6 +16,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+from glasslab.observatory.batch_view import with_batches
 from glasslab.observatory.lab_scan import Lab
 from glasslab.observatory.runs import run_status
 from glasslab.observatory.series import clean
@@ -61,7 +62,7 @@ def read_delta(reader: RunReader, cursor: dict[str, int]) -> tuple[dict[str, Any
     delta = {
         "scalars": [[key, step, value] for _, key, step, value in scalars],
         "vectors": [[key, step, values] for _, key, step, values in vectors],
-        "events": events, "samples": samples,
+        "events": with_batches(events), "samples": samples,
     }
     return delta, new_cursor
 

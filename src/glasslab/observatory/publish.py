@@ -3,7 +3,9 @@
 Browsers refuse ``fetch`` on file:// pages, so each page's data is a script that sets
 ``window.GLASSLAB_DATA`` and the links between pages are a script that sets ``GLASSLAB_SITE``.
 Every file is written to a temp name and renamed, so a host serving the folder while ``--watch``
-re-exports never serves half a file. ``watch`` re-exports only the pages whose files changed, so one
+re-exports never serves half a file. A static site cannot rebuild a step's batch on demand, so each
+pretraining run's page carries the batches a reader most asks for, rebuilt once at export
+(``batch_view.published_batches``). ``watch`` re-exports only the pages whose files changed, so one
 run that logged a step costs its own pages and the lab-wide ones (overview, compare), not the lab.
 
 A published site is a public record: each page's data goes through :class:`glasslab.public.Publicizer`,
@@ -14,11 +16,13 @@ from __future__ import annotations
 
 import hashlib
 import re
+import sqlite3
 import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from glasslab.errors import UserError
 from glasslab.lab.card import experiments_in_lab
 from glasslab.layout import (
     BUILD_PROGRESS,
@@ -36,10 +40,18 @@ from glasslab.layout import (
     write_bytes_atomic,
     write_text_atomic,
 )
+from glasslab.observatory.batch_view import (
+    EVENLY_SPACED,
+    PUBLISHED_ROWS,
+    PUBLISHED_TEXT_CHARS,
+    panel_json,
+    published_batches,
+)
 from glasslab.observatory.lab_scan import Lab, file_stamp
 from glasslab.observatory.page_data import build_page
 from glasslab.observatory.relations import Relations
 from glasslab.observatory.run_page import MAX_KEYS_PER_READ, read_run_series, read_run_vectors
+from glasslab.observatory.runs import open_run, planned_steps
 from glasslab.observatory.shell import STATIC_FILES, render_shell, script_json, static_file
 from glasslab.public import Publicizer
 
@@ -163,6 +175,22 @@ def series_index_file(run_id: str) -> str:
     return f"{series_prefix(run_id)}-index.js"
 
 
+def batch_prefix(run_id: str) -> str:
+    """Where a run's published batches live on the site: ``<prefix>-index.js`` says which file
+    (``<prefix>-<step>-<attempt>.js``) holds each batch."""
+    return f"data/{page_file('batch', run_id).removesuffix('.html')}"
+
+
+def batch_index_file(run_id: str) -> str:
+    return f"{batch_prefix(run_id)}-index.js"
+
+
+def has_batches(record: dict[str, Any]) -> bool:
+    """Whether the run's batches can be rebuilt: pretraining runs (post-training ones are not drawn by the
+    pretraining loader) with a dataset."""
+    return bool(record.get("dataset")) and record.get("role") not in ("sft", "dpo")
+
+
 def pack_chunks(encoded: dict[str, str], budget: int) -> list[list[str]]:
     """Keys in order, cut into chunks of about ``budget`` bytes of JSON (a chunk holds at least one)."""
     chunks: list[list[str]] = []
@@ -183,6 +211,7 @@ class Publisher:
         self.lab = Lab(lab_root)
         self.out = Path(out_dir)
         self.stamps: dict[tuple[str, str | None], tuple] = {}
+        self.batch_files: set[str] = set()  # a step's batch in an attempt never changes: written once
         self.site_links: dict[str, str] | None = None
 
     def export(self) -> list[str]:
@@ -222,6 +251,8 @@ class Publisher:
                 if files is not None:  # else the store could not be read: the next round tries again
                     written += files
                     self.stamps[("series", item_id)] = series_stamp
+            if page == "run" and data is not None and "batch_index" in data:
+                written += self._export_batches(item_id, data)
         return written
 
     def _export_page(self, page: str, item_id: str | None) -> dict[str, Any] | None:
@@ -234,6 +265,8 @@ class Publisher:
             data["series_files"] = {run["id"]: series_index_file(run["id"]) for run in data["runs"]}
         if page == "run":
             data["series_index"] = series_index_file(item_id)
+            if has_batches(data.get("record") or {}):
+                data["batch_index"] = batch_index_file(item_id)
         name = page_file(page, item_id)
         data_name = f"data/{name.removesuffix('.html')}.js"
         write_text_atomic(self.out / data_name, f"window.GLASSLAB_DATA = {script_json(data)};\n")
@@ -243,6 +276,45 @@ class Publisher:
                             data_scripts=("data/site.js", data_name))
         write_text_atomic(self.out / name, html)
         return data
+
+    def _export_batches(self, run_id: str, data: dict[str, Any]) -> list[str]:
+        """The run's published batches (those not written before) and their index; returns the files
+        written. A batch the run cannot rebuild (its dataset is gone, it recorded none) leaves the index
+        with the one line ``glasslab batch`` would print, so the page says why."""
+        folder = self.lab.index().runs[run_id]
+        with open_run(folder) as reader:
+            try:  # a store written before batches were recorded has no table for them
+                trained = [(step, attempt) for step, attempt, _ in reader.batch_hashes()] if reader else []
+            except sqlite3.Error:
+                trained = []
+        in_force: dict[int, int] = {}
+        for step, attempt in trained:
+            in_force[step] = max(attempt, in_force.get(step, attempt))
+        prefix = batch_prefix(run_id)
+        index: dict[str, Any] = {"files": {}, "in_force": {}, "text_chars": PUBLISHED_TEXT_CHARS,
+                                 "rows": PUBLISHED_ROWS, "evenly_spaced": EVENLY_SPACED, "error": None}
+        written = []
+        for step, attempt in published_batches(trained, data["events"], planned_steps(data.get("record") or {})):
+            name = f"{prefix}-{step}-{attempt}.js"
+            if name not in self.batch_files:
+                from glasslab.train.batches import rebuild_batch  # torch: only for runs with batches
+
+                try:
+                    batch = rebuild_batch(folder, step, attempt)
+                except UserError as exc:
+                    index["error"] = self.public.text(str(exc))
+                    break
+                body = self.public.data(panel_json(batch, PUBLISHED_TEXT_CHARS, PUBLISHED_ROWS))
+                holder = "(window.GLASSLAB_BATCHES = window.GLASSLAB_BATCHES || {})"
+                write_text_atomic(self.out / name, f"{holder}[{script_json(name)}] = {script_json(body)};\n")
+                self.batch_files.add(name)
+                written.append(name)
+            index["files"][f"{step}@{attempt}"] = name
+            index["in_force"][str(step)] = in_force[step]
+        holder = "(window.GLASSLAB_BATCH_INDEX = window.GLASSLAB_BATCH_INDEX || {})"
+        name = batch_index_file(run_id)
+        write_text_atomic(self.out / name, f"{holder}[{script_json(run_id)}] = {script_json(index)};\n")
+        return [*written, name]
 
     def _export_series(self, run_id: str, keys: list[str], vector_keys: list[str]) -> list[str] | None:
         """A run's series and vectors as chunk files plus their index (the run and compare pages load

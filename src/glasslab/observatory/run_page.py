@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from glasslab.layout import CHECKPOINT_LIST, RUN_RECORD
+from glasslab.observatory.batch_view import with_batches
 from glasslab.observatory.changes import experts_now, what_changed
 from glasslab.observatory.lab_scan import Lab, read_redacted
 from glasslab.observatory.panels import TASK_KEY, chart_specs
@@ -146,7 +147,7 @@ def store_part(lab: Lab, run_id: str) -> dict[str, Any] | None:
             try:
                 keys, vector_keys = reader.scalar_keys(), reader.vector_keys()
                 return {"keys": keys, "charts": chart_specs(keys), "vector_keys": vector_keys,
-                        "events": reader.events(),
+                        "events": with_batches(reader.events()),
                         "samples": reader.samples()[-MAX_SAMPLES:], "cursor": reader.cursor(),
                         "changes": what_changed(reader, keys), "experts": experts_now(reader, vector_keys)}
             except sqlite3.Error:

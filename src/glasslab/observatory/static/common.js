@@ -99,13 +99,15 @@
     return box;
   }
 
-  /* Events as a table (``lab``: the lab's event log, with subjects); each row is #event-<id>. */
-  function eventsTable(events, lab) {
+  /* Events as a table (``lab``: the lab's event log, with subjects); each row is #event-<id>.
+   * ``stepLink(event)``: a node for a run event's step cell (a link to its batch), or null. */
+  function eventsTable(events, lab, stepLink) {
     if (!events.length) return el("p", { class: "muted" }, "No events.");
     const headers = lab ? ["time", "kind", "subject", "title", "body"] : ["step", "time", "kind", "title", "body"];
     return table(headers, events.map((e) => {
       const when = new Date(e.time * 1000).toISOString().replace("T", " ").slice(0, 19);
-      return lab ? [when, e.kind, e.subject, e.title, e.body] : [e.step ?? "", when, e.kind, e.title, e.body];
+      const step = (stepLink && stepLink(e)) || (e.step ?? "");
+      return lab ? [when, e.kind, e.subject, e.title, e.body] : [step, when, e.kind, e.title, e.body];
     }), { rowAttrs: (i) => ({ id: `event-${events[i].id}`, class: `sev-${events[i].severity}` }) });
   }
 

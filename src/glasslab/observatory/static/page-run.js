@@ -249,7 +249,7 @@
   G.runSections.add({ id: "events", title: "Event timeline", order: 90, draw(body, ctx) {
     const drawEvents = () => {
       body.textContent = "";
-      body.append(G.eventsTable(ctx.events.slice().sort((a, b) => a.time - b.time), false));
+      body.append(G.eventsTable(ctx.events.slice().sort((a, b) => a.time - b.time), false, ctx.actions.batchLink));
     };
     drawEvents();
     return { delta(delta) { if (delta.newEvents.length) drawEvents(); } };

@@ -116,6 +116,7 @@
     // Whether ``key`` was read at that resolution (a key the run never logged reads as absent: true).
     has: (runId, kind, key, points) => key in store(runId)[shelf(kind, points)],
     useIndex(runId, file) { if (file) indexFiles[runId] = file; },
+    loadOnce,  // a static site's data script, loaded once (the batch panel's files too)
     // A page drawn again from fresh data (a new metric appeared) reads the series again.
     forget(runId) { delete kept[runId]; },
     addScalar, addVector,
