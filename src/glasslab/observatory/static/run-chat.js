@@ -8,13 +8,15 @@
   const { el, fmt, table } = G;
   const ROLES = ["sft", "dpo"];
 
-  // The replies the run recorded at its last samples, beside the base's to the same prompts.
+  // The replies the run recorded at its last samples, beside the base's to the same prompts; a reply's spans
+  // found in the training data highlighted (trace-marks.js).
   function recordedReplies(d, rec) {
     const samples = d.samples || [];
     const lastStep = samples.length ? samples[samples.length - 1].step : null;
     const base = new Map(((rec.base || {}).samples || []).map((x) => [x.prompt, x.text]));
+    const traced = (d.trace || {}).spans || {};
     const rows = samples.filter((x) => x.step === lastStep).map((x) => [turnText(x.prompt),
-      turnText(base.get(x.prompt) ?? ""), turnText(x.text)]);
+      turnText(base.get(x.prompt) ?? ""), G.tracedText(turnText(x.text), traced[x.id], `reply-${x.id}`)]);
     return rows.length ? table(["message", "base's reply", `reply at step ${lastStep}`], rows, { class: "recorded" })
       : el("p", { class: "muted" }, "No replies recorded yet.");
   }
