@@ -41,34 +41,51 @@ def sample_traces(lab: Lab, run_id: str, samples: list[dict[str, Any]]) -> dict[
     """``{"status": "traced", "index", "spans": {sample id: [span, …]}}`` (samples with no span left out; a
     span as :meth:`TextTracer.trace <glasslab.data.text_trace.TextTracer.trace>` gives it), or
     ``{"status": "no_index" | "no_dataset" | "unreadable", "message", "command"?}`` saying why nothing is
-    traced; None for a run without samples."""
+    traced; None for a run without samples or without a recorded dataset."""
     if not samples:
         return None
-    from glasslab.data.text_trace import TextTracer, build_command
-    from glasslab.data.token_index import INDEX_FILE, TokenIndex, index_folder
+    from glasslab.data.text_trace import build_command
 
     folder = lab.index().runs[run_id]
-    dataset = (lab.json(folder / RUN_RECORD) or {}).get("dataset") or {}
-    path = Path(str(dataset.get("path") or ""))
+    dataset = (lab.json(folder / RUN_RECORD) or {}).get("dataset")
+    if not isinstance(dataset, dict) or not dataset.get("path"):
+        return None  # a run that records no dataset (made by hand, or before datasets were recorded)
+    path = Path(str(dataset["path"]))
     digest = str(dataset.get("manifest_hash") or "")[:16]
-    if not dataset.get("path") or not (path / MANIFEST_FILE).is_file():
-        return {"status": "no_dataset", "message": f"the run's dataset {digest or '(not recorded)'} is not in the "
-                "lab, so its samples are not traced to the training data"}
-    index = lab.memo("trace-index-folder", str(path), [path / MANIFEST_FILE], lambda: index_folder(path, lab.root))
-    if not (index / INDEX_FILE).is_file():
-        return {"status": "no_index", "command": build_command(run_id, lab.root.resolve().name),
-                "message": f"samples are not traced: dataset {digest} has no trace index yet"}
-    stamps = [index / INDEX_FILE]
+    if not (path / MANIFEST_FILE).is_file():
+        return {"status": "no_dataset", "message": f"samples are not traced: the run's dataset {digest} is gone "
+                f"from {path.name}"}
+    spans = {}
     try:
-        tracer = lab.memo("tracer", str(index), stamps, lambda: TextTracer(path, TokenIndex(index)),
-                          limit=TRACERS_KEPT)
-        spans = {}
         for sample in samples:
-            text = reply_text(str(sample.get("text") or ""))
-            found = lab.memo("trace", (str(index), text), stamps, lambda text=text: tracer.trace(text)["spans"],
-                             limit=TRACED_KEPT)
+            found = traced_spans(lab, path, reply_text(str(sample.get("text") or "")))
+            if found is None:
+                return {"status": "no_index", "command": build_command(run_id, lab.root.resolve().name),
+                        "message": f"samples are not traced: dataset {digest} has no trace index yet"}
             if found:
                 spans[str(sample["id"])] = found
     except (UserError, OSError, ValueError) as exc:  # an index or dataset being replaced: say so, draw the rest
         return {"status": "unreadable", "message": f"samples are not traced: {exc}"}
-    return {"status": "traced", "index": index.name, "spans": spans}
+    return {"status": "traced", "index": _index_folder(lab, path).name, "spans": spans}
+
+
+def traced_spans(lab: Lab, dataset: Path, text: str) -> list[dict[str, Any]] | None:
+    """The spans of ``text`` found in the training data of ``dataset`` (a built dataset's folder), kept per
+    (index, text); None when the lab holds no index of it."""
+    from glasslab.data.text_trace import TextTracer
+    from glasslab.data.token_index import INDEX_FILE, TokenIndex
+
+    index = _index_folder(lab, dataset)
+    if not (index / INDEX_FILE).is_file():
+        return None
+    stamps = [index / INDEX_FILE]
+    tracer = lab.memo("tracer", str(index), stamps, lambda: TextTracer(dataset, TokenIndex(index)), limit=TRACERS_KEPT)
+    return lab.memo("trace", (str(index), text), stamps, lambda: tracer.trace(text)["spans"], limit=TRACED_KEPT)
+
+
+def _index_folder(lab: Lab, dataset: Path) -> Path:
+    """Where the lab keeps (or would keep) the index of ``dataset``: the index step's planned folder."""
+    from glasslab.data.token_index import index_folder
+
+    return lab.memo("trace-index-folder", str(dataset), [dataset / MANIFEST_FILE],
+                    lambda: index_folder(dataset, lab.root))

@@ -226,10 +226,9 @@
     // An SFT run's record holds the base model's replies to the same prompts: shown beside each reply.
     const baseReplies = new Map(((rec.base || {}).samples || []).map((x) => [x.prompt, x.text]));
     const parentStep = (rec.parent || {}).step;
-    // Spans of each sample found in the training data (by sample id); samples logged since the page was
-    // drawn are traced when it is drawn again.
-    const trace = d.trace || {};
-    const traced = trace.spans || {};
+    // Spans of each sample found in the training data (by sample id); new samples come with theirs.
+    const traced = Object.assign({}, (d.trace || {}).spans);
+    const trace = Object.assign({}, d.trace, { spans: traced });
     const drawSamples = () => {
       body.textContent = "";
       const head = ["step", "prompt", "text"];
@@ -248,6 +247,7 @@
       delta(delta) {
         const fresh = delta.samples.filter((x) => !samples.some((y) => y.id === x.id));
         if (!fresh.length) return;
+        if (delta.trace) Object.assign(trace, delta.trace, { spans: Object.assign(traced, delta.trace.spans) });
         samples.push(...fresh);
         dropReplayed(samples, fresh, (a, b) => a.step === b.step);
         drawSamples();

@@ -121,6 +121,10 @@
             reply.body.textContent = `(${done.error})`;
           } else {
             c.messages.push({ role: "user", content: text }, { role: "assistant", content: shown });
+            // The reply's spans found in the training data (when the lab holds its dataset's index).
+            if (done.trace && done.trace.length) {
+              reply.body.replaceWith(G.tracedText(shown, done.trace, `chat-${c.side}-${c.messages.length}`));
+            }
             const rate = done.seconds > (done.first_token_s || 0) && done.tokens > 1
               ? `, ${fmt((done.tokens - 1) / (done.seconds - done.first_token_s), "rate")} tokens` : "";
             reply.node.append(el("span", { class: "muted small chat-meta" },

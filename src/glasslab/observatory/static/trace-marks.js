@@ -30,6 +30,12 @@
     return at < 0 ? null : [at, at + span.text.length];
   }
 
+  // A span's first words on one line: the whole span is marked in the text above and in each document below.
+  function excerpt(text) {
+    const line = text.replace(/\s+/g, " ").trim();
+    return line.length > 80 ? `${line.slice(0, 77)}…` : line;
+  }
+
   function tracedText(text, spans, key) {
     text = String(text ?? "");
     if (!spans || !spans.length) return el("pre", {}, text);
@@ -54,7 +60,7 @@
         at = Math.max(at, where[1]);
       }
       entries.append(el("li", { id },
-        el("div", { class: "trace-span-head" }, el("q", {}, span.text), ` · ${times(span)}`),
+        el("div", { class: "trace-span-head" }, el("code", {}, excerpt(span.text)), ` · ${times(span)}`),
         ...docs.map((d) => el("div", { class: "trace-doc" },
           el("div", { class: "trace-source" }, `${d.domain} document ${d.document} · ${describeSource(d.source)}`),
           el("pre", { class: "trace-context" }, d.before || "", el("mark", {}, span.text), d.after || "")))));
