@@ -1,7 +1,8 @@
 """A suffix array over a dataset's training tokens: which spans of a text the training data holds verbatim.
 
 The index is a lab step of its own (``<lab>/index-<hash8>/``, keyed by the dataset's manifest hash, so it is
-built once per dataset; :func:`index_for` plans and runs it). Its files, all memory-mapped when read:
+built once per dataset; :func:`index_for` plans and runs it, and readers that never build, such as the observatory,
+find it with :func:`index_folder` or :func:`built_index`). Its files, all memory-mapped when read:
 
     tokens.npy   every domain's training shard, one after the other (domains in sorted order), as
                  big-endian token ids: comparing raw bytes compares token sequences, and every document
