@@ -18,11 +18,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--min-tokens tokens found verbatim in the dataset's training shards, each with how often it occurs "
         "and its first source documents (domain, source, file and line or module). Spans made of common "
         "tokens (unigram probability above --max-prob) are dropped and counted. The suffix-array index is "
-        "a lab step of its own, <lab>/index-<hash8>, built the first time a dataset is traced. RUN is a run "
-        "id or run folder (its dataset is traced); DATASET is a built dataset's folder.",
+        "a lab step of its own, <lab>/index-<hash8>, built the first time a dataset is traced. Without TEXT it "
+        "only builds the index (the run page's samples and glasslab chat --trace use it). RUN is a run id or "
+        "run folder (its dataset is traced); DATASET is a built dataset's folder.",
     )
     p.add_argument("target", metavar="RUN|DATASET", help="run id, run folder or dataset folder")
-    p.add_argument("text", help="the text to trace")
+    p.add_argument("text", nargs="?", help="the text to trace (without it: build the index and say where it is)")
     p.add_argument("--min-tokens", type=int, default=8, metavar="K", help="shortest span reported (default 8)")
     p.add_argument("--max-docs", type=int, default=3, metavar="N",
                    help="source documents listed per span (default 3)")
@@ -49,13 +50,10 @@ def dataset_of(lab: str, target: str) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
-    from glasslab.cli.batch import describe_source
-    from glasslab.data.provenance import ProvenanceIndex
-    from glasslab.data.shards import read_manifest
-    from glasslab.data.token_index import default_cutoff, index_for
-    from glasslab.data.tokenizer import load_tokenizer, shard_encoder
+    from glasslab.data.text_trace import TextTracer
+    from glasslab.data.token_index import index_for
 
-    if not args.text.strip():
+    if args.text is not None and not args.text.strip():
         raise UserError("the text to trace is empty")
     if args.max_prob is not None and not 0 < args.max_prob <= 1:
         raise UserError(f"--max-prob {args.max_prob}: expected a probability in (0, 1]")
@@ -63,33 +61,32 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--min-tokens {args.min_tokens} / --max-docs {args.max_docs}: expected >= 1 / >= 0")
     dataset = dataset_of(args.lab, args.target)
     index = index_for(dataset, args.lab)
-    tokenizer = shard_encoder(load_tokenizer(dataset))
-    ids = tokenizer.encode(args.text, add_special_tokens=False).ids
-    max_log10 = (default_cutoff(args.min_tokens, index.typical_log10) if args.max_prob is None
-                 else math.log10(args.max_prob))
-    spans, dropped = index.trace(ids, args.min_tokens, args.max_docs, max_log10)
-    provenance = ProvenanceIndex(dataset) if "provenance" in read_manifest(dataset) else None
-    out = []
-    for span in spans:
-        documents = [{"domain": domain, "document": document,
-                      "source": provenance.record(domain, "train", document) if provenance else None}
-                     for domain, document in span.documents]
-        out.append({"start": span.start, "end": span.end, "text": tokenizer.decode(ids[span.start:span.end]),
-                    "count": span.count, "heldout_count": span.heldout_count,
-                    "log10_unigram_prob": round(span.log10_unigram_prob, 2), "documents": documents})
+    if args.text is None:
+        print(f"trace index of dataset {index.info['manifest_hash'][:16]} ({index.info['tokens']:,} tokens): "
+              f"{index.folder}")
+        return 0
+    traced = TextTracer(dataset, index).trace(
+        args.text, args.min_tokens, args.max_docs, None if args.max_prob is None else math.log10(args.max_prob))
     if args.json:
         print(json.dumps({"dataset": str(dataset), "manifest_hash": index.info["manifest_hash"],
-                          "index": str(index.folder), "tokens": len(ids), "min_tokens": args.min_tokens,
-                          "max_log10_unigram_prob": max_log10, "spans": out, "dropped_common": dropped}, indent=1))
+                          "index": str(index.folder), **traced}, indent=1))
         return 0
-    print(f"{len(ids)} tokens; {len(out)} span(s) of >= {args.min_tokens} tokens found in the training data of "
-          f"{index.info['manifest_hash'][:16]} ({index.info['tokens']:,} tokens)"
-          + (f"; {dropped} more dropped as common (unigram probability > 1e{max_log10:.1f})" if dropped else ""))
-    for span in out:
+    print_traced(traced, index.info)
+    return 0
+
+
+def print_traced(traced: dict, info: dict) -> None:
+    """The spans of a traced text, each with its count and source documents, as ``glasslab trace`` prints them."""
+    from glasslab.cli.batch import describe_source
+
+    dropped, cutoff = traced["dropped_common"], traced["max_log10_unigram_prob"]
+    print(f"{traced['tokens']} tokens; {len(traced['spans'])} span(s) of >= {traced['min_tokens']} tokens found in "
+          f"the training data of {info['manifest_hash'][:16]} ({info['tokens']:,} tokens)"
+          + (f"; {dropped} more dropped as common (unigram probability > 1e{cutoff:.1f})" if dropped else ""))
+    for span in traced["spans"]:
         print(f"\n=== tokens {span['start']}..{span['end']} · {span['count']} occurrence(s) · "
               f"unigram probability 1e{span['log10_unigram_prob']:.0f}"
               + (f" · also {span['heldout_count']}x in the held-out split" if span["heldout_count"] else "") + " ===")
         print(span["text"])
         for document in span["documents"]:
             print(f"  <- {document['domain']} document {document['document']} · {describe_source(document['source'])}")
-    return 0

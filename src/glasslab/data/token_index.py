@@ -1,7 +1,8 @@
 """A suffix array over a dataset's training tokens: which spans of a text the training data holds verbatim.
 
 The index is a lab step of its own (``<lab>/index-<hash8>/``, keyed by the dataset's manifest hash, so it is
-built once per dataset; :func:`index_for` plans and runs it). Its files, all memory-mapped when read:
+built once per dataset; :func:`index_for` plans and runs it, and readers that never build, such as the observatory,
+find it with :func:`index_folder` or :func:`built_index`). Its files, all memory-mapped when read:
 
     tokens.npy   every domain's training shard, one after the other (domains in sorted order), as
                  big-endian token ids: comparing raw bytes compares token sequences, and every document
@@ -128,14 +129,33 @@ def suffix_array(tokens: np.ndarray, divsufsort) -> np.ndarray:
     return (byte_sa[byte_sa % width == 0] // width).astype(np.int32 if len(tokens) < 2**31 else np.int64)
 
 
-def index_for(dataset_dir: str | Path, lab_root: str | Path):
-    """The index of ``dataset_dir`` under ``lab_root`` (``index-<hash8>``), built first if it is not there."""
+def _index_plan(dataset_dir: str | Path):
     from glasslab.data.shards import manifest_hash
-    from glasslab.lab import Step, run_one_step
+    from glasslab.lab import Step
 
     path = Path(dataset_dir).resolve()
-    cfg = IndexConfig(dataset=str(path), manifest_hash=manifest_hash(path))
-    return TokenIndex(run_one_step(Step("index", index_step, cfg), lab_root).folder)
+    return Step("index", index_step, IndexConfig(dataset=str(path), manifest_hash=manifest_hash(path)))
+
+
+def index_for(dataset_dir: str | Path, lab_root: str | Path):
+    """The index of ``dataset_dir`` under ``lab_root`` (``index-<hash8>``), built first if it is not there."""
+    from glasslab.lab import run_one_step
+
+    return TokenIndex(run_one_step(_index_plan(dataset_dir), lab_root).folder)
+
+
+def index_folder(dataset_dir: str | Path, lab_root: str | Path) -> Path:
+    """Where :func:`index_for` keeps the index of ``dataset_dir`` under ``lab_root``, built or not (nothing is
+    built: for readers such as the observatory, which never write). It is built once ``index.json`` is there."""
+    from glasslab.lab.step import planned_folder_name
+
+    return Path(lab_root) / planned_folder_name(_index_plan(dataset_dir))
+
+
+def built_index(dataset_dir: str | Path, lab_root: str | Path):
+    """The index of ``dataset_dir`` under ``lab_root`` when it is built, else None."""
+    folder = index_folder(dataset_dir, lab_root)
+    return TokenIndex(folder) if (folder / INDEX_FILE).is_file() else None
 
 
 @dataclass
@@ -154,6 +174,8 @@ class Span:
     """Up to ``max_docs`` (domain, document index in its training shard), in training-data order."""
     heldout_count: int = 0
     """How often the held-out split holds it too (text the model was not trained on)."""
+    hits: list[int] = field(default_factory=list)
+    """Where (token position in the index's training tokens) it occurs first in each of ``documents``."""
 
 
 class SortedSuffixes:
@@ -169,6 +191,11 @@ class SortedSuffixes:
     def _key(self, length: int):
         base, width, data = self._base, self.width, self._map
         return lambda position: data[base + int(position) * width: base + (int(position) + length) * width]
+
+    def tokens(self, lo: int, hi: int) -> np.ndarray:
+        """Tokens ``lo`` to ``hi`` (exclusive) of the split, as native ids."""
+        data = self._map[self._base + lo * self.width: self._base + hi * self.width]
+        return np.frombuffer(data, self.dtype).astype(self.dtype.newbyteorder("="))
 
     def bytes(self, ids) -> bytes:
         return np.asarray(ids, dtype=self.dtype).tobytes()
@@ -218,6 +245,15 @@ class TokenIndex:
         slot = int(np.searchsorted(self.firsts, document, side="right")) - 1
         return self.domains[slot], document - int(self.firsts[slot])
 
+    def around(self, position: int, length: int, context: int) -> tuple[np.ndarray, np.ndarray]:
+        """Up to ``context`` tokens of the training document before and after the ``length`` tokens at
+        ``position`` (its end-of-text token left out)."""
+        document = int(np.searchsorted(self.ends, position, side="right"))
+        first = int(self.ends[document - 1]) if document else 0
+        last = int(self.ends[document]) - 1
+        return (self.train.tokens(max(first, position - context), position),
+                self.train.tokens(position + length, min(last, position + length + context)))
+
     def trace(self, ids, min_tokens: int = 8, max_docs: int = 3,
               max_log10_unigram_prob: float | None = None) -> tuple[list[Span], int]:
         """The maximal spans of ``ids`` of at least ``min_tokens`` found in the training data and rare
@@ -248,14 +284,16 @@ class TokenIndex:
                 positions = np.partition(positions, FIRST_HITS)[:FIRST_HITS]
             positions = np.sort(positions)
             documents: list[tuple[str, int]] = []
+            hits: list[int] = []
             for position in positions:
                 document = self.document_of(int(position))
                 if document not in documents:
                     documents.append(document)
+                    hits.append(int(position))
                     if len(documents) == max_docs:
                         break
             heldout = self.heldout.count(ids[start:end])
-            spans.append(Span(start, end, hi - lo, log10_prob, documents, heldout[1] - heldout[0]))
+            spans.append(Span(start, end, hi - lo, log10_prob, documents, heldout[1] - heldout[0], hits))
         return spans, dropped
 
 

@@ -2,7 +2,8 @@
 
 ``POST /api/chat`` with JSON ``{"model", "text", "messages", "system", "temperature", "top_k", "top_p",
 "max_new_tokens", "seed"}`` streams one reply as JSON lines: ``{"text": piece}`` as the text decodes, then
-``{"done": true, "model", "tokens", "first_token_s", "seconds"}`` (or ``{"error": …}``). The page keeps
+``{"done": true, "model", "tokens", "first_token_s", "seconds", "trace"}`` (or ``{"error": …}``; ``trace``:
+the reply's spans found in the training data, when the lab holds the index of the model's dataset). The page keeps
 each conversation (``messages``: the exchanges so far) and sends it back with the next message, so the
 server holds no conversation; a model (``posttrain.chat``, with the KV cache ``glasslab chat`` uses) is
 loaded on first use and kept, a few at a time.
@@ -171,13 +172,26 @@ class ChatService:
                 put(("text", piece))
                 if stop.is_set():
                     return
-            put(("end", {"done": True, "model": chat.name, "role": chat.role, "tokens": session.last_reply_tokens,
-                         "first_token_s": first, "seconds": time.perf_counter() - started}))
+            done = {"done": True, "model": chat.name, "role": chat.role, "tokens": session.last_reply_tokens,
+                    "first_token_s": first, "seconds": time.perf_counter() - started}
+            put(("end", {**done, "trace": self._trace(chat, session.messages[-1]["content"])}))
         except UserError as exc:
             put(("end", {"error": str(exc)}))
         except Exception as exc:  # the page says what went wrong; the server keeps serving
             put(("end", {"error": f"the reply failed: {type(exc).__name__}: {exc}"}))
             raise
+
+
+    def _trace(self, chat, reply: str) -> list[dict[str, Any]] | None:
+        """The reply's spans found in the training data of the model, when its dataset's index is in the lab."""
+        from glasslab.observatory.sample_trace import traced_spans
+
+        if chat.dataset is None:
+            return None
+        try:
+            return traced_spans(self.lab, chat.dataset, reply)
+        except (UserError, OSError, ValueError):  # an index being replaced: the reply stands untraced
+            return None
 
 
 def _line(data: dict[str, Any]) -> bytes:

@@ -19,6 +19,7 @@ from typing import Any
 from glasslab.observatory.batch_view import with_batches
 from glasslab.observatory.lab_scan import Lab
 from glasslab.observatory.runs import run_status
+from glasslab.observatory.sample_trace import sample_traces
 from glasslab.observatory.series import clean
 from glasslab.track.reader import RunReader
 
@@ -103,6 +104,8 @@ class RunWatch:
                 continue
             changed = run_id in self.statuses and self.statuses[run_id] != status
             self.statuses[run_id] = status
+            if delta["samples"]:  # new samples come traced, as the page's own did
+                delta["trace"] = sample_traces(self.lab, run_id, delta["samples"])
             if has_rows(delta) or changed:
                 runs[run_id] = {**delta, "status": status}
         if not runs and not force:

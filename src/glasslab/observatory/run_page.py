@@ -1,6 +1,7 @@
 """The run page's data: its charts (``panels.chart_specs``), what changed (``changes``), the MoE
 layers, the pre-registered band mapped onto steps, task chance levels, links to the run's dataset,
-ladder, parent, children and exports, the command that recreates it, events and samples.
+ladder, parent, children and exports, the command that recreates it, events and samples (with the spans
+they copy from the training data, ``sample_trace``).
 
 No series: a run of 500 metrics × 100,000 steps would send ~40 MB up front. The page asks for the
 series of the charts it draws (:func:`run_series`, :func:`run_vectors`; ``/api/series`` and
@@ -22,6 +23,7 @@ from glasslab.observatory.panels import TASK_KEY, chart_specs
 from glasslab.observatory.posttrain_page import chat_models
 from glasslab.observatory.relations import Relations
 from glasslab.observatory.runs import LOSS_KEY, open_run, planned_steps, run_summary, store_files
+from glasslab.observatory.sample_trace import sample_traces
 from glasslab.observatory.series import DEFAULT_POINTS, EncodedSeries, clean, read_series, thin_vectors
 from glasslab.track.lab_events import read_lab_events
 
@@ -121,7 +123,7 @@ def run_page(lab: Lab, run_id: str) -> dict[str, Any] | None:
         "experts": None, "has_report": run_id in index.reports, "links": run_links(relations, run_id),
         "band": band_on_steps(record), "chance": {}, "reproduce": relations.reproduce(run_id),
         "lab_name": lab.root.resolve().name, "chat_models": chat_models(relations, run_id),
-        "checkpoints": kept_checkpoints(lab, run_id),
+        "checkpoints": kept_checkpoints(lab, run_id), "trace": None,
     }
     stored = store_part(lab, run_id)
     if stored is None:
@@ -131,7 +133,7 @@ def run_page(lab: Lab, run_id: str) -> dict[str, Any] | None:
     data.update(keys=keys, charts=stored["charts"], chance=chance_levels(record, keys), vector_keys=vector_keys,
                 layers=moe_layers(keys, vector_keys), events=stored["events"] + lab_events,
                 samples=stored["samples"], cursors={run_id: stored["cursor"]}, changes=stored["changes"],
-                experts=stored["experts"])
+                experts=stored["experts"], trace=sample_traces(lab, run_id, stored["samples"]))
     return clean(data)
 
 

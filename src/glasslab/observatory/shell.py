@@ -18,7 +18,7 @@ STYLES = ("uPlot.min.css", "observatory.css")
 # In load order: the chart library, the formatter and charts, what pages share, one module per page
 # (the run page's sections after it: each registers itself), then the script that draws the page.
 SCRIPTS = ("uPlot.iife.min.js", "format.js", "charts.js", "heatmap.js", "common.js", "series-source.js",
-           "workspace.js", "metric-search.js", "page-overview.js", "page-run.js", "run-posttrain.js",
+           "workspace.js", "metric-search.js", "trace-marks.js", "page-overview.js", "page-run.js", "run-posttrain.js",
            "run-changes.js", "run-charts.js", "run-moe.js", "run-chat.js", "run-batch.js", "page-compare.js",
            "page-ladder.js", "page-data.js", "page-provenance.js", "page-experiment.js", "observatory.js")
 STATIC_FILES = STYLES + SCRIPTS

@@ -52,7 +52,8 @@ TokenStream = Callable[[list[int], int, float, float, int, set[int], int], Itera
 @dataclass
 class ChatModel:
     """A model to chat with: how it draws tokens, its chat encoder, the context it was trained on, and what it
-    is (``name``: ``RUN@STEP`` or the export's folder name, ``step``, ``role`` of its run)."""
+    is (``name``: ``RUN@STEP`` or the export's folder name, ``step``, ``role`` of its run, the ``dataset`` it
+    was trained on when that is at hand: ``glasslab chat --trace`` traces replies to it)."""
 
     tokens: TokenStream
     encoder: ChatEncoder
@@ -61,6 +62,7 @@ class ChatModel:
     step: int
     role: str | None
     model: Transformer
+    dataset: Path | None = None
 
 
 def load_chat_model(ref: str, lab: str | Path | None = None, device: str = "cpu") -> ChatModel:
@@ -73,7 +75,7 @@ def load_chat_model(ref: str, lab: str | Path | None = None, device: str = "cpu"
         return stream(model, prompt, max_new, temperature, top_p, seed=seed, eos_id=stop, top_k=top_k)
 
     return ChatModel(tokens, encoder, source.context, source.name, source.step, _role(source.folder, source.run),
-                     model)
+                     model, source.dataset)
 
 
 def _role(folder: Path, run: str) -> str | None:

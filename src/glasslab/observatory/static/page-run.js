@@ -126,18 +126,20 @@
       { units: [null, null, "count", null, "count", "percent", "percent", "percent", null] });
   }
 
-  // A sample is text, or (SFT) a conversation: a list of {role, content} as JSON in the prompt.
-  function sampleCell(text) {
+  // A sample is text, or (SFT) a conversation: a list of {role, content} as JSON in the prompt. ``spans``
+  // (the generated text's traced spans, sample_trace.py) mark the text, or a conversation's last turn.
+  function sampleCell(text, spans, key) {
     if (typeof text === "string" && text.startsWith("[")) {
       try {
         const turns = JSON.parse(text);
         if (Array.isArray(turns) && turns.every((t) => t && typeof t.role === "string")) {
-          return el("div", { class: "chat" }, ...turns.map((t) => el("div", { class: `turn turn-${t.role}` },
-            el("b", {}, `${t.role}: `), el("pre", {}, String(t.content ?? "")))));
+          return el("div", { class: "chat" }, ...turns.map((t, i) => el("div", { class: `turn turn-${t.role}` },
+            el("b", {}, `${t.role}: `),
+            i === turns.length - 1 ? G.tracedText(t.content, spans, key) : el("pre", {}, String(t.content ?? "")))));
         }
       } catch (err) { /* not a conversation: show the text */ }
     }
-    return el("pre", {}, text);
+    return G.tracedText(text, spans, key);
   }
 
   function drawRun(d) {
@@ -224,12 +226,18 @@
     // An SFT run's record holds the base model's replies to the same prompts: shown beside each reply.
     const baseReplies = new Map(((rec.base || {}).samples || []).map((x) => [x.prompt, x.text]));
     const parentStep = (rec.parent || {}).step;
+    // Spans of each sample found in the training data (by sample id); new samples come with theirs.
+    const traced = Object.assign({}, (d.trace || {}).spans);
+    const trace = Object.assign({}, d.trace, { spans: traced });
     const drawSamples = () => {
       body.textContent = "";
       const head = ["step", "prompt", "text"];
       if (baseReplies.size) head.push(`base model's reply${parentStep != null ? ` (step ${parentStep})` : ""}`);
+      const note = G.traceNote(trace);
+      if (note && samples.length) body.append(note);
       body.append(samples.length ? table(head,
-        samples.slice().reverse().map((x) => [x.step, sampleCell(x.prompt), sampleCell(x.text),
+        samples.slice().reverse().map((x) => [x.step, sampleCell(x.prompt),
+          sampleCell(x.text, traced[x.id], `sample-${x.id}`),
           ...(baseReplies.size ? [sampleCell(baseReplies.get(x.prompt) ?? "")] : [])]),
         { class: "samples" })
         : el("p", { class: "muted" }, "No samples yet."));
@@ -239,6 +247,7 @@
       delta(delta) {
         const fresh = delta.samples.filter((x) => !samples.some((y) => y.id === x.id));
         if (!fresh.length) return;
+        if (delta.trace) Object.assign(trace, delta.trace, { spans: Object.assign(traced, delta.trace.spans) });
         samples.push(...fresh);
         dropReplayed(samples, fresh, (a, b) => a.step === b.step);
         drawSamples();

@@ -8,13 +8,15 @@
   const { el, fmt, table } = G;
   const ROLES = ["sft", "dpo"];
 
-  // The replies the run recorded at its last samples, beside the base's to the same prompts.
+  // The replies the run recorded at its last samples, beside the base's to the same prompts; a reply's spans
+  // found in the training data highlighted (trace-marks.js).
   function recordedReplies(d, rec) {
     const samples = d.samples || [];
     const lastStep = samples.length ? samples[samples.length - 1].step : null;
     const base = new Map(((rec.base || {}).samples || []).map((x) => [x.prompt, x.text]));
+    const traced = (d.trace || {}).spans || {};
     const rows = samples.filter((x) => x.step === lastStep).map((x) => [turnText(x.prompt),
-      turnText(base.get(x.prompt) ?? ""), turnText(x.text)]);
+      turnText(base.get(x.prompt) ?? ""), G.tracedText(turnText(x.text), traced[x.id], `reply-${x.id}`)]);
     return rows.length ? table(["message", "base's reply", `reply at step ${lastStep}`], rows, { class: "recorded" })
       : el("p", { class: "muted" }, "No replies recorded yet.");
   }
@@ -119,6 +121,10 @@
             reply.body.textContent = `(${done.error})`;
           } else {
             c.messages.push({ role: "user", content: text }, { role: "assistant", content: shown });
+            // The reply's spans found in the training data (when the lab holds its dataset's index).
+            if (done.trace && done.trace.length) {
+              reply.body.replaceWith(G.tracedText(shown, done.trace, `chat-${c.side}-${c.messages.length}`));
+            }
             const rate = done.seconds > (done.first_token_s || 0) && done.tokens > 1
               ? `, ${fmt((done.tokens - 1) / (done.seconds - done.first_token_s), "rate")} tokens` : "";
             reply.node.append(el("span", { class: "muted small chat-meta" },
