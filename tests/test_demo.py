@@ -79,6 +79,24 @@ def test_the_heros_batches_rebuild_to_what_it_trained_on(demo_lab):
         assert all(p.source and p.text for row in batch.rows for p in row.pieces)
 
 
+def test_the_heros_samples_are_traced_to_its_training_data(demo_lab):
+    """The demo indexes the hero's training tokens before publishing, so its page traces every sample (the
+    published page carries the same spans); a copied span's offsets point into its sample."""
+    from glasslab.observatory.lab_scan import Lab
+    from glasslab.observatory.page_data import build_page
+
+    hero = only(demo_lab.root, "demo-hero-*")
+    assert (only(demo_lab.root, "index-*") / "index.json").is_file()
+    page = build_page(Lab(demo_lab.root), "run", hero.name)
+    assert page["trace"]["status"] == "traced", page["trace"]
+    texts = {str(s["id"]): s["text"] for s in page["samples"]}
+    for sample_id, spans in page["trace"]["spans"].items():
+        for span in spans:
+            assert texts[sample_id][span["char_start"]:span["char_end"]] == span["text"]
+    published = next((demo_lab.root / "site" / "data").glob(f"run-{hero.name}*.js")).read_text()
+    assert '"status":"traced"' in published
+
+
 def test_demo_publishes_the_static_site(demo_lab):
     lab = demo_lab.root
     assert (lab / "site" / "index.html").is_file()

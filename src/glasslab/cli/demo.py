@@ -39,12 +39,14 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from glasslab.cli.run import print_verdict
+    from glasslab.data.token_index import index_for
     from glasslab.experiments.demo import CARD, DPO_STEP, EXPORT_STEP, FULL, LADDER, QUICK, SFT_STEP, demo_steps
     from glasslab.lab import Executor
     from glasslab.ladder.summary import summary_tables
     from glasslab.observatory.app import BackgroundServer
     from glasslab.observatory.publish import publish
     from glasslab.track import check_sinks
+    from glasslab.train.batches import trained_dataset
 
     console = Console(width=None if sys.stdout.isatty() else 160)
     lab = Path(args.lab)
@@ -73,6 +75,10 @@ def run(args: argparse.Namespace) -> int:
     console.print(f"the hero for transformers (with a model card): {exports[f'{LADDER}-hero']}")
     console.print(f"its chat model (SFT), with the chat template: {exports[SFT_STEP]}  "
                   f"(glasslab chat {exports[SFT_STEP].name} --lab {lab})")
+    hero = folders[f"{LADDER}-hero"]
+    index = index_for(trained_dataset(hero), lab)  # the samples on the pages show what was copied from training
+    console.print(f"trace index of the hero's training data: {index.folder}  "
+                  f"(glasslab trace {hero.name} \"TEXT\" --lab {lab})")
     site = publish(lab, lab / "site")
     console.print(f"static site: {site}  ({time.monotonic() - started:.0f} s in all)")
     print_verdict(str(lab), "demo")

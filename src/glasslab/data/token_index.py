@@ -81,10 +81,8 @@ def index_step(ctx) -> dict:
 
 def build_index(dataset_dir: str | Path, out_dir: str | Path) -> dict:
     """Write the index files of ``dataset_dir``'s training shards into ``out_dir``; returns index.json's data."""
-    try:
-        import pydivsufsort
-    except ImportError:
-        raise UserError("building a trace index needs pydivsufsort: pip install 'glasslab[trace]'") from None
+    import pydivsufsort
+
     from glasslab.data.shards import manifest_hash, open_shard, read_manifest
 
     started = time.perf_counter()
