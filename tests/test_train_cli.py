@@ -150,6 +150,29 @@ def test_resume_with_a_changed_config_names_the_fields(tmp_path, dataset, capsys
     assert "pass --resume" in capsys.readouterr().err
 
 
+def test_a_start_that_died_before_its_record_does_not_block_the_next(tmp_path, dataset, monkeypatch, capsys):
+    """``track.init`` opens the run store before it writes ``run.json``: a start that fails in between
+    (here the record cannot be built) leaves a store and nothing trained. The next start of the same folder
+    (a lab step's retry) removes it and trains, where it used to be refused as "already holds a run"."""
+    from glasslab import track
+
+    config = _write(tmp_path / "run.yaml", tiny_run_config(dataset, max_steps=2, checkpoint_interval=1))
+    run_dir = tmp_path / "run"
+    real = track.build_record
+
+    def broken(*args, **kwargs):
+        raise OSError("git is not answering")
+
+    monkeypatch.setattr(track, "build_record", broken)
+    with pytest.raises(OSError):
+        cli_main(["train", str(config), "--run-dir", str(run_dir)])
+    assert (run_dir / "metrics.db").exists() and read_record(run_dir) is None
+    monkeypatch.setattr(track, "build_record", real)
+    assert cli_main(["train", str(config), "--run-dir", str(run_dir)]) == 0, capsys.readouterr().err
+    with RunReader(run_dir) as reader:
+        assert [a["reason"] for a in reader.attempts()] == ["start"] and reader.scalars("train/loss")[0] == [1, 2]
+
+
 def test_a_model_vocabulary_smaller_than_the_tokenizer_fails_before_any_compute(tmp_path, dataset, capsys):
     config = _write(tmp_path / "run.yaml", tiny_run_config(dataset, max_steps=2))
     assert cli_main(["train", str(config), "model.vocab_size=100", "--run-dir", str(tmp_path / "run")]) == 2

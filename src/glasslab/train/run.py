@@ -154,10 +154,16 @@ def _train(recipe: Recipe, run_dir: Path, ctx: distributed.DistContext, resume: 
 
 
 def check_fresh(run_dir: str | Path) -> None:
-    """Raise a one-line UserError when ``run_dir`` already holds a run (a fresh start would mix two)."""
+    """Raise a one-line UserError when ``run_dir`` already holds a run (a fresh start would mix two).
+
+    A run store with no ``run.json`` and no checkpoint is a start that died before its record was written
+    (``track.init`` opens the store first): nothing was trained, so it is removed and the start goes on,
+    rather than a retry of the same step being refused forever."""
     run_dir = Path(run_dir)
-    if (run_dir / METRICS_DB).exists() or ckpt.list_checkpoints(run_dir):
+    if ckpt.list_checkpoints(run_dir) or ((run_dir / METRICS_DB).exists() and track.read_record(run_dir)):
         raise UserError(f"{run_dir}: already holds a run; pass --resume to continue it or choose another folder")
+    for leftover in run_dir.glob(f"{METRICS_DB}*"):  # the database and its -wal/-shm files
+        leftover.unlink(missing_ok=True)  # every rank checks, before rank 0 writes
 
 
 def check_resumable(run_dir: str | Path, run: RunConfig | Recipe) -> None:
