@@ -16,7 +16,8 @@ from glasslab.errors import UserError
 from glasslab.lab import Step, run_one_step
 from glasslab.layout import read_json
 from glasslab.observatory.publish import publish
-from glasslab.train.reproduce import PublishedRun, check_replayable, find_or_build_dataset
+from glasslab.observatory.published import read_published
+from glasslab.train.reproduce import PublishedRun, check_replayable, compare, find_or_build_dataset, report_lines
 from train_data import tiny_build_config, tiny_run_config
 
 
@@ -68,8 +69,27 @@ def test_until_over_http_trains_only_so_far_and_compares_what_it_reached(publish
     assert max(steps) == 3  # stopped there, as a preemption stops: the same command without --until resumes
 
 
+def test_a_replay_that_went_apart_names_the_first_step_whose_inputs_and_loss_differ(published, capsys):
+    """The site's step record holds every step's loss and batch hash (the charts' series are thinned), so
+    a differing replay is placed exactly: here the published record is altered at steps 5 and 7."""
+    root, page = published
+    assert cli_main(["reproduce", str(page), "--lab", str(root / "replay")]) == 0  # reused if already replayed
+    capsys.readouterr()
+    run = read_published(str(page))
+    assert sorted(run.losses) == sorted(run.batches) == list(range(1, 13))
+    run.batches[5] = "0" * 16
+    run.losses[7] += 1e-3
+    run.checkpoints[-1]["weights_sha256"] = "0" * 64
+    (replay,) = (root / "replay").glob("reproduce-*")
+    *same, last = compare(run, replay)
+    assert all(v.identical for v in same)
+    assert (last.step, last.identical, last.first_input_difference, last.first_loss_difference) == (12, False, 5, 7)
+    assert last.largest_loss_difference == pytest.approx(1e-3, rel=1e-6)
+    assert "input tokens first differ at step 5" in report_lines(run, [last])[0]
+
+
 def _record(**fields) -> PublishedRun:
-    return PublishedRun("run-x", {"code": {"commit": "a" * 40, "dirty": False}, **fields}, [], {}, None)
+    return PublishedRun("run-x", {"code": {"commit": "a" * 40, "dirty": False}, **fields}, [], {}, {}, None)
 
 
 @pytest.mark.parametrize(("fields", "expected"), [
@@ -91,4 +111,4 @@ def test_a_rebuilt_dataset_that_differs_is_refused_naming_the_first_differing_fi
     step = {"name": "data", "function": "glasslab.data.build:build_step",
             "config": read_json(built / "step.json")["config"], "manifest": manifest}
     with pytest.raises(UserError, match=r"first at domains\.prose\.train\.sha256 \(shards/prose/train\.bin\)"):
-        find_or_build_dataset(PublishedRun("run-x", record, [], {}, step), tmp_path / "replay")
+        find_or_build_dataset(PublishedRun("run-x", record, [], {}, {}, step), tmp_path / "replay")

@@ -51,7 +51,7 @@ from glasslab.observatory.lab_scan import Lab, file_stamp
 from glasslab.observatory.page_data import build_page
 from glasslab.observatory.relations import Relations
 from glasslab.observatory.run_page import MAX_KEYS_PER_READ, read_run_series, read_run_vectors
-from glasslab.observatory.runs import open_run, planned_steps
+from glasslab.observatory.runs import open_run, planned_steps, step_record
 from glasslab.observatory.shell import STATIC_FILES, render_shell, script_json, static_file
 from glasslab.public import Publicizer
 
@@ -175,6 +175,11 @@ def series_index_file(run_id: str) -> str:
     return f"{series_prefix(run_id)}-index.js"
 
 
+def steps_file(run_id: str) -> str:
+    """Where a run's step record lives on the site (every step's loss and batch hash, ``runs.step_record``)."""
+    return f"data/{page_file('steps', run_id).removesuffix('.html')}.js"
+
+
 def batch_prefix(run_id: str) -> str:
     """Where a run's published batches live on the site: ``<prefix>-index.js`` says which file
     (``<prefix>-<step>-<attempt>.js``) holds each batch."""
@@ -265,6 +270,7 @@ class Publisher:
             data["series_files"] = {run["id"]: series_index_file(run["id"]) for run in data["runs"]}
         if page == "run":
             data["series_index"] = series_index_file(item_id)
+            data["steps_file"] = steps_file(item_id)
             if has_batches(data.get("record") or {}):
                 data["batch_index"] = batch_index_file(item_id)
         name = page_file(page, item_id)
@@ -318,7 +324,8 @@ class Publisher:
 
     def _export_series(self, run_id: str, keys: list[str], vector_keys: list[str]) -> list[str] | None:
         """A run's series and vectors as chunk files plus their index (the run and compare pages load
-        the chunks of the charts they draw), so a run that changed rewrites its own files only.
+        the chunks of the charts they draw), so a run that changed rewrites its own files only; and its
+        step record (``runs.step_record``), which ``glasslab reproduce`` reads.
         Returns the files written; None when the store cannot be read now (nothing is written)."""
         folder = self.lab.index().runs[run_id]
         series: dict[str, Any] = {}
@@ -328,7 +335,9 @@ class Publisher:
                 return None
             series.update(part)
         vectors = read_run_vectors(folder, vector_keys)
-        if vectors is None:
+        with open_run(folder) as reader:
+            steps = step_record(reader) if reader is not None else None
+        if vectors is None or steps is None:
             return None
         prefix = series_prefix(run_id)
         index: dict[str, Any] = {"prefix": prefix, "scalars": {}, "vectors": {}}
@@ -343,6 +352,9 @@ class Publisher:
                 index[kind].update({key: number for key in chunk})
                 written.append(name)
                 number += 1
+        holder = "(window.GLASSLAB_STEPS = window.GLASSLAB_STEPS || {})"
+        write_text_atomic(self.out / steps_file(run_id), f"{holder}[{script_json(run_id)}] = {script_json(steps)};\n")
+        written.append(steps_file(run_id))
         holder = "(window.GLASSLAB_SERIES_INDEX = window.GLASSLAB_SERIES_INDEX || {})"
         name = series_index_file(run_id)
         write_text_atomic(self.out / name, f"{holder}[{script_json(run_id)}] = {script_json(index)};\n")

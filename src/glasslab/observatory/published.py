@@ -3,10 +3,11 @@ a site folder, or an ``http(s)://`` address) or the run's own folder in a lab.
 
 What ``glasslab reproduce`` needs of a run: ``run.json`` (the resolved config, code commit and dirty flag
 with the diff's hash, package versions, platform, the dataset's folder name and manifest hash), the kept
-checkpoints with their weights' sha256 (``checkpoints.json``), the logged ``train/loss`` and the step that
+checkpoints with their weights' sha256 (``checkpoints.json``), its step record — every step's
+``train/loss`` and input-token hash at full resolution (``observatory.runs.step_record``) — and the step that
 built the dataset (its function, config and manifest, from the data page). A site's page keeps its data
-in a script beside it (``data/<page>.js``, ``window.GLASSLAB_DATA = {...};``) and a run's series in chunk
-scripts named by an index script (the page's ``series_index``); all are read as JSON.
+in a script beside it (``data/<page>.js``, ``window.GLASSLAB_DATA = {...};``) and the step record in the
+script its ``steps_file`` names; all are read as JSON.
 """
 
 from __future__ import annotations
@@ -18,10 +19,9 @@ from typing import Any
 
 from glasslab.errors import UserError
 from glasslab.layout import CHECKPOINT_LIST, MANIFEST_FILE, RUN_RECORD, STEP_RECORD, read_json
+from glasslab.observatory.runs import step_record
 from glasslab.track import RunReader
 from glasslab.train.reproduce import PublishedRun
-
-LOSS_KEY = "train/loss"
 
 
 def read_published(source: str) -> PublishedRun:
@@ -41,14 +41,13 @@ def _from_folder(folder: Path) -> PublishedRun:
     record = read_json(folder / RUN_RECORD) or {}
     listed = read_json(folder / CHECKPOINT_LIST) or {}
     with RunReader(folder) as reader:
-        steps, values = reader.scalars(LOSS_KEY)
+        steps = step_record(reader)
     dataset = (record.get("dataset") or {}).get("folder")
     step = read_json(folder.parent / dataset / STEP_RECORD) if dataset else None
     data_step = {k: step[k] for k in ("name", "function", "config")} if step and "function" in step else None
     if data_step is not None:
         data_step["manifest"] = read_json(folder.parent / dataset / MANIFEST_FILE)
-    return PublishedRun(folder.name, record, listed.get("checkpoints", []), dict(zip(steps, values, strict=True)),
-                        data_step, folder)
+    return PublishedRun(folder.name, record, listed.get("checkpoints", []), *_by_step(steps), data_step, folder)
 
 
 def _fetch_file(base: str, name: str) -> str:
@@ -82,12 +81,10 @@ def _from_site(base: str, page: str, fetch) -> PublishedRun:
         raise UserError(f"{base}/{page}: not a run page (run-….html)")
     stem = page.removesuffix(".html")
     data = _script_json(fetch(base, f"data/{stem}.js"), f"{base}/data/{stem}.js")
-    loss = {"steps": [], "values": []}
-    index_name = data.get("series_index")
-    index = _script_json(fetch(base, index_name), f"{base}/{index_name}") if index_name else {}
-    if LOSS_KEY in index.get("scalars", {}):
-        chunk_name = f"{index['prefix']}-{index['scalars'][LOSS_KEY]}.js"
-        loss = _script_json(fetch(base, chunk_name), f"{base}/{chunk_name}")["scalars"][LOSS_KEY]
+    steps_name = data.get("steps_file")
+    if not steps_name:
+        raise UserError(f"{base}/{page}: its data names no step record (steps_file); publish the lab again")
+    steps = _script_json(fetch(base, steps_name), f"{base}/{steps_name}")
     data_step = None
     dataset = (data.get("links") or {}).get("dataset")
     if dataset:
@@ -96,5 +93,12 @@ def _from_site(base: str, page: str, fetch) -> PublishedRun:
         if data_page:
             page_data = _script_json(fetch(base, f"data/{data_page.removesuffix('.html')}.js"), data_page)
             data_step = page_data.get("built_by")
-    return PublishedRun(data["id"], data.get("record") or {}, data.get("checkpoints") or [],
-                        dict(zip(loss["steps"], loss["values"], strict=True)), data_step)
+    return PublishedRun(data["id"], data.get("record") or {}, data.get("checkpoints") or [], *_by_step(steps),
+                        data_step)
+
+
+def _by_step(steps: dict[str, Any]) -> tuple[dict[int, float], dict[int, str]]:
+    """A step record's losses and batch hashes, each by step."""
+    loss, batch = steps["loss"], steps["batch"]
+    return (dict(zip(loss["steps"], loss["values"], strict=True)),
+            dict(zip(batch["steps"], batch["hashes"], strict=True)))

@@ -13,8 +13,9 @@
    threads, up to ``until`` (the schedule stays
    the whole run's: it stops as a preemption does, and the same command without ``until`` resumes);
 4. compares each published checkpoint up to there with the replay's by the sha256 of the weights'
-   canonical bytes — **bit-identical**, or the first step where ``train/loss`` differs and the largest
-   loss difference (and, with the original's checkpoints at hand, the largest weight difference).
+   canonical bytes — **bit-identical**, or the first step where ``train/loss`` differs, the first whose
+   input tokens' hash differs (the data order went apart, not the arithmetic), the largest loss difference
+   (and, with the original's checkpoints at hand, the largest weight difference).
 
 Same platform, commit, package versions and threads, bit-identical is the expectation; elsewhere the
 report is a tolerance report and says what differs.
@@ -54,7 +55,9 @@ class PublishedRun:
     checkpoints: list[dict[str, Any]]
     """``checkpoints.json``'s entries: ``step``, ``tokens``, ``weights_sha256``, …"""
     losses: dict[int, float]
-    """``train/loss`` by step, as logged (the latest attempt)."""
+    """``train/loss`` by step, as logged (the latest attempt), every step."""
+    batches: dict[int, str]
+    """The hash of each step's input tokens (the attempt in force; its first hex digits as published)."""
     data_step: dict[str, Any] | None
     """``{"name", "function", "config", "manifest"}`` of the step that built the run's dataset and what it
     built (the dataset's ``manifest.json``), when published."""
@@ -67,6 +70,8 @@ class CheckpointVerdict:
     step: int
     identical: bool | None
     """None: the replay kept no checkpoint at this step."""
+    first_input_difference: int | None = None
+    """The first step whose input tokens' hash differs: the data order, not the arithmetic, went apart."""
     first_loss_difference: int | None = None
     largest_loss_difference: float = 0.0
     largest_weight_difference: float | None = None
@@ -150,26 +155,31 @@ def replay(run: PublishedRun, lab: Path, dataset: Path, until: int | None = None
 
 def compare(run: PublishedRun, folder: Path, until: int | None = None) -> list[CheckpointVerdict]:
     """Each published checkpoint up to ``until`` against the replay in ``folder``."""
+    from glasslab.observatory.runs import step_record
+
     replayed = {c["step"]: c for c in (read_json(folder / CHECKPOINT_LIST) or {}).get("checkpoints", [])}
     with RunReader(folder) as reader:
-        steps, values = reader.scalars("train/loss")
-    losses = dict(zip(steps, values, strict=True))
+        mine = step_record(reader)
+    losses = dict(zip(mine["loss"]["steps"], mine["loss"]["values"], strict=True))
+    hashes = dict(zip(mine["batch"]["steps"], mine["batch"]["hashes"], strict=True))
     verdicts = []
     for published in run.checkpoints:
         step = published["step"]
         if until is not None and step > until:
             continue
-        mine = replayed.get(step)
-        if mine is None:
+        checkpoint = replayed.get(step)
+        if checkpoint is None:
             verdicts.append(CheckpointVerdict(step, None))
             continue
-        if mine.get("weights_sha256") == published.get("weights_sha256"):
+        if checkpoint.get("weights_sha256") == published.get("weights_sha256"):
             verdicts.append(CheckpointVerdict(step, True))
             continue
+        inputs = sorted(s for s in run.batches if s in hashes and s <= step)
+        first_input = next((s for s in inputs if not hashes[s].startswith(run.batches[s])), None)
         common = sorted(s for s in run.losses if s in losses and s <= step)
-        differing = [s for s in common if losses[s] != run.losses[s]]
+        first_loss = next((s for s in common if losses[s] != run.losses[s]), None)
         largest = max((abs(losses[s] - run.losses[s]) for s in common), default=0.0)
-        verdicts.append(CheckpointVerdict(step, False, differing[0] if differing else None, largest,
+        verdicts.append(CheckpointVerdict(step, False, first_input, first_loss, largest,
                                           _weight_difference(run.folder, folder, step)))
     return verdicts
 
@@ -211,6 +221,8 @@ def report_lines(run: PublishedRun, verdicts: list[CheckpointVerdict]) -> list[s
         else:
             where = (f"train/loss first differs at step {v.first_loss_difference}" if v.first_loss_difference
                      is not None else "train/loss the same at every logged step")
+            where += (f", input tokens first differ at step {v.first_input_difference}"
+                      if v.first_input_difference is not None else ", the same input tokens at every step")
             weights = "" if v.largest_weight_difference is None else \
                 f", largest |weight difference| {v.largest_weight_difference:.3g}"
             lines.append(f"step {v.step}: differs ({where}; largest |loss difference| "
