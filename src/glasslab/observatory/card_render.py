@@ -91,8 +91,8 @@ def card_markdown(results: dict[str, Any], site_url: str | None = None) -> str:
     if notes:
         # Where each number comes from: run the commands in the folder that holds the lab.
         lines += ["", "## Sources", "", "Commands run in the folder that holds the lab; files are named under it.", ""]
-        lines += [f"[^{i}]: " + (f"`{n['text']}`" if n["kind"] == "command" else f"read from `{n['file']}`, key "
-                                 f"`{n['key']}`") for i, n in enumerate(notes, 1)]
+        lines += [f"[^{i}]: " + ("" if n["kind"] == "command" else "read from ") + f"`{n['text']}`"
+                  for i, n in enumerate(notes, 1)]
     version = f"card v{r['version']}" if r["version"] else "no card declared"
     lines += ["", f"_{version} of experiment `{r['name']}`, {len(r['versions'])} version(s) stored; "
               f"filled in {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}._", ""]

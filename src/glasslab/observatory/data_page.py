@@ -113,14 +113,13 @@ def _alive(pid: object) -> bool:
 
 def data_sources(lab: Lab, folder, build: dict[str, Any] | None) -> dict[str, Any]:
     """Where the page's numbers come from: the domains' documents and tokens (``glasslab data report``
-    recomputes them), the funnel (``report.json``) and each build stage's documents in and kept (the build
-    record, or its progress file while it builds)."""
+    recomputes them), the funnel (``report.json``) and the documents each build stage kept (the build
+    record's ``stages`` in the table's order, or its progress file while it builds)."""
     lab_name = lab.root.resolve().name
     record = BUILD_RECORD if (build or {}).get("state") == "done" else BUILD_PROGRESS
     return {"report": sources.data_report(lab_name, folder.name),
             "funnel": sources.read_from(lab_name, folder.name, REPORT_FILE, "funnel_by_domain"),
-            "stages": [sources.read_from(lab_name, folder.name, record, f"stages[{i}].documents_kept")
-                       for i, _ in enumerate((build or {}).get("stages") or [])]}
+            "stages": sources.read_from(lab_name, folder.name, record, "stages[<row>].documents_kept")}
 
 
 def data_page(lab: Lab, report_id: str) -> dict[str, Any] | None:

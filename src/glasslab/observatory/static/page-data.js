@@ -44,11 +44,11 @@
 
   // One row per stage: tasks (those a resumed build found done), seconds, input MB/s in all and per
   // worker, documents in and kept, tasks run again after a worker died.
-  function stagesTable(build, stageSources) {
+  function stagesTable(build, stageSource) {
     const workers = build.workers || 1;
-    const rows = (build.stages || []).map((s, i) => [s.stage,
+    const rows = (build.stages || []).map((s) => [s.stage,
       `${fmt(s.tasks_done, "count")}/${fmt(s.tasks, "count")}` + (s.tasks_reused ? ` (${fmt(s.tasks_reused, "count")} reused)` : ""),
-      s.seconds, s.mb_per_s, s.mb_per_s / workers, s.documents_in, num(s.documents_kept, "count", (stageSources || [])[i]),
+      s.seconds, s.mb_per_s, s.mb_per_s / workers, s.documents_in, num(s.documents_kept, "count", stageSource),
       s.reruns || 0,
       s.status === "running" && s.tasks_done > (s.tasks_reused || 0) && s.tasks_done < s.tasks
         ? `${fmt(s.seconds / (s.tasks_done - (s.tasks_reused || 0)) * (s.tasks - s.tasks_done))} s` : ""]);
@@ -57,14 +57,14 @@
               rowAttrs: (i) => ({ "data-stage": build.stages[i].stage, "data-status": build.stages[i].status || "" }) });
   }
 
-  function buildSection(build, stageSources) {
+  function buildSection(build, stageSource) {
     if (!build) return;
     const how = build.backend === "ray" ? `${build.workers || "?"} Ray task(s) at once`
       : `${build.workers || "?"} local worker process(es)`;
     if (build.state === "done") {
       section("Build (stages as tasks)", el("p", { class: "muted" },
         `${how}, ${fmt(build.seconds)} s` + (build.reruns && build.reruns.length
-          ? ` · ${build.reruns.length} time(s) a worker died and its tasks ran again` : "")), stagesTable(build, stageSources));
+          ? ` · ${build.reruns.length} time(s) a worker died and its tasks ran again` : "")), stagesTable(build, stageSource));
       return;
     }
     const age = build.age_s != null ? ` · last progress ${fmt(Math.max(0, build.age_s))} s ago` : "";
@@ -72,7 +72,7 @@
       : build.state === "interrupted" ? "Build interrupted (its process is gone; the same build run again resumes)"
         : `Build stopped (${build.state})`;
     app.append(el("div", { class: build.state === "running" ? "panel" : "warn", id: "build-progress" },
-      el("b", {}, state), el("span", { class: "muted" }, ` · ${how}${age}`), stagesTable(build, stageSources)));
+      el("b", {}, state), el("span", { class: "muted" }, ` · ${how}${age}`), stagesTable(build, stageSource)));
   }
 
   function runsSection(d, domains) {
@@ -111,7 +111,8 @@
       Object.entries(r.filters || {}).map(([k, v]) => [k, v]), { units: [null, "count"] }));
     const domains = Object.entries(r.domains || {});
     section("Domains", table(["domain", "documents", "tokens", "bytes", "bytes/token", "eval docs", "eval tokens", "eval / train"],
-      domains.map(([name, x]) => [name, num(x.documents, "count", d.sources.report), num(x.tokens, "count", d.sources.report), x.bytes, x.bytes_per_token, x.eval_documents, x.eval_tokens,
+      domains.map(([name, x]) => [name, num(x.documents, "count", d.sources.report), num(x.tokens, "count", d.sources.report),
+        x.bytes, x.bytes_per_token, x.eval_documents, x.eval_tokens,
         x.tokens ? el("span", { class: x.eval_tokens >= x.tokens ? "over" : "" }, fmt(x.eval_tokens / x.tokens, "percent")) : ""]),
       { units: [null, "count", "count", "bytes", null, "count", "count"] }));
     runsSection(d, domains.map(([name]) => name));

@@ -127,7 +127,7 @@
           " (error = (predicted − measured) / measured)"),
         table(["held out", "fitted on", "FLOPs", "extrapolation", "measured", "predicted [90%]", "error", "inside"],
           bt.steps.map((s) => [s.held_out, (s.fit_rungs || []).join(", "), s.flops,
-            s.extrapolation != null ? `${s.extrapolation.toFixed(1)}×` : "", s.measured,
+            s.extrapolation != null ? `${s.extrapolation.toFixed(1)}×` : "", G.num(s.measured, null, d.sources.fit),
             sourced(el("span", {}, interval(s)), d.sources.fit),
             sourced(el("span", { class: "backtest-error" },
               s.rel_error_pct != null ? `${s.rel_error_pct > 0 ? "+" : ""}${s.rel_error_pct.toFixed(2)}%` : ""), d.sources.fit),
@@ -137,7 +137,7 @@
     const sweep = fit.sweep_table || [];
     if (sweep.length) {
       section("Asymptote sweep (the interval is widened to cover it)", table(["L∞", "A", "α", "prediction [90%]"],
-        sweep.map((r) => [r.L_inf, r.A, r.alpha, interval(r)])));
+        sweep.map((r) => [r.L_inf, r.A, r.alpha, sourced(el("span", {}, interval(r)), d.sources.fit)])));
     }
     tasksSection(d.tasks || []);
     registrySection(d.registry);
