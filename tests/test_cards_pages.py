@@ -4,6 +4,8 @@ prediction, band, actual value, verdict and incidents as ``glasslab card demo --
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from cli_runner import run_cli
@@ -61,7 +63,14 @@ def test_overview_and_card_page_show_the_cards_numbers(browser, urls, demo_lab):
     shown = {"predicted": cells[4], "band": cells[5], "actual": cells[6], "result": cells[7]}
     assert shown == {"predicted": hero["point_text"], "band": hero["band_text"], "actual": hero["actual_display"],
                      "result": hero["inside_text"]}
-    assert f"| {shown['predicted']} | {shown['band']} | {shown['actual']} | {shown['result']} |" in markdown
+    # The same digits; the Markdown's footnotes name the sources the page shows on hover.
+    notes = dict(re.findall(r"^\[\^(\d+)\]: (?:read from )?`(.+)`$", markdown, re.M))
+    row = re.search(rf"\| {re.escape(shown['predicted'])}\[\^(\d+)\] \| {re.escape(shown['band'])} \| "
+                    rf"{re.escape(shown['actual'])}\[\^(\d+)\] \| {shown['result']} \|", markdown)
+    assert row, markdown
+    first = page.locator("table.expectations tbody tr").first
+    assert first.locator(".predicted").get_attribute("data-source") == notes[row.group(1)]
+    assert first.locator(".actual").get_attribute("data-source") == notes[row.group(2)]
     assert hero["actual"] is not None and shown["actual"] not in ("", "missing")
     if card["incidents"]:
         assert page.locator("table.incidents tbody tr").count() == len(card["incidents"])

@@ -14,11 +14,12 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+from glasslab import sources
 from glasslab.errors import UserError
 from glasslab.lab.card import card_versions, conclusions, decide, experiment_runs
 from glasslab.lab.registry import predictions
 from glasslab.lab.status import read_step_record
-from glasslab.layout import FIT_FILE, METRICS_DB, REPORT_FILE, RESULT_FILE
+from glasslab.layout import FIT_FILE, METRICS_DB, REPORT_FILE, RESULT_FILE, STEP_RECORD
 from glasslab.track.lab_events import read_lab_events
 from glasslab.track.reader import RunReader
 
@@ -80,6 +81,8 @@ def card_results(lab_root: str | Path, name: str) -> dict[str, Any]:
     folders: dict[str, str] = latest["steps"]
     steps = [_step_row(root, step, folder) for step, folder in folders.items()]
     expectations = [_expectation(root, e, folders) for e in (card or {}).get("expectations", [])]
+    for e in expectations:
+        e["sources"] = _expectation_sources(root, e)
     pages = {s["folder"]: s["page"] for s in steps}
     for e in expectations:
         e["page"] = pages.get(e["folder"])
@@ -90,7 +93,7 @@ def card_results(lab_root: str | Path, name: str) -> dict[str, Any]:
         "versions": [{k: v.get(k) for k in ("version", "hash", "stored_at")} | {"commit": (v.get("code") or {})
                       .get("commit")} for v in versions],
         "started_at": latest.get("started_at"), "status": _status(steps), "expectations": expectations,
-        "steps": steps, "incidents": _incidents(root, folders), "totals": _totals(steps),
+        "steps": steps, "incidents": _incidents(root, folders), "totals": _totals(root, steps),
         "verdict": verdict, "verdict_text": _verdict_text(verdict, expectations),
         "conclusions": conclusions(root, name),
     }
@@ -109,6 +112,45 @@ def _step_row(root: Path, step: str, folder: str) -> dict[str, Any]:
             "finished": (record.get("timings") or {}).get("finished"), "page": page,
             "flops": _number(result.get("flops")), "tokens": _number(result.get("tokens")),
             "figures": sorted(p.name for p in path.glob("*.png")) if page == "ladder" else []}
+
+
+def _result_file(folder: Path) -> tuple[str, str]:
+    """The file :func:`_read_result` reads in ``folder`` and the key prefix of a result inside it."""
+    for name in (RESULT_FILE, FIT_FILE):
+        if (folder / name).is_file():
+            return name, ""
+    return STEP_RECORD, "result."
+
+
+def _expectation_sources(root: Path, e: dict[str, Any]) -> dict[str, Any]:
+    """Where an expectation's numbers come from: the actual value's file and key (a running run's value so
+    far: its store), and a registered prediction's fit (``glasslab ladder fit`` for the loss it targets,
+    else its fit.json) or registry entry."""
+    lab_name, out = root.resolve().name, {}
+    folder = e.get("folder")
+    if folder and e["metric"]:
+        if e["actual"] is not None:
+            file, prefix = _result_file(root / folder)
+            out["actual"] = sources.read_from(lab_name, folder, file, prefix + e["metric"])
+        elif e["so_far"] is not None:
+            out["actual"] = sources.logged(lab_name, folder, e["metric"])
+    if e["point"] is not None and e.get("registry"):
+        fit_folder = e.get("registry_source") or ""
+        fit = _read_json(root / fit_folder / FIT_FILE) if fit_folder else None
+        if fit is not None and e["metric"] == fit.get("target"):
+            config = (read_step_record(root / fit_folder) or {}).get("config")
+            out["predicted"] = sources.ladder_fit(lab_name, fit_folder, fit, config)
+        else:
+            out["predicted"] = sources.registry_entry(lab_name, e["registry"])
+    return out
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def _read_result(folder: Path) -> dict[str, Any]:
@@ -136,7 +178,8 @@ def _lookup(result: dict[str, Any], metric: str) -> Any:
 
 
 def _expectation(root: Path, e: dict[str, Any], folders: dict[str, str]) -> dict[str, Any]:
-    row = {"name": e["name"], "unit": e.get("unit", ""), "point": None, "registered": None}
+    row = {"name": e["name"], "unit": e.get("unit", ""), "point": None, "registered": None,
+           "registry": e.get("prediction") or None, "registry_source": None}
     if e.get("prediction"):
         entry = predictions(root).get(e["prediction"])
         floor = _floor_text(entry)
@@ -144,7 +187,7 @@ def _expectation(root: Path, e: dict[str, Any], folders: dict[str, str]) -> dict
                    metric=(entry or {}).get("metric", ""),
                    step=(entry or {}).get("target", ""), low=(entry or {}).get("low"),
                    high=(entry or {}).get("high"), point=(entry or {}).get("point"),
-                   registered=(entry or {}).get("registered_at"))
+                   registered=(entry or {}).get("registered_at"), registry_source=(entry or {}).get("source"))
     else:
         row.update(source="card", floor="", metric=e["metric"], step=e["step"], low=e.get("low"),
                    high=e.get("high"))
@@ -236,7 +279,7 @@ def _incident(event: dict[str, Any], folder: str, at_step: int | None, root: Pat
             "severity": event["severity"]}
 
 
-def _totals(steps: list[dict[str, Any]]) -> dict[str, Any]:
+def _totals(root: Path, steps: list[dict[str, Any]]) -> dict[str, Any]:
     flops = sum(s["flops"] or 0 for s in steps)
     tokens = sum(s["tokens"] or 0 for s in steps)
     seconds = sum(s["seconds"] or 0 for s in steps)
@@ -245,6 +288,8 @@ def _totals(steps: list[dict[str, Any]]) -> dict[str, Any]:
     wall = max(finished) - min(started) if started and finished else None
     return {"flops": flops, "tokens": tokens, "step_seconds": round(seconds, 1),
             "wall_seconds": None if wall is None else round(wall, 1),
+            "source": sources.summed(root.resolve().name, [s["folder"] for s in steps if s["flops"] or s["tokens"]],
+                                     RESULT_FILE, "flops and tokens"),
             "text": f"{flops:.3g} training FLOPs, {tokens:,.0f} tokens, {seconds:,.0f} step-seconds"
                     + ("" if wall is None else f", {wall:,.0f} s wall")}
 

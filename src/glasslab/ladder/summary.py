@@ -90,6 +90,9 @@ def fit_table(fit: dict[str, Any]) -> Any:
         table.add_row("back-test", f"leave-last-rung-out: predicted {last['point']:.4f} vs measured "
                       f"{last['measured']:.4f} for {last['held_out']} ({last['rel_error_pct']:+.2f}%, "
                       f"{last['extrapolation']:.1f}× extrapolation)")
+    if fit["backtest"].get("mean_abs_rel_error_pct") is not None:
+        table.add_row("back-test mean", f"|error| {fit['backtest']['mean_abs_rel_error_pct']:.2f}% over "
+                      f"{len(fit['backtest'].get('steps') or [])} held-out rung(s)")
     a3 = fit["approach3"]
     if a3["fitted"]:
         opt = a3["compute_optimal"]

@@ -33,6 +33,16 @@ def card_markdown(results: dict[str, Any], site_url: str | None = None) -> str:
         url = page_url(site_url, page, item_id)
         return f"[{_md(text)}]({url})" if url else f"`{text}`"
 
+    notes: list[dict[str, Any]] = []
+
+    def note(source: dict[str, Any] | None) -> str:
+        """A footnote mark for ``source`` (each source numbered once); empty without one."""
+        if not source:
+            return ""
+        if source not in notes:
+            notes.append(source)
+        return f"[^{notes.index(source) + 1}]"
+
     own = page_url(site_url, "experiment", r["name"])
     lines = [f"# {_md(r['title'])}", ""]
     if own:
@@ -50,9 +60,10 @@ def card_markdown(results: dict[str, Any], site_url: str | None = None) -> str:
         for e in r["expectations"]:
             step = linked(e["step"], e["page"], e["folder"]) if e["folder"] else _md(e["step"])
             unit = f" {e['unit']}" if e["unit"] else ""
-            actual = e["actual_display"]
+            actual = _md(e["actual_display"]) + note(e["sources"].get("actual"))
+            predicted = (e["point_text"] or "–") + note(e["sources"].get("predicted"))
             lines.append(f"| {_md(e['name'])} | `{e['metric']}` of {step} | {_md(e['source'])} | "
-                         f"{e['point_text'] or '–'} | {e['band_text']}{unit} | {_md(actual)} | {e['inside_text']} |")
+                         f"{predicted} | {e['band_text']}{unit} | {actual} | {e['inside_text']} |")
     else:
         lines.append("_The card states no expectations._")
     lines += ["", "## Runs", "", "| step | folder | status | attempts | seconds |", "|---|---|---|---|---|"]
@@ -60,7 +71,7 @@ def card_markdown(results: dict[str, Any], site_url: str | None = None) -> str:
         seconds = f"{s['seconds']:.1f}" if s["seconds"] is not None else "–"
         lines.append(f"| {_md(s['name'])} | {linked(s['folder'], s['page'], s['folder'])} | {s['status']} | "
                      f"{s['attempts'] or '–'} | {seconds} |")
-    lines += ["", f"Total: {r['totals']['text']}."]
+    lines += ["", f"Total: {r['totals']['text']}.{note(r['totals'].get('source'))}"]
     figures = [(s["folder"], name) for s in r["steps"] for name in s["figures"]]
     if figures:
         lines += ["", "## Figures", ""]
@@ -77,6 +88,11 @@ def card_markdown(results: dict[str, Any], site_url: str | None = None) -> str:
         lines.append("none")
     if r["conclusions"]:
         lines += ["", "## Conclusion", ""] + [f"- {_md(c['text'])} ({c['time']})" for c in r["conclusions"]]
+    if notes:
+        # Where each number comes from: run the commands in the folder that holds the lab.
+        lines += ["", "## Sources", "", "Commands run in the folder that holds the lab; files are named under it.", ""]
+        lines += [f"[^{i}]: " + ("" if n["kind"] == "command" else "read from ") + f"`{n['text']}`"
+                  for i, n in enumerate(notes, 1)]
     version = f"card v{r['version']}" if r["version"] else "no card declared"
     lines += ["", f"_{version} of experiment `{r['name']}`, {len(r['versions'])} version(s) stored; "
               f"filled in {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}._", ""]

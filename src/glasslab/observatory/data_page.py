@@ -12,6 +12,7 @@ import sqlite3
 import time
 from typing import Any
 
+from glasslab import sources
 from glasslab.layout import BUILD_PROGRESS, BUILD_RECORD, MANIFEST_FILE, REPORT_FILE, RUN_RECORD, STEP_RECORD
 from glasslab.observatory.lab_scan import Lab
 from glasslab.observatory.relations import Relations
@@ -110,6 +111,17 @@ def _alive(pid: object) -> bool:
     return True
 
 
+def data_sources(lab: Lab, folder, build: dict[str, Any] | None) -> dict[str, Any]:
+    """Where the page's numbers come from: the domains' documents and tokens (``glasslab data report``
+    recomputes them), the funnel (``report.json``) and the documents each build stage kept (the build
+    record's ``stages`` in the table's order, or its progress file while it builds)."""
+    lab_name = lab.root.resolve().name
+    record = BUILD_RECORD if (build or {}).get("state") == "done" else BUILD_PROGRESS
+    return {"report": sources.data_report(lab_name, folder.name),
+            "funnel": sources.read_from(lab_name, folder.name, REPORT_FILE, "funnel_by_domain"),
+            "stages": sources.read_from(lab_name, folder.name, record, "stages[<row>].documents_kept")}
+
+
 def data_page(lab: Lab, report_id: str) -> dict[str, Any] | None:
     folder = lab.index().reports.get(report_id)
     if folder is None:
@@ -122,6 +134,8 @@ def data_page(lab: Lab, report_id: str) -> dict[str, Any] | None:
     built_by = {k: step[k] for k in ("name", "function", "config") if k in step} if "function" in step else None
     if built_by is not None:  # and what it built: a rebuild that differs is told which file first
         built_by["manifest"] = lab.json(folder / MANIFEST_FILE)
+    build = build_stages(lab, folder)
     return clean({"page": "data", "id": report_id, "title": f"Data {report_id}", "report": report,
-                  "build": build_stages(lab, folder), "runs": runs, "warnings": warnings(report or {}, runs),
+                  "build": build, "sources": data_sources(lab, folder, build), "runs": runs,
+                  "warnings": warnings(report or {}, runs),
                   "built_by": built_by, "watch": []})

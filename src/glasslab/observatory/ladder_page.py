@@ -5,9 +5,11 @@ in the lab's registry with what its run reached so far."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
-from glasslab.layout import FIT_FILE, PREDICTIONS_FILE, RUN_RECORD, STEP_RECORD, read_json_lines
+from glasslab import sources
+from glasslab.layout import CHECKPOINT_LIST, FIT_FILE, PREDICTIONS_FILE, RUN_RECORD, STEP_RECORD, read_json_lines
 from glasslab.observatory.lab_scan import Lab
 from glasslab.observatory.runs import LOSS_KEY, open_run, planned_steps, run_curve, run_status
 from glasslab.observatory.series import clean, finite
@@ -158,6 +160,49 @@ def hero_verdict(lab: Lab, hero_id: str | None, prediction: dict[str, Any] | Non
     return out
 
 
+def hero_tasks(lab: Lab, fit_folder: str, fit: dict[str, Any], hero_id: str | None) -> list[dict[str, Any]]:
+    """Per task the fit predicted (and the macro): chance, the predicted accuracy with its interval and the
+    back-test error, what the hero reached (its latest score) and where each number comes from."""
+    tasks = fit.get("tasks") or {}
+    lab_name = lab.root.resolve().name
+    rows = [{"task": name, "metric": f"eval/task/{name}/{law.get('metric', 'acc')}", "chance": law.get("chance"),
+             "acc": law.get("acc") or {}, "backtest_points": (law.get("backtest") or {}).get("error_points"),
+             "predicted_source": sources.read_from(lab_name, fit_folder, FIT_FILE, f"tasks.by_task.{name}.acc")}
+            for name, law in sorted((tasks.get("by_task") or {}).items())]
+    if tasks.get("macro"):
+        macro = tasks["macro"]
+        rows.append({"task": "macro", "metric": macro.get("metric"), "chance": macro.get("chance"), "acc": macro,
+                     "backtest_points": None,
+                     "predicted_source": sources.read_from(lab_name, fit_folder, FIT_FILE, "tasks.macro")})
+    if not rows or not hero_id:
+        return rows
+    folder = lab.index().runs[hero_id]
+    record = lab.json(folder / RUN_RECORD) or {}
+    configured = ((record.get("config") or {}).get("train") or {}).get("eval_tasks") or []
+    kept = sources.kept_checkpoint_steps(lab.json(folder / CHECKPOINT_LIST))
+    with open_run(folder) as reader:
+        reached = {row["metric"]: reader.last(row["metric"]) for row in rows} if reader is not None else {}
+    for row in rows:
+        last = reached.get(row["metric"])
+        if not last:
+            continue
+        row["actual"], row["actual_step"] = finite(last[1]), last[0]
+        row["actual_source"] = (sources.task_eval(lab_name, hero_id, last[0], configured, kept)
+                                or sources.logged(lab_name, folder.name, row["metric"], last[0]))
+    return rows
+
+
+def ladder_sources(lab: Lab, folder: Path, fit: dict[str, Any], hero_id: str | None,
+                   verdict_: dict[str, Any] | None, target: str) -> dict[str, Any]:
+    """Where the page's numbers come from: the fit (prediction, law, rungs, back-test) and the hero's loss."""
+    lab_name = lab.root.resolve().name
+    step_config = (lab.json(folder / STEP_RECORD) or {}).get("config")
+    out = {"fit": sources.ladder_fit(lab_name, folder.name, fit, step_config)}
+    if hero_id and verdict_ and verdict_.get("step") is not None:
+        out["hero"] = sources.logged(lab_name, lab.index().runs[hero_id].name, target, verdict_["step"])
+    return out
+
+
 def ladder_page(lab: Lab, fit_id: str) -> dict[str, Any] | None:
     folder = lab.index().fits.get(fit_id)
     if folder is None:
@@ -176,11 +221,13 @@ def ladder_page(lab: Lab, fit_id: str) -> dict[str, Any] | None:
     if hero and isinstance(prediction, dict) and finite(prediction.get("flops")) and planned_tokens:
         # The law's compute (the prediction's, at the hero's planned tokens) per token: the x of the hero's curve.
         hero["law_flops_per_token"] = prediction["flops"] / planned_tokens
+    hero_verdict_ = hero_verdict(lab, hero_id, prediction)
     return clean({
         "page": "ladder", "id": fit_id, "title": f"Ladder {fit.get('ladder') or fit_id}", "fit": fit,
         "target": target, "prediction": prediction, "hero": hero,
-        "hero_size": (hero_record or {}).get("size_name"),
-        "verdict": hero_verdict(lab, hero_id, prediction), "parameters": law_parameters(fit), "floor": floor_line(fit),
+        "hero_size": (hero_record or {}).get("size_name"), "tasks": hero_tasks(lab, folder.name, fit, hero_id),
+        "sources": ladder_sources(lab, folder, fit, hero_id, hero_verdict_, target),
+        "verdict": hero_verdict_, "parameters": law_parameters(fit), "floor": floor_line(fit),
         "law_line": law_line(fit, (prediction or {}).get("flops")), "registry": registry_entries(lab),
         "cursors": cursors, "watch": [hero_id] if hero_id else [],
     })

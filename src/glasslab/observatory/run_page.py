@@ -15,6 +15,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+from glasslab import sources
 from glasslab.layout import CHECKPOINT_LIST, RUN_RECORD
 from glasslab.observatory.batch_view import with_batches
 from glasslab.observatory.changes import experts_now, what_changed
@@ -35,6 +36,7 @@ MAX_KEYS_PER_READ = 256  # metrics one series request may ask for (a page batche
 # multiple 240, which a 100,000-step metric reads from 390 rollup rows instead of 6,250.
 MIN_POINTS = 50
 MOE_KEY = re.compile(r"^moe/layer_(\d+)/")
+TASK_ACC = re.compile(r"^eval/task/(?!macro/)[^/]+/acc$")
 
 
 def chance_levels(record: dict[str, Any], keys: list[str]) -> dict[str, float]:
@@ -108,6 +110,36 @@ def kept_checkpoints(lab: Lab, run_id: str) -> list[dict[str, Any]]:
             for c in listed.get("checkpoints", []) if isinstance(c, dict) and "step" in c]
 
 
+HEADER_KEYS = ("train/loss", "sft/loss", "dpo/loss", "train/tokens", "eval/macro/loss", "throughput/tokens_per_second")
+"""The logged metrics the run page's header shows."""
+
+
+def run_sources(lab: Lab, run_id: str, record: dict[str, Any]) -> dict[str, Any]:
+    """Where the header's numbers come from: the logged metrics (latest step) and the planned training FLOPs
+    of ``run.json``."""
+    lab_name, folder = lab.root.resolve().name, lab.index().runs[run_id].name
+    out: dict[str, Any] = {key: sources.logged(lab_name, folder, key) for key in HEADER_KEYS}
+    if isinstance(record.get("flops"), (int, float)):
+        out["flops"] = sources.read_from(lab_name, folder, RUN_RECORD, "flops")
+    return out
+
+
+def task_scores(lab: Lab, run_id: str, record: dict[str, Any], last: dict[str, Any]) -> list[dict[str, Any]]:
+    """The run's latest task accuracies (``eval/task/<task>/acc``), each with the ``glasslab eval`` that scores
+    its checkpoint at that step again (the file and key when that cannot be said as a command)."""
+    lab_name, folder = lab.root.resolve().name, lab.index().runs[run_id]
+    configured = ((record.get("config") or {}).get("train") or {}).get("eval_tasks") or []
+    kept = sources.kept_checkpoint_steps(lab.json(folder / CHECKPOINT_LIST))
+    command = {}
+    rows = []
+    for key, (step, value) in sorted(last.items()):
+        if step not in command:
+            command[step] = sources.task_eval(lab_name, run_id, step, configured, kept)
+        rows.append({"key": key, "task": TASK_KEY.match(key).group(1), "step": step, "value": value,
+                     "source": command[step] or sources.logged(lab_name, folder.name, key, step)})
+    return rows
+
+
 def run_page(lab: Lab, run_id: str) -> dict[str, Any] | None:
     index = lab.index()
     folder = index.runs.get(run_id)
@@ -123,7 +155,8 @@ def run_page(lab: Lab, run_id: str) -> dict[str, Any] | None:
         "experts": None, "has_report": run_id in index.reports, "links": run_links(relations, run_id),
         "band": band_on_steps(record), "chance": {}, "reproduce": relations.reproduce(run_id),
         "lab_name": lab.root.resolve().name, "chat_models": chat_models(relations, run_id),
-        "checkpoints": kept_checkpoints(lab, run_id), "trace": None,
+        "checkpoints": kept_checkpoints(lab, run_id), "trace": None, "sources": run_sources(lab, run_id, record),
+        "task_scores": [],
     }
     stored = store_part(lab, run_id)
     if stored is None:
@@ -133,7 +166,8 @@ def run_page(lab: Lab, run_id: str) -> dict[str, Any] | None:
     data.update(keys=keys, charts=stored["charts"], chance=chance_levels(record, keys), vector_keys=vector_keys,
                 layers=moe_layers(keys, vector_keys), events=stored["events"] + lab_events,
                 samples=stored["samples"], cursors={run_id: stored["cursor"]}, changes=stored["changes"],
-                experts=stored["experts"], trace=sample_traces(lab, run_id, stored["samples"]))
+                experts=stored["experts"], trace=sample_traces(lab, run_id, stored["samples"]),
+                task_scores=task_scores(lab, run_id, record, stored["task_last"]))
     return clean(data)
 
 
@@ -151,7 +185,8 @@ def store_part(lab: Lab, run_id: str) -> dict[str, Any] | None:
                 return {"keys": keys, "charts": chart_specs(keys), "vector_keys": vector_keys,
                         "events": with_batches(reader.events()),
                         "samples": reader.samples()[-MAX_SAMPLES:], "cursor": reader.cursor(),
-                        "changes": what_changed(reader, keys), "experts": experts_now(reader, vector_keys)}
+                        "changes": what_changed(reader, keys), "experts": experts_now(reader, vector_keys),
+                        "task_last": {k: tuple(last) for k in keys if TASK_ACC.match(k) and (last := reader.last(k))}}
             except sqlite3.Error:
                 return None
 

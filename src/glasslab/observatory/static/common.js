@@ -138,6 +138,41 @@
     return s;
   }
 
+  /* Where a number comes from (``glasslab/sources.py``: the command that recomputes it, or the file and key
+   * it is read from): on hover over ``node``, and listed once in the page's "Sources" section. */
+  const pageSources = [];
+  function sourced(node, source) {
+    if (!source || !source.text) return node;
+    node.classList.add("sourced");
+    node.dataset.source = source.text;
+    node.dataset.sourceKind = source.kind;
+    node.title = `${source.kind === "command" ? "recomputed by" : "read from"}: ${source.text}`;
+    if (!pageSources.some((s) => s.text === source.text)) pageSources.push(source);
+    return node;
+  }
+
+  /* A number formatted as tables format it, with its source on hover. */
+  function num(value, unit, source) {
+    return sourced(el("span", { class: "num" }, value == null ? "–" : fmt(value, unit)), source);
+  }
+
+  /* Every source the page's numbers named (commands first, each once), as a note and a list; the list
+   * starts afresh for the next drawing of the page. */
+  function sourceList() {
+    if (!pageSources.length) return null;
+    const ordered = pageSources.filter((s) => s.kind === "command").concat(pageSources.filter((s) => s.kind !== "command"));
+    pageSources.length = 0;
+    return [el("p", { class: "muted" }, "Hover a number to see where it comes from. Commands run in the folder "
+        + "that holds the lab; files are named under it."),
+      el("ul", { id: "sources" }, ...ordered.map((s) => el("li", { "data-source-kind": s.kind },
+        s.kind === "command" ? el("code", {}, s.text) : el("span", {}, "read from ", el("code", {}, s.text)))))];
+  }
+
+  function sourceNotes() {
+    const nodes = sourceList();
+    return nodes && section("Where the numbers come from", ...nodes);
+  }
+
   function statusCell(status) { return el("span", { class: `status status-${status}` }, status || "–"); }
 
   function nav() {
@@ -210,7 +245,8 @@
     };
   }
 
-  window.Glasslab = { BOOT, STATIC, app, el, fmt, href, link, table, sortableTable, section, statusCell,
+  window.Glasslab = { BOOT, STATIC, app, el, fmt, href, link, table, sortableTable, section, statusCell, sourced,
+                      num, sourceList, sourceNotes,
                       nav, setLive, loadData, follow, eventsTable, tokensAt, trackTokens,
                       charts: {},
                       // Milliseconds since navigation: the page's data in hand, its first chart drawn,

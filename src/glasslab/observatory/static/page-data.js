@@ -5,7 +5,7 @@
 (function () {
   "use strict";
   const G = window.Glasslab;
-  const { el, fmt, link, table, section, statusCell, app } = G;
+  const { el, fmt, link, table, section, statusCell, app, num, sourced, sourceNotes } = G;
   const REPEAT_LIMIT = 4;
 
   function bar(fraction, width) {
@@ -15,7 +15,7 @@
   }
 
   // Stage rows × domain columns: documents left after each stage, as a share of the domain's raw count.
-  function funnelSection(r) {
+  function funnelSection(r, source) {
     const byDomain = r.funnel_by_domain;
     const totals = r.funnel || [];
     if (!byDomain || !Object.keys(byDomain).length) {
@@ -34,7 +34,8 @@
       const f = at(dm, stage);
       if (f.documents == null) return "";
       const share = raw ? f.documents / raw : 0;
-      return el("div", { class: "funnel-cell" }, el("span", { class: "num" }, `${fmt(f.documents, "count")} (${Math.round(100 * share)}%)`),
+      return el("div", { class: "funnel-cell" },
+        sourced(el("span", { class: "num" }, `${fmt(f.documents, "count")} (${Math.round(100 * share)}%)`), source),
         bar(share, 90), f.tokens != null ? el("span", { class: "muted small" }, `${fmt(f.tokens, "count")} tokens`) : null);
     }), totals.find((f) => f.stage === stage)?.documents ?? ""]);
     section("Funnel per domain (documents left after each stage)",
@@ -43,11 +44,12 @@
 
   // One row per stage: tasks (those a resumed build found done), seconds, input MB/s in all and per
   // worker, documents in and kept, tasks run again after a worker died.
-  function stagesTable(build) {
+  function stagesTable(build, stageSource) {
     const workers = build.workers || 1;
     const rows = (build.stages || []).map((s) => [s.stage,
       `${fmt(s.tasks_done, "count")}/${fmt(s.tasks, "count")}` + (s.tasks_reused ? ` (${fmt(s.tasks_reused, "count")} reused)` : ""),
-      s.seconds, s.mb_per_s, s.mb_per_s / workers, s.documents_in, s.documents_kept, s.reruns || 0,
+      s.seconds, s.mb_per_s, s.mb_per_s / workers, s.documents_in, num(s.documents_kept, "count", stageSource),
+      s.reruns || 0,
       s.status === "running" && s.tasks_done > (s.tasks_reused || 0) && s.tasks_done < s.tasks
         ? `${fmt(s.seconds / (s.tasks_done - (s.tasks_reused || 0)) * (s.tasks - s.tasks_done))} s` : ""]);
     return table(["stage", "tasks", "seconds", "MB/s", "MB/s per worker", "documents in", "kept", "reruns", "ETA"],
@@ -55,14 +57,14 @@
               rowAttrs: (i) => ({ "data-stage": build.stages[i].stage, "data-status": build.stages[i].status || "" }) });
   }
 
-  function buildSection(build) {
+  function buildSection(build, stageSource) {
     if (!build) return;
     const how = build.backend === "ray" ? `${build.workers || "?"} Ray task(s) at once`
       : `${build.workers || "?"} local worker process(es)`;
     if (build.state === "done") {
       section("Build (stages as tasks)", el("p", { class: "muted" },
         `${how}, ${fmt(build.seconds)} s` + (build.reruns && build.reruns.length
-          ? ` · ${build.reruns.length} time(s) a worker died and its tasks ran again` : "")), stagesTable(build));
+          ? ` · ${build.reruns.length} time(s) a worker died and its tasks ran again` : "")), stagesTable(build, stageSource));
       return;
     }
     const age = build.age_s != null ? ` · last progress ${fmt(Math.max(0, build.age_s))} s ago` : "";
@@ -70,7 +72,7 @@
       : build.state === "interrupted" ? "Build interrupted (its process is gone; the same build run again resumes)"
         : `Build stopped (${build.state})`;
     app.append(el("div", { class: build.state === "running" ? "panel" : "warn", id: "build-progress" },
-      el("b", {}, state), el("span", { class: "muted" }, ` · ${how}${age}`), stagesTable(build)));
+      el("b", {}, state), el("span", { class: "muted" }, ` · ${how}${age}`), stagesTable(build, stageSource)));
   }
 
   function runsSection(d, domains) {
@@ -93,7 +95,7 @@
     app.append(el("h1", {}, d.title));
     const r = d.report;
     if (!r) {
-      if (d.build) buildSection(d.build);
+      if (d.build) buildSection(d.build, d.sources.stages);
       else app.append(el("p", { class: "warn" }, "report.json is missing or being written."));
       return { lab: G.scheduleRefresh };
     }
@@ -103,13 +105,14 @@
       app.append(el("div", { class: "warn", id: "data-warnings" }, el("b", {}, "Warnings"),
         el("ul", {}, ...d.warnings.map((w) => el("li", { "data-kind": w.kind }, w.text)))));
     }
-    funnelSection(r);
-    buildSection(d.build);
+    funnelSection(r, d.sources.funnel);
+    buildSection(d.build, d.sources.stages);
     section("Filters (documents dropped by each)", table(["filter", "dropped"],
       Object.entries(r.filters || {}).map(([k, v]) => [k, v]), { units: [null, "count"] }));
     const domains = Object.entries(r.domains || {});
     section("Domains", table(["domain", "documents", "tokens", "bytes", "bytes/token", "eval docs", "eval tokens", "eval / train"],
-      domains.map(([name, x]) => [name, x.documents, x.tokens, x.bytes, x.bytes_per_token, x.eval_documents, x.eval_tokens,
+      domains.map(([name, x]) => [name, num(x.documents, "count", d.sources.report), num(x.tokens, "count", d.sources.report),
+        x.bytes, x.bytes_per_token, x.eval_documents, x.eval_tokens,
         x.tokens ? el("span", { class: x.eval_tokens >= x.tokens ? "over" : "" }, fmt(x.eval_tokens / x.tokens, "percent")) : ""]),
       { units: [null, "count", "count", "bytes", null, "count", "count"] }));
     runsSection(d, domains.map(([name]) => name));
@@ -142,6 +145,7 @@
         + `${fmt(errors.malformed_count || malformed.length, "count")}`),
         malformed.length ? el("pre", {}, malformed.map((m) => (typeof m === "string" ? m : JSON.stringify(m))).join("\n")) : null);
     }
+    sourceNotes();
     return { lab: G.scheduleRefresh };
   }
 

@@ -5,7 +5,7 @@
 (function () {
   "use strict";
   const G = window.Glasslab;
-  const { el, link, table, section, statusCell, app } = G;
+  const { el, link, table, section, statusCell, app, sourced, sourceNotes } = G;
 
   /* The verdict as a coloured word with its line: "confirmed", "refuted", "open". */
   function verdictBadge(verdict, text) {
@@ -26,15 +26,16 @@
     section("Expectations", c.expectations.length ? table(
       ["expectation", "metric", "step", "source", "predicted", "band", "actual", "result"],
       c.expectations.map((e) => [e.name, e.metric, e.folder ? pageLink(e.page, e.folder, e.step) : e.step, e.source,
-        e.point_text || "–", e.band_text + (e.unit ? ` ${e.unit}` : ""),
-        el("span", { class: "actual" }, e.actual_display),
+        sourced(el("span", { class: "predicted" }, e.point_text || "–"), (e.sources || {}).predicted),
+        e.band_text + (e.unit ? ` ${e.unit}` : ""),
+        sourced(el("span", { class: "actual" }, e.actual_display), (e.sources || {}).actual),
         el("span", { class: `verdict-word ${e.inside === true ? "inside" : e.inside === false ? "outside" : "pending"}` },
           e.inside_text)]), { class: "expectations" })
       : el("p", { class: "muted" }, "The card states no expectations."));
     section("Runs", table(["step", "folder", "status", "attempts", "seconds"],
       c.steps.map((s) => [s.name, pageLink(s.page, s.folder, s.folder), statusCell(s.status), s.attempts ?? "–",
         s.seconds == null ? "–" : s.seconds.toFixed(1)])),
-      el("p", { class: "muted" }, `Total: ${c.totals.text}.`));
+      sourced(el("p", { class: "muted totals" }, `Total: ${c.totals.text}.`), c.totals.source));
     section("Incidents", c.incidents.length ? table(["incident", "run", "at step", "what"],
       c.incidents.map((i) => [i.word, pageLink(i.page, i.folder, i.folder), i.at_step ?? "", i.title]),
       { class: "incidents" }) : el("p", { class: "incidents-none" }, "none"));
@@ -44,6 +45,7 @@
     section("Card versions", table(["version", "sha256", "stored", "code commit"],
       c.versions.map((v) => [`v${v.version}${v.version === c.version ? " (this run)" : ""}`, (v.hash || "").slice(0, 16),
         v.stored_at || "", (v.commit || "unknown").slice(0, 12)])));
+    sourceNotes();
     app.append(el("p", {}, link("overview", null, "back to the overview")));
     return { lab: G.scheduleRefresh };
   }

@@ -4,7 +4,7 @@
 (function () {
   "use strict";
   const G = window.Glasslab;
-  const { el, fmt, link, table, section, app, tokensAt, trackTokens } = G;
+  const { el, fmt, link, table, section, app, tokensAt, trackTokens, sourced, sourceNotes } = G;
   const { LineChart } = window.GlasslabCharts;
   const { verdictCell } = window.GlasslabOverview;
 
@@ -19,7 +19,8 @@
     const v = d.verdict, p = d.prediction;
     if (v) {
       return el("p", { id: "verdict", class: `verdict ${v.inside == null ? "pending" : v.inside ? "inside" : "outside"}` },
-        el("b", {}, "Verdict: "), v.state === "pending" ? v.text : `hero ${v.text}`);
+        el("b", {}, "Verdict: "), v.state === "pending" ? v.text
+          : sourced(el("span", { id: "hero-loss" }, `hero ${v.text}`), d.sources.hero));
     }
     if (p) return el("p", { id: "verdict", class: "verdict pending" }, el("b", {}, "Verdict: "),
       `no hero run yet; predicted ${interval(p)} at ${fmt(p.flops, "flops")} FLOPs`);
@@ -76,8 +77,9 @@
     const topRung = Math.max(0, ...(fit.rungs || []).map((r) => r.flops || 0));
     const reach = p && p.flops && topRung ? ` (${Math.round(p.flops / topRung)}× the top rung's compute)` : "";
     if (p) {
-      app.append(el("p", { id: "prediction" }, `Pre-registered prediction of ${d.target}: `, el("b", {}, fmt(p.point)),
-        ` [${fmt(p.lo)}, ${fmt(p.hi)}] (${Math.round((p.level || 0.9) * 100)}%) at ${fmt(p.flops, "flops")} FLOPs${reach}`,
+      app.append(el("p", { id: "prediction" }, `Pre-registered prediction of ${d.target}: `,
+        sourced(el("span", { class: "predicted" }, el("b", {}, fmt(p.point)), ` [${fmt(p.lo)}, ${fmt(p.hi)}]`), d.sources.fit),
+        ` (${Math.round((p.level || 0.9) * 100)}%) at ${fmt(p.flops, "flops")} FLOPs${reach}`,
         p.registered_at ? ` · registered ${p.registered_at}` : "",
         hero ? " · hero " : "", hero ? link("run", hero.id, hero.id) : "", d.hero_size ? ` (${d.hero_size})` : ""));
     }
@@ -101,7 +103,8 @@
     const law = fit.law || {};
     const noise = law.noise || {};
     section("Law", el("p", {}, el("code", {}, law.form || "")),
-      table(["parameter", "value ± standard error", ""], d.parameters.map((r) => [r.name, r.text, r.note]), { class: "law" }),
+      table(["parameter", "value ± standard error", ""],
+        d.parameters.map((r) => [r.name, sourced(el("span", {}, r.text), d.sources.fit), r.note]), { class: "law" }),
       noise.sigma != null ? el("p", { class: "muted" }, `residual noise σ ${fmt(noise.sigma)} (${noise.dof ?? "?"} degrees of freedom)`) : null,
       fit.approach3 && fit.approach3.fitted === false && fit.approach3.reason
         ? el("p", { class: "muted" }, `Approach 3 not fitted: ${fit.approach3.reason}`) : null,
@@ -110,28 +113,35 @@
     const rungs = fit.rungs || [];
     section("Rungs", table(["rung", "size", "active params", "tokens", "FLOPs (no LM head)", "loss per seed", "mean ± std"],
       rungs.map((r) => [r.name || "", r.size_name || "", r.params_active, r.tokens, r.flops,
-        el("span", {}, ...(r.losses || []).flatMap((loss, j) => [j ? ", " : "",
-          (r.run_ids || [])[j] ? link("run", r.run_ids[j], fmt(loss)) : fmt(loss)])),
-        (r.losses || []).length > 1 ? `${fmt(r.loss_mean)} ± ${fmt(r.loss_std)}` : fmt(r.loss_mean)]),
+        sourced(el("span", {}, ...(r.losses || []).flatMap((loss, j) => [j ? ", " : "",
+          (r.run_ids || [])[j] ? link("run", r.run_ids[j], fmt(loss)) : fmt(loss)])), d.sources.fit),
+        sourced(el("span", {}, (r.losses || []).length > 1 ? `${fmt(r.loss_mean)} ± ${fmt(r.loss_std)}` : fmt(r.loss_mean)),
+          d.sources.fit)]),
       { units: [null, null, "count", "count", "flops"] }));
 
     const bt = fit.backtest;
     if (bt && (bt.steps || []).length) {
-      section("Back-test", el("p", { class: "muted" }, `${bt.method || ""}; mean |error| `
-          + `${bt.mean_abs_rel_error_pct != null ? bt.mean_abs_rel_error_pct.toFixed(2) + "%" : "–"} (error = (predicted − measured) / measured)`),
+      section("Back-test", el("p", { class: "muted" }, `${bt.method || ""}; mean |error| `,
+          sourced(el("span", { id: "backtest-mean" }, bt.mean_abs_rel_error_pct != null
+            ? bt.mean_abs_rel_error_pct.toFixed(2) + "%" : "–"), d.sources.fit),
+          " (error = (predicted − measured) / measured)"),
         table(["held out", "fitted on", "FLOPs", "extrapolation", "measured", "predicted [90%]", "error", "inside"],
           bt.steps.map((s) => [s.held_out, (s.fit_rungs || []).join(", "), s.flops,
-            s.extrapolation != null ? `${s.extrapolation.toFixed(1)}×` : "", s.measured, interval(s),
-            s.rel_error_pct != null ? `${s.rel_error_pct > 0 ? "+" : ""}${s.rel_error_pct.toFixed(2)}%` : "",
+            s.extrapolation != null ? `${s.extrapolation.toFixed(1)}×` : "", G.num(s.measured, null, d.sources.fit),
+            sourced(el("span", {}, interval(s)), d.sources.fit),
+            sourced(el("span", { class: "backtest-error" },
+              s.rel_error_pct != null ? `${s.rel_error_pct > 0 ? "+" : ""}${s.rel_error_pct.toFixed(2)}%` : ""), d.sources.fit),
             s.covered == null ? "" : s.covered ? "yes" : "no"]),
           { class: "backtest", units: [null, null, "flops"] }));
     }
     const sweep = fit.sweep_table || [];
     if (sweep.length) {
       section("Asymptote sweep (the interval is widened to cover it)", table(["L∞", "A", "α", "prediction [90%]"],
-        sweep.map((r) => [r.L_inf, r.A, r.alpha, interval(r)])));
+        sweep.map((r) => [r.L_inf, r.A, r.alpha, sourced(el("span", {}, interval(r)), d.sources.fit)])));
     }
+    tasksSection(d.tasks || []);
     registrySection(d.registry);
+    sourceNotes();
     return {
       lab: G.scheduleRefresh,
       delta(runId, delta) {
@@ -142,6 +152,20 @@
         }
       },
     };
+  }
+
+  // The hero's task accuracy: predicted by the task laws with the band, against what the hero scored.
+  function tasksSection(rows) {
+    if (!rows.length) return;
+    const pct = (v) => (v == null ? "–" : v.toFixed(3));
+    section("Task accuracy", table(["task", "chance", "predicted [90%]", "hero reached", "back-test error"],
+      rows.map((r) => [r.task, pct(r.chance),
+        sourced(el("span", { class: "task-predicted" }, `${pct(r.acc.point)} [${pct(r.acc.lo)}, ${pct(r.acc.hi)}]`),
+          r.predicted_source),
+        r.actual == null ? "–" : sourced(el("span", { class: "task-actual", "data-task": r.task }, pct(r.actual)),
+          r.actual_source),
+        r.backtest_points == null ? "" : `${r.backtest_points > 0 ? "+" : ""}${r.backtest_points.toFixed(1)} points`]),
+      { class: "tasks" }));
   }
 
   function registrySection(entries) {

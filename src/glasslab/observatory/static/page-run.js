@@ -15,7 +15,7 @@
 (function () {
   "use strict";
   const G = window.Glasslab;
-  const { el, fmt, link, table, statusCell, app } = G;
+  const { el, fmt, link, table, statusCell, app, sourced, num, sourceList } = G;
   const LOSS_KEYS = ["train/loss", "sft/loss"];
   const sections = [];
 
@@ -37,7 +37,7 @@
   }
 
   // "step 120 of 173 (69%) · 398.6k tokens · …": rebuilt from the summary whenever a delta lands.
-  function headerParts(s, rec) {
+  function headerParts(s, rec, src) {
     const parts = [statusCell(s.unreadable ? "unreadable" : s.status)];
     const add = (...xs) => { parts.push(" · ", ...xs); };
     if (rec.size_name) add(rec.size_name);
@@ -46,10 +46,14 @@
       const planned = s.planned_steps;
       add(`step ${fmt(s.step, "count")}${planned ? ` of ${fmt(planned, "count")} (${Math.round(100 * Math.min(1, s.step / planned))}%)` : ""}`);
     }
-    if (s.tokens != null) add(`${fmt(s.tokens, "count")} tokens`);
-    if (s.loss != null) add(`${s.loss_key || "train/loss"} ${fmt(s.loss)}`);
-    if (s.eval_loss != null) add(`eval/macro/loss ${fmt(s.eval_loss)}`);
-    if (s.tokens_per_second != null) add(fmt(s.tokens_per_second, "rate").replace("/s", " tokens/s"));
+    const part = (key, text) => sourced(el("span", { "data-key": key }, text), src[key]);
+    if (s.tokens != null) add(part("train/tokens", `${fmt(s.tokens, "count")} tokens`));
+    if (rec.flops != null) add(part("flops", `${fmt(rec.flops, "flops")} FLOPs planned`));
+    if (s.loss != null) add(part(s.loss_key || "train/loss", `${s.loss_key || "train/loss"} ${fmt(s.loss)}`));
+    if (s.eval_loss != null) add(part("eval/macro/loss", `eval/macro/loss ${fmt(s.eval_loss)}`));
+    if (s.tokens_per_second != null) {
+      add(part("throughput/tokens_per_second", fmt(s.tokens_per_second, "rate").replace("/s", " tokens/s")));
+    }
     return parts;
   }
 
@@ -117,6 +121,13 @@
       { rowAttrs: (i) => ({ id: `checkpoint-${checkpoints[i].step}` }), units: ["count", "count"] });
   }
 
+  // The run's latest task accuracies, each with the `glasslab eval` that scores that checkpoint again.
+  function taskScoresTable(scores) {
+    if (!scores || !scores.length) return null;
+    return table(["task", "step", "acc"], scores.map((t) => [t.task, t.step, num(t.value, "percent", t.source)]),
+      { class: "task-scores", units: [null, "count"] });
+  }
+
   // `glasslab eval` results of this run's checkpoints and exports: one row per task.
   function evaluationsTable(evaluations) {
     if (!evaluations || !evaluations.length) return null;
@@ -147,7 +158,7 @@
     const s = Object.assign({}, d.summary || {});
     const rec = d.record || {};
     const header = el("p", { id: "run-header", class: "run-header" });
-    const drawHeader = () => { header.textContent = ""; header.append(...headerParts(s, rec)); };
+    const drawHeader = () => { header.textContent = ""; header.append(...headerParts(s, rec, d.sources || {})); };
     drawHeader();
     app.append(header, linksLine(d));
     const verdict = verdictLine(s.verdict, d.band || {});
@@ -214,6 +225,12 @@
     body.append(t);
   } });
 
+  G.runSections.add({ id: "task-scores", title: "Task accuracy (latest)", order: 68, draw(body, ctx) {
+    const t = taskScoresTable(ctx.d.task_scores);
+    if (!t) return false;
+    body.append(t);
+  } });
+
   G.runSections.add({ id: "evaluations", title: "Task evaluations (glasslab eval)", order: 70, draw(body, ctx) {
     const t = evaluationsTable((ctx.d.links || {}).evaluations);
     if (!t) return false;
@@ -262,6 +279,12 @@
     };
     drawEvents();
     return { delta(delta) { if (delta.newEvents.length) drawEvents(); } };
+  } });
+
+  G.runSections.add({ id: "sources", title: "Where the numbers come from", order: 95, draw(body) {
+    const nodes = sourceList();
+    if (!nodes) return false;
+    body.append(...nodes);
   } });
 
   window.GlasslabPages.run = drawRun;
