@@ -453,7 +453,7 @@ def selfcal_report(protocol: str, lab: Path, jobs: int, smoke: bool = False) -> 
                  "curve_coverage": float("nan"), "curve_halfwidth_pct": float("nan"),
                  # The data step is shared by both protocols in one lab: its time belongs to the first.
                  "minutes": _span_minutes({k: v for k, v in folders.items() if k != "data"} if protocol == "b"
-                                          else folders), "law": law["params"], "noise": noise["sigma"]}
+                                          else folders), "law": shape["params"], "noise": noise["sigma"]}
     late = [c for c in fit["curve"] if c["fraction"] >= 0.1 - 1e-9]
     headlines["curve_halfwidth_pct"] = float(np.median([100 * (c["hi"] - c["lo"]) / 2 / c["point"] for c in late]))
     if measured is not None:
