@@ -154,3 +154,19 @@ def test_poll_cursor_returns_only_new_rows(server, lab):
     assert {s for _, s, _ in delta["scalars"]} == {30}
     assert [e["title"] for e in delta["events"]] == ["picked up again"]
     assert [v[1] for v in delta["vectors"]] == [30, 30]
+
+
+def test_the_printed_address_accepts_connections_before_the_server_has_started():
+    """``glasslab serve`` prints its URL once the port is bound; a client that reads it and connects before
+    uvicorn runs waits in the backlog (a bound socket that is not listening refuses it: a bench's first
+    request under load was refused that way)."""
+    import socket
+
+    from glasslab.observatory.app import bind
+
+    server = bind("127.0.0.1", 0)
+    try:
+        with socket.create_connection(server.getsockname(), timeout=5):
+            pass
+    finally:
+        server.close()

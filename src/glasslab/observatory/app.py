@@ -174,11 +174,16 @@ def create_app(lab_root: str | Path, chat: bool = False) -> Starlette:
     return Starlette(routes=routes, exception_handlers={HTTPException: not_found})
 
 
+LISTEN_BACKLOG = 2048
+"""uvicorn's own default backlog."""
+
+
 def bind(host: str, port: int) -> socket.socket:
-    """A socket bound to ``host:port`` for the server, or a one-line UserError saying why not.
+    """A socket bound to ``host:port`` and listening, for the server, or a one-line UserError saying why not.
 
     Binding before anything is printed or started means a busy port is reported as such instead of
-    after a URL that never answers.
+    after a URL that never answers; listening at once means a client that reads the printed URL and
+    connects before the server has started waits in the backlog instead of being refused.
     """
     if not 0 <= port <= 65535:
         raise UserError(f"port {port}: expected a port number from 0 to 65535")
@@ -199,6 +204,7 @@ def bind(host: str, port: int) -> socket.socket:
                     errno.EACCES: "a port this user may open (ports below 1024 need privileges)"}
         raise UserError(f"cannot serve on {host}:{port} ({exc.strerror}); expected "
                         f"{expected.get(exc.errno, 'an address and port free to bind')}") from None
+    sock.listen(LISTEN_BACKLOG)
     return sock
 
 
