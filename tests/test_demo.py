@@ -123,7 +123,7 @@ def test_every_demo_folder_is_a_succeeded_step_with_lab_events(demo_lab):
     from glasslab.track import read_lab_events
 
     folders = step_hashes(demo_lab.root)
-    assert len(folders) == 13  # data, 4 rungs, fit, hero, export, conversations, sft, export, pairs, dpo
+    assert len(folders) == 14  # data, 4 rungs, fit, hero, export, conversations, sft, export, pairs, dpo, index
     assert all(read_step_record(demo_lab.root / f)["status"] == "succeeded" for f in folders)
     succeeded = {e["subject"] for e in read_lab_events(demo_lab.root) if e["kind"] == "step_succeeded"}
     assert succeeded == set(folders)

@@ -38,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
+from glasslab.config import UNVERSIONED
 from glasslab.errors import UserError
 from glasslab.layout import json_text, read_json, write_text_atomic
 
@@ -65,7 +66,9 @@ def default_cutoff(min_tokens: int, typical_log10: float) -> float:
 class IndexConfig:
     """The index step's config: the dataset (its path, and the manifest hash that names it)."""
 
-    dataset: str
+    dataset: str = field(metadata=UNVERSIONED)
+    """Where the dataset is: not part of the step's identity, so a lab moved or rebuilt elsewhere (another
+    path, the same data) finds the same ``index-<hash8>``."""
     manifest_hash: str
 
 
