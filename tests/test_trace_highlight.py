@@ -180,3 +180,24 @@ def test_the_run_page_highlights_the_copied_span_and_links_to_its_document(lab, 
     published = site / "data" / f"{page_file('run', 'sampled').removesuffix('.html')}.js"
     assert str(lab["root"]) not in published.read_text()  # no local path in the published spans
     assert not errors, errors
+
+
+def test_a_lab_moved_whole_traces_its_samples_from_the_dataset_beside_its_runs(lab, tmp_path, capsys):
+    """A lab copied elsewhere (its runs' records still name the old path): the run's dataset is the folder of
+    the recorded name beside the run, checked by manifest hash, for the page, `glasslab trace` and batches."""
+    import shutil
+
+    from glasslab.train.batches import trained_dataset
+
+    moved = tmp_path / "moved"
+    shutil.copytree(lab["lab"] / "sampled", moved / "sampled")
+    shutil.copytree(lab["dataset"], moved / lab["dataset"].name)
+    record = json.loads((moved / "sampled" / "run.json").read_text())
+    record["dataset"]["path"] = str(tmp_path / "where-it-was" / lab["dataset"].name)
+    (moved / "sampled" / "run.json").write_text(json.dumps(record))
+    assert trained_dataset(moved / "sampled") == moved / lab["dataset"].name
+    assert build_page(Lab(moved), "run", "sampled")["trace"]["status"] == "no_index"  # found; not indexed yet
+    assert cli_main(["trace", "sampled", "--lab", str(moved)]) == 0
+    capsys.readouterr()
+    trace = build_page(Lab(moved), "run", "sampled")["trace"]
+    assert trace["status"] == "traced" and trace["spans"]

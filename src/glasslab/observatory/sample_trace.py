@@ -50,11 +50,14 @@ def sample_traces(lab: Lab, run_id: str, samples: list[dict[str, Any]]) -> dict[
     dataset = (lab.json(folder / RUN_RECORD) or {}).get("dataset")
     if not isinstance(dataset, dict) or not dataset.get("path"):
         return None  # a run that records no dataset (made by hand, or before datasets were recorded)
-    path = Path(str(dataset["path"]))
+    from glasslab.train.batches import trained_dataset
+
     digest = str(dataset.get("manifest_hash") or "")[:16]
-    if not (path / MANIFEST_FILE).is_file():
-        return {"status": "no_dataset", "message": f"samples are not traced: the run's dataset {digest} is gone "
-                f"from {path.name}"}
+    try:  # where it was recorded, or beside the run in a lab moved whole
+        path = trained_dataset(folder)
+    except UserError:
+        return {"status": "no_dataset", "message": f"samples are not traced: the run's dataset {digest} "
+                f"({dataset.get('folder') or Path(str(dataset['path'])).name}) is gone or holds other data"}
     spans = {}
     try:
         for sample in samples:

@@ -103,8 +103,9 @@ class StepBatch:
 
 def trained_dataset(run_dir: str | Path, manifest_digest: str | None = None) -> Path:
     """The dataset folder the run in ``run_dir`` trained on, checked against the manifest hash it recorded
-    (``manifest_digest`` when its record names none); one line when it is gone or holds another dataset,
-    naming the dataset by that hash."""
+    (``manifest_digest`` when its record names none): the path it recorded, else — a lab moved or copied
+    whole — the folder of the recorded name beside the run. One line when it is gone or holds another
+    dataset, naming the dataset by that hash."""
     from glasslab.data.shards import manifest_hash
     from glasslab.track import read_record
 
@@ -112,13 +113,17 @@ def trained_dataset(run_dir: str | Path, manifest_digest: str | None = None) -> 
     path, digest = Path(dataset.get("path", "")), dataset.get("manifest_hash", manifest_digest)
     if not digest:
         raise UserError(f"{run_dir}: the run's record names no dataset")
-    if not dataset.get("path") or not (path / MANIFEST_FILE).is_file():
+    candidates = [path] if dataset.get("path") else []
+    candidates += [Path(run_dir).parent / dataset["folder"]] if dataset.get("folder") else []
+    built = [c for c in candidates if (c / MANIFEST_FILE).is_file()]
+    for candidate in built:
+        if manifest_hash(candidate) == digest:
+            return candidate
+    if not built:
         raise UserError(f"dataset {digest[:16]} (manifest sha256) is gone: {path} holds no built dataset; "
                         "build it again from the run's data config")
-    if manifest_hash(path) != digest:
-        raise UserError(f"{path}: holds another dataset than the one the run trained on (manifest sha256 "
-                        f"{digest[:16]}); build that one again")
-    return path
+    raise UserError(f"{built[0]}: holds another dataset than the one the run trained on (manifest sha256 "
+                    f"{digest[:16]}); build that one again")
 
 
 def rebuild_batch(run_dir: str | Path, step: int, attempt: int | None = None, rank: int | None = None) -> StepBatch:
