@@ -19,7 +19,7 @@ from typing import Any
 
 from glasslab.errors import UserError
 from glasslab.layout import CHECKPOINT_LIST, MANIFEST_FILE, RUN_RECORD, STEP_RECORD, read_json
-from glasslab.observatory.runs import step_record
+from glasslab.observatory.runs import by_step, step_record
 from glasslab.track import RunReader
 from glasslab.train.reproduce import PublishedRun
 
@@ -47,7 +47,7 @@ def _from_folder(folder: Path) -> PublishedRun:
     data_step = {k: step[k] for k in ("name", "function", "config")} if step and "function" in step else None
     if data_step is not None:
         data_step["manifest"] = read_json(folder.parent / dataset / MANIFEST_FILE)
-    return PublishedRun(folder.name, record, listed.get("checkpoints", []), *_by_step(steps), data_step, folder)
+    return PublishedRun(folder.name, record, listed.get("checkpoints", []), *by_step(steps), data_step, folder)
 
 
 def _fetch_file(base: str, name: str) -> str:
@@ -93,12 +93,5 @@ def _from_site(base: str, page: str, fetch) -> PublishedRun:
         if data_page:
             page_data = _script_json(fetch(base, f"data/{data_page.removesuffix('.html')}.js"), data_page)
             data_step = page_data.get("built_by")
-    return PublishedRun(data["id"], data.get("record") or {}, data.get("checkpoints") or [], *_by_step(steps),
+    return PublishedRun(data["id"], data.get("record") or {}, data.get("checkpoints") or [], *by_step(steps),
                         data_step)
-
-
-def _by_step(steps: dict[str, Any]) -> tuple[dict[int, float], dict[int, str]]:
-    """A step record's losses and batch hashes, each by step."""
-    loss, batch = steps["loss"], steps["batch"]
-    return (dict(zip(loss["steps"], loss["values"], strict=True)),
-            dict(zip(batch["steps"], batch["hashes"], strict=True)))

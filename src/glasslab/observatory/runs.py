@@ -178,3 +178,10 @@ def step_record(reader: RunReader) -> dict[str, Any]:
         pass
     return {"loss": {"steps": steps, "values": values},
             "batch": {"steps": list(in_force), "hashes": list(in_force.values())}}
+
+
+def by_step(record: dict[str, Any]) -> tuple[dict[int, float], dict[int, str]]:
+    """A step record's losses and batch hashes, each by step."""
+    loss, batch = record["loss"], record["batch"]
+    return (dict(zip(loss["steps"], loss["values"], strict=True)),
+            dict(zip(batch["steps"], batch["hashes"], strict=True)))

@@ -155,13 +155,11 @@ def replay(run: PublishedRun, lab: Path, dataset: Path, until: int | None = None
 
 def compare(run: PublishedRun, folder: Path, until: int | None = None) -> list[CheckpointVerdict]:
     """Each published checkpoint up to ``until`` against the replay in ``folder``."""
-    from glasslab.observatory.runs import step_record
+    from glasslab.observatory.runs import by_step, step_record
 
     replayed = {c["step"]: c for c in (read_json(folder / CHECKPOINT_LIST) or {}).get("checkpoints", [])}
     with RunReader(folder) as reader:
-        mine = step_record(reader)
-    losses = dict(zip(mine["loss"]["steps"], mine["loss"]["values"], strict=True))
-    hashes = dict(zip(mine["batch"]["steps"], mine["batch"]["hashes"], strict=True))
+        losses, hashes = by_step(step_record(reader))
     verdicts = []
     for published in run.checkpoints:
         step = published["step"]
