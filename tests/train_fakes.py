@@ -63,7 +63,7 @@ class SyntheticLoader:
 
 
 def make_trainer(run_dir: Path, cfg: TrainConfig, moe: bool = False, loader=None, log: bool = True,
-                 hooks=(), ctx: DistContext | None = None) -> Trainer:
+                 callbacks=(), ctx: DistContext | None = None) -> Trainer:
     """A Trainer on the real tiny Transformer and the synthetic stream, logging into ``run_dir``
     (``ctx``: this process's place in a job whose process group is already up; default one process)."""
     ctx = ctx or DistContext()
@@ -79,4 +79,4 @@ def make_trainer(run_dir: Path, cfg: TrainConfig, moe: bool = False, loader=None
     parts = RunParts(model=model, balancer=model.balancer, loader=loader,
                      flops_per_token=model_cfg.flops_per_token(cfg.seq_len), evaluate=evaluate_model)
     run = track_init(run_dir, {"train": {}}) if log and ctx.is_main else None
-    return Trainer(cfg, parts, run, run_dir, ctx, {"train": {}}, peak_flops=1e11, hooks=hooks)
+    return Trainer(cfg, parts, run, run_dir, ctx, {"train": {}}, peak_flops=1e11, callbacks=callbacks)
