@@ -22,8 +22,8 @@ from glasslab.observatory.lab_scan import Lab
 from glasslab.observatory.run_page import run_page
 from glasslab.track import RunReader, read_record
 from glasslab.train import RunConfig, train
-from glasslab.train.export_step import ExportConfig, export_step
 from glasslab.train.callbacks import Callback
+from glasslab.train.export_step import ExportConfig, export_step
 from train_data import build_tiny_dataset, tiny_run_config
 
 TASKS = [{"builtin": "next_word", "domain": "code", "max_items": 150},

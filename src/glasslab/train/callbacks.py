@@ -52,10 +52,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-FIRST, EARLY, CHECKPOINT, LATE = 300, 200, 100, -100
-"""Priorities of the built-in callbacks around a user's (0): the meter stops its clock first, evals
-and samples (in that order) come before the checkpoint that follows them, and a user's callback is
-told of all three; the progress bar is drawn last."""
+FIRST, EARLY, LATE, LAST = 300, 200, -100, -1000
+"""Priorities of the built-in callbacks around a user's (0): the meter stops its clock first; evals and
+samples (in that order) come next, so a user's ``after_step`` sees a step's eval already told; the
+progress bar is drawn late; the checkpoint is written last, once every callback has taken the step in,
+so the states it saves are those of the step it is at."""
 
 
 class Callback:

@@ -10,9 +10,9 @@ the trainer's own state (``trainer.pt``: loader, balancer, guard, RNG) and its c
 (``callbacks.pt``, by callback name, only when one has state: a run without stateful callbacks writes
 the same files as before they existed) are small and host-side and stay files written by rank 0.
 A checkpoint is written under a hidden temp name and renamed into place only when complete, so a
-process killed mid-write leaves either the previous state or a temp folder that is ignored and swept. A folder whose manifest is missing or whose files do not match it
-(truncated, corrupted) is skipped by ``layout.latest_checkpoint``, which reports it so the trainer records
-``checkpoint_fallback``.
+process killed mid-write leaves either the previous state or a temp folder that is ignored and swept. A
+folder whose manifest is missing or whose files do not match it (truncated, corrupted) is skipped by
+``layout.latest_checkpoint``, which reports it so the trainer records ``checkpoint_fallback``.
 
 Which checkpoints stay: the last ``keep_last`` written on the interval (or at a preemption, or the end),
 the multiples of ``keep_every``, and with ``train.keep_log`` the published schedule (:func:`published_steps`).
@@ -59,15 +59,15 @@ from glasslab.layout import (
     temp_path,
     write_json_atomic,
 )
-from glasslab.train.callbacks import CHECKPOINT, Callback
+from glasslab.train.callbacks import LAST, Callback
 from glasslab.train.config import TrainConfig
 from glasslab.train.distributed import DistContext
 from glasslab.train.schedule import decay_start
 
 # The read side, from the file contract, for the trainer's callers that reach checkpoints through here.
-__all__ = ["CALLBACKS_PART", "HOST_PARTS", "Checkpointer", "SHARDED_MODEL", "SHARDED_OPTIMIZER", "apply_retention", "checkpoint_config",
-           "intact_checkpoint", "is_sharded", "list_checkpoints", "load_checkpoint", "published_steps",
-           "save_checkpoint", "save_sharded_checkpoint", "sweep_temp", "write_checkpoint_list"]
+__all__ = ["CALLBACKS_PART", "HOST_PARTS", "SHARDED_MODEL", "SHARDED_OPTIMIZER", "Checkpointer", "apply_retention",
+           "checkpoint_config", "intact_checkpoint", "is_sharded", "list_checkpoints", "load_checkpoint",
+           "published_steps", "save_checkpoint", "save_sharded_checkpoint", "sweep_temp", "write_checkpoint_list"]
 
 PART_SUFFIX = ".pt"
 CALLBACKS_PART = "callbacks"
@@ -95,19 +95,15 @@ def published_steps(cfg: TrainConfig) -> frozenset[int]:
 
 
 class Checkpointer(Callback):
-    """When the trainer writes its checkpoint (``trainer.save_checkpoint``), and which are kept: a callback.
+    """When the trainer writes its checkpoint (``trainer.save_checkpoint``, which applies retention): at
+    step 0 of a fresh run (so a rollback always has somewhere to go), every ``checkpoint_interval`` steps,
+    at the published schedule's steps off the interval (extra, ``trainer.published_steps``), and as
+    training finishes or stops."""
 
-    Step 0 of a fresh run (so a rollback always has somewhere to go), every ``checkpoint_interval`` steps,
-    the published schedule's steps off the interval (extra), and as training finishes or stops. After
-    each one, rank 0 applies retention and rewrites ``checkpoints.json``, before other callbacks are told.
-    """
-
-    priority = CHECKPOINT
+    priority = LAST  # after every other callback has taken the step in: their states are the step's
 
     def __init__(self, cfg: TrainConfig, run_dir: Path) -> None:
         self.cfg, self.run_dir = cfg, Path(run_dir)
-        self.published_steps = published_steps(cfg) if cfg.keep_log else frozenset()
-        """Checkpoints kept for the published schedule (``train.keep_log``), besides the interval's."""
 
     def on_start(self, trainer: Any) -> None:
         if not list_checkpoints(self.run_dir):
@@ -117,14 +113,8 @@ class Checkpointer(Callback):
         step = trainer.step
         if step % self.cfg.checkpoint_interval == 0:
             trainer.save_checkpoint()
-        elif step in self.published_steps and step < self.cfg.total_steps:  # the final one comes after the last eval
+        elif step in trainer.published_steps and step < self.cfg.total_steps:  # the final one comes after the last eval
             trainer.save_checkpoint(extra=True)
-
-    def on_checkpoint(self, trainer: Any, path: Path) -> None:
-        if trainer.ctx.is_main:
-            apply_retention(self.run_dir, self.cfg.keep_last, self.cfg.keep_every, self.published_steps)
-            write_checkpoint_list(self.run_dir)
-        trainer.ctx.barrier()
 
     def on_end(self, trainer: Any, status: str) -> None:
         if status != "failed" and not checkpoint_path(self.run_dir, trainer.step).exists():

@@ -116,6 +116,8 @@ class Trainer:
         self.tokens = 0
         """Tokens trained on so far (a fork may change the batch, so this is a sum, not step × batch)."""
         self.rollbacks = 0
+        self.published_steps = ckpt.published_steps(cfg) if cfg.keep_log else frozenset()
+        """Checkpoints kept for the published schedule (``train.keep_log``), besides the interval's."""
         self.preempt_requested = False
         self.last_metrics: dict[str, float] = {}
         self._mixture: dict[str, float] | None = None
@@ -179,9 +181,8 @@ class Trainer:
 
     def save_checkpoint(self, extra: bool = False) -> None:
         """Write the checkpoint for the current step (rank 0 its host parts), with the run's config as JSON
-        beside it, and tell the callbacks (the :class:`~glasslab.train.checkpoint.Checkpointer` applies
-        retention). ``extra``: written only for the published schedule (``train.keep_log``), so a
-        rollback passes it by."""
+        beside it, apply retention, list the kept ones and tell the callbacks. ``extra``: written only for
+        the published schedule (``train.keep_log``), so a rollback passes it by."""
         if self.run is not None:
             self.run.flush()
         about = {"tokens": self.tokens, "weights_sha256": self.replica_fingerprint()}
@@ -195,6 +196,9 @@ class Trainer:
         elif self.ctx.is_main:
             ckpt.save_checkpoint(self.run_dir, self.step, self.checkpoint_parts(), config=self.config_data,
                                  about=about)
+        if self.ctx.is_main:
+            ckpt.apply_retention(self.run_dir, self.cfg.keep_last, self.cfg.keep_every, self.published_steps)
+            ckpt.write_checkpoint_list(self.run_dir)
         self.ctx.barrier()
         self.callbacks.call("on_checkpoint", self, ckpt.checkpoint_path(self.run_dir, self.step))
 
