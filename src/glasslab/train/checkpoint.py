@@ -102,22 +102,19 @@ class Checkpointer(Callback):
 
     priority = LAST  # after every other callback has taken the step in: their states are the step's
 
-    def __init__(self, cfg: TrainConfig, run_dir: Path) -> None:
-        self.cfg, self.run_dir = cfg, Path(run_dir)
-
     def on_start(self, trainer: Any) -> None:
-        if not list_checkpoints(self.run_dir):
+        if not list_checkpoints(trainer.run_dir):
             trainer.save_checkpoint()
 
     def after_step(self, trainer: Any, metrics: dict[str, float]) -> None:
-        step = trainer.step
-        if step % self.cfg.checkpoint_interval == 0:
+        step, cfg = trainer.step, trainer.cfg
+        if step % cfg.checkpoint_interval == 0:
             trainer.save_checkpoint()
-        elif step in trainer.published_steps and step < self.cfg.total_steps:  # the final one comes after the last eval
+        elif step in trainer.published_steps and step < cfg.total_steps:  # the final one comes after the last eval
             trainer.save_checkpoint(extra=True)
 
     def on_end(self, trainer: Any, status: str) -> None:
-        if status != "failed" and not checkpoint_path(self.run_dir, trainer.step).exists():
+        if status != "failed" and not checkpoint_path(trainer.run_dir, trainer.step).exists():
             trainer.save_checkpoint()
 
 

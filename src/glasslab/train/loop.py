@@ -85,8 +85,7 @@ class Trainer:
     def __init__(self, cfg: TrainConfig, parts: RunParts, run: Run | None, run_dir: Path, ctx: DistContext,
                  config_data: dict, peak_flops: float, callbacks: Sequence[Callback] = ()) -> None:
         self.cfg = cfg
-        self.callbacks = Callbacks([*built_in_callbacks(cfg, parts, run_dir, peak_flops, ctx.world_size),
-                                    *callbacks])
+        self.callbacks = Callbacks([*built_in_callbacks(cfg, parts, peak_flops, ctx.world_size), *callbacks])
         self.parts = parts
         self.run = run
         self.run_dir = Path(run_dir)
@@ -393,8 +392,7 @@ class Trainer:
         return weights_sha256(distributed.full_model_state(self.model, self.sharded))
 
 
-def built_in_callbacks(cfg: TrainConfig, parts: RunParts, run_dir: Path, peak_flops: float,
-                       world_size: int) -> list[Callback]:
+def built_in_callbacks(cfg: TrainConfig, parts: RunParts, peak_flops: float, world_size: int) -> list[Callback]:
     """What every run does at fixed points: measure throughput, evaluate and sample (when the parts
     can), and write checkpoints."""
     callbacks: list[Callback] = [ThroughputMeter(parts.flops_per_token, peak_flops, world_size)]
@@ -402,7 +400,7 @@ def built_in_callbacks(cfg: TrainConfig, parts: RunParts, run_dir: Path, peak_fl
         callbacks.append(Evaluator(parts.evaluate, cfg.eval_interval))
     if parts.sample is not None:
         callbacks.append(Sampler(parts.sample, cfg.sample_interval))
-    return [*callbacks, ckpt.Checkpointer(cfg, run_dir)]
+    return [*callbacks, ckpt.Checkpointer()]
 
 
 def _detached_copy(state: Any) -> Any:
