@@ -1,19 +1,17 @@
 """The trainer's callback contract: fixed points of the loop, a priority, a request to stop, and state.
 
-    class TokensSinceEval(Callback):                      # a metric of your own, kept across a resume
+    class TokensBetweenEvals(Callback):                   # a metric of your own, kept across a resume
         def __init__(self):
-            self.tokens = 0
-        def after_step(self, trainer, metrics):
-            self.tokens += trainer.cfg.global_batch_tokens
+            self.tokens_at_last_eval = 0
         def on_eval(self, trainer, metrics):
-            trainer.log_metrics({"custom/tokens_since_eval": float(self.tokens)})
-            self.tokens = 0
+            trainer.log_metrics({"custom/tokens_between_evals": float(trainer.tokens - self.tokens_at_last_eval)})
+            self.tokens_at_last_eval = trainer.tokens
         def state_dict(self):
-            return {"tokens": self.tokens}
+            return {"tokens_at_last_eval": self.tokens_at_last_eval}
         def load_state_dict(self, state):
-            self.tokens = state["tokens"]
+            self.tokens_at_last_eval = state["tokens_at_last_eval"]
 
-    train(run_cfg, run_dir, callbacks=[TokensSinceEval()])
+    train(run_cfg, run_dir, callbacks=[TokensBetweenEvals()])
 
 Everything the trainer does at intervals is a callback: the throughput meter (``throughput.py``),
 evaluation (``evals.py``), samples (``samples.py``) and checkpoint writing (``checkpoint.py``), built
@@ -37,10 +35,10 @@ written and training returns ``preempted``. A callback never changes the trainer
 ``trainer.step``, ``tokens``, ``cfg``, ``run_dir``, ``ctx`` (rank, device), ``model`` and ``run``
 (the run store's writer, None on ranks other than 0) and records through ``trainer.log_metrics`` and
 ``trainer.run``. Its ``state_dict()`` (plain data and tensors, ``{}`` for none) is saved with every
-checkpoint under its ``name`` and given back to ``load_state_dict`` on resume, fork and rollback; a
-checkpoint without it (written before the callback existed) leaves the callback as constructed.
-Callbacks run inside the timed loop, so keep them cheap; one that needs every rank (a collective)
-must do the same on every rank.
+checkpoint under its ``name`` (rank 0's) and given back to ``load_state_dict`` on every rank on resume,
+fork and rollback; a checkpoint without it (written before the callback existed) leaves the callback as
+constructed. Callbacks run between every two steps, so keep them cheap; one that needs every rank (a
+collective) must do the same on every rank.
 
 Sinks (W&B, TensorBoard, JSONL) are not callbacks: they receive everything logged through the
 tracker's fan-out in ``glasslab.track``.
