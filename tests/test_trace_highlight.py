@@ -21,8 +21,8 @@ from glasslab.observatory.lab_scan import Lab
 from glasslab.observatory.page_data import build_page
 from glasslab.observatory.publish import page_file, publish
 from glasslab.posttrain.samples import chat_turns
-from glasslab.train import RunConfig
 from glasslab.train.run import train
+from glasslab.train.run_config import RunConfig
 from observatory_lab import chromium_path, serve_lab
 from train_data import build_tiny_dataset, tiny_run_config
 

@@ -18,10 +18,10 @@ from glasslab import track
 from glasslab.cli import main as cli_main
 from glasslab.config import from_dict
 from glasslab.track import RunReader
-from glasslab.train import RunConfig
 from glasslab.train.batches import rebuild_batch
 from glasslab.train.fork import ForkPoint
 from glasslab.train.run import train
+from glasslab.train.run_config import RunConfig
 from observatory_lab import chromium_path, serve_lab
 from train_data import build_tiny_dataset, tiny_run_config
 

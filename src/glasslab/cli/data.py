@@ -100,7 +100,8 @@ def run_build(args: argparse.Namespace) -> int:
 
 def run_report(args: argparse.Namespace) -> int:
     from glasslab import config
-    from glasslab.data import MixtureConfig, make_report
+    from glasslab.data.config import MixtureConfig
+    from glasslab.data.report import make_report
     from glasslab.layout import REPORT_FILE, write_json_atomic
 
     mixture = config.load(MixtureConfig, args.mixture) if args.mixture else None

@@ -50,14 +50,14 @@ def run(args: argparse.Namespace) -> int:
     from glasslab.cli.data_build import data_build_step
     from glasslab.cli.note import resolve_run_dir
     from glasslab.cli.progress import HOOK
-    from glasslab.data import manifest_hash
+    from glasslab.data.shards import manifest_hash
     from glasslab.lab import Step, make_plan, run_one_step
     from glasslab.track import check_sinks
-    from glasslab.train import RunConfig
     from glasslab.train.build import check_inputs
     from glasslab.train.checkpoint import checkpoint_config
     from glasslab.train.fork import ForkPoint
     from glasslab.train.run import check_fresh, check_resumable
+    from glasslab.train.run_config import RunConfig
     from glasslab.train.steps import TrainingPreempted, TrainStepConfig, train_step
 
     if args.example:

@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 from glasslab import config as configs
-from glasslab.data import manifest_hash
+from glasslab.data.shards import manifest_hash
 from glasslab.errors import UserError
 from glasslab.lab import Step, run_one_step
 from glasslab.layout import CHECKPOINT_LIST, MANIFEST_FILE, MODEL_STATE, checkpoint_path, code_version, read_json
