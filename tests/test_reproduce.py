@@ -16,8 +16,8 @@ from glasslab.errors import UserError
 from glasslab.lab import Step, run_one_step
 from glasslab.layout import read_json
 from glasslab.observatory.publish import publish
-from glasslab.observatory.published import read_published
-from glasslab.train.reproduce import PublishedRun, check_replayable, compare, find_or_build_dataset, report_lines
+from glasslab.reproduce.published import read_published
+from glasslab.reproduce.replay import PublishedRun, check_replayable, compare, find_or_build_dataset, report_lines
 from train_data import tiny_build_config, tiny_run_config
 
 

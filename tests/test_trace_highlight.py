@@ -187,7 +187,7 @@ def test_a_lab_moved_whole_traces_its_samples_from_the_dataset_beside_its_runs(l
     the recorded name beside the run, checked by manifest hash, for the page, `glasslab trace` and batches."""
     import shutil
 
-    from glasslab.train.batches import trained_dataset
+    from glasslab.data.batches import trained_dataset
 
     moved = tmp_path / "moved"
     shutil.copytree(lab["lab"] / "sampled", moved / "sampled")

@@ -266,7 +266,7 @@ import os, signal
 
 from glasslab.config import from_dict
 from glasslab.lab import Step
-from glasslab.train import RunConfig
+from glasslab.train.run_config import RunConfig
 from glasslab.train.hooks import TrainerHook
 from glasslab.train.steps import TrainStepConfig, run_training
 
