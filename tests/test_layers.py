@@ -22,25 +22,27 @@ ROOT = SRC.parent
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
 MAX_FUNCTION_LINES = 60
 
-# Records every attempt to import torch, in this process and in any process forked from it (they inherit
-# sys.meta_path), with the glasslab line that asked; then lets the import go on as usual.
-TORCH_PROBE = """
+# Records every attempt to import the package PROBED (torch), in this process and in any process forked
+# from it (they inherit sys.meta_path), with the pid and the glasslab line that asked; then lets the
+# import go on as usual.
+IMPORT_PROBE = """
 import os, sys, traceback
 
-class TorchProbe:
+class ImportProbe:
     def find_spec(self, name, path=None, target=None):
-        if name.partition(".")[0] == "torch":
+        if name.partition(".")[0] == os.environ["PROBED"]:
             ours = [f for f in traceback.extract_stack() if "glasslab" in f.filename]
             where = f"{ours[-1].filename}:{ours[-1].lineno}" if ours else "?"
-            with open(os.environ["TORCH_PROBE_LOG"], "a") as log:
+            with open(os.environ["PROBE_LOG"], "a") as log:
                 log.write(f"{os.getpid()} {name} from {where}\\n")
         return None
 
-sys.meta_path.insert(0, TorchProbe())
+sys.meta_path.insert(0, ImportProbe())
 """
 
 
 def lint_imports(root: Path, **env: str) -> subprocess.CompletedProcess:
+    assert LINT_IMPORTS.is_file(), "lint-imports is missing: pip install -e '.[dev]' (import-linter)"
     return subprocess.run([str(LINT_IMPORTS), "--no-cache", "--no-logo"], cwd=root, env=subprocess_env(**env),
                           capture_output=True, text=True, timeout=120)
 
@@ -67,11 +69,11 @@ def test_a_planted_import_breaks_the_contracts(tmp_path):
     assert "glasslab.observatory.series -> glasslab.train.run" in checked.stdout
 
 
-def run_probed(tmp_path: Path, code: str) -> list[str]:
-    """Run ``code`` in a fresh interpreter under the torch probe; the torch imports it recorded."""
-    log = tmp_path / "torch-imports.log"
-    done = subprocess.run([sys.executable, "-c", TORCH_PROBE + code], cwd=tmp_path, capture_output=True, text=True,
-                          env=subprocess_env(TORCH_PROBE_LOG=str(log)), timeout=300)
+def run_probed(tmp_path: Path, code: str, probed: str = "torch") -> list[str]:
+    """Run ``code`` in a fresh interpreter under the import probe; the imports of ``probed`` it recorded."""
+    log = tmp_path / "probed-imports.log"
+    done = subprocess.run([sys.executable, "-c", IMPORT_PROBE + code], cwd=tmp_path, capture_output=True, text=True,
+                          env=subprocess_env(PROBE_LOG=str(log), PROBED=probed), timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return log.read_text().splitlines() if log.exists() else []
 
@@ -87,11 +89,12 @@ def test_a_data_build_and_its_forked_workers_import_no_torch(tmp_path):
     assert (tmp_path / "ds" / "manifest.json").is_file()
 
 
-def test_the_torch_probe_sees_an_import_in_a_forked_worker(tmp_path):
-    fork = ("pid = os.fork()\nif pid == 0:\n    import glasslab.data.loader\n    os._exit(0)\n"
-            "assert os.waitpid(pid, 0)[1] == 0 and 'torch' not in sys.modules")
-    recorded = run_probed(tmp_path, fork)
-    assert recorded and all("glasslab/data/loader.py" in line for line in recorded), recorded
+def test_the_probe_sees_an_import_in_a_forked_worker(tmp_path):
+    """The probe watches a cheap package here (the data tokenizer's ``tokenizers``) instead of torch."""
+    fork = ("pid = os.fork()\nif pid == 0:\n    import glasslab.data.tokenizer\n    os._exit(0)\n"
+            "assert os.waitpid(pid, 0)[1] == 0 and 'tokenizers' not in sys.modules")
+    recorded = run_probed(tmp_path, fork, probed="tokenizers")
+    assert recorded and all("glasslab/data/tokenizer.py" in line for line in recorded), recorded
 
 
 def long_functions(root: Path) -> list[str]:
