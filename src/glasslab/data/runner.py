@@ -107,13 +107,14 @@ class TaskRunner:
     # --- the stage loop --------------------------------------------------------------------------
 
     def run(self, stage: str, tasks: list[Task], skip: Callable[[Task, dict[str, dict]], bool] | None = None,
-            ) -> dict[str, dict]:
+            counts: str = "docs kept") -> dict[str, dict]:
         """Run ``tasks`` (those without a completion marker) and return every finished task's result by id.
 
         ``skip(task, results)``, asked just before a task would start, may leave it out (it then has no
-        result); ``results`` holds the tasks finished so far.
+        result); ``results`` holds the tasks finished so far. ``counts`` names what the tasks'
+        ``documents_kept`` count, for the progress line.
         """
-        stats = self.progress.start(stage, len(tasks))
+        stats = self.progress.start(stage, len(tasks), counts)
         folder = self.work / stage
         folder.mkdir(parents=True, exist_ok=True)
         results: dict[str, dict] = {}
