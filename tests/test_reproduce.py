@@ -112,7 +112,8 @@ def test_a_checkout_with_other_uncommitted_changes_is_refused_or_marks_every_lin
     here = {"commit": "a" * 40, "dirty": True, "diff_sha256": "d" * 64}
     monkeypatch.setattr(reproduce, "code_version", lambda: here)
     clean = _record()
-    with pytest.raises(UserError, match=r"run-x: this checkout has uncommitted changes \(diff sha256 d{16}\).*--allow-dirty"):
+    refused = r"run-x: this checkout has uncommitted changes \(diff sha256 d{16}\).*--allow-dirty"
+    with pytest.raises(UserError, match=refused):
         check_replayable(clean, allow_other_commit=False)
     check_replayable(clean, allow_other_commit=False, allow_dirty=True)
     lines = report_lines(clean, [CheckpointVerdict(0, True), CheckpointVerdict(4, True)])
