@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from glasslab import track
-from observatory_lab import SECRET, build_lab, log_step, serve_lab
+from observatory_lab import SECRET, build_lab, chromium_path, log_step, serve_lab
 
 
 @pytest.fixture(scope="module")
@@ -193,6 +193,7 @@ def test_compare_takes_one_key_per_metric_whole_and_older_keys_lists_split(tmp_p
         assert '"query":[["key","loss,smoothed"],["key","train/loss"]]' in page  # repeated keys reach the page
 
 
+@pytest.mark.skipif(chromium_path() is None, reason="chromium is not installed")
 def test_the_compare_page_draws_and_links_a_metric_whose_name_holds_a_comma(tmp_path, browser):
     from urllib.parse import parse_qs, urlparse
 
