@@ -4,6 +4,7 @@ canonical order; the live progress; an unreachable Ray address. (Ray itself: ``t
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -12,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -104,6 +106,51 @@ def test_a_sigkilled_build_resumes_with_its_unfinished_tasks_and_builds_the_same
     stages = {s["stage"]: s for s in json.loads((ds / BUILD_RECORD).read_text())["stages"]}
     assert stages["read"]["tasks_reused"] >= 1
     assert not work[0].exists() and not (ds / BUILD_PROGRESS).exists()
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (from /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_the_pool_workers_of_a_sigkilled_build_end_with_it(reference, tmp_path):
+    """Only the build's driver is killed (not its process group): its pool workers must not live on."""
+    tmp, cfg, _, _ = reference
+    (tmp_path / "build.yaml").write_text(yaml.safe_dump(to_dict(cfg)))
+    command = [sys.executable, "-m", "glasslab", "data", "build", "build.yaml", "--out", "ds", "--workers", "2"]
+    build = subprocess.Popen(command, cwd=tmp_path, env=subprocess_env(), stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (list((tmp_path / "ds").glob(f"{WORK_PREFIX}*/read/*/done.json")) and _children(build.pid)):
+            assert build.poll() is None and time.monotonic() < deadline, "the build ended before it could be killed"
+            time.sleep(0.01)
+        workers = _children(build.pid)
+        os.kill(build.pid, signal.SIGKILL)
+        build.wait(timeout=60)
+        deadline = time.monotonic() + 5
+        while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not [pid for pid in workers if _alive(pid)], f"pool workers {workers} outlived their build"
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # whatever is left of its session: no test leaves one
+            os.killpg(build.pid, signal.SIGKILL)
 
 
 def test_a_worker_killed_mid_task_reruns_it_once_said_and_recorded(reference, tmp_path):

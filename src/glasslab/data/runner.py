@@ -11,7 +11,9 @@ Executors (``--backend``, ``--workers N``):
 - ``local``: a pool of ``N`` forked processes (``N == 1``: this process, no pool). A worker that dies
   mid-task (killed, out of memory) breaks the pool; the tasks that were running are rerun on a fresh
   pool, said once on the console and recorded (``build.json``: ``reruns``). A task that takes
-  :data:`MAX_ATTEMPTS` workers down with it fails the build naming it.
+  :data:`MAX_ATTEMPTS` workers down with it fails the build naming it. A worker never outlives the build
+  that started it: a thread in each notices when its parent is gone (a build killed with SIGKILL) and ends
+  it, as the lab's step processes do; its task's folder has no marker, so the next build runs it again.
 - ``ray``: every task a Ray task asking for one CPU, at most ``N`` in flight (default: the cluster's
   CPUs); the Ray the lab's steps use (``lab/ray_backend.py``): joined at ``--address``, or the cluster
   the enclosing step runs on (the lab's Ray backend names it in :data:`RAY_ADDRESS_ENV`), or a local Ray
@@ -28,6 +30,7 @@ import os
 import shutil
 import signal
 import socket
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -49,6 +52,8 @@ KILL_TASK_ENV = "GLASSLAB_DATA_KILL_TASK"
 """Fault injection for tests: ``<stage>/<task id>`` makes the worker running that task SIGKILL itself,
 once per work folder (a real kill of a real worker, at a known moment)."""
 WAIT_S = 0.25
+PARENT_CHECK_S = 0.5
+"""How often a pool worker looks whether the build that started it is still alive."""
 
 
 @dataclass(frozen=True)
@@ -87,6 +92,19 @@ def execute(fn: Callable[[Any, Path], dict], arg: Any, folder: str, kill_mark: s
         raise UserError(str(exc)) from None
     write_json_atomic(folder_path / DONE, result)
     return result
+
+
+def _exit_with_parent(parent_pid: int) -> None:
+    """A pool worker's initializer: a daemon thread ends the worker (``os._exit``) once ``parent_pid`` is no
+    longer its parent. A worker waiting for its next task would otherwise wait forever after a SIGKILL of
+    the build, since nothing closes its queue."""
+    threading.Thread(target=_exit_when_orphaned, args=(parent_pid,), name="parent-watch", daemon=True).start()
+
+
+def _exit_when_orphaned(parent_pid: int) -> None:
+    while os.getppid() == parent_pid:
+        time.sleep(PARENT_CHECK_S)
+    os._exit(128 + signal.SIGKILL)
 
 
 class TaskRunner:
@@ -242,7 +260,8 @@ class TaskRunner:
             import multiprocessing
 
             # fork, not spawn: no re-import of the caller's __main__, and workers start in milliseconds
-            self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("fork"))
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("fork"),
+                                             initializer=_exit_with_parent, initargs=(os.getpid(),))
         return self._pool
 
     def _drop_pool(self, wait: bool = False) -> None:
