@@ -194,6 +194,64 @@ def test_progress_lines_name_each_stage_and_an_unreachable_ray_address_is_one_li
     assert not (tmp_path / "ray_ds").exists()
 
 
+class _Ref:
+    """An object ref: hashable, and holding its task's result (None: its raylet died)."""
+
+    def __init__(self, result: dict | None) -> None:
+        self.result = result
+
+
+class _InlineRay:
+    """Ray's side of the runner, run in this process: each task executes when submitted; ``ray.get`` of the
+    first task of ``fail_in`` raises what a lost raylet raises (a real raylet kill takes a cluster)."""
+
+    started_here, cpus = False, 2
+
+    def __init__(self, fail_in: str = "") -> None:
+        self.fail_in = fail_in
+
+    def submit(self, fn, arg, folder, kill_mark):
+        from glasslab.data.runner import execute
+
+        if self.fail_in and f"/{self.fail_in}/" in folder:
+            return _Ref(None)
+        return _Ref(execute(fn, arg, folder, kill_mark))
+
+    def get(self, ref):
+        import ray
+
+        if ref.result is None:
+            raise ray.exceptions.LocalRayletDiedError()
+        return ref.result
+
+
+def test_ray_failing_mid_build_is_one_line_and_the_build_resumes_after(reference, tmp_path, monkeypatch, capsys):
+    ray = pytest.importorskip("ray")
+    from glasslab.cli import main as cli_main
+    from glasslab.data import runner
+
+    tmp, cfg, expected, report = reference
+    (tmp_path / "build.yaml").write_text(yaml.safe_dump(to_dict(cfg)))
+    fake = _InlineRay(fail_in="buckets")
+    monkeypatch.setattr(runner, "_join_ray", lambda address, workers: fake)
+    monkeypatch.setattr(ray, "wait", lambda refs, num_returns, timeout: (refs[:num_returns], refs[num_returns:]))
+    monkeypatch.setattr(ray, "get", fake.get)
+    monkeypatch.chdir(tmp_path)
+    command = ["data", "build", "build.yaml", "--out", "ds", "--backend", "ray", "--lab", str(tmp_path / "lab")]
+    assert cli_main(command) == 1
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("glasslab data build: error: data build: Ray failed during "
+                                                   "buckets (LocalRayletDiedError: The task's local raylet died"), lines
+    assert "run the same build again to resume" in lines[0]
+    assert list((tmp_path / "ds").glob(f"{WORK_PREFIX}*/read/*/done.json"))  # what was done is kept
+    fake.fail_in = ""  # Ray is back
+    assert cli_main(command) == 0, capsys.readouterr().err
+    ds = tmp_path / "ds"
+    stages = {s["stage"]: s for s in json.loads((ds / BUILD_RECORD).read_text())["stages"]}
+    assert stages["read"]["tasks_reused"] == stages["read"]["tasks"] >= 1
+    assert manifest_hash(ds) == expected and (ds / REPORT_FILE).read_bytes() == report
+
+
 def test_provenance_names_the_text_file_and_the_parquet_row(tmp_path, monkeypatch):
     import pyarrow as pa
     import pyarrow.parquet as pq

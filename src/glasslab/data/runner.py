@@ -17,8 +17,9 @@ Executors (``--backend``, ``--workers N``):
 - ``ray``: every task a Ray task asking for one CPU, at most ``N`` in flight (default: the cluster's
   CPUs); the Ray the lab's steps use (``lab/ray_backend.py``): joined at ``--address``, or the cluster
   the enclosing step runs on (the lab's Ray backend names it in :data:`RAY_ADDRESS_ENV`), or a local Ray
-  started here. A worker Ray loses is handled as above. The work folder must be on storage every node
-  sees, as the lab root is.
+  started here. A worker Ray loses is handled as above; Ray itself failing (its raylet lost, say) ends the
+  build with one line, a :class:`~glasslab.errors.SystemFailure`, keeping the finished tasks for the next
+  run. The work folder must be on storage every node sees, as the lab root is.
 
 A :class:`~glasslab.errors.UserError` raised by a task (a damaged file) stops the build with its one
 line.
@@ -41,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from glasslab.data.progress import Progress, StageStats
-from glasslab.errors import UserError
+from glasslab.errors import SystemFailure, UserError
 from glasslab.lab.attempt import RAY_ADDRESS_ENV
 from glasslab.layout import read_json, write_json_atomic
 
@@ -210,6 +211,17 @@ class TaskRunner:
             self.progress.update()
 
     def _run_ray(self, stage, pending, results, stats, skip) -> None:
+        import ray
+
+        try:
+            self._ray_loop(stage, pending, results, stats, skip)
+        except ray.exceptions.RayError as exc:  # not a task's error nor a lost worker: Ray itself went wrong
+            cause = (str(exc).strip().splitlines() or [""])[0]
+            raise SystemFailure(f"data build: Ray failed during {stage} ({type(exc).__name__}: {cause}); the "
+                                f"finished tasks are kept in {self.work}: run the same build again to resume "
+                                "from them") from None
+
+    def _ray_loop(self, stage, pending, results, stats, skip) -> None:
         import ray
 
         attempts: dict[str, int] = {}
