@@ -319,7 +319,8 @@ class Build:
         order = tuple((d, tuple(i for i in sorted(self.read_results) if self.domain(i) == d)) for d in domains)
         tok = cfg.tokenizer
         sample = TokenizerArgs(work, order, tok.sample_bytes, tok.vocab_size, tok.min_frequency)
-        self.runner.run("tokenizer", [Task("0000", tokenizer_stage, sample, min(tok.sample_bytes, self.total_bytes))])
+        self.runner.run("tokenizer", [Task("0000", tokenizer_stage, sample, min(tok.sample_bytes, self.total_bytes))],
+                        counts="docs sampled")
         tokenizer_json = task_folder(work, "tokenizer", "0000") / TOKENIZER_DIR / "tokenizer.json"
         bases = self._line_bases()
         tasks = [Task(f"{i:06d}", tokenize_stage, TokenizeArgs(work, i, tokenizer_json, bases.get(i, 0)),
