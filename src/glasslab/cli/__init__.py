@@ -5,8 +5,8 @@ subcommand and sets ``func(args) -> int``. Heavy imports happen inside ``func`` 
 
 Every failure a user can cause ends the same way: one line ``glasslab CMD: error: ...`` on stderr and
 exit status 2, never a traceback (a :class:`~glasslab.errors.SystemFailure` — the cluster under a
-command failed — is the same line with exit status 1). A :class:`~glasslab.errors.UserError` carries its own line; an
-OS error about the user's paths (a read-only lab, a file where a folder belongs, a full disk) is
+command failed — is the same line with exit status 1). A :class:`~glasslab.errors.UserError` carries
+its own line; an OS error about the user's paths (a read-only lab, a file where a folder belongs, a full disk) is
 described here, once for every command, by :func:`describe_os_error`.
 """
 

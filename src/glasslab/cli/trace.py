@@ -19,10 +19,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "and its first source documents (domain, source, file and line or module). Spans made of common "
         "tokens (unigram probability above --max-prob) are dropped and counted. Spans the held-out split holds "
         "(text the model was not trained on) are printed after them, with their held-out documents. The "
-        "suffix-array index is "
-        "a lab step of its own, <lab>/index-<hash8>, built the first time a dataset is traced. Without TEXT it "
-        "only builds the index (the run page's samples and glasslab chat --trace use it). RUN is a run id or "
-        "run folder (its dataset is traced); DATASET is a built dataset's folder.",
+        "suffix-array index is a lab step of its own, <lab>/index-<hash8>, built the first time a dataset is "
+        "traced. Without TEXT it only builds the index (the run page's samples and glasslab chat --trace use "
+        "it). RUN is a run id or run folder (its dataset is traced); DATASET is a built dataset's folder.",
     )
     p.add_argument("target", metavar="RUN|DATASET", help="run id, run folder or dataset folder")
     p.add_argument("text", nargs="?", help="the text to trace (without it: build the index and say where it is)")

@@ -157,6 +157,7 @@ class ChatService:
                     await asyncio.wait([turn.worker])
                     turn.end()
                     yield _line(end)
+                    turn.worker.result()  # a reply that failed: its traceback goes to the server's log too
                     return
         finally:
             stop.set()
