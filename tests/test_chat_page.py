@@ -103,7 +103,7 @@ def test_a_message_typed_on_the_page_gets_both_replies_streamed(lab, tmp_path):
     with sync_playwright() as p, BackgroundServer(lab["root"], port=free_port()) as server:
         browser = p.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1300, "height": 900})
-        errors = []
+        errors, busy_answered = [], []
         page.on("pageerror", lambda exc: errors.append(str(exc)))
         page.goto(f"{server.url}/run/{lab['sft'].name}")
         page.wait_for_selector("body[data-ready='1']")
@@ -119,6 +119,23 @@ def test_a_message_typed_on_the_page_gets_both_replies_streamed(lab, tmp_path):
             new MutationObserver((m) => { window.__updates += m.length; }).observe(
                 log, {subtree: true, childList: true, characterData: true});
         }""")
+        # The first request finds the server busy (as the endpoint answers then): the page says it waits,
+        # sends again after Retry-After, and the reply is the same.
+        def busy_once(route) -> None:
+            if busy_answered:
+                route.continue_()
+                return
+            busy_answered.append(route.request.url)
+            route.fulfill(status=429, headers={"Retry-After": "1", "Content-Type": "application/json"},
+                          body=json.dumps({"error": BUSY}))
+
+        page.route("**/api/chat", busy_once)
+        page.evaluate("""() => {
+            window.__statuses = [];
+            const status = document.querySelector(".chat-status");
+            new MutationObserver(() => window.__statuses.push(status.textContent)).observe(
+                status, {subtree: true, childList: true, characterData: true});
+        }""")
         page.fill("textarea[name='message']", MESSAGE)
         page.click("button[name='send']")
         tuned = page.locator(".chat-log[data-side='tuned'] .turn-assistant[data-done='1']")
@@ -129,6 +146,7 @@ def test_a_message_typed_on_the_page_gets_both_replies_streamed(lab, tmp_path):
         assert tuned.locator("pre").evaluate("e => e.textContent") == expected
         assert page.evaluate("window.__updates") >= 3  # the user's turn, then the reply piece by piece
         assert "tokens, first after" in tuned.inner_text()
+        assert len(busy_answered) == 1 and f"base waits: {BUSY}" in page.evaluate("window.__statuses")
         assert page.locator(".chat-log[data-side='tuned'] .turn-user").inner_text() == f"user: {MESSAGE}"
         page.click("button[name='reset']")
         assert page.locator(".chat-log .turn").count() == 0
