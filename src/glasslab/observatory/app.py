@@ -4,7 +4,7 @@ Routes (GET only, nothing here writes — but for the chat panel's one POST, ``/
 model's reply and is on only on loopback or with ``--chat``: ``chat.py``):
     /                       lab overview          /api/page/<page>?id=…   page data (JSON)
     /run/<id>               one run               /api/stream?page=…      server-sent events
-    /compare?runs=a,b&keys=… runs overlaid        /api/delta?page=…       the same delta, polled
+    /compare?runs=a,b&key=… runs overlaid         /api/delta?page=…       the same delta, polled
     /ladder/<id>            fit + prediction band /api/series?id=…&key=…  a run's series, by metric
     /data/<id>              data report           /api/vectors?id=…&key=… a run's vectors, by metric
     /provenance/<id>        run.json, step.json   /static/<file>          vendored assets
@@ -55,11 +55,12 @@ class PageResponse(JSONResponse):
 
 
 def page_options(request: Request) -> dict[str, Any]:
-    """The compare page's view: ``runs=a,b`` and ``keys=k1,k2`` (``key=k`` adds one metric)."""
+    """The compare page's view: ``runs=a,b`` and one ``key=k`` per metric, its name whole (a metric may
+    hold a comma); ``keys=k1,k2``, split on commas, is what older links wrote."""
     def listed(name: str) -> list[str]:
         return [v for v in (request.query_params.get(name) or "").split(",") if v]
 
-    keys = listed("keys") + listed("key")
+    keys = listed("keys") + [k for k in request.query_params.getlist("key") if k]
     return {"runs": listed("runs") or None, "keys": keys or None}
 
 
@@ -94,7 +95,8 @@ class LabEndpoints:
 
     def html_page(self, page: str, request: Request, item_id: str | None = None) -> Response:
         data = self.load(page, item_id, request)
-        boot = {"mode": "live", "page": page, "id": item_id, "query": dict(request.query_params), "chat": self.chat}
+        boot = {"mode": "live", "page": page, "id": item_id, "query": request.query_params.multi_items(),
+                "chat": self.chat}
         body = render_shell(data["title"], boot, assets="/static/", home="/")
         csp = content_security_policy(boot)
         return HTMLResponse(body, headers={**NO_STORE, "Content-Security-Policy": csp})

@@ -4,8 +4,9 @@
 
 1. refuses what it cannot replay in one line: a post-training or forked run (reproduce the parent first),
    a run whose code had uncommitted changes (the diff is not published, only its hash; a checkout holding
-   that very diff on that commit may replay it), and — unless
-   ``allow_other_commit`` — a run of another commit (it says which ``git checkout`` to run);
+   that very diff on that commit may replay it), — unless ``allow_other_commit`` — a run of another commit
+   (it says which ``git checkout`` to run), and — unless ``allow_dirty`` — a replay from a checkout with
+   uncommitted changes the run was not trained with (with ``allow_dirty`` every line of the report says so);
 2. finds the dataset in the lab by folder name and manifest hash, else builds it again with the step the
    site published (its function and config) and refuses when the rebuilt manifest's sha256 differs,
    naming the first entry (and file) of the published manifest that the rebuild does not match;
@@ -78,7 +79,7 @@ class CheckpointVerdict:
     largest_weight_difference: float | None = None
 
 
-def check_replayable(run: PublishedRun, allow_other_commit: bool) -> None:
+def check_replayable(run: PublishedRun, allow_other_commit: bool, allow_dirty: bool = False) -> None:
     """One-line UserErrors for what cannot be replayed here (see the module docstring, point 1)."""
     record = run.record
     parent = record.get("parent") or {}
@@ -95,6 +96,17 @@ def check_replayable(run: PublishedRun, allow_other_commit: bool) -> None:
     if code.get("commit") and code["commit"] != here and not allow_other_commit:
         raise UserError(f"{run.run_id}: trained at commit {code['commit']}, this is {here}; run "
                         f"`git checkout {code['commit']}` first (or --allow-other-commit for a tolerance report)")
+    diff = uncommitted_here(run)
+    if diff and not allow_dirty:
+        raise UserError(f"{run.run_id}: this checkout has uncommitted changes (diff sha256 {diff[:16]}) the run was "
+                        "not trained with; commit or stash them (or --allow-dirty: every line of the report is "
+                        "then marked)")
+
+
+def uncommitted_here(run: PublishedRun) -> str | None:
+    """The sha256 of this checkout's uncommitted diff when the run was not trained with that very diff, else None."""
+    here = code_version().get("diff_sha256")
+    return here if here and here != (run.record.get("code") or {}).get("diff_sha256") else None
 
 
 def find_or_build_dataset(run: PublishedRun, lab: Path) -> Path:
@@ -228,4 +240,6 @@ def report_lines(run: PublishedRun, verdicts: list[CheckpointVerdict]) -> list[s
     differences = setting_differences(run)
     kind = f" (a tolerance report: {'; '.join(differences)})" if differences else ""
     lines.append(f"{run.run_id}: {same} of {len(verdicts)} published checkpoints bit-identical{kind}")
-    return lines
+    diff = uncommitted_here(run)
+    # Replayed on code the run never ran: no line may read as a clean replay's.
+    return [f"[uncommitted changes {diff[:12]}] {line}" for line in lines] if diff else lines
