@@ -20,7 +20,7 @@ from glasslab.observatory.publish import page_file, publish
 from glasslab.posttrain.chat import ChatSession, Sampling, load_chat_model
 from glasslab.posttrain.conversations import ConversationsConfig, conversations_step
 from glasslab.posttrain.sft import SFTStepConfig, default_sft_train, sft_step
-from glasslab.train import RunConfig
+from glasslab.train.run_config import RunConfig
 from glasslab.train.steps import TrainStepConfig, train_step
 from observatory_lab import CHROMIUM_ARGS, chromium_path, free_port
 from train_data import build_tiny_dataset, tiny_run_config

@@ -21,11 +21,12 @@ import yaml
 from cli_runner import run_cli, subprocess_env
 from data_helpers import small_build_config, topic_texts, write_jsonl
 from glasslab.config import to_dict
-from glasslab.data import build_dataset, document_provenance, manifest_hash
 from glasslab.data import inputs as inputs_module
-from glasslab.data.build import WORK_PREFIX
+from glasslab.data.build import WORK_PREFIX, build_dataset
 from glasslab.data.config import SourceConfig
+from glasslab.data.provenance import document_provenance
 from glasslab.data.runner import KILL_TASK_ENV
+from glasslab.data.shards import manifest_hash
 from glasslab.data.sources import InputErrors, read_source
 from glasslab.layout import BUILD_PROGRESS, BUILD_RECORD, REPORT_FILE
 
@@ -256,9 +257,9 @@ def test_provenance_names_the_text_file_and_the_parquet_row(tmp_path, monkeypatc
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from glasslab.data import load_tokenizer
     from glasslab.data.normalize import normalize
     from glasslab.data.shards import open_shard
+    from glasslab.data.tokenizer import load_tokenizer
 
     texts = topic_texts()
     (tmp_path / "docs" / "sub").mkdir(parents=True)

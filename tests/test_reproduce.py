@@ -16,8 +16,8 @@ from glasslab.errors import UserError
 from glasslab.lab import Step, run_one_step
 from glasslab.layout import read_json
 from glasslab.observatory.publish import publish
-from glasslab.observatory.published import read_published
-from glasslab.train.reproduce import PublishedRun, check_replayable, compare, find_or_build_dataset, report_lines
+from glasslab.reproduce.published import read_published
+from glasslab.reproduce.replay import PublishedRun, check_replayable, compare, find_or_build_dataset, report_lines
 from train_data import tiny_build_config, tiny_run_config
 
 
@@ -106,8 +106,8 @@ def test_what_cannot_be_replayed_is_refused_in_one_line(fields, expected):
 def test_a_checkout_with_other_uncommitted_changes_is_refused_or_marks_every_line(monkeypatch):
     """A replay from a dirty checkout is refused unless the run was trained with that very diff; with
     --allow-dirty it goes on and no line of its report reads as a clean replay's."""
-    from glasslab.train import reproduce
-    from glasslab.train.reproduce import CheckpointVerdict
+    from glasslab.reproduce import replay as reproduce
+    from glasslab.reproduce.replay import CheckpointVerdict
 
     here = {"commit": "a" * 40, "dirty": True, "diff_sha256": "d" * 64}
     monkeypatch.setattr(reproduce, "code_version", lambda: here)

@@ -18,8 +18,8 @@ from glasslab.data.provenance import document_provenance
 from glasslab.data.shards import manifest_hash, open_shard
 from glasslab.data.token_index import TokenIndex, index_for
 from glasslab.data.tokenizer import load_tokenizer, shard_encoder
-from glasslab.train import RunConfig
 from glasslab.train.run import train
+from glasslab.train.run_config import RunConfig
 from train_data import build_tiny_dataset, tiny_run_config
 
 

@@ -39,8 +39,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from glasslab.errors import UserError
-    from glasslab.observatory.published import read_published
-    from glasslab.train import reproduce
+    from glasslab.reproduce import replay as reproduce
+    from glasslab.reproduce.published import read_published
 
     if args.until is not None and args.until < 1:
         raise UserError(f"--until {args.until}: expected a step >= 1")

@@ -38,8 +38,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def dataset_of(lab: str, target: str) -> Path:
     """The dataset folder ``target`` names: a dataset folder, or a run (id or folder) whose dataset it is."""
+    from glasslab.data.batches import trained_dataset
     from glasslab.layout import MANIFEST_FILE, METRICS_DB
-    from glasslab.train.batches import trained_dataset
 
     if (Path(target) / MANIFEST_FILE).is_file():
         return Path(target)

@@ -1,6 +1,6 @@
 """Replay a published pretraining run and say, per published checkpoint, whether it came out the same.
 
-``glasslab reproduce SOURCE`` reads the run's public record (``observatory.published``), then:
+``glasslab reproduce SOURCE`` reads the run's public record (``reproduce/published.py``), then:
 
 1. refuses what it cannot replay in one line: a post-training or forked run (reproduce the parent first),
    a run whose code had uncommitted changes (the diff is not published, only its hash; a checkout holding
@@ -33,13 +33,14 @@ from typing import Any
 import torch
 
 from glasslab import config as configs
-from glasslab.data import manifest_hash
+from glasslab.data.shards import manifest_hash
 from glasslab.errors import UserError
 from glasslab.lab import Step, run_one_step
 from glasslab.layout import CHECKPOINT_LIST, MANIFEST_FILE, MODEL_STATE, checkpoint_path, code_version, read_json
 from glasslab.public import Publicizer
 from glasslab.track import RunReader
 from glasslab.track.run_record import package_versions
+from glasslab.track.step_record import by_step, step_record
 from glasslab.train.run_config import RunConfig
 from glasslab.train.steps import TrainingPreempted, TrainStepConfig, train_step
 
@@ -48,7 +49,7 @@ POST_TRAINING_ROLES = ("sft", "dpo")
 
 @dataclass(frozen=True)
 class PublishedRun:
-    """What a run's public record says (``observatory.published`` reads it from a site or a folder)."""
+    """What a run's public record says (``reproduce/published.py`` reads it from a site or a folder)."""
 
     run_id: str
     record: dict[str, Any]
@@ -167,8 +168,6 @@ def replay(run: PublishedRun, lab: Path, dataset: Path, until: int | None = None
 
 def compare(run: PublishedRun, folder: Path, until: int | None = None) -> list[CheckpointVerdict]:
     """Each published checkpoint up to ``until`` against the replay in ``folder``."""
-    from glasslab.observatory.runs import by_step, step_record
-
     replayed = {c["step"]: c for c in (read_json(folder / CHECKPOINT_LIST) or {}).get("checkpoints", [])}
     with RunReader(folder) as reader:
         losses, hashes = by_step(step_record(reader))
