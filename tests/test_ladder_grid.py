@@ -9,8 +9,8 @@ import json
 import numpy as np
 import pytest
 
-from glasslab.data import MixtureConfig
 from glasslab.data.build import build_step
+from glasslab.data.config import MixtureConfig
 from glasslab.errors import UserError
 from glasslab.experiments import selfcal_ladder
 from glasslab.lab import Executor, Step, registry
@@ -31,7 +31,7 @@ from glasslab.ladder.steps import ladder_steps
 from glasslab.ladder.varpro import ColumnGroup, grid_fit
 from glasslab.model import ModelConfig, MoEConfig
 from glasslab.track import RunReader
-from glasslab.train import ScheduleConfig, TrainConfig
+from glasslab.train.config import ScheduleConfig, TrainConfig
 from train_data import VOCAB, tiny_build_config
 
 HERO = synthetic_hero()

@@ -247,7 +247,7 @@ def test_compare_plots_a_third_metric_for_picked_runs_smoothed(site, page):
     # The view is in the URL: loading it again draws the same charts.
     view = parse_qs(urlparse(page.evaluate("() => location.href")).query)
     assert view["runs"] == [f"{RUNG_S},{RUNG_M}"] and view["smooth"] == ["0.8"]
-    assert view["keys"] == ["train/loss,eval/macro/loss,grad/norm/total"]
+    assert view["key"] == ["train/loss", "eval/macro/loss", "grad/norm/total"] and "keys" not in view
     page.select_option("select[name=axis]", "flops")
     page.check("input[name=logx]")
     query = urlparse(page.evaluate("() => location.href")).query
@@ -274,7 +274,8 @@ def test_compare_search_filters_the_charts_and_picks_metrics_by_prefix(site, pag
     eval_group.locator("button[data-key='eval/web/loss']").click()
     page.wait_for_function("() => window.GLASSLAB_CHARTS['compare:eval/web/loss'] !== undefined")
     view = parse_qs(urlparse(page.evaluate("() => location.href")).query)
-    assert view["keys"] == ["train/loss,eval/macro/loss,grad/norm/total,eval/web/loss"] and view["q"] == ["loss"]
+    assert view["key"] == ["train/loss", "eval/macro/loss", "grad/norm/total", "eval/web/loss"]
+    assert view["q"] == ["loss"]
     page.reload()
     page.wait_for_selector("body[data-ready='1']")
     assert page.evaluate(shown) == ["compare:train/loss", "compare:eval/macro/loss", "compare:eval/web/loss"]

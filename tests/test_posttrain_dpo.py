@@ -19,7 +19,8 @@ from glasslab.posttrain.conversations import ConversationsConfig, build_conversa
 from glasslab.posttrain.pairs import PairsConfig, build_pairs, builtin_pairs, problem_with, read_pair_split
 from glasslab.posttrain.preference import IGNORE_INDEX, PairBatch, Preference
 from glasslab.track import RunReader, read_record
-from glasslab.train import RunConfig, train
+from glasslab.train.run import train
+from glasslab.train.run_config import RunConfig
 from train_data import build_tiny_dataset, tiny_run_config
 
 V = 4

@@ -28,8 +28,9 @@ from glasslab.posttrain.packing import collate, pack_rows
 from glasslab.posttrain.samples import CHAT_PROMPTS, turn_text
 from glasslab.posttrain.sft import SFTConfig, SFTStepConfig, default_sft_train, sft_step
 from glasslab.track import RunReader, read_record
-from glasslab.train import RunConfig, train
 from glasslab.train.objectives import AssistantOnly
+from glasslab.train.run import train
+from glasslab.train.run_config import RunConfig
 from train_data import build_tiny_dataset, tiny_run_config
 
 CHATS = [

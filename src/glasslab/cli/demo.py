@@ -39,6 +39,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from glasslab.cli.run import print_verdict
+    from glasslab.data.batches import trained_dataset
     from glasslab.data.token_index import index_for
     from glasslab.experiments.demo import CARD, DPO_STEP, EXPORT_STEP, FULL, LADDER, QUICK, SFT_STEP, demo_steps
     from glasslab.lab import Executor
@@ -46,7 +47,6 @@ def run(args: argparse.Namespace) -> int:
     from glasslab.observatory.app import BackgroundServer
     from glasslab.observatory.publish import publish
     from glasslab.track import check_sinks
-    from glasslab.train.batches import trained_dataset
 
     console = Console(width=None if sys.stdout.isatty() else 160)
     lab = Path(args.lab)

@@ -32,10 +32,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from glasslab.data import BuildConfig, MixtureConfig
 from glasslab.data.build import data_step as build_data_step
-from glasslab.data.config import TokenizerConfig
-from glasslab.evals import TaskConfig
+from glasslab.data.config import BuildConfig, MixtureConfig, TokenizerConfig
+from glasslab.evals.task import TaskConfig
 from glasslab.lab import Step, planned_folder_name
 from glasslab.lab.card import Expectation, ExperimentCard
 from glasslab.ladder.plan import LadderPlan, LadderSpec, plan_ladder
@@ -45,7 +44,7 @@ from glasslab.posttrain.conversations import ConversationsConfig, conversations_
 from glasslab.posttrain.dpo import DPOStepConfig, default_dpo_train, dpo_step
 from glasslab.posttrain.pairs import PairsConfig, pairs_step
 from glasslab.posttrain.sft import SFTConfig, SFTStepConfig, default_sft_train, sft_step
-from glasslab.train import GuardConfig, ScheduleConfig, TrainConfig
+from glasslab.train.config import GuardConfig, ScheduleConfig, TrainConfig
 from glasslab.train.export_step import ExportConfig, export_step
 
 LADDER = "demo"

@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from glasslab.data import DataConfig, MixtureConfig
+from glasslab.data.config import DataConfig, MixtureConfig
 from glasslab.errors import UserError
 from glasslab.lab import Resources, Step, StepContext, planned_folder_name
 from glasslab.ladder.curves import read_grid_runs
@@ -38,8 +38,9 @@ from glasslab.ladder.rungs import Rung
 from glasslab.ladder.runs import read_rungs
 from glasslab.ladder.task_law import read_task_points
 from glasslab.layout import FIT_FILE
-from glasslab.train import RunConfig, ScheduleConfig, TrainConfig
+from glasslab.train.config import ScheduleConfig, TrainConfig
 from glasslab.train.fork import ForkPoint
+from glasslab.train.run_config import RunConfig
 from glasslab.train.steps import TrainStepConfig, run_training, train_step
 
 EVALS_PER_RUN = 20

@@ -256,7 +256,7 @@ class RunStore:
         self._maybe_flush()
 
     def log_batch(self, step: int, digest: str) -> None:
-        """Buffer the hash of the tokens the trainer read for ``step`` (see ``train/batches.py``)."""
+        """Buffer the hash of the tokens the trainer read for ``step`` (see ``data/batches.py``)."""
         self._note_step(step)
         self._batches.append((step, self.attempt, digest, time.time()))
         self._maybe_flush()
