@@ -23,6 +23,11 @@ from train_data import build_tiny_dataset, tiny_run_config
 from train_fakes import LossAverage, make_trainer
 
 
+def small_config(**train) -> TrainConfig:
+    """A TrainConfig for the synthetic stream: 8 × 16-token batches, no samples."""
+    return TrainConfig(seq_len=16, global_batch_tokens=16 * 8, sample_prompts=(), peak_flops=1e11, **train)
+
+
 class Recorder(Callback):
     def __init__(self) -> None:
         self.calls: list[tuple] = []
@@ -44,8 +49,7 @@ class Recorder(Callback):
 
 
 def test_callbacks_are_told_every_step_eval_and_checkpoint_in_order(tmp_path):
-    cfg = TrainConfig(seq_len=16, global_batch_tokens=16 * 8, max_steps=6, eval_interval=3, checkpoint_interval=4,
-                      sample_prompts=(), peak_flops=1e11)
+    cfg = small_config(max_steps=6, eval_interval=3, checkpoint_interval=4)
     recorder = Recorder()
     trainer = make_trainer(tmp_path / "run", cfg, callbacks=[recorder])
     assert trainer.fit() == "finished"
@@ -72,8 +76,7 @@ class StopAtThree(Callback):
 
 @pytest.mark.parametrize("asks", [StopAtThree, lambda: StopAfter(4)])
 def test_a_callback_asks_to_stop_and_the_trainer_stops_as_a_preemption_does(tmp_path, asks):
-    cfg = TrainConfig(seq_len=16, global_batch_tokens=16 * 8, max_steps=10, checkpoint_interval=8,
-                      sample_prompts=(), peak_flops=1e11)
+    cfg = small_config(max_steps=10, checkpoint_interval=8)
     recorder = Recorder()
     trainer = make_trainer(tmp_path / "run", cfg, callbacks=[asks(), recorder])
     # Asked after step 3 (or before step 4), the request joins step 4's reduction: step 4 is the last.
@@ -90,8 +93,7 @@ def test_two_callbacks_with_one_name_are_refused():
 
 
 def test_the_band_watcher_records_each_excursion_from_inside_the_loop(tmp_path):
-    cfg = TrainConfig(seq_len=16, global_batch_tokens=16 * 8, max_steps=8, eval_interval=2, checkpoint_interval=8,
-                      sample_prompts=(), peak_flops=1e11)
+    cfg = small_config(max_steps=8, eval_interval=2, checkpoint_interval=8)
     # A band far below any loss this tiny model reaches, except around 50% of training where it is wide.
     curve = [{"fraction": f / 8, "point": 0.5, "lo": 0.4 if f != 4 else 0.0, "hi": 0.6 if f != 4 else 100.0}
              for f in range(1, 9)]
