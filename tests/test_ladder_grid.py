@@ -15,8 +15,8 @@ from glasslab.errors import UserError
 from glasslab.experiments import selfcal_ladder
 from glasslab.lab import Executor, Step, registry
 from glasslab.lab.inline_backend import InlineBackend
-from glasslab.ladder.grid_ends import end_points, fit_endpoint_law
-from glasslab.ladder.grid_fit import difference_check, leave_largest_width_out
+from glasslab.ladder.grid_ends import difference_check, end_points, fit_endpoint_law
+from glasslab.ladder.grid_fit import leave_largest_width_out
 from glasslab.ladder.grid_law import (
     bootstrap_grid_law,
     estimate_grid_noise,
@@ -102,7 +102,7 @@ def test_grid_law_recovers_a_known_law_and_its_floor():
     curves = synthetic_grid(np.random.default_rng(0), family_sigma=0.0, eval_sigma=0.0)
     ends = fit_endpoint_law(end_points(curves))
     assert ends.E == pytest.approx(TRUE_LAW.E - TRUE_LAW.C, abs=0.03)
-    assert difference_check(curves, ends)["beta"] == pytest.approx(TRUE_LAW.beta, abs=0.05)
+    assert difference_check(end_points(curves), ends)["beta"] == pytest.approx(TRUE_LAW.beta, abs=0.05)
 
 
 def test_the_back_test_predicts_the_largest_widths_branches_from_the_others():

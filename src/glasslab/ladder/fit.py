@@ -20,10 +20,12 @@ import numpy as np
 from glasslab.errors import UserError
 from glasslab.ladder.approach3 import fit_approach3, identifiable, interval
 from glasslab.ladder.backtest import roll_forward
-from glasslab.ladder.predict import predict, predict_curve
+from glasslab.ladder.compute_law import fit_log_gap
+from glasslab.ladder.gate import gate_compute_fit
+from glasslab.ladder.predict import Prediction, predict, predict_curve
 from glasslab.ladder.rungs import Rung, check_rungs
 from glasslab.ladder.task_law import TaskSeries, fit_task_laws
-from glasslab.ladder.uncertainty import law_param_se
+from glasslab.ladder.uncertainty import bootstrap_laws, law_param_se
 from glasslab.layout import write_json_atomic
 
 TARGET_METRIC = "eval/macro/loss"
@@ -79,7 +81,24 @@ def fit_ladder(rungs: Sequence[Rung], *, ladder: str, target_flops: float, L_inf
         "law_line": law_line,
         "tasks": fit_task_laws(tasks, target_flops, level=level, num_bootstrap=num_bootstrap, seed=seed)
         if tasks else None,
+        "gate": compute_gate(law_rungs, prediction, num_bootstrap=num_bootstrap, seed=seed),
     }
+
+
+def compute_gate(rungs: Sequence[Rung], prediction: Prediction, *, num_bootstrap: int, seed: int) -> dict[str, Any]:
+    """The registration gate of an ``L(C)`` prediction (``glasslab.ladder.gate``): a free asymptote's own
+    bootstrap interval at the prediction's level, the fit on log(L − L∞), the sweep's predictions."""
+    law = prediction.law
+    free_floor = None
+    if law.L_inf_mode == "free":
+        L_inf_B, _, _ = bootstrap_laws(rungs, law, prediction.noise, level=prediction.level,
+                                       num_bootstrap=num_bootstrap, rng=np.random.default_rng(seed + 3))
+        low, high = interval(L_inf_B[np.isfinite(L_inf_B)], prediction.level)
+        free_floor = (law.L_inf, low, high)
+    return gate_compute_fit(alpha=law.alpha, point=prediction.point, low=prediction.lo, high=prediction.hi,
+                            other_point=float(fit_log_gap(rungs, law.L_inf)(prediction.flops)),
+                            free_floor=free_floor, lowest_loss=min(r.loss_mean for r in rungs),
+                            swept=[(row.L_inf, row.point) for row in prediction.sweep])
 
 
 def floor_text(floor: dict[str, Any], se: float | None = None) -> str:
