@@ -66,6 +66,7 @@ from glasslab.ladder.approach3 import Approach3Law, fit_approach3
 from glasslab.ladder.compute_law import ComputeLaw
 from glasslab.ladder.fit import fit_ladder, read_fit
 from glasslab.ladder.gate_sim import DESIGNS, gate_figures, simulate_grid
+from glasslab.ladder.grid_ends import EndpointLaw
 from glasslab.ladder.grid_law import GridLaw
 from glasslab.ladder.grid_sim import TRUE_LAW, interval_coverage
 from glasslab.ladder.predict import CURVE_FRACTIONS, predict
@@ -505,6 +506,8 @@ def main() -> None:
                         help="synthetic grids for the grid fit's coverage (default 100; 2 with --smoke)")
     parser.add_argument("--synthetic", action="store_true",
                         help="only the registration gate over synthetic grids of known laws (minutes)")
+    parser.add_argument("--protocol-b-points", type=Path, default=None, metavar="CSV",
+                        help="only write protocol (b)'s grid drawn from its registered law (a points file)")
     parser.add_argument("--grids", type=int, default=240, help="synthetic grids for --synthetic (default 240)")
     parser.add_argument("--jobs", type=int, default=2, help="steps at once for --long/--isoflop (default 2)")
     parser.add_argument("--estimate", action="store_true",
@@ -514,6 +517,9 @@ def main() -> None:
                         help="seconds: small synthetic checks; with --long/--isoflop, the ladders at 0.5 tokens "
                         "per parameter or budgets / 20 (minutes)")
     args = parser.parse_args()
+    if args.protocol_b_points:
+        write_protocol_b_points(args.protocol_b_points)
+        return
     if args.synthetic:
         gate_report(6 if args.smoke else args.grids)
         return
@@ -622,6 +628,39 @@ def gate_report(grids: int, seed: int = 0) -> None:
     print(f"interval_coverage_90: {figures['interval_coverage_90']:.3f}  (target 0.85-0.95; one hero run's loss, "
           "registered grids)")
     print(f"median_abs_error_registered_pct: {figures['median_abs_error_registered_pct']:.2f}  (registered grids)")
+
+
+PROTOCOL_B_LAW = EndpointLaw(E=0.0, A=4.72e6, alpha=1.87, B=10.09, beta=0.076)
+"""Protocol (b)'s registered end-point law (``docs/LOG.md``, 2026-12-02); its run offset was 0.0083."""
+
+
+def write_protocol_b_points(path: Path, seed: int = 0) -> None:
+    """(b)'s grid drawn from its registered law: every branch of ``selfcal_ladder_128``'s plan and seed at
+    its N and forward area, each (width, seed) off the law by one offset of 0.83%; the hero's (N, D) in the
+    last row's ``note``. (b)'s lab is gone: this is the back-test the gate must refuse."""
+    from glasslab.experiments import long_ladder, selfcal_ladder_128
+    from glasslab.ladder.curves import target_curve
+    from glasslab.ladder.plan import plan_ladder
+    from glasslab.ladder.steps import grid_schedule
+
+    rng, plan, recipe = np.random.default_rng(seed), plan_ladder(selfcal_ladder_128.spec()), long_ladder.recipe()
+    offsets, rows = {}, []
+    for rung in plan.rungs:
+        n = float(rung.model.param_counts()["active_non_embedding"])
+        area = target_curve(n, grid_schedule(rung, recipe.schedule), rung.steps, rung.batch_size * rung.seq_len,
+                            (1.0,)).forward_area[-1]
+        for s in rung.seeds:
+            offset = offsets.setdefault((rung.trunk, s), 0.0083 * rng.standard_normal())
+            rows.append({"params": n, "tokens": round(float(area)), "seed": s,
+                         "loss": round(float(PROTOCOL_B_LAW(n, area)) * (1 + offset), 5)})
+    hero = plan.hero
+    area = target_curve(0.0, recipe.schedule, hero.steps, hero.batch_size * hero.seq_len, (1.0,)).forward_area[-1]
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    print(f"{path}: {len(rows)} points; hero N {hero.model.param_counts()['active_non_embedding']}, "
+          f"D {area:.0f}")
 
 
 def _print_selfcal_headlines(selfcal: dict[str, dict]) -> None:

@@ -109,6 +109,15 @@ def predictions(lab_root: str | Path) -> dict[str, dict[str, Any]]:
     return latest
 
 
+def gate_status(entry: dict[str, Any] | None) -> str:
+    """How every view labels an entry: "" for a registered prediction, else ``REFUSED by the registration
+    gate (reasons)`` and, when its hero ran anyway, ``; hero FORCED``."""
+    if not entry or entry.get("kind", "prediction") == "prediction":
+        return ""
+    reasons = "; ".join((entry.get("gate") or {}).get("reasons", []))
+    return f"REFUSED by the registration gate ({reasons})" + ("; hero FORCED" if entry.get("forced") else "")
+
+
 def _describe(entry: dict[str, Any]) -> str:
     status = {"refusal": " REFUSED", "prediction": ""}[entry["kind"]] + (" FORCED" if entry["forced"] else "")
     return f"{entry['metric']} {entry['point']:.4g} [{entry['low']:.4g}, {entry['high']:.4g}]{status}"
