@@ -151,7 +151,8 @@ def tiny_grid(name: str = "g") -> list[Step]:
 def test_a_tiny_grid_ladder_forks_its_branches_and_registers_the_heros_curve_before_it_trains(tmp_path):
     lab = tmp_path / "lab"
     steps = tiny_grid()
-    report = Executor(lab, backend=InlineBackend(), echo=False).run(steps)
+    # Three widths within 4x of each other: the registration gate refuses the fit, so the hero runs forced.
+    report = Executor(lab, backend=InlineBackend(), echo=False, force_registration=True).run(steps)
     assert report.ok, report.outcomes
     folders = {n.name: n.folder for n in report.plan.steps}
 
@@ -184,3 +185,5 @@ def test_a_tiny_grid_ladder_forks_its_branches_and_registers_the_heros_curve_bef
     assert hero["prediction"]["registry"] == {"name": "g/hero/eval/macro/loss", "seq": 1}
     assert hero["prediction"]["curve"] == fit["curve"] == entry["details"]["curve"]
     assert entry["details"]["L_inf"]["mode"] == "grid"
+    assert (entry["kind"], entry["forced"]) == ("refusal", True) and not fit["gate"]["registered"]
+    assert "span of N" in " ".join(fit["gate"]["reasons"]) and hero["prediction"]["forced"] is True
