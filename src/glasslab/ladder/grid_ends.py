@@ -171,6 +171,8 @@ class EndpointPrediction:
     hi: float
     level: float
     predicted_B: np.ndarray
+    difference: dict
+    """Farseer's difference check (:func:`difference_check`)."""
     gate: dict
 
 
@@ -189,11 +191,13 @@ def predict_endpoint(points: EndPoints, target: tuple[float, float], *, level: f
     top_n = float(points.params_n.max())
     top = (top_n, float(points.tokens_n[points.params_n == top_n].max()))
     other = float(fit_endpoint_law(points, BOUNDED_LEAST_SQUARES)(*target))
+    difference = difference_check(points, law)
     gate = gate_endpoint_fit(law, point=point, low=min(lo, point), high=max(hi, point), other_point=other,
                              floor_interval=(E_lo, E_hi), lowest_loss=float(points.loss_n.min()),
                              size_span=top_n / float(points.params_n.min()), top=top,
-                             hero=target, beta_difference=difference_check(points, law)["beta"])
-    return EndpointPrediction(law, noise, replicates, point, min(lo, point), max(hi, point), level, predicted_B, gate)
+                             hero=target, beta_difference=difference["beta"])
+    return EndpointPrediction(law, noise, replicates, point, min(lo, point), max(hi, point), level, predicted_B,
+                              difference, gate)
 
 
 def difference_check(points: EndPoints, law: EndpointLaw) -> dict:

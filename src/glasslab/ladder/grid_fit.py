@@ -36,7 +36,6 @@ from glasslab.ladder.grid_ends import (
     EndpointPrediction,
     EndPoints,
     bootstrap_endpoint_law,
-    difference_check,
     end_points,
     endpoint_noise,
     fit_endpoint_law,
@@ -147,7 +146,7 @@ def fit_grid_ladder(curves: Sequence[RunCurve], *, ladder: str, target: Any, tar
         "law_line": [],
         "tasks": None,
         "gate": grid.ends.gate,
-        "grid": {"difference_check": difference_check(grid.points, law),
+        "grid": {"difference_check": grid.ends.difference,
                  "widths": sorted({c.width for c in curves}), "families": len(grid.points.families)},
     }
 

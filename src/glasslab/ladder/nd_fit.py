@@ -18,7 +18,7 @@ import numpy as np
 
 from glasslab.errors import UserError
 from glasslab.ladder.fit import TARGET_METRIC, floor_text, rung_record
-from glasslab.ladder.grid_ends import difference_check, points_of, predict_endpoint
+from glasslab.ladder.grid_ends import points_of, predict_endpoint
 from glasslab.ladder.points import DENSE_FLOPS_PER_PARAM_TOKEN
 from glasslab.ladder.rungs import Rung
 from glasslab.ladder.uncertainty import percentile_interval
@@ -64,5 +64,5 @@ def fit_points_law(rungs: Sequence[Rung], *, ladder: str, target_size: tuple[flo
         "law_line": [],
         "tasks": None,
         "gate": ends.gate,
-        "grid": {"difference_check": difference_check(points, law), "families": len(points.families)},
+        "grid": {"difference_check": ends.difference, "families": len(points.families)},
     }
