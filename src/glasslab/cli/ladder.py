@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from glasslab.cli.options import add_lab_option, split_config_items, step_lab
 from glasslab.errors import UserError
@@ -99,7 +100,7 @@ def run_fit(args: argparse.Namespace) -> int:
     from glasslab.cli.train import step_name
     from glasslab.ladder.points import is_points_file, read_points
     from glasslab.ladder.runs import find_ladder_runs, read_rungs
-    from glasslab.ladder.steps import FitStepConfig
+    from glasslab.ladder.steps import FitStepConfig, fit_step
 
     if args.law == "nd":
         return run_points_law(args)
@@ -135,7 +136,7 @@ def run_fit(args: argparse.Namespace) -> int:
     target = target or 10 * max(r.flops for r in rungs)
     config = FitStepConfig(ladder, target, L_inf, tuple(args.sweep), rungs=tuple(rungs),
                            num_bootstrap=args.bootstrap)
-    _fit_and_report(args, ladder, config)
+    _fit_and_report(args, ladder, fit_step, config)
     return 0
 
 
@@ -143,7 +144,7 @@ def run_points_law(args: argparse.Namespace) -> int:
     """``--law nd``: the end-point law on one points file, predicting the target run, through the gate."""
     from glasslab.cli.train import step_name
     from glasslab.ladder.points import is_points_file, read_points
-    from glasslab.ladder.steps import FitStepConfig
+    from glasslab.ladder.steps import PointsLawConfig, points_law_step
 
     if len(args.runs) != 1 or not is_points_file(args.runs[0]):
         raise UserError(f"--law nd: {' '.join(args.runs) or 'no file'}: expected one .csv/.json points file with "
@@ -155,22 +156,19 @@ def run_points_law(args: argparse.Namespace) -> int:
         print(note, file=sys.stderr)
     ladder = args.ladder or step_name(Path(args.runs[0]).stem)
     target = (args.target_params, args.target_tokens)
-    config = FitStepConfig(ladder, 6.0 * target[0] * target[1], None, (), rungs=tuple(rungs),
-                           num_bootstrap=args.bootstrap, target_size=target, law="nd")
-    _fit_and_report(args, ladder, config)
+    _fit_and_report(args, ladder, points_law_step, PointsLawConfig(ladder, tuple(rungs), target, args.bootstrap))
     return 0
 
 
-def _fit_and_report(args: argparse.Namespace, ladder: str, config: object) -> None:
-    """Run the fit step, print the summary and the gate's verdict."""
+def _fit_and_report(args: argparse.Namespace, ladder: str, step_fn: Any, config: object) -> None:
+    """Run the fit step ``step_fn`` on ``config``, print the summary and the gate's verdict."""
     from glasslab.cli.train import step_name
     from glasslab.lab import Step, run_one_step
     from glasslab.ladder.fit import read_fit
-    from glasslab.ladder.steps import fit_step
     from glasslab.ladder.summary import summary_tables
     from glasslab.layout import FIT_FILE
 
-    done = run_one_step(Step(step_name(f"{ladder}-fit"), fit_step, config, folder=args.out),
+    done = run_one_step(Step(step_name(f"{ladder}-fit"), step_fn, config, folder=args.out),
                         step_lab(args.lab, args.out))
     console = _console()
     for table in summary_tables(done.folder):

@@ -71,9 +71,6 @@ class FitStepConfig:
     None: the compute law ``L(C)``."""
     trunk_steps: tuple[str, ...] = ()
     """Grid mode: names of the dependencies whose folders are the constant-LR trunks."""
-    law: str = "c"
-    """``c``: the compute law ``L(C)`` (or the grid's laws with ``grid``); ``nd``: the end-point law
-    ``E + A·N^−α + B·D^−β`` on the given ``rungs`` (a points file), predicting ``target_size``."""
 
 
 @dataclass(frozen=True)
@@ -199,11 +196,6 @@ def fit_step(ctx: StepContext) -> dict[str, Any]:
     """Fit the rungs' final (and partial) losses, predict the target, back-test; write fit.json + figures.
     Returns the prediction (``flops``, ``point``, ``lo``, ``hi``, ``level``)."""
     cfg: FitStepConfig = ctx.config
-    if cfg.law == "nd":
-        fit = fit_points_law(cfg.rungs, ladder=cfg.ladder, target_size=cfg.target_size,
-                             num_bootstrap=cfg.num_bootstrap)
-        write_fit(ctx.output_dir / FIT_FILE, fit)
-        return fit["prediction"]
     if cfg.grid is not None:
         fit = fit_grid_ladder(read_grid_runs([ctx.inputs[n] for n in (*cfg.rung_steps, *cfg.trunk_steps)]),
                               ladder=cfg.ladder, target=cfg.grid, target_flops=cfg.target_flops,
@@ -217,6 +209,26 @@ def fit_step(ctx: StepContext) -> dict[str, Any]:
                      tasks=read_task_points(ctx.inputs[name] for name in cfg.rung_steps))
     write_fit(ctx.output_dir / FIT_FILE, fit)
     draw_fit(fit, ctx.output_dir)
+    return fit["prediction"]
+
+
+@dataclass(frozen=True)
+class PointsLawConfig:
+    """``glasslab ladder fit POINTS --law nd``: the end-point law ``E + A·N^−α + B·D^−β`` on a points file's
+    rungs (each with N and D), predicting one run of ``target_size`` (N, D)."""
+
+    ladder: str
+    rungs: tuple[Rung, ...]
+    target_size: tuple[float, float]
+    num_bootstrap: int = 1000
+
+
+def points_law_step(ctx: StepContext) -> dict[str, Any]:
+    """Fit and gate the end-point law on the config's points (``nd_fit``); write fit.json; return the
+    prediction."""
+    cfg: PointsLawConfig = ctx.config
+    fit = fit_points_law(cfg.rungs, ladder=cfg.ladder, target_size=cfg.target_size, num_bootstrap=cfg.num_bootstrap)
+    write_fit(ctx.output_dir / FIT_FILE, fit)
     return fit["prediction"]
 
 
