@@ -7,7 +7,7 @@ product does (``grid_ends.predict_endpoint``) and predicts a hero 5–14× the t
 parameter. The grid is labelled by the truth, not by the gate: *ill-posed* when the fit's point misses
 the true law at the hero by more than :data:`ILL_POSED_PCT`, *well-posed* when within
 :data:`WELL_POSED_PCT` (between the two: neither). ``bench/ladder_bench.py --synthetic`` prints the
-rates; the (b)-shaped back-test is :func:`protocol_b_points`.
+rates; (b)'s grid drawn from its registered law is ``ladder_bench.py --protocol-b-points``.
 """
 
 from __future__ import annotations
