@@ -34,9 +34,11 @@ from glasslab.posttrain.records import (
     RecordProblems,
     check_file_hashes,
     messages_problem,
+    no_heldout,
     read_records,
     read_split,
     say,
+    say_skipped,
     split_heldout,
     write_split_folder,
 )
@@ -124,11 +126,7 @@ def build_conversations(cfg: ConversationsConfig, out_dir: str | Path, progress:
     problems = RecordProblems()
     records, sources = _gather(cfg, problems)
     given_heldout = [r for path in cfg.heldout_files for r in read_conversations(path, problems, cfg.strict)]
-    for line in problems.listed[:5]:
-        say(progress, "conversations", f"skipped {line}")
-    if problems.count:
-        say(progress, "conversations", f"skipped {problems.count} bad record(s) in all (listed in "
-            f"{out_dir / REPORT_FILE})")
+    say_skipped(problems, "conversations", out_dir / REPORT_FILE)
     if not records:
         raise UserError(f"no valid conversations in {', '.join(sources) or 'the sources'}"
                         + (f" ({problems.count} bad record(s), first: {problems.listed[0]})" if problems.count else ""))
@@ -142,12 +140,12 @@ def build_conversations(cfg: ConversationsConfig, out_dir: str | Path, progress:
         kept = [r for r in train if not overlap.overlaps(r["messages"])]
         contaminated = len(train) - len(kept)
         train = kept
-        say(progress, "conversations",
+        say(progress or contaminated > 0, "conversations",  # a loss is said either way
             f"decontamination against {cfg.decontaminate}: dropped {contaminated} training conversation(s)")
     if not train:
         raise UserError("no training conversations left after the held-out split and decontamination")
     if not heldout:
-        raise UserError("no held-out conversations: give --heldout FILE with valid ones, or more conversations")
+        raise no_heldout(len(records), "conversations", cfg.heldout_files)
     report = {
         "sources": sources,
         "heldout_sources": list(cfg.heldout_files) or None,

@@ -34,9 +34,11 @@ from glasslab.posttrain.records import (
     check_file_hashes,
     message_problem,
     messages_problem,
+    no_heldout,
     read_records,
     read_split,
     say,
+    say_skipped,
     split_heldout,
     write_split_folder,
 )
@@ -169,15 +171,14 @@ def build_pairs(cfg: PairsConfig, out_dir: str | Path, conversations: str | Path
             sources.append("builtin")
         (made_train, lone_train), (made_heldout, lone_heldout) = (builtin_pairs(part, cfg.seed) for part in split)
         train, heldout, unpaired = train + made_train, heldout + made_heldout, lone_train + lone_heldout
-    for line in problems.listed[:5]:
-        say(progress, "pairs", f"skipped {line}")
-    if problems.count:
-        say(progress, "pairs", f"skipped {problems.count} bad record(s) in all (listed in {out_dir / REPORT_FILE})")
+    say_skipped(problems, "pairs", out_dir / REPORT_FILE)
+    say(unpaired > 0, "pairs", f"{unpaired} built-in question(s) gave no pair (no other module's "
+        "answer to reject)")
     if not train:
         raise UserError(f"no valid training pairs in {', '.join(sources) or 'the sources'}"
                         + (f" ({problems.count} bad record(s), first: {problems.listed[0]})" if problems.count else ""))
     if not heldout:
-        raise UserError("no held-out pairs: give --heldout FILE with valid ones, or more pairs")
+        raise no_heldout(len(train) + len(heldout), "pairs", cfg.heldout_files)
     report = {"sources": sources, "heldout_sources": list(cfg.heldout_files) or None,
               "pairs": len(train) + len(heldout), "train": len(train), "heldout": len(heldout),
               "builtin_unpaired": unpaired,

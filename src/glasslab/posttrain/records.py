@@ -9,6 +9,7 @@ each file's count and sha256): a reader trusts a folder only when its manifest i
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -35,6 +36,10 @@ from glasslab.layout import (
 )
 
 MAX_LISTED_PROBLEMS = 1000
+HELDOUT_MAX_SHARE = 0.2
+"""The held-out minimum count never takes more than this share of a small file: 24 conversations hold out
+4 and train on 20, rather than the minimum's 23 held out and 1 trained on (a higher fraction asked for
+is still honoured)."""
 Check = Callable[[object], "str | None"]
 """What is wrong with a parsed record (one phrase), or None when it is valid."""
 
@@ -139,9 +144,31 @@ def file_hashes(paths: Sequence[str]) -> dict[str, str]:
 
 def split_heldout(records: list[dict], texts: Sequence[str], rule: EvalSplitConfig, seed: int) -> list[bool]:
     """Which records are held out: a seeded hash of each record's text (stable under reordering), at
-    ``rule``'s fraction, minimum and maximum."""
+    ``rule``'s fraction, maximum, and minimum (at most ``HELDOUT_MAX_SHARE`` of the records)."""
     keys = np.array([split_key(t, seed) for t in texts], dtype=np.int64)
+    at_most = int(HELDOUT_MAX_SHARE * len(texts))
+    rule = dataclasses.replace(rule, min_documents=min(rule.min_documents, at_most))
     return list(held_out_mask(keys, np.array([len(t) for t in texts]), rule))
+
+
+def no_heldout(given: int, what: str, heldout_files: Sequence[str]) -> UserError:
+    """The one-line error for a split that held nothing out, saying why (``what``: ``conversations``;
+    ``given``: how many there were to split)."""
+    if heldout_files:
+        why = f"none valid in {', '.join(heldout_files)}"
+    elif int(HELDOUT_MAX_SHARE * given) == 0:
+        why = f"{given} {what} are too few to hold any out (at most {HELDOUT_MAX_SHARE:.0%} are)"
+    else:
+        why = f"none of the {given} {what} was held out"
+    return UserError(f"no held-out {what}: {why}; give --heldout FILE with valid ones, or more {what}")
+
+
+def say_skipped(problems: RecordProblems, tag: str, listed_in: Path) -> None:
+    """How many bad records were skipped and the first with its reason, on the console either way (a step's
+    stderr is its log and the command's console), as a data build says what it skipped."""
+    if problems.count:
+        print(f"[{tag}] skipped {problems.count:,} bad record(s); the first: {problems.listed[0]} (all listed in "
+              f"{listed_in} under bad_records)", file=sys.stderr, flush=True)
 
 
 def write_split_folder(out_dir: Path, fmt: str, train: list[dict], heldout: list[dict],
