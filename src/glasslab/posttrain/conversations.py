@@ -66,7 +66,8 @@ class ConversationsConfig:
     heldout_fraction: float = 0.05
     """Share of the conversations held out to measure SFT loss (chosen by a seeded hash of each)."""
     heldout_min: int = 32
-    """At least this many held-out conversations."""
+    """At least this many held-out conversations, but never more than a fifth of them
+    (:data:`~glasslab.posttrain.records.HELDOUT_MAX_SHARE`)."""
     heldout_max: int = 500
     """At most this many held-out conversations."""
     decontaminate: str = ""

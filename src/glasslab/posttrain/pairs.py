@@ -64,7 +64,7 @@ class PairsConfig:
     heldout_fraction: float = 0.05
     """Share of the pairs held out (by a seeded hash of each), as conversations are."""
     heldout_min: int = 32
-    """At least this many held-out pairs."""
+    """At least this many held-out pairs, but never more than a fifth of them."""
     heldout_max: int = 500
     """At most this many held-out pairs."""
     conversations_from: str = ""
