@@ -27,10 +27,10 @@ from glasslab.config import UNVERSIONED, require
 from glasslab.errors import UserError
 from glasslab.model import ModelConfig
 from glasslab.model.load import ModelSource, load_model
-from glasslab.posttrain.base import BaseData, base_data
+from glasslab.posttrain.base import BaseData
 from glasslab.posttrain.pairs import read_pair_split
 from glasslab.posttrain.preference import PairLoader, Preference, encode_pairs, heldout_logps, preference_metrics
-from glasslab.posttrain.tuning import MethodParts, TuningRecipe, TuningStepConfig, tuning_train
+from glasslab.posttrain.tuning import MethodParts, TuningRecipe, TuningStepConfig, data_folder, tuning_train
 from glasslab.train.config import TrainConfig
 from glasslab.train.distributed import DistContext
 
@@ -135,6 +135,6 @@ class DPOStepConfig(TuningStepConfig):
     """Dependency whose output folder is the pairs folder."""
 
     def recipe(self, base: ModelSource, inputs: dict[str, Path]) -> DPORecipe:
-        pairs = str(inputs[self.pairs_from]) if self.pairs_from else self.dpo.pairs
-        dpo = dataclasses.replace(self.dpo, base=base.ref, pairs=pairs)
-        return DPORecipe(DPORunConfig(model=base.model_config, data=base_data(base), train=self.train, dpo=dpo), base)
+        pairs = data_folder(inputs, self.pairs_from, self.dpo.pairs)
+        return DPORecipe(DPORunConfig(**self.run_sections(base), dpo=dataclasses.replace(
+            self.dpo, base=base.ref, pairs=pairs)), base)

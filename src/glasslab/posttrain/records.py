@@ -9,16 +9,16 @@ each file's count and sha256): a reader trusts a folder only when its manifest i
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
+from glasslab.config import UNVERSIONED, require
 from glasslab.data.config import EvalSplitConfig
 from glasslab.data.decontaminate import held_out_mask, split_key
 from glasslab.data.tokenizer import CHAT_ROLES, SPECIAL_TOKENS
@@ -142,13 +142,55 @@ def file_hashes(paths: Sequence[str]) -> dict[str, str]:
     return {str(p): file_sha256(p) for p in paths}
 
 
-def split_heldout(records: list[dict], texts: Sequence[str], rule: EvalSplitConfig, seed: int) -> list[bool]:
-    """Which records are held out: a seeded hash of each record's text (stable under reordering), at
-    ``rule``'s fraction, maximum, and minimum (at most ``HELDOUT_MAX_SHARE`` of the records)."""
-    keys = np.array([split_key(t, seed) for t in texts], dtype=np.int64)
-    at_most = int(HELDOUT_MAX_SHARE * len(texts))
-    rule = dataclasses.replace(rule, min_documents=min(rule.min_documents, at_most))
-    return list(held_out_mask(keys, np.array([len(t) for t in texts]), rule))
+@dataclass(frozen=True)
+class RecordSources:
+    """Where post-training records come from (a built-in set, JSONL files) and which are held out; a data
+    step's config (conversations, pairs) adds its own fields."""
+
+    section: ClassVar[str] = "records"
+    """How a bad value is named (``conversations.files``)."""
+
+    builtin: bool = True
+    """Include the built-in set (made from Python's own distribution: posttrain.instructions)."""
+    builtin_max_modules: int = 0
+    """Read only this many standard-library modules for the built-in set (0 = all)."""
+    files: tuple[str, ...] = ()
+    """JSONL files of records."""
+    heldout_files: tuple[str, ...] = ()
+    """JSONL files of held-out records; given, none of the others is held out."""
+    file_hashes: dict[str, str] = field(default_factory=dict)
+    """sha256 of each file when the step was planned (``glasslab sft``/``dpo`` record them): the step's hash
+    covers the files' content, and a file changed since is refused."""
+    heldout_fraction: float = 0.05
+    """Share of the records held out (chosen by a seeded hash of each)."""
+    heldout_min: int = 32
+    """At least this many held-out records, but never more than ``HELDOUT_MAX_SHARE`` of them."""
+    heldout_max: int = 500
+    """At most this many held-out records."""
+    strict: bool = field(default=False, metadata=UNVERSIONED)
+    """Stop at the first bad record instead of skipping and counting it."""
+    seed: int = 0
+    """Seed of the held-out choice (and of anything else drawn, such as the built-in pairs' rejected replies)."""
+
+    def __post_init__(self) -> None:
+        name = self.section
+        require(self.builtin or bool(self.files), f"{name}.files", self.files,
+                f"at least one file when {name}.builtin is false")
+        require(self.builtin_max_modules >= 0, f"{name}.builtin_max_modules", self.builtin_max_modules, ">= 0")
+        require(0 <= self.heldout_fraction < 1, f"{name}.heldout_fraction", self.heldout_fraction, "in [0, 1)")
+        require(0 <= self.heldout_min <= self.heldout_max, f"{name}.heldout_min", self.heldout_min,
+                "0 <= heldout_min <= heldout_max")
+
+    def split(self, records: list[dict], texts: Sequence[str]) -> tuple[list[dict], list[dict]]:
+        """(train, held out): a seeded hash of each record's text (stable under reordering) chooses, at
+        ``heldout_fraction``, ``heldout_max`` and ``heldout_min`` (at most ``HELDOUT_MAX_SHARE`` of them)."""
+        keys = np.array([split_key(t, self.seed) for t in texts], dtype=np.int64)
+        at_most = int(HELDOUT_MAX_SHARE * len(texts))
+        rule = EvalSplitConfig(fraction=self.heldout_fraction, min_documents=min(self.heldout_min, at_most),
+                               min_bytes=0, max_documents=self.heldout_max)
+        held = held_out_mask(keys, np.array([len(t) for t in texts]), rule)
+        return ([r for r, h in zip(records, held, strict=True) if not h],
+                [r for r, h in zip(records, held, strict=True) if h])
 
 
 def no_heldout(given: int, what: str, heldout_files: Sequence[str]) -> UserError:

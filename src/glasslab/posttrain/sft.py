@@ -26,11 +26,11 @@ from glasslab.config import UNVERSIONED, require
 from glasslab.errors import UserError
 from glasslab.model import ModelConfig
 from glasslab.model.load import ModelSource
-from glasslab.posttrain.base import BaseData, base_data
+from glasslab.posttrain.base import BaseData
 from glasslab.posttrain.conversations import read_conversation_split
 from glasslab.posttrain.fitting import FitCounts, fit_conversations
 from glasslab.posttrain.packing import ConversationLoader, heldout_batches
-from glasslab.posttrain.tuning import MethodParts, TuningRecipe, TuningStepConfig, tuning_train
+from glasslab.posttrain.tuning import MethodParts, TuningRecipe, TuningStepConfig, data_folder, tuning_train
 from glasslab.train.config import TrainConfig
 from glasslab.train.distributed import DistContext
 from glasslab.train.objectives import AssistantOnly
@@ -153,6 +153,6 @@ class SFTStepConfig(TuningStepConfig):
     """Dependency whose output folder is the conversations folder."""
 
     def recipe(self, base: ModelSource, inputs: dict[str, Path]) -> SFTRecipe:
-        conversations = str(inputs[self.conversations_from]) if self.conversations_from else self.sft.conversations
-        sft = dataclasses.replace(self.sft, base=base.ref, conversations=conversations)
-        return SFTRecipe(SFTRunConfig(model=base.model_config, data=base_data(base), train=self.train, sft=sft), base)
+        conversations = data_folder(inputs, self.conversations_from, self.sft.conversations)
+        return SFTRecipe(SFTRunConfig(**self.run_sections(base), sft=dataclasses.replace(
+            self.sft, base=base.ref, conversations=conversations)), base)

@@ -25,7 +25,15 @@ from torch import nn
 from glasslab.config import UNVERSIONED
 from glasslab.data.tokenizer import PAD
 from glasslab.model.load import ModelSource
-from glasslab.posttrain.base import baseline, chat_encoder, describe_run, forgetting_evaluator, start_model, step_base
+from glasslab.posttrain.base import (
+    base_data,
+    baseline,
+    chat_encoder,
+    describe_run,
+    forgetting_evaluator,
+    start_model,
+    step_base,
+)
 from glasslab.posttrain.samples import CHAT_PROMPTS, chat_sampler
 from glasslab.train.config import OptimizerConfig, ScheduleConfig, TrainConfig
 from glasslab.train.distributed import DistContext
@@ -131,6 +139,15 @@ class TuningStepConfig:
         """The run's recipe: ``base``'s model and tokenizer, this step's schedule and data (found in
         ``inputs``, the dependencies' output folders by step name)."""
         raise NotImplementedError
+
+    def run_sections(self, base: ModelSource) -> dict[str, Any]:
+        """The ``model``, ``data`` and ``train`` sections of a run tuned from ``base`` by this step."""
+        return {"model": base.model_config, "data": base_data(base), "train": self.train}
+
+
+def data_folder(inputs: dict[str, Path], dependency: str, given: str) -> str:
+    """A tuning run's data folder: the output folder of the step ``dependency`` names, else ``given``."""
+    return str(inputs[dependency]) if dependency else given
 
 
 def tune_step(ctx: Any) -> dict[str, Any]:
