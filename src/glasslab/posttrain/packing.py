@@ -157,8 +157,9 @@ class ConversationLoader(EpochStream):
         return batch
 
     def identity(self) -> dict[str, Any]:
-        return {**super().identity(), "seq_len": self.seq_len, "packing": self.packing,
-                "conversations": len(self.conversations)}
+        # In the order checkpoints have always stored it, so a checkpoint's bytes do not move.
+        return {"seed": self.seed, "seq_len": self.seq_len, "global_batch": self.global_batch,
+                "packing": self.packing, "conversations": len(self.conversations)}
 
     def counters(self) -> dict[str, int]:
         return {**super().counters(), "assistant_tokens": self.assistant_tokens}
