@@ -192,6 +192,7 @@ def test_glasslab_sft_accounts_for_every_conversation_and_resumes_bit_identical_
     # Said on the console: the bad line skipped, one conversation cut at a turn boundary, one left out.
     line = f"{fitting + 2} training conversations: {fitting} whole, 1 cut at a turn boundary, 1 left out (the first"
     assert line in ref.stderr
+    assert f"skipped 1 bad record(s); the first: {mine.resolve()}:{fitting + 3}: no 'messages' list" in ref.stderr
     (run_dir,) = (tmp_path / "ref").glob("sft-*")
     counts = read_record(run_dir)["conversations"]
     assert counts["train"] == {"conversations": fitting + 2, "whole": fitting, "cut": 1, "left_out_long": 0,
