@@ -19,7 +19,8 @@ from glasslab.observatory.lab_scan import Lab
 from glasslab.observatory.publish import page_file, publish
 from glasslab.posttrain.chat import ChatSession, Sampling, load_chat_model
 from glasslab.posttrain.conversations import ConversationsConfig, conversations_step
-from glasslab.posttrain.sft import SFTStepConfig, default_sft_train, sft_step
+from glasslab.posttrain.sft import SFTStepConfig, default_sft_train
+from glasslab.posttrain.tuning import tune_step
 from glasslab.train.run_config import RunConfig
 from glasslab.train.steps import TrainStepConfig, train_step
 from observatory_lab import CHROMIUM_ARGS, chromium_path, free_port
@@ -40,7 +41,7 @@ def lab(tmp_path_factory) -> dict[str, Path]:
     train = dataclasses.replace(default, seq_len=128, global_batch_tokens=128 * 8, max_steps=8,
                                 optimizer=dataclasses.replace(default.optimizer, lr=1e-2),
                                 checkpoint_interval=8, sample_max_new_tokens=8, eval_max_tokens=256)
-    sft = run_one_step(Step("sft", sft_step, SFTStepConfig(train=train, base=f"{base.name}@30",
+    sft = run_one_step(Step("sft", tune_step, SFTStepConfig(train=train, base=f"{base.name}@30",
                                                             conversations_from="conversations"), deps=(data,)),
                        root).folder
     return {"root": root, "base": base, "sft": sft}

@@ -121,6 +121,9 @@ def test_ladder_page_states_the_verdict_first(site, page):
     assert "outside" in verdict.get_attribute("class")
     # Where the floor came from (a fit written before fits said it in words: from its mode and value).
     assert page.locator("#floor").inner_text() == "Floor: fitted freely to the rungs by L(C): L∞ = 1.900"
+    # The fit the gate refused, and the hero that ran anyway, say so under the floor.
+    assert page.locator("#gate").inner_text() == ("Registration gate: REFUSED: span of N: largest N / smallest N = 4 "
+                                                  "(expected ≥ 10 for a free floor); the hero ran FORCED")
     chart = page.evaluate("""() => { const u = window.GLASSLAB_CHARTS.ladder;
         return {labels: u.series.map(s => s.label), bands: u.bands.length}; }""")
     assert {"prediction band hi", "prediction band lo", "rung seed 0", "rung seed 1", f"hero {HERO}",

@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     steps = demo_steps(QUICK if args.quick else FULL, device=args.device, threads=max(1, cores // args.jobs),
                        hero_threads=cores, sinks=sinks)
     executor = Executor(lab, backend=args.backend, jobs=args.jobs, address=args.address, retries=args.retries,
-                        re_register=args.re_register, narrate=True)
+                        re_register=args.re_register, force_registration=args.force_registration, narrate=True)
     report = executor.run(steps, experiment="demo", card=CARD)
     if not report.ok:
         raise UserError(f"demo: {', '.join(report.keys('failed')) or 'a step'} failed; see step.json in {lab}")
