@@ -1,11 +1,11 @@
 """The trainer's overhead over a bare forward/backward/step of the same model, in percent (target <= 2%).
 
 "Bare" is the least a training step must do: forward, cross-entropy, backward, clip, AdamW step,
-balancer step. "Trainer" is ``Trainer.train_step`` with everything it adds: micro-batch loss scaling,
-per-group gradient and parameter norms, the spike guard, the LR schedule, throughput/MFU/memory,
-mixture weights, the hash of the step's tokens, logging every metric to a real run store and a JSONL
-sink (``train.sinks``), and the command line's progress-bar hook. Both drive the same model and optimiser
-on the same in-memory batches in this process, one step of each in turn so machine noise hits both
+balancer step. "Trainer" is ``Trainer.step_with_callbacks`` with everything it adds: micro-batch loss
+scaling, per-group gradient and parameter norms, the spike guard, the LR schedule, mixture weights, the
+hash of the step's tokens, logging every metric to a real run store and a JSONL sink (``train.sinks``),
+and its callbacks (throughput/MFU/memory, the command line's progress bar). Both drive the same model and
+optimiser on the same in-memory batches in this process, one step of each in turn so machine noise hits both
 alike; the overhead is median trainer step / median bare step - 1. The hash of each step's tokens
 (``data/batches.py``) is timed alone in the same loop, on the same batches: ``batch_hash_percent`` is
 its median as a share of the median bare step, the part of the overhead it adds.
@@ -139,12 +139,13 @@ def main() -> None:
                          flops_per_token=model_cfg.flops_per_token(args.seq_len))
         run = track.init(Path(tmp) / "run", {"bench": True}, sinks=("jsonl",))
         progress = TrainingProgress()  # what `glasslab train` shows, updated every step
-        trainer = Trainer(cfg, parts, run, Path(tmp) / "run", DistContext(), {}, peak_flops=1e11, hooks=[progress])
+        trainer = Trainer(cfg, parts, run, Path(tmp) / "run", DistContext(), {}, peak_flops=1e11, callbacks=[progress])
         # The bare step drives the trainer's own model and optimiser: same weights, same routing.
         bare_model, bare_optimizer = trainer.model, trainer.optimizer
-        stack.enter_context(progress)
+        progress.on_start(trainer)
+        stack.callback(progress.on_end, trainer, "finished")
         for _ in range(2):  # warm up both
-            trainer.train_step()
+            trainer.step_with_callbacks()
             bare_step(bare_model, bare_optimizer, loader.next_batch(), cfg.grad_clip)
         bare_times, trainer_times, hash_times = [], [], []
         for _ in range(args.steps):
@@ -152,7 +153,7 @@ def main() -> None:
             bare_step(bare_model, bare_optimizer, loader.next_batch(), cfg.grad_clip)
             bare_times.append(time.perf_counter() - start)
             start = time.perf_counter()
-            trainer.train_step()  # includes the store's periodic commit when it falls due
+            trainer.step_with_callbacks()  # includes the store's periodic commit when it falls due
             trainer_times.append(time.perf_counter() - start)
             start = time.perf_counter()
             batch_hash(loader.next_batch())  # what the trainer step above spent on its batch's hash

@@ -31,18 +31,18 @@ FIRST_LIFE = """
 import os, signal, sys
 from glasslab.config import from_dict
 from glasslab.train.run_config import RunConfig
-from glasslab.train.hooks import TrainerHook
+from glasslab.train.callbacks import Callback
 from glasslab.train.run import train
 
-class RollBackThenDie(TrainerHook):
-    def post_step(self, trainer, metrics):
+class RollBackThenDie(Callback):
+    def after_step(self, trainer, metrics):
         if trainer.step == 6 and trainer.rollbacks == 0:
             trainer.roll_back("forced by the test")
         elif trainer.step == 11:
             trainer.run.flush()
             os.kill(os.getpid(), signal.SIGKILL)
 
-train(from_dict(RunConfig, CONFIG), sys.argv[1], hooks=[RollBackThenDie()])
+train(from_dict(RunConfig, CONFIG), sys.argv[1], callbacks=[RollBackThenDie()])
 """
 
 REBUILD_ALL = """

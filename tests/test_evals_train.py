@@ -21,8 +21,8 @@ from glasslab.model.load import find_model, load_model
 from glasslab.observatory.lab_scan import Lab
 from glasslab.observatory.run_page import run_page
 from glasslab.track import RunReader, read_record
+from glasslab.train.callbacks import Callback
 from glasslab.train.export_step import ExportConfig, export_step
-from glasslab.train.hooks import TrainerHook
 from glasslab.train.run import train
 from glasslab.train.run_config import RunConfig
 from train_data import build_tiny_dataset, tiny_run_config
@@ -56,13 +56,13 @@ def test_tasks_are_scored_at_evals_and_a_resumed_run_logs_the_same_numbers(tmp_p
     cfg = from_dict(RunConfig, tiny_run_config(dataset, **common, eval_tasks=TASKS, task_eval_every=2))
     train(cfg, tmp_path / "ref")
 
-    class CrashAt19(TrainerHook):
-        def post_step(self, trainer, metrics):
+    class CrashAt19(Callback):
+        def after_step(self, trainer, metrics):
             if trainer.step == 19:
                 raise Crash
 
     with pytest.raises(Crash):
-        train(cfg, tmp_path / "resumed", hooks=[CrashAt19()])
+        train(cfg, tmp_path / "resumed", callbacks=[CrashAt19()])
     train(cfg, tmp_path / "resumed", resume=True)  # from the checkpoint at step 16
     train(from_dict(RunConfig, tiny_run_config(dataset, **common)), tmp_path / "plain")
 

@@ -240,13 +240,13 @@ def test_train_is_a_step_with_a_record_events_and_a_cached_rerun(tmp_path, datas
 
 def _step_config(config: Path):
     from glasslab import config as configs
-    from glasslab.cli.progress import HOOK
+    from glasslab.cli.progress import CALLBACK
     from glasslab.data.shards import manifest_hash
     from glasslab.train.run_config import RunConfig
     from glasslab.train.steps import TrainStepConfig
 
     run = configs.load(RunConfig, config)  # the step names its dataset by manifest hash, not by path
-    return TrainStepConfig(configs.replace(run, ["data.path="]), hooks=(HOOK,), data_path=run.data.path,
+    return TrainStepConfig(configs.replace(run, ["data.path="]), hooks=(CALLBACK,), data_path=run.data.path,
                            data_manifest=manifest_hash(run.data.path))
 
 
@@ -267,18 +267,18 @@ import os, signal
 from glasslab.config import from_dict
 from glasslab.lab import Step
 from glasslab.train.run_config import RunConfig
-from glasslab.train.hooks import TrainerHook
+from glasslab.train.callbacks import Callback
 from glasslab.train.steps import TrainStepConfig, run_training
 
 
-class KillAfterCheckpoint(TrainerHook):
-    def post_checkpoint(self, trainer, path):
+class KillAfterCheckpoint(Callback):
+    def on_checkpoint(self, trainer, path):
         if trainer.step >= 4:
             os.kill(os.getpid(), signal.SIGKILL)  # a crash (or a preempted machine) right after step 4's checkpoint
 
 
 def crash_once(ctx):
-    return run_training(ctx, hooks=[KillAfterCheckpoint()] if ctx.attempt == 1 else [])
+    return run_training(ctx, callbacks=[KillAfterCheckpoint()] if ctx.attempt == 1 else [])
 
 
 def steps():

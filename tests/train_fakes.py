@@ -8,6 +8,7 @@ import torch
 
 from glasslab.model import ModelConfig, MoEConfig, Transformer
 from glasslab.track import init as track_init
+from glasslab.train.callbacks import Callback
 from glasslab.train.config import TrainConfig
 from glasslab.train.distributed import DistContext
 from glasslab.train.evals import evaluate
@@ -63,7 +64,7 @@ class SyntheticLoader:
 
 
 def make_trainer(run_dir: Path, cfg: TrainConfig, moe: bool = False, loader=None, log: bool = True,
-                 hooks=(), ctx: DistContext | None = None) -> Trainer:
+                 callbacks=(), ctx: DistContext | None = None) -> Trainer:
     """A Trainer on the real tiny Transformer and the synthetic stream, logging into ``run_dir``
     (``ctx``: this process's place in a job whose process group is already up; default one process)."""
     ctx = ctx or DistContext()
@@ -79,4 +80,26 @@ def make_trainer(run_dir: Path, cfg: TrainConfig, moe: bool = False, loader=None
     parts = RunParts(model=model, balancer=model.balancer, loader=loader,
                      flops_per_token=model_cfg.flops_per_token(cfg.seq_len), evaluate=evaluate_model)
     run = track_init(run_dir, {"train": {}}) if log and ctx.is_main else None
-    return Trainer(cfg, parts, run, run_dir, ctx, {"train": {}}, peak_flops=1e11, hooks=hooks)
+    return Trainer(cfg, parts, run, run_dir, ctx, {"train": {}}, peak_flops=1e11, callbacks=callbacks)
+
+
+class LossAverage(Callback):
+    """A user's metric with state: the mean training loss so far, logged each step as ``custom/loss_average``
+    (nats/token); ``restored`` is the state a checkpoint gave back, if any."""
+
+    def __init__(self) -> None:
+        self.total, self.count = 0.0, 0
+        self.restored: dict | None = None
+
+    def after_step(self, trainer, metrics: dict[str, float]) -> None:
+        if "train/loss" in metrics:
+            self.total += metrics["train/loss"]
+            self.count += 1
+            trainer.log_metrics({"custom/loss_average": self.total / self.count})
+
+    def state_dict(self) -> dict:
+        return {"total": self.total, "count": self.count}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.total, self.count = state["total"], state["count"]
+        self.restored = dict(state)

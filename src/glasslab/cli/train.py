@@ -48,7 +48,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from glasslab import config as configs
     from glasslab.cli.data_build import data_build_step
-    from glasslab.cli.progress import HOOK
+    from glasslab.cli.progress import CALLBACK
     from glasslab.data.shards import manifest_hash
     from glasslab.lab import Step, make_plan, run_one_step
     from glasslab.track import check_sinks
@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     located = dataclasses.replace(run_cfg, data=dataclasses.replace(run_cfg.data, build="", path=dataset))
     check_inputs(located)  # a bad dataset, mixture or vocabulary: one line before any folder or bar
     unplaced = dataclasses.replace(run_cfg, data=dataclasses.replace(run_cfg.data, build="", path=""))
-    config = TrainStepConfig(run=unplaced, record_extra=record_extra, fork=fork, device=args.device, hooks=(HOOK,),
+    config = TrainStepConfig(run=unplaced, record_extra=record_extra, fork=fork, device=args.device, hooks=(CALLBACK,),
                              **data_fields)
     step = Step(name, train_step, config, deps=data_deps, folder=run_dir)
     folder = make_plan([step], lab).steps[-1].folder

@@ -12,7 +12,7 @@ Modules, one idea each (imported directly; this package imports nothing so ``fit
   the L∞ sweep, and the curve every 5% of training; ``backtest``: roll-forward leave-last-rung-out.
 - ``fit``: the whole analysis as ``fit.json`` (``fit_ladder``, ``write_fit``, ``read_fit``);
   ``figures``: the PNG/SVG; ``preregister``: the hero's prediction in the lab's registry and its run.json,
-  and the band watcher (a trainer hook); ``summary``: the tables a person reads (fit, rungs, hero);
+  and the band watcher (a trainer callback); ``summary``: the tables a person reads (fit, rungs, hero);
   ``steps``: a plan as executor steps (rungs, grid trunks and their cooldown branches, fit, hero).
 - Floor mode ``grid``: ``curves`` (runs' eval curves with their schedule's forward and annealing areas),
   ``varpro`` (variable projection: exponents on a grid, coefficients in closed form, many data sets at

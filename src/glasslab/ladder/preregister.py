@@ -13,10 +13,10 @@ into ``run.json`` once, before the first step, so the hero's folder keeps its ow
 prediction (point, 90% interval, the curve every 5%, the law, L∞ and its sweep, the rungs it came
 from, the registry entry).
 
-While the hero trains, :class:`BandWatcher` (a trainer hook) compares each eval's
+While the hero trains, :class:`BandWatcher` (a trainer callback) compares each eval's
 ``eval/macro/loss`` with the band at that point of training and records a ``prediction_out_of_band``
 event each time the loss leaves it (not at every eval while it stays out). :func:`check_live_loss`
-applies the same rule afterwards to a run's store, for a hero trained without the hook.
+applies the same rule afterwards to a run's store, for a hero trained without the callback.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from glasslab.ladder.fit import TARGET_METRIC
 from glasslab.ladder.task_law import registry_entries
 from glasslab.layout import code_version
 from glasslab.track.store import append_event
-from glasslab.train.hooks import TrainerHook
+from glasslab.train.callbacks import Callback
 
 EVENT_KIND = "prediction_out_of_band"
 
@@ -128,10 +128,10 @@ class BandWatch:
     """The rule for excursions: an eval loss outside the band after being inside it (or at the first
     eval seen) is one; the evals that stay outside after it are not."""
 
-    def __init__(self, prediction: dict[str, Any], total_steps: int) -> None:
+    def __init__(self, prediction: dict[str, Any], total_steps: int, was_inside: bool = True) -> None:
         self.prediction = prediction
         self.total_steps = total_steps
-        self.was_inside = True
+        self.was_inside = was_inside
 
     def observe(self, step: int, loss: float) -> dict[str, Any] | None:
         """The excursion that starts at ``step`` (``step``, ``loss``, ``point``, ``lo``, ``hi``, ``title``,
@@ -154,22 +154,30 @@ class BandWatch:
         }
 
 
-class BandWatcher(TrainerHook):
-    """The hero's hook: each eval's loss against the pre-registered band, an event when it leaves it."""
+class BandWatcher(Callback):
+    """The hero's callback: each eval's loss against the pre-registered band, an event when it leaves it.
+    Whether the loss was inside at the last eval is its state, so a resumed hero does not report an
+    excursion twice."""
 
     def __init__(self, prediction: dict[str, Any]) -> None:
         self.prediction = prediction
-        self.watch: BandWatch | None = None
+        self.was_inside = True
 
-    def post_eval(self, trainer: Any, metrics: dict[str, float]) -> None:
+    def on_eval(self, trainer: Any, metrics: dict[str, float]) -> None:
         if TARGET_METRIC not in metrics or trainer.run is None:
             return
-        if self.watch is None:
-            self.watch = BandWatch(self.prediction, trainer.cfg.total_steps)
-        excursion = self.watch.observe(trainer.step, metrics[TARGET_METRIC])
+        watch = BandWatch(self.prediction, trainer.cfg.total_steps, self.was_inside)
+        excursion = watch.observe(trainer.step, metrics[TARGET_METRIC])
+        self.was_inside = watch.was_inside
         if excursion is not None:
             trainer.run.annotate(EVENT_KIND, excursion["title"], excursion["body"], step=trainer.step,
                                  severity="warning")
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"was_inside": self.was_inside}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.was_inside = state["was_inside"]
 
 
 def check_live_loss(run_dir: str | Path) -> list[dict[str, Any]]:

@@ -245,4 +245,4 @@ def hero_step(ctx: StepContext) -> dict[str, Any]:
     register_task_predictions(ctx.lab_root, fit, target=ctx.name, source=fit_dir.name, replace=ctx.re_register,
                               forced=entry["forced"])
     extra = hero_record_extra(fit, cfg.train.record_extra, entry)
-    return run_training(dataclasses.replace(ctx, config=cfg.train), extra, hooks=[BandWatcher(extra["prediction"])])
+    return run_training(dataclasses.replace(ctx, config=cfg.train), extra, callbacks=[BandWatcher(extra["prediction"])])

@@ -8,8 +8,8 @@ Pieces, one idea per module (import each name from its module; this package re-e
 ``config`` (TrainConfig, OptimizerConfig, ScheduleConfig, GuardConfig), ``run_config`` (RunConfig),
 ``optim`` and ``muon`` (optimisers), ``schedule``, ``checkpoint``, ``rng``, ``guard`` (spike guard),
 ``norms``, ``evals``, ``samples``, ``throughput`` (tokens/s, MFU, memory), ``distributed`` (torchrun),
-``loop`` (the Trainer), ``hooks`` (its hook contract), ``recipe`` (what a run trains: its parts, built by
-the recipe, never chosen here), ``build`` (pretraining's recipe: model/data wiring), ``fork``,
-``run`` (``train()``: resume, fork, signals) and ``steps`` (the trainer as a lab step). Post-training
+``loop`` (the Trainer), ``callbacks`` (its callback contract), ``recipe`` (what a run trains: its
+parts, built by the recipe, never chosen here), ``build`` (pretraining's recipe: model/data wiring),
+``fork``, ``run`` (``train()``: resume, fork, signals) and ``steps`` (the trainer as a lab step). Post-training
 (``glasslab.posttrain``) hands its own recipes in; nothing here imports it.
 """

@@ -6,12 +6,13 @@ resume, a fork or an export reads the config without unpickling anything), and `
 listing each file's size and sha256. A sharded (FSDP2) run writes its model and optimiser as
 torch distributed checkpoint folders instead (``model/``, ``optimizer/``: every rank writes its own
 shard, and any number of ranks, or one process, reads them back: :func:`save_sharded_checkpoint`);
-the trainer's own state (``trainer.pt``: loader, balancer, guard, RNG) is small and host-side and
-stays one file written by rank 0. It is written under a hidden temp name and renamed into place
-only when complete, so a process killed mid-write leaves either the previous state or a temp folder
-that is ignored and swept. A folder whose manifest is missing or whose files do not match it
-(truncated, corrupted) is skipped by ``layout.latest_checkpoint``, which reports it so the trainer records
-``checkpoint_fallback``.
+the trainer's own state (``trainer.pt``: loader, balancer, guard, RNG) and its callbacks'
+(``callbacks.pt``, by callback name, only when one has state: a run without stateful callbacks writes
+the same files as before they existed) are small and host-side and stay files written by rank 0.
+A checkpoint is written under a hidden temp name and renamed into place only when complete, so a
+process killed mid-write leaves either the previous state or a temp folder that is ignored and swept. A
+folder whose manifest is missing or whose files do not match it (truncated, corrupted) is skipped by
+``layout.latest_checkpoint``, which reports it so the trainer records ``checkpoint_fallback``.
 
 Which checkpoints stay: the last ``keep_last`` written on the interval (or at a preemption, or the end),
 the multiples of ``keep_every``, and with ``train.keep_log`` the published schedule (:func:`published_steps`).
@@ -58,19 +59,22 @@ from glasslab.layout import (
     temp_path,
     write_json_atomic,
 )
+from glasslab.train.callbacks import LAST, Callback
 from glasslab.train.config import TrainConfig
 from glasslab.train.distributed import DistContext
 from glasslab.train.schedule import decay_start
 
 # The read side, from the file contract, for the trainer's callers that reach checkpoints through here.
-__all__ = ["HOST_PARTS", "SHARDED_MODEL", "SHARDED_OPTIMIZER", "apply_retention", "checkpoint_config",
-           "intact_checkpoint", "is_sharded", "list_checkpoints", "load_checkpoint", "published_steps",
-           "save_checkpoint", "save_sharded_checkpoint", "sweep_temp", "write_checkpoint_list"]
+__all__ = ["CALLBACKS_PART", "HOST_PARTS", "SHARDED_MODEL", "SHARDED_OPTIMIZER", "Checkpointer", "apply_retention",
+           "checkpoint_config", "intact_checkpoint", "is_sharded", "list_checkpoints", "load_checkpoint",
+           "published_steps", "save_checkpoint", "save_sharded_checkpoint", "sweep_temp", "write_checkpoint_list"]
 
 PART_SUFFIX = ".pt"
-HOST_PARTS = frozenset({"trainer"})
+CALLBACKS_PART = "callbacks"
+"""The part holding the trainer's callbacks' states by name (written only when one has state)."""
+HOST_PARTS = frozenset({"trainer", CALLBACKS_PART})
 """Parts read onto the CPU whatever device the rest goes to: the trainer's loader, guard and RNG states
-(generators take their state as CPU tensors, and the rest is bookkeeping)."""
+and the callbacks' (generators take their state as CPU tensors, and the rest is bookkeeping)."""
 SHARDED_OPTIMIZER = "optimizer"
 """The folder of a sharded run's optimiser state; absent before the first optimiser step."""
 
@@ -88,6 +92,30 @@ def published_steps(cfg: TrainConfig) -> frozenset[int]:
     if start is not None:
         steps.add(start)
     return frozenset(steps)
+
+
+class Checkpointer(Callback):
+    """When the trainer writes its checkpoint (``trainer.save_checkpoint``, which applies retention): at
+    step 0 of a fresh run (so a rollback always has somewhere to go), every ``checkpoint_interval`` steps,
+    at the published schedule's steps off the interval (extra, ``trainer.published_steps``), and as
+    training finishes or stops."""
+
+    priority = LAST  # after every other callback has taken the step in: their states are the step's
+
+    def on_start(self, trainer: Any) -> None:
+        if not list_checkpoints(trainer.run_dir):
+            trainer.save_checkpoint()
+
+    def after_step(self, trainer: Any, metrics: dict[str, float]) -> None:
+        step, cfg = trainer.step, trainer.cfg
+        if step % cfg.checkpoint_interval == 0:
+            trainer.save_checkpoint()
+        elif step in trainer.published_steps and step < cfg.total_steps:  # the final one comes after the last eval
+            trainer.save_checkpoint(extra=True)
+
+    def on_end(self, trainer: Any, status: str) -> None:
+        if status != "failed" and not checkpoint_path(trainer.run_dir, trainer.step).exists():
+            trainer.save_checkpoint()
 
 
 def save_checkpoint(run_dir: Path, step: int, parts: dict[str, Any], config: dict[str, Any] | None = None,

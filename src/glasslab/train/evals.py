@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from glasslab.evals.load import TaskScorer
+from glasslab.train.callbacks import EARLY, AtIntervals
 from glasslab.train.config import TrainConfig
 
 
@@ -80,3 +82,19 @@ class TaskEvals:
         if not self.scorer.tasks or not tasks_due(step, self.cfg):
             return {}
         return self.scorer(model, self.device)[0]
+
+
+class Evaluator(AtIntervals):
+    """The trainer's held-out evaluation as a callback: ``evaluate(model, step) -> eval/... metrics`` every
+    ``eval_interval`` steps and at the end, under the trainer's autocast, logged and told to ``on_eval``."""
+
+    priority = EARLY
+
+    def __init__(self, evaluate: Callable[[nn.Module, int], dict[str, float]], eval_interval: int) -> None:
+        super().__init__(eval_interval)
+        self.evaluate = evaluate
+
+    def work(self, trainer: Any) -> None:
+        with trainer.autocast():
+            metrics = self.evaluate(trainer.model, trainer.step)
+        trainer.record_eval(metrics)

@@ -10,12 +10,13 @@ One optimiser step:
   4. the spike guard judges; an applied step clips, sets the scheduled LR, steps the optimiser and
      the MoE balancer; a rejected one is dropped (or, repeated, rolls back to the last checkpoint);
   5. log the step (the parameter norms and the balancer's statistics reach the host together: a
-     step waits for the device twice, ``train/host_syncs.py`` counts it); at intervals evaluate,
-     sample and checkpoint;
-  6. tell the hooks (``hooks.py``: ``post_step``, ``post_eval``, ``post_checkpoint``).
+     step waits for the device twice, ``train/host_syncs.py`` counts it);
+  6. call the callbacks (``callbacks.py``): the throughput meter, evals, samples and checkpoints at
+     their intervals, and whatever the caller added. A callback's request to stop joins the next
+     step's reduction, as a SIGTERM's does.
 
-What a checkpoint holds (model, optimiser, balancer, loader, guard window, RNG, counters) is all of
-the loop's state, so resuming from one continues the exact same computation.
+What a checkpoint holds (model, optimiser, balancer, loader, guard window, RNG, counters, the
+callbacks' states) is all of the loop's state, so resuming from one continues the exact same computation.
 """
 
 from __future__ import annotations
@@ -36,17 +37,19 @@ from glasslab.model.load import weights_sha256
 from glasslab.track import Run
 from glasslab.train import checkpoint as ckpt
 from glasslab.train import distributed
+from glasslab.train.callbacks import Callback, Callbacks
 from glasslab.train.compile_rule import run_compile_choice
 from glasslab.train.config import TrainConfig
 from glasslab.train.distributed import DistContext, wrap_model
+from glasslab.train.evals import Evaluator
 from glasslab.train.guard import SpikeGuard
-from glasslab.train.hooks import TrainerHook
 from glasslab.train.norms import grads_by_group, group_norms, named_norms, unique_groups
 from glasslab.train.objectives import NextToken
 from glasslab.train.optim import build_optimizer
 from glasslab.train.rng import capture_rng, restore_rng
+from glasslab.train.samples import Sampler
 from glasslab.train.schedule import lr_multiplier
-from glasslab.train.throughput import ThroughputMeter, peak_memory_bytes
+from glasslab.train.throughput import ThroughputMeter
 
 
 class TrainingDiverged(RuntimeError):
@@ -76,12 +79,13 @@ class RunParts:
 
 
 class Trainer:
-    """Runs optimiser steps on ``parts`` under ``cfg``, logging to ``run`` (None on ranks other than 0)."""
+    """Runs optimiser steps on ``parts`` under ``cfg``, logging to ``run`` (None on ranks other than 0);
+    ``callbacks`` join the built-in ones (:func:`built_in_callbacks`)."""
 
     def __init__(self, cfg: TrainConfig, parts: RunParts, run: Run | None, run_dir: Path, ctx: DistContext,
-                 config_data: dict, peak_flops: float, hooks: Sequence[TrainerHook] = ()) -> None:
+                 config_data: dict, peak_flops: float, callbacks: Sequence[Callback] = ()) -> None:
         self.cfg = cfg
-        self.hooks = list(hooks)
+        self.callbacks = Callbacks([*built_in_callbacks(cfg, parts, peak_flops, ctx.world_size), *callbacks])
         self.parts = parts
         self.run = run
         self.run_dir = Path(run_dir)
@@ -107,7 +111,6 @@ class Trainer:
         self.guard = SpikeGuard(cfg.guard)
         self.objective = parts.objective or NextToken(cfg.global_batch_tokens)
         self.micro_batch, self.num_micro = cfg.micro_batches(ctx.world_size)
-        self.meter = ThroughputMeter(parts.flops_per_token, peak_flops, ctx.world_size)
         self.step = 0
         self.tokens = 0
         """Tokens trained on so far (a fork may change the batch, so this is a sum, not step × batch)."""
@@ -124,8 +127,12 @@ class Trainer:
 
     def checkpoint_parts(self) -> dict[str, Any]:
         """Everything a resume needs, by checkpoint file name (an unsharded run's checkpoint)."""
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "trainer": self._trainer_state()}
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), **self._host_parts()}
+
+    def _host_parts(self) -> dict[str, Any]:
+        """The loop's own state, and the callbacks' when any has state."""
+        callbacks = self.callbacks.state_dict()
+        return {"trainer": self._trainer_state(), **({ckpt.CALLBACKS_PART: callbacks} if callbacks else {})}
 
     def _trainer_state(self) -> dict[str, Any]:
         """The loop's own state: counters, loader, balancer, guard and every RNG (host-side, small)."""
@@ -169,18 +176,19 @@ class Trainer:
         self.tokens = trainer["tokens"]
         self.guard.load_state_dict(trainer["guard"])
         restore_rng(trainer["rng"])
+        self.callbacks.load_state_dict(state.get(ckpt.CALLBACKS_PART, {}))
 
     def save_checkpoint(self, extra: bool = False) -> None:
-        """Write the checkpoint for the current step (rank 0), with the run's config as JSON beside
-        it, apply retention and list the kept ones. ``extra``: written only for the published schedule
-        (``train.keep_log``), so a rollback passes it by."""
+        """Write the checkpoint for the current step (rank 0 its host parts), with the run's config as JSON
+        beside it, apply retention, list the kept ones and tell the callbacks. ``extra``: written only for
+        the published schedule (``train.keep_log``), so a rollback passes it by."""
         if self.run is not None:
             self.run.flush()
         about = {"tokens": self.tokens, "weights_sha256": self.replica_fingerprint()}
         if extra:
             about[EXTRA_CHECKPOINT] = True
         if self.sharded:  # every rank writes its shards; rank 0 the loop's state and the manifest
-            host = {"trainer": self._trainer_state()} if self.ctx.is_main else None
+            host = self._host_parts() if self.ctx.is_main else None
             ckpt.save_sharded_checkpoint(self.run_dir, self.step, self.ctx,
                                          distributed.sharded_state(self.model, self.optimizer.optimizers),
                                          host, config=self.config_data, about=about)
@@ -191,8 +199,7 @@ class Trainer:
             ckpt.apply_retention(self.run_dir, self.cfg.keep_last, self.cfg.keep_every, self.published_steps)
             ckpt.write_checkpoint_list(self.run_dir)
         self.ctx.barrier()
-        for hook in self.hooks:
-            hook.post_checkpoint(self, ckpt.checkpoint_path(self.run_dir, self.step))
+        self.callbacks.call("on_checkpoint", self, ckpt.checkpoint_path(self.run_dir, self.step))
 
     def _balancer_state(self) -> Any:
         balancer = self.parts.balancer
@@ -201,24 +208,32 @@ class Trainer:
     # --- the loop -----------------------------------------------------------------------------------
 
     def fit(self) -> str:
-        """Train to ``cfg.total_steps``; returns ``finished`` or ``preempted``."""
-        if not ckpt.list_checkpoints(self.run_dir):
-            self.save_checkpoint()  # step 0: a rollback always has somewhere to go
-        self._record_loader_start()
-        self.meter.restart()
+        """Train to ``cfg.total_steps``; returns ``finished`` or ``preempted`` (a SIGTERM or a callback
+        asked to stop). The callbacks are told ``on_end`` however it ends (``failed`` on an exception)."""
+        status = "failed"
+        try:
+            self.callbacks.call("on_start", self)
+            self._record_loader_start()
+            status = self._steps()
+        finally:
+            self.callbacks.call("on_end", self, status)
+        if status == "preempted":
+            self._event("preempted", f"preempted at step {self.step}; checkpoint written", step=self.step)
+        return status
+
+    def _steps(self) -> str:
         while self.step < self.cfg.total_steps:
-            metrics = self.train_step()
+            self.step_with_callbacks()
             if self.preempt_requested:
-                self.save_checkpoint()
-                self._event("preempted", f"preempted at step {self.step}; checkpoint written", step=self.step)
                 return "preempted"
-            self.at_intervals()
-            for hook in self.hooks:
-                hook.post_step(self, metrics)
-        self.evaluate_and_sample()
-        if not (ckpt.checkpoint_path(self.run_dir, self.step)).exists():
-            self.save_checkpoint()
         return "finished"
+
+    def step_with_callbacks(self) -> dict[str, float]:
+        """The callbacks' ``before_step``, one optimiser step, their ``after_step``; returns what the step logged."""
+        self.callbacks.call("before_step", self)
+        metrics = self.train_step()
+        self.callbacks.call("after_step", self, metrics)
+        return metrics
 
     def train_step(self) -> dict[str, float]:
         """One optimiser step (applied, skipped, or ending in a rollback); returns what it logged."""
@@ -230,7 +245,8 @@ class Trainer:
         loss_sum = self.forward_backward(batch, loss_tokens)
         grad_norms = group_norms(grads_by_group(self.params_by_group))
         # The flag is filled in on the device (torch.tensor(...) would be a blocking host-to-device copy).
-        preempt = torch.full((), float(self.preempt_requested), device=loss_sum.device)
+        stop = self.preempt_requested or self.callbacks.stop_requested
+        preempt = torch.full((), float(stop), device=loss_sum.device)
         packed = torch.stack([loss_sum, preempt])
         values = torch.cat([self.ctx.all_reduce_sum(packed), grad_norms]).tolist()  # the step's first host sync
         loss = values[0] / loss_tokens
@@ -254,12 +270,8 @@ class Trainer:
             if verdict.rollback:
                 self.roll_back(verdict.reason)
                 return {}
-        metrics.update(self.meter.step(self.cfg.global_batch_tokens))
-        metrics["memory/peak_bytes"] = float(peak_memory_bytes(self.ctx.device))
         metrics.update(self._mixture_metrics())
-        self.last_metrics.update(metrics)
-        if self.run is not None:
-            self.run.log(metrics, self.step)
+        self.log_metrics(metrics)
         return metrics
 
     def forward_backward(self, batch: Any, loss_tokens: int) -> torch.Tensor:
@@ -270,7 +282,7 @@ class Trainer:
         loss_sum = torch.zeros((), device=self.ctx.device)
         for i, micro in enumerate(batch.split(self.micro_batch)):
             with distributed.gradient_sync(self.net, self.model, sync=i == self.num_micro - 1):
-                nats = self.objective.nats(self.net, micro, self._autocast)
+                nats = self.objective.nats(self.net, micro, self.autocast)
                 aux = self.model.aux_loss()
                 (nats * scale + aux / self.num_micro).backward()
             loss_sum += nats.detach()
@@ -322,56 +334,27 @@ class Trainer:
         if self.run is not None:
             self.run.new_attempt("rollback")
         self._record_loader_start()
-        self.meter.restart()
 
-    def at_intervals(self) -> None:
-        """Evaluate, sample and checkpoint when the current step is on their intervals."""
-        step, cfg = self.step, self.cfg
-        paused = False
-        if cfg.eval_interval and step % cfg.eval_interval == 0 and step < cfg.total_steps:
-            self._evaluate()
-            paused = True
-        if cfg.sample_interval and step % cfg.sample_interval == 0 and step < cfg.total_steps:
-            self._sample()
-            paused = True
-        if step % cfg.checkpoint_interval == 0:
-            self.save_checkpoint()
-            paused = True
-        elif step in self.published_steps and step < cfg.total_steps:  # the final one comes after the last eval
-            self.save_checkpoint(extra=True)
-            paused = True
-        if paused:
-            self.meter.restart()
+    # --- what callbacks call ------------------------------------------------------------------------
 
-    def evaluate_and_sample(self) -> None:
-        """The end-of-run evaluation and samples."""
-        self._evaluate()
-        self._sample()
-
-    def _evaluate(self) -> None:
-        if self.parts.evaluate is None:
-            return
-        with self._autocast():
-            metrics = self.parts.evaluate(self.model, self.step)
+    def log_metrics(self, metrics: dict[str, float]) -> None:
+        """Log scalars at the current step (rank 0) and keep them for the run's result."""
         self.last_metrics.update(metrics)
         if self.run is not None:
             self.run.log(metrics, self.step)
-        for hook in self.hooks:
-            hook.post_eval(self, metrics)
 
-    def _sample(self) -> None:
-        if self.parts.sample is None:
-            return
-        samples = self.parts.sample(self.model, self.step)  # every rank: FSDP2 forwards are collective
-        for prompt, text in samples if self.run is not None else ():
-            self.run.sample(self.step, prompt, text)
+    def record_eval(self, metrics: dict[str, float]) -> None:
+        """Log a held-out evaluation's ``eval/...`` metrics and tell the callbacks."""
+        self.log_metrics(metrics)
+        self.callbacks.call("on_eval", self, metrics)
 
-    # --- small helpers ------------------------------------------------------------------------------
-
-    def _autocast(self) -> contextlib.AbstractContextManager:
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """The precision the model trains in (bf16 autocast where the config turns it on)."""
         if self.autocast_dtype is None:
             return contextlib.nullcontext()
         return torch.autocast(self.ctx.device.type, dtype=self.autocast_dtype)
+
+    # --- small helpers ------------------------------------------------------------------------------
 
     def _discard_balancer_statistics(self) -> None:
         if self.parts.balancer is not None:
@@ -407,6 +390,17 @@ class Trainer:
         """sha256 of this rank's model state (parameters and buffers, router biases included), over its
         canonical bytes (``model.load.weights_sha256``); every rank calls it under FSDP2 (a collective)."""
         return weights_sha256(distributed.full_model_state(self.model, self.sharded))
+
+
+def built_in_callbacks(cfg: TrainConfig, parts: RunParts, peak_flops: float, world_size: int) -> list[Callback]:
+    """What every run does at fixed points: measure throughput, evaluate and sample (when the parts
+    can), and write checkpoints."""
+    callbacks: list[Callback] = [ThroughputMeter(parts.flops_per_token, peak_flops, world_size)]
+    if parts.evaluate is not None:
+        callbacks.append(Evaluator(parts.evaluate, cfg.eval_interval))
+    if parts.sample is not None:
+        callbacks.append(Sampler(parts.sample, cfg.sample_interval))
+    return [*callbacks, ckpt.Checkpointer()]
 
 
 def _detached_copy(state: Any) -> Any:

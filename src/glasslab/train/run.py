@@ -19,7 +19,6 @@ rank 0), so a person watching knows where the run picked up.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import signal
 import sys
@@ -38,9 +37,9 @@ from glasslab.layout import METRICS_DB, RESULT_FILE, latest_checkpoint, write_js
 from glasslab.train import checkpoint as ckpt
 from glasslab.train import distributed
 from glasslab.train.build import Pretraining
+from glasslab.train.callbacks import Callback
 from glasslab.train.compile_rule import run_compile_choice
 from glasslab.train.fork import ForkPoint, fork_checkpoint
-from glasslab.train.hooks import TrainerHook
 from glasslab.train.loop import Trainer
 from glasslab.train.recipe import Recipe
 from glasslab.train.rng import capture_rng, restore_rng
@@ -49,14 +48,14 @@ from glasslab.train.throughput import peak_flops
 
 
 def train(run: RunConfig | Recipe, run_dir: str | Path, *, resume: bool = False, fork: ForkPoint | None = None,
-          record_extra: dict | None = None, device: str = "cpu", hooks: Sequence[TrainerHook] = ()) -> dict[str, Any]:
+          record_extra: dict | None = None, device: str = "cpu", callbacks: Sequence[Callback] = ()) -> dict[str, Any]:
     """Train ``run`` into ``run_dir``; return the final metrics (incl. ``eval/macro/loss`` for pretraining).
 
     ``run`` is a RunConfig (pretraining) or a :class:`~glasslab.train.recipe.Recipe` that builds its own
     parts (what a post-training step hands in).
 
-    ``hooks`` are told about every step, eval and checkpoint (see ``hooks.py``); a hook that is a
-    context manager is entered just before the first step and exited when training ends.
+    ``callbacks`` join the trainer's own at its fixed points (see ``callbacks.py``): they are told of every
+    step, eval and checkpoint, may ask to stop, and their state is kept in the checkpoints.
 
     Under torchrun every rank calls this; the process group is set up from the environment. Apart
     from ``run_dir`` it leaves no trace: RNG states and the SIGTERM handler are put back on return.
@@ -69,7 +68,7 @@ def train(run: RunConfig | Recipe, run_dir: str | Path, *, resume: bool = False,
     ctx = distributed.setup(device)
     finished = False
     try:
-        result = _train(recipe, run_dir, ctx, resume, fork, record_extra or {}, hooks)
+        result = _train(recipe, run_dir, ctx, resume, fork, record_extra or {}, callbacks)
         finished = True
         return result
     finally:
@@ -83,7 +82,7 @@ def as_recipe(run: RunConfig | Recipe) -> Recipe:
 
 
 def _train(recipe: Recipe, run_dir: Path, ctx: distributed.DistContext, resume: bool, fork: ForkPoint | None,
-           record_extra: dict, hooks: Sequence[TrainerHook]) -> dict[str, Any]:
+           record_extra: dict, callbacks: Sequence[Callback]) -> dict[str, Any]:
     cfg = recipe.config.train
     cfg.micro_batches(ctx.world_size)  # batch shape errors before anything is built
     config_data = configs.to_dict(recipe.config)
@@ -104,7 +103,7 @@ def _train(recipe: Recipe, run_dir: Path, ctx: distributed.DistContext, resume: 
                  **record_extra}
         run = track.init(run_dir, config_data, sinks=cfg.sinks, record_extra=extra, reason=reason)
     try:
-        trainer = Trainer(cfg, parts, run, run_dir, ctx, config_data, peak, hooks)
+        trainer = Trainer(cfg, parts, run, run_dir, ctx, config_data, peak, callbacks)
         for step, problem in fallbacks:
             trainer.record_fallback(step, problem)
         if start_from is not None:
@@ -122,11 +121,7 @@ def _train(recipe: Recipe, run_dir: Path, ctx: distributed.DistContext, resume: 
                 run.annotate("fork", f"forked from {fork}", body="changed: " + (", ".join(changed) or "nothing"),
                              step=trainer.step)
         started = time.time()
-        with contextlib.ExitStack() as stack:
-            for hook in hooks:
-                if hasattr(hook, "__enter__"):
-                    stack.enter_context(hook)
-            stack.enter_context(_preemption_signal(trainer))
+        with _preemption_signal(trainer):
             status = trainer.fit()
         result = _result(trainer, status, time.time() - started)
         if run is not None:

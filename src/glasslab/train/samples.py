@@ -7,9 +7,12 @@ sample never shifts the training RNG streams (resume and a run without samples s
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 from torch import nn
+
+from glasslab.train.callbacks import EARLY, AtIntervals
 
 GenerateFn = Callable[..., list[int]]
 """``glasslab.model.generate``: (model, prompt ids, max new tokens, ...) -> the new ids only."""
@@ -39,3 +42,19 @@ def take_samples(
     finally:
         model.train(was_training)
     return out
+
+
+class Sampler(AtIntervals):
+    """The trainer's samples as a callback: ``sample(model, step) -> [(prompt, text)]`` every
+    ``sample_interval`` steps and at the end (after the evaluation), stored in the run."""
+
+    priority = EARLY  # constructed after the Evaluator, so called after it
+
+    def __init__(self, sample: Callable[[nn.Module, int], list[tuple[str, str]]], sample_interval: int) -> None:
+        super().__init__(sample_interval)
+        self.sample = sample
+
+    def work(self, trainer: Any) -> None:
+        samples = self.sample(trainer.model, trainer.step)  # every rank: FSDP2 forwards are collective
+        for prompt, text in samples if trainer.run is not None else ():
+            trainer.run.sample(trainer.step, prompt, text)

@@ -20,8 +20,8 @@ from glasslab.data.shards import manifest_hash
 from glasslab.errors import UserError
 from glasslab.lab.step import FunctionRef
 from glasslab.track import read_record
+from glasslab.train.callbacks import Callback, StopAfter
 from glasslab.train.fork import ForkPoint
-from glasslab.train.hooks import TrainerHook
 from glasslab.train.recipe import Recipe
 from glasslab.train.run import train
 from glasslab.train.run_config import RunConfig
@@ -51,8 +51,9 @@ class TrainStepConfig:
     threads: int = field(default=0, metadata=UNVERSIONED)
     """torch CPU threads for this step (0 = torch's default)."""
     hooks: tuple[str, ...] = field(default=(), metadata=UNVERSIONED)
-    """Trainer hooks as importable ``"module:name"`` factories, each called with no arguments in the
-    step's process (``glasslab train`` names its progress bar here); they watch, they change nothing."""
+    """Trainer callbacks (``train/callbacks.py``) as importable ``"module:name"`` factories, each called with
+    no arguments in the step's process (``glasslab train`` names its progress bar here). The field keeps
+    its older name so the ``step.json`` of runs made before callbacks still loads."""
     stop_after: int = field(default=0, metadata=UNVERSIONED)
     """Stop after this many steps as a preemption does (checkpoint written, the step not done, a rerun
     resumes); 0: at the end. The schedule stays the whole run's (``glasslab reproduce --until``)."""
@@ -73,10 +74,10 @@ def train_step(ctx: Any) -> dict[str, Any]:
 
 
 def run_training(ctx: Any, record_extra: dict[str, Any] | None = None,
-                 hooks: Sequence[TrainerHook] = ()) -> dict[str, Any]:
+                 callbacks: Sequence[Callback] = ()) -> dict[str, Any]:
     """Train the step's run, resuming when its folder already holds one (an earlier, failed attempt).
 
-    ``record_extra`` replaces the config's ``record_extra`` (the hero adds its prediction); ``hooks``
+    ``record_extra`` replaces the config's ``record_extra`` (the hero adds its prediction); ``callbacks``
     are added to the config's named ones. Raises :class:`TrainingPreempted` when a SIGTERM stopped it.
     """
     cfg = ctx.config if isinstance(ctx.config, TrainStepConfig) else TrainStepConfig(run=ctx.config)
@@ -98,43 +99,25 @@ def run_training(ctx: Any, record_extra: dict[str, Any] | None = None,
         run_cfg = dataclasses.replace(run_cfg, data=dataclasses.replace(run_cfg.data, path=cfg.data_path))
     fork = _fork_from_inputs(cfg.fork, ctx) if cfg.fork is not None else None
     record_extra = dict(cfg.record_extra if record_extra is None else record_extra)
-    all_hooks = [_make_hook(ref) for ref in cfg.hooks] + list(hooks)
+    every_callback = [_make_callback(ref) for ref in cfg.hooks] + list(callbacks)
     if cfg.stop_after:
-        all_hooks.append(StopAfter(cfg.stop_after))
-    return train_in_folder(run_cfg, ctx.output_dir, device=cfg.device, record_extra=record_extra, hooks=all_hooks,
-                           fork=fork)
+        every_callback.append(StopAfter(cfg.stop_after))
+    return train_in_folder(run_cfg, ctx.output_dir, device=cfg.device, record_extra=record_extra,
+                           callbacks=every_callback, fork=fork)
 
 
 def train_in_folder(run: RunConfig | Recipe, folder: str | Path, *, device: str = "cpu",
-                    record_extra: dict[str, Any] | None = None, hooks: Sequence[TrainerHook] = (),
+                    record_extra: dict[str, Any] | None = None, callbacks: Sequence[Callback] = (),
                     fork: ForkPoint | None = None) -> dict[str, Any]:
     """Train ``run`` (a RunConfig, or a post-training step's recipe) into a step's ``folder``, resuming when
     the folder already holds a started run (an earlier, failed attempt; ``fork`` then no longer applies).
     Returns the final metrics; raises :class:`TrainingPreempted` when a SIGTERM stopped it."""
     resume = has_started(folder)
     result = train(run, folder, resume=resume, fork=None if resume else fork, record_extra=record_extra,
-                   device=device, hooks=hooks)
+                   device=device, callbacks=callbacks)
     if result["status"] != "finished":
         raise TrainingPreempted(result)
     return result
-
-
-class StopAfter(TrainerHook):
-    """Asks the trainer to stop after ``steps`` optimiser steps the way a SIGTERM does: the flag is set one
-    step ahead (at step 0's checkpoint for ``steps`` = 1), and the trainer checkpoints once step ``steps`` is done."""
-
-    def __init__(self, steps: int) -> None:
-        self.steps = steps
-
-    def _maybe_stop(self, trainer: Any) -> None:
-        if trainer.step >= self.steps - 1:
-            trainer.preempt_requested = True
-
-    def post_step(self, trainer: Any, metrics: dict[str, float]) -> None:
-        self._maybe_stop(trainer)
-
-    def post_checkpoint(self, trainer: Any, path: Path) -> None:
-        self._maybe_stop(trainer)
 
 
 def has_started(folder: str | Path) -> bool:
@@ -154,8 +137,8 @@ def _fork_from_inputs(fork: ForkPoint, ctx: Any) -> ForkPoint:
                     f"{', '.join(sorted(f.name for f in ctx.inputs.values())) or 'none'})")
 
 
-def _make_hook(ref: str) -> TrainerHook:
+def _make_callback(ref: str) -> Callback:
     module, sep, qualname = ref.partition(":")
     if not (sep and module and qualname):
-        raise UserError(f"hook {ref!r}: expected 'module:name'")
+        raise UserError(f"callback {ref!r}: expected 'module:name'")
     return FunctionRef(module, qualname).load()()

@@ -10,8 +10,11 @@ from __future__ import annotations
 import functools
 import resource
 import time
+from typing import Any
 
 import torch
+
+from glasslab.train.callbacks import FIRST, Callback
 
 # Dense (no sparsity) bf16 peak FLOP/s per device, from the vendors' datasheets. Matched against
 # torch.cuda.get_device_name() in order, so the more specific names come first.
@@ -86,22 +89,34 @@ def peak_memory_bytes(device: torch.device) -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
 
 
-class ThroughputMeter:
-    """Wall time per optimiser step turned into tokens/s and MFU."""
+class ThroughputMeter(Callback):
+    """Each optimiser step's wall time as tokens/s and MFU, with the process's peak memory: a callback
+    logging ``throughput/tokens_per_second``, ``throughput/mfu`` and ``memory/peak_bytes`` after each step.
+
+    The clock runs from before a step to after it, so evals, samples and checkpoints between steps are
+    never counted; it stops first (:data:`~glasslab.train.callbacks.FIRST`), before any other callback works.
+    """
+
+    priority = FIRST
 
     def __init__(self, flops_per_token: float, peak_flops_per_device: float, world_size: int) -> None:
         self.flops_per_token = flops_per_token
         self.peak_total = peak_flops_per_device * world_size
         self._start = time.perf_counter()
 
-    def restart(self) -> None:
-        """Start timing the next step now (after evals, checkpoints and other pauses)."""
+    def before_step(self, trainer: Any) -> None:
         self._start = time.perf_counter()
 
+    def after_step(self, trainer: Any, metrics: dict[str, float]) -> None:
+        if not metrics:  # the step ended in a rollback: nothing of it is logged
+            return
+        measured = self.step(trainer.cfg.global_batch_tokens)
+        measured["memory/peak_bytes"] = float(peak_memory_bytes(trainer.ctx.device))
+        trainer.log_metrics(measured)
+
     def step(self, tokens: int) -> dict[str, float]:
-        """Metrics for a step of ``tokens`` global tokens that ended now; starts timing the next."""
-        now = time.perf_counter()
-        seconds, self._start = max(now - self._start, 1e-9), now
+        """Metrics for a step of ``tokens`` global tokens that began at the last :meth:`before_step` and ended now."""
+        seconds = max(time.perf_counter() - self._start, 1e-9)
         tokens_per_second = tokens / seconds
         return {
             "throughput/tokens_per_second": tokens_per_second,
