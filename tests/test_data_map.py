@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+
 from cli_runner import run_cli
 from data_helpers import build_small
-
 from glasslab.data.map import DOCUMENTS_FILE, check_settings, map_plan, map_step, read_map
 from glasslab.errors import UserError
 from glasslab.lab import Step, run_one_step
