@@ -158,11 +158,11 @@ def _add_terms(dataset: str, summaries: list[dict]) -> None:
 
 
 def _plane(centroids: np.ndarray) -> list[list[float]]:
-    """Each centroid's coordinates on the two main axes of all of them (signs fixed), scaled to [-1, 1]."""
+    """Each centroid's coordinates on the two main axes of all of them (signs fixed), each axis scaled to [-1, 1]."""
     centred = centroids - centroids.mean(axis=0)
     _, _, axes = np.linalg.svd(centred.astype(np.float64), full_matrices=False)
     axes = axes[:2] * np.sign(axes[:2, :1] + 1e-30)
     points = centred @ axes.T
     points = np.pad(points, ((0, 0), (0, 2 - points.shape[1])))
-    scale = np.abs(points).max() or 1.0
-    return [[round(float(x) / scale, 5), round(float(y) / scale, 5)] for x, y in points]
+    scale = np.where(np.abs(points).max(axis=0) > 0, np.abs(points).max(axis=0), 1.0)
+    return [[round(float(x), 5), round(float(y), 5)] for x, y in points / scale]
