@@ -72,11 +72,14 @@ def fit_embedder(texts: list[str], dims: int, seed: int) -> TfidfEmbedder:
     from sklearn.decomposition import TruncatedSVD
     from sklearn.preprocessing import normalize
 
+    from glasslab.data.map_cluster import one_thread
+
     counts = _damped_counts(texts)
     document_frequency = np.bincount(counts.indices, minlength=HASH_FEATURES)
     idf = (np.log((1.0 + len(texts)) / (1.0 + document_frequency)) + 1.0).astype(np.float32)
     weighted = normalize(counts.multiply(idf[None, :]).tocsr())
     svd = TruncatedSVD(n_components=max(1, min(dims, len(texts) - 1)), algorithm="randomized", n_iter=5,
                        random_state=seed)
-    svd.fit(weighted)
+    with one_thread():  # the randomized SVD's QR and products: the same floats whatever the cores
+        svd.fit(weighted)
     return TfidfEmbedder(idf=idf, components=svd.components_.astype(np.float32))
