@@ -122,21 +122,38 @@ def map_step(ctx) -> dict:
     counts = shard_counts(Path(cfg.dataset))
     check_settings(cfg, counts)
     out = Path(ctx.output_dir)
-    started = time.perf_counter()
-    clusters, fit_seconds = _fitted(cfg, out, counts)
-    assigned = _assign_all(cfg, out, counts)
+    clock = PhaseClock()
+    clusters = clock.phase("fit", _fitted, cfg, out, counts)
+    assigned = clock.phase("assign", _assign_all, cfg, out, counts)
     from glasslab.data.map_summary import summarize
 
-    summary = summarize(cfg, out, counts, assigned, clusters)
-    summary["seconds"] = {"fit": round(fit_seconds, 3), "total": round(time.perf_counter() - started, 3)}
+    summary = clock.phase("summarize", summarize, cfg, out, counts, assigned, clusters)
+    summary.update(clock.record())
     write_json_atomic(out / MAP_FILE, summary)
     remove(out / "work")
     return {"clusters": len(summary["clusters"]), "documents": summary["documents"], "fine_k": summary["fine_k"]}
 
 
-def _fitted(cfg: MapConfig, out: Path, counts) -> tuple[Clusters, float]:
+class PhaseClock:
+    """Wall and this process's CPU seconds of each phase of a map (the CPU of 1 worker is all of it)."""
+
+    def __init__(self) -> None:
+        self.wall: dict[str, float] = {}
+        self.cpu: dict[str, float] = {}
+
+    def phase(self, name: str, fn, *args):
+        wall, cpu = time.perf_counter(), time.process_time()
+        value = fn(*args)
+        self.wall[name] = round(time.perf_counter() - wall, 3)
+        self.cpu[name] = round(time.process_time() - cpu, 3)
+        return value
+
+    def record(self) -> dict:
+        return {"seconds": self.wall, "process_cpu_seconds": self.cpu}
+
+
+def _fitted(cfg: MapConfig, out: Path, counts) -> Clusters:
     """The embedder and centroids in ``out`` (fitted on the sample now, unless a killed run wrote them)."""
-    started = time.perf_counter()
     if not (out / CENTROIDS_FILE).is_file():
         texts = decode_documents(cfg.dataset, sample_keys(counts, cfg.sample, cfg.seed))
         embedder = fit_embedder(texts, cfg.dims, cfg.seed)
@@ -146,7 +163,7 @@ def _fitted(cfg: MapConfig, out: Path, counts) -> tuple[Clusters, float]:
         embedder.save(out)
         with atomic_path(out / CENTROIDS_FILE) as tmp, open(tmp, "wb") as handle:
             np.savez(handle, fine=clusters.fine, fine_to_coarse=clusters.fine_to_coarse, coarse=clusters.coarse)
-    return load_clusters(out), time.perf_counter() - started
+    return load_clusters(out)
 
 
 def load_clusters(folder: Path) -> Clusters:
