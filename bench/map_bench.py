@@ -8,8 +8,8 @@ a dataset first (one domain, a 4096-token BPE; not timed).
 1. ``glasslab data map`` on 1 worker (in this process: its CPU time is this process's) and on ``--workers``:
    documents per CPU second of embedding and assigning (the fit and assign phases; the summaries, which
    the reference does not make, are printed beside), and the speed-up; the two maps must be identical
-   (``documents.parquet``). The CPU-bound control (a pure Python loop on 1 and 2 processes) and the load average are printed beside the
-   speed-up: on a shared machine 2 workers cannot give 2x whatever the map does.
+   (``documents.parquet``). The CPU-bound control (a pure Python loop on 1 and 2 processes) and the load
+   average are printed beside the speed-up: on a shared machine 2 workers cannot give 2x whatever the map does.
 2. The reference, single-process, BLAS on one thread like the map: decode every document the same way, then
    scikit-learn ``TfidfVectorizer`` (fitted on all) → ``TruncatedSVD`` (randomized, the same dims, fitted on
    the same sample size) → ``MiniBatchKMeans`` at the same fine K (fitted on the sample) → every document
