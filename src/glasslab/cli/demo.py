@@ -39,9 +39,10 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from glasslab.cli.run import print_verdict
+    from glasslab.data.map import map_plan
     from glasslab.data.token_index import index_for
     from glasslab.experiments.demo import CARD, DPO_STEP, EXPORT_STEP, FULL, LADDER, QUICK, SFT_STEP, demo_steps
-    from glasslab.lab import Executor
+    from glasslab.lab import Executor, run_one_step
     from glasslab.ladder.summary import summary_tables
     from glasslab.observatory.app import BackgroundServer
     from glasslab.observatory.publish import publish
@@ -79,6 +80,9 @@ def run(args: argparse.Namespace) -> int:
     index = index_for(trained_dataset(hero), lab)  # the samples on the pages show what was copied from training
     console.print(f"trace index of the hero's training data: {index.folder}  "
                   f"(glasslab trace {hero.name} \"TEXT\" --lab {lab})")
+    data_map = run_one_step(map_plan(trained_dataset(hero), progress=False), lab)  # the data page's Map section
+    console.print(f"map of the hero's training data, {data_map.value['clusters']} content domains: {data_map.folder}  "
+                  f"(glasslab data map {hero.name} --lab {lab})")
     site = publish(lab, lab / "site")
     console.print(f"static site: {site}  ({time.monotonic() - started:.0f} s in all)")
     print_verdict(str(lab), "demo")
