@@ -51,16 +51,6 @@ def lab(tmp_path_factory) -> Path:
     return root
 
 
-@pytest.fixture()
-def page(browser):
-    page = browser.new_page(viewport={"width": 1300, "height": 900})
-    errors = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    yield page
-    page.close()
-    assert not errors, errors
-
-
 def distinct_colours(png: bytes) -> int:
     from PIL import Image
 
