@@ -105,7 +105,7 @@ def test_the_demo_maps_its_data_and_its_pages_show_it(demo_lab):
 
     data = only(demo_lab.root, "data-*")
     summary = read_map(only(demo_lab.root, "map-*"), data)
-    assert 5 <= summary["k"] <= 40 and summary["documents"] > 1000
+    assert 4 <= summary["k"] <= 8 and summary["documents"] > 50
     assert sum(c["share"] for c in summary["clusters"]) == pytest.approx(1.0)
     assert all(c["documents"] >= 0.005 * summary["documents"] for c in summary["clusters"])  # min_share 1% of the fit
     page = build_page(Lab(demo_lab.root), "data", data.name)

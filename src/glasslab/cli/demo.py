@@ -60,7 +60,8 @@ def run(args: argparse.Namespace) -> int:
     cores = os.cpu_count() or 1
     sinks = tuple(name.strip() for name in args.sinks.split(",") if name.strip())
     check_sinks(sinks)
-    steps = demo_steps(QUICK if args.quick else FULL, device=args.device, threads=max(1, cores // args.jobs),
+    size = QUICK if args.quick else FULL
+    steps = demo_steps(size, device=args.device, threads=max(1, cores // args.jobs),
                        hero_threads=cores, sinks=sinks)
     executor = Executor(lab, backend=args.backend, jobs=args.jobs, address=args.address, retries=args.retries,
                         re_register=args.re_register, narrate=True)
@@ -80,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     index = index_for(trained_dataset(hero), lab)  # the samples on the pages show what was copied from training
     console.print(f"trace index of the hero's training data: {index.folder}  "
                   f"(glasslab trace {hero.name} \"TEXT\" --lab {lab})")
-    data_map = run_one_step(map_plan(trained_dataset(hero), progress=False), lab)  # the data page's Map section
+    data_map = run_one_step(map_plan(trained_dataset(hero), k=size.map_k, progress=False), lab)  # its page's Map
     console.print(f"map of the hero's training data, {data_map.value['clusters']} content domains: {data_map.folder}  "
                   f"(glasslab data map {hero.name} --lab {lab})")
     site = publish(lab, lab / "site")
