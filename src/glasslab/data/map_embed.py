@@ -77,9 +77,14 @@ def fit_embedder(texts: list[str], dims: int, seed: int) -> TfidfEmbedder:
     counts = _damped_counts(texts)
     document_frequency = np.bincount(counts.indices, minlength=HASH_FEATURES)
     idf = (np.log((1.0 + len(texts)) / (1.0 + document_frequency)) + 1.0).astype(np.float32)
-    weighted = normalize(counts.multiply(idf[None, :]).tocsr())
-    svd = TruncatedSVD(n_components=max(1, min(dims, len(texts) - 1)), algorithm="randomized", n_iter=5,
-                       random_state=seed)
+    # Only the buckets the sample uses enter the SVD (the others are zero columns, which change nothing but
+    # its cost: a few hundred documents use a third of the buckets); their components are zero.
+    used = np.flatnonzero(document_frequency)
+    weighted = normalize(counts.multiply(idf[None, :]).tocsr())[:, used]
+    svd = TruncatedSVD(n_components=max(1, min(dims, len(texts) - 1, len(used) - 1)), algorithm="randomized",
+                       n_iter=5, random_state=seed)
     with one_thread():  # the randomized SVD's QR and products: the same floats whatever the cores
         svd.fit(weighted)
-    return TfidfEmbedder(idf=idf, components=svd.components_.astype(np.float32))
+    components = np.zeros((svd.components_.shape[0], HASH_FEATURES), np.float32)
+    components[:, used] = svd.components_
+    return TfidfEmbedder(idf=idf, components=components)
