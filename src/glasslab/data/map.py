@@ -27,6 +27,7 @@ import functools
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -36,6 +37,9 @@ from glasslab.data.map_embed import TfidfEmbedder, fit_embedder
 from glasslab.data.runner import Task
 from glasslab.errors import UserError
 from glasslab.layout import MANIFEST_FILE, atomic_path, read_json, remove, write_json_atomic
+
+if TYPE_CHECKING:
+    from glasslab.lab import Step
 
 FORMAT = "glasslab-data-map/1"
 MAP_FILE = "map.json"
@@ -72,7 +76,7 @@ class MapConfig:
     progress: bool = field(default=True, metadata=UNVERSIONED)
 
 
-def map_plan(dataset_dir: str | Path, **settings) -> Step:  # noqa: F821 (lab imported lazily)
+def map_plan(dataset_dir: str | Path, **settings) -> Step:
     """The map step of ``dataset_dir`` with ``settings`` (MapConfig fields); bad settings are one line."""
     from glasslab.data.shards import manifest_hash
     from glasslab.lab import Step
@@ -186,6 +190,11 @@ def decode_documents(dataset: str, keys: list[tuple[str, str, int]], max_tokens:
     shards, tokenizer = _opened(dataset, _stamp(Path(dataset) / MANIFEST_FILE))
     ids = [shards[(domain, split)].document(index)[:max_tokens].tolist() for domain, split, index in keys]
     return tokenizer.decode_batch(ids, skip_special_tokens=True)
+
+
+def open_shards(dataset: str) -> dict:
+    """Every ``(domain, split)`` shard of ``dataset``, opened once per process (reopened after a rebuild)."""
+    return _opened(dataset, _stamp(Path(dataset) / MANIFEST_FILE))[0]
 
 
 def _stamp(path: Path) -> int:

@@ -59,10 +59,9 @@ def summarize(cfg, out: Path, counts, assigned: dict, clusters) -> dict:
 
 def _document_table(dataset: Path, counts, assigned: dict) -> dict[str, np.ndarray]:
     """Column arrays over every document in canonical order: key, tokens, source and assignment."""
-    from glasslab.data.map import _opened, _stamp
-    from glasslab.layout import MANIFEST_FILE
+    from glasslab.data.map import open_shards
 
-    shards, _ = _opened(str(dataset), _stamp(dataset / MANIFEST_FILE))
+    shards = open_shards(str(dataset))
     source_of = _source_names(dataset)
     columns: dict[str, list[np.ndarray]] = {name: [] for name in ("domain", "split", "document", "tokens", "source")}
     for domain, split, n in counts:
