@@ -14,6 +14,7 @@ import pytest
 from cli_runner import run_cli
 from data_helpers import build_small
 from glasslab.data.map import DOCUMENTS_FILE, check_settings, map_plan, map_step, read_map
+from glasslab.data.runner import KILL_TASK_ENV
 from glasslab.errors import UserError
 from glasslab.lab import Step, run_one_step
 
@@ -27,8 +28,11 @@ def _map(dataset: Path, lab: Path, workers: int, **settings):
     return run_one_step(map_plan(dataset, k=5, num_workers=workers, progress=False, **settings), lab)
 
 
-def test_every_document_is_mapped_the_same_on_one_and_two_workers(dataset, tmp_path):
-    one, two = _map(dataset, tmp_path / "a", 1), _map(dataset, tmp_path / "b", 2)
+def test_every_document_is_mapped_the_same_on_one_and_two_workers(dataset, tmp_path, monkeypatch, capfd):
+    one = _map(dataset, tmp_path / "a", 1)
+    monkeypatch.setenv(KILL_TASK_ENV, "assign/alpha.train.000000000")  # a worker SIGKILLed mid-map: its task reruns
+    two = _map(dataset, tmp_path / "b", 2)
+    assert "a worker process died during assign" in capfd.readouterr().err
     assert one.folder.name == two.folder.name  # workers are not the map's identity
     table = pq.read_table(one.folder / DOCUMENTS_FILE)
     assert table.equals(pq.read_table(two.folder / DOCUMENTS_FILE))
