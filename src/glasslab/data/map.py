@@ -160,8 +160,7 @@ def _fitted(cfg: MapConfig, out: Path, counts) -> Clusters:
     """The embedder and centroids in ``out`` (fitted on the sample now, unless a killed run wrote them)."""
     if not (out / CENTROIDS_FILE).is_file():
         texts = decode_documents(cfg.dataset, sample_keys(counts, cfg.sample, cfg.seed))
-        embedder = fit_embedder(texts, cfg.dims, cfg.seed)
-        vectors = embedder.embed(texts)
+        embedder, vectors = fit_embedder(texts, cfg.dims, cfg.seed)
         fine_k = cfg.fine_k or default_fine_k(len(texts), cfg.k)
         clusters = cluster(vectors, cfg.k, fine_k, cfg.min_share, cfg.seed)
         embedder.save(out)

@@ -53,9 +53,9 @@ class TfidfEmbedder:
         return int(self.components.shape[0])
 
     def embed(self, texts: list[str]) -> np.ndarray:
-        from sklearn.preprocessing import normalize
+        return self._project(_weighted(_damped_counts(texts), self.idf))
 
-        weighted = normalize(_damped_counts(texts).multiply(self.idf[None, :]).tocsr())
+    def _project(self, weighted) -> np.ndarray:
         return unit_rows(np.asarray(weighted @ self.components.T, dtype=np.float32))
 
     def save(self, folder: Path) -> None:
@@ -67,10 +67,16 @@ class TfidfEmbedder:
             return cls(idf=saved["idf"], components=saved["components"])
 
 
-def fit_embedder(texts: list[str], dims: int, seed: int) -> TfidfEmbedder:
-    """Fit the IDF and a ``dims``-dimensional randomized SVD (at most ``len(texts) - 1``) on ``texts``."""
-    from sklearn.decomposition import TruncatedSVD
+def _weighted(counts, idf: np.ndarray):
     from sklearn.preprocessing import normalize
+
+    return normalize(counts.multiply(idf[None, :]).tocsr())
+
+
+def fit_embedder(texts: list[str], dims: int, seed: int) -> tuple[TfidfEmbedder, np.ndarray]:
+    """Fit the IDF and a ``dims``-dimensional randomized SVD (at most ``len(texts) - 1``) on ``texts``; returns the
+    embedder and ``texts`` embedded by it (the same floats as ``embed(texts)``, without hashing them again)."""
+    from sklearn.decomposition import TruncatedSVD
 
     from glasslab.data.map_cluster import one_thread
 
@@ -80,11 +86,12 @@ def fit_embedder(texts: list[str], dims: int, seed: int) -> TfidfEmbedder:
     # Only the buckets the sample uses enter the SVD (the others are zero columns, which change nothing but
     # its cost: a few hundred documents use a third of the buckets); their components are zero.
     used = np.flatnonzero(document_frequency)
-    weighted = normalize(counts.multiply(idf[None, :]).tocsr())[:, used]
+    weighted = _weighted(counts, idf)
     svd = TruncatedSVD(n_components=max(1, min(dims, len(texts) - 1, len(used) - 1)), algorithm="randomized",
                        n_iter=5, random_state=seed)
     with one_thread():  # the randomized SVD's QR and products: the same floats whatever the cores
-        svd.fit(weighted)
+        svd.fit(weighted[:, used])
     components = np.zeros((svd.components_.shape[0], HASH_FEATURES), np.float32)
     components[:, used] = svd.components_
-    return TfidfEmbedder(idf=idf, components=components)
+    embedder = TfidfEmbedder(idf=idf, components=components)
+    return embedder, embedder._project(weighted)
