@@ -117,6 +117,7 @@ def check_settings(cfg: MapConfig, counts: list[tuple[str, str, int]]) -> None:
 def map_step(ctx) -> dict:
     """Lab step function: map ``ctx.config.dataset`` into ``ctx.output_dir``; returns map.json's headline."""
     from glasslab.config import from_dict
+    from glasslab.data.map_summary import summarize  # it reads documents through this module
     from glasslab.data.shards import manifest_hash
 
     cfg = ctx.config if isinstance(ctx.config, MapConfig) else from_dict(MapConfig, ctx.config)
@@ -129,8 +130,6 @@ def map_step(ctx) -> dict:
     clock = PhaseClock()
     clusters = clock.phase("fit", _fitted, cfg, out, counts)
     assigned = clock.phase("assign", _assign_all, cfg, out, counts)
-    from glasslab.data.map_summary import summarize
-
     summary = clock.phase("summarize", summarize, cfg, out, counts, assigned, clusters)
     summary.update(clock.record())
     write_json_atomic(out / MAP_FILE, summary)

@@ -41,19 +41,18 @@ def summarize(cfg, out: Path, counts, assigned: dict, clusters) -> dict:
     table = _document_table(Path(cfg.dataset), counts, assigned)
     _write_documents(out / DOCUMENTS_FILE, table)
     train = table["split"] == "train"
-    sources = sorted(set(table["source"][train]))
-    source_tokens = {s: int(table["tokens"][train & (table["source"] == s)].sum()) for s in sources}
-    totals = {"train": int(table["tokens"][train].sum()), "eval": int(table["tokens"][~train].sum())}
+    counts_by_cluster = _counts(table, train, len(clusters.coarse))
     rng = np.random.default_rng(cfg.seed)
     xy = _plane(clusters.coarse)
-    summaries = [_cluster(cfg, table, c, totals, source_tokens, rng) | {"xy": xy[c]}
+    summaries = [_cluster(cfg, table, train, c, counts_by_cluster, rng) | {"xy": xy[c]}
                  for c in range(len(clusters.coarse))]
     _add_terms(cfg.dataset, summaries)
     return {"format": FORMAT, "manifest_hash": cfg.manifest_hash,
             "settings": {"k": cfg.k, "fine_k": len(clusters.fine), "embedder": cfg.embedder, "dims": cfg.dims,
                          "sample": cfg.sample, "min_share": cfg.min_share, "seed": cfg.seed},
             "k": len(clusters.coarse), "fine_k": len(clusters.fine), "documents": int(train.sum()),
-            "heldout_documents": int((~train).sum()), "tokens": totals["train"], "heldout_tokens": totals["eval"],
+            "heldout_documents": int((~train).sum()), "tokens": int(counts_by_cluster["tokens"].sum()),
+            "heldout_tokens": int(counts_by_cluster["heldout_tokens"].sum()),
             "clusters": summaries}
 
 
@@ -99,23 +98,32 @@ def _write_documents(path: Path, table: dict[str, np.ndarray]) -> None:
         pq.write_table(pa.table(dict(zip(names, arrays, strict=True))), tmp)
 
 
-def _cluster(cfg, table, c: int, totals: dict, source_tokens: dict, rng) -> dict:
-    inside = table["cluster"] == c
-    train, held_out = inside & (table["split"] == "train"), inside & (table["split"] == "eval")
-    tokens = int(table["tokens"][train].sum())
-    sources = {}
-    for source, of_source in source_tokens.items():
-        shared = int(table["tokens"][train & (table["source"] == source)].sum())
-        if shared:
-            sources[source] = {"tokens": shared, "share_of_cluster": shared / max(tokens, 1),
-                               "share_of_source": shared / max(of_source, 1)}
-    members = np.flatnonzero(train)
+def _counts(table: dict[str, np.ndarray], train: np.ndarray, k: int) -> dict[str, np.ndarray]:
+    """Per cluster (one pass over the documents each): documents, tokens and summed distance of the training
+    split, documents and tokens of the held-out split, and training tokens by source (``by_source``: K × S)."""
+    cluster, tokens = table["cluster"].astype(np.int64), table["tokens"].astype(np.float64)
+    names, source = np.unique(table["source"].astype(str), return_inverse=True)
+    per = lambda mask, weights=None: np.bincount(cluster[mask], None if weights is None else weights[mask], k)
+    by_source = np.bincount(cluster[train] * len(names) + source[train], tokens[train], k * len(names))
+    return {"documents": per(train), "tokens": per(train, tokens), "distance": per(train, table["distance"]),
+            "heldout_documents": per(~train), "heldout_tokens": per(~train, tokens),
+            "by_source": by_source.reshape(k, len(names)), "sources": names}
+
+
+def _cluster(cfg, table, train: np.ndarray, c: int, counts: dict, rng) -> dict:
+    documents, tokens = int(counts["documents"][c]), int(counts["tokens"][c])
+    heldout_tokens = int(counts["heldout_tokens"][c])
+    of_source, here = counts["by_source"].sum(axis=0), counts["by_source"][c]
+    sources = {str(name): {"tokens": int(here[s]), "share_of_cluster": here[s] / max(tokens, 1),
+                           "share_of_source": here[s] / max(of_source[s], 1)}
+               for s, name in enumerate(counts["sources"]) if here[s]}
+    members = np.flatnonzero(train & (table["cluster"] == c))
     nearest_first = members[np.argsort(table["distance"][members], kind="stable")[:REPRESENTATIVES]]
     drawn = np.sort(rng.choice(members, size=min(TERM_DOCUMENTS, len(members)), replace=False))
-    return {"id": c, "documents": int(train.sum()), "tokens": tokens, "share": tokens / max(totals["train"], 1),
-            "heldout_documents": int(held_out.sum()), "heldout_tokens": int(table["tokens"][held_out].sum()),
-            "heldout_share": int(table["tokens"][held_out].sum()) / max(totals["eval"], 1),
-            "mean_distance": float(table["distance"][members].mean()) if len(members) else None,
+    return {"id": c, "documents": documents, "tokens": tokens, "share": tokens / max(counts["tokens"].sum(), 1),
+            "heldout_documents": int(counts["heldout_documents"][c]), "heldout_tokens": heldout_tokens,
+            "heldout_share": heldout_tokens / max(counts["heldout_tokens"].sum(), 1),
+            "mean_distance": float(counts["distance"][c] / documents) if documents else None,
             "sources": sources,
             "representatives": _documents(cfg.dataset, table, nearest_first),
             "samples": _documents(cfg.dataset, table, drawn[:SAMPLES]),
