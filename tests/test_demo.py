@@ -111,7 +111,8 @@ def test_the_demo_maps_its_data_and_its_pages_show_it(demo_lab):
     page = build_page(Lab(demo_lab.root), "data", data.name)
     assert page["map"]["k"] == summary["k"]
     published = [p.read_text() for p in (demo_lab.root / "site" / "data").glob(f"*{data.name}*.js")]
-    assert any(summary["clusters"][0]["name"] in text for text in published)
+    name = json.dumps(summary["clusters"][0]["name"])  # as the published page's JSON spells it (\u00b7)
+    assert any(name in text for text in published)
 
 
 def test_demo_publishes_the_static_site(demo_lab):
