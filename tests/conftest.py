@@ -52,3 +52,14 @@ def browser():
         chromium = p.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
         yield chromium
         chromium.close()
+
+
+@pytest.fixture()
+def page(browser):
+    """A page of the module's Chromium that fails the test on a JavaScript error (a file may keep a stricter one)."""
+    page = browser.new_page(viewport={"width": 1300, "height": 900})
+    errors = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    yield page
+    page.close()
+    assert not errors, errors

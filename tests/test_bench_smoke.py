@@ -28,6 +28,8 @@ HEADLINES = {
                         "ladder_interval_coverage_misspecified_L_inf", "ladder_selfcal_interval_coverage",
                         "gate_refuses_ill_posed", "gate_registers_well_posed", "interval_coverage_90",
                         "median_abs_error_registered_pct"],
+    "map_bench.py": ["map_docs_per_s_per_core_vs_reference", "map_scaling_2_workers", "map_peak_rss_growth_10x",
+                     "map_nmi_vs_package", "map_minutes_site_packages"],
     "model_bench.py": ["cpu_moe_model_flops_fraction_of_matmul", "cpu_moe_train_speedup_vs_qwen3moe_grouped_mm_experts",
                        "cpu_dense_model_flops_fraction_of_matmul", "host_syncs_per_step", "recompiles_after_step_1"],
     "observatory_bench.py": ["series_1M_to_2000_http_ms", "live_latency_p95_s", "log_cost_pct_of_50ms_step",

@@ -97,6 +97,24 @@ def test_the_heros_samples_are_traced_to_its_training_data(demo_lab):
     assert '"status":"traced"' in published
 
 
+def test_the_demo_maps_its_data_and_its_pages_show_it(demo_lab):
+    """The demo maps the hero's training data before publishing: the data page, live and published, has the map."""
+    from glasslab.data.map import read_map
+    from glasslab.observatory.lab_scan import Lab
+    from glasslab.observatory.page_data import build_page
+
+    data = only(demo_lab.root, "data-*")
+    summary = read_map(only(demo_lab.root, "map-*"), data)
+    assert 4 <= summary["k"] <= 8 and summary["documents"] > 50
+    assert sum(c["share"] for c in summary["clusters"]) == pytest.approx(1.0)
+    assert all(c["documents"] >= 0.005 * summary["documents"] for c in summary["clusters"])  # min_share 1% of the fit
+    page = build_page(Lab(demo_lab.root), "data", data.name)
+    assert page["map"]["k"] == summary["k"]
+    published = [p.read_text() for p in (demo_lab.root / "site" / "data").glob(f"*{data.name}*.js")]
+    name = json.dumps(summary["clusters"][0]["name"])  # as the published page's JSON spells it (\u00b7)
+    assert any(name in text for text in published)
+
+
 def test_demo_publishes_the_static_site(demo_lab):
     lab = demo_lab.root
     assert (lab / "site" / "index.html").is_file()
@@ -123,7 +141,7 @@ def test_every_demo_folder_is_a_succeeded_step_with_lab_events(demo_lab):
     from glasslab.track import read_lab_events
 
     folders = step_hashes(demo_lab.root)
-    assert len(folders) == 14  # data, 4 rungs, fit, hero, export, conversations, sft, export, pairs, dpo, index
+    assert len(folders) == 15  # data, 4 rungs, fit, hero, export, conversations, sft, export, pairs, dpo, index, map
     assert all(read_step_record(demo_lab.root / f)["status"] == "succeeded" for f in folders)
     succeeded = {e["subject"] for e in read_lab_events(demo_lab.root) if e["kind"] == "step_succeeded"}
     assert succeeded == set(folders)

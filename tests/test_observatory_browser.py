@@ -22,16 +22,6 @@ def lab(tmp_path_factory):
     return root
 
 
-@pytest.fixture()
-def page(browser):
-    page = browser.new_page(viewport={"width": 1300, "height": 900})
-    errors = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    yield page
-    page.close()
-    assert not errors, errors
-
-
 def chart_points(page, title: str, series: int = 1) -> list:
     return page.evaluate(
         "([t, i]) => { const u = window.GLASSLAB_CHARTS[t];"

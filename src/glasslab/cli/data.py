@@ -18,6 +18,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     data_sub = p.add_subparsers(dest="data_command", metavar="ACTION")
     data_sub.required = True
     add_build_parser(data_sub)
+    add_map_parser(data_sub)
     add_report_parser(data_sub)
 
 
@@ -58,6 +59,7 @@ def add_build_parser(data_sub: argparse._SubParsersAction) -> None:
     build.set_defaults(func=run_build)
 
 
+
 def add_report_parser(data_sub: argparse._SubParsersAction) -> None:
     report = data_sub.add_parser(
         "report",
@@ -77,6 +79,57 @@ def add_report_parser(data_sub: argparse._SubParsersAction) -> None:
     report.add_argument("--seed", type=int, default=0, help="seed of the samples")
     report.add_argument("--out", default=None, help="report file (default DATASET_DIR/report.json)")
     report.set_defaults(func=run_report)
+
+
+def add_map_parser(data_sub: argparse._SubParsersAction) -> None:
+    mapping = data_sub.add_parser(
+        "map",
+        help="what is in a dataset: its documents embedded and clustered into content domains",
+        description="Embed every document of DATASET (training and held-out), cluster them (spherical k-means at "
+        "a fine K, coarsened to --k with at least --min-share of the documents each) and summarise each cluster: "
+        "documents, tokens and shares, top terms, the documents nearest its centroid and a uniform sample, its "
+        "share of each source. A lab step of its own, <lab>/map-<hash8> (cached; a killed map resumes), run as "
+        "tasks on local processes or Ray like the build; the data page shows it. The embedder is fitted on the "
+        "corpus itself (hashed TF-IDF -> randomized SVD), nothing is downloaded.",
+    )
+    mapping.add_argument("dataset", metavar="RUN|DATASET", help="dataset folder, or a run (id or folder) whose dataset")
+    mapping.add_argument("--k", type=int, default=40, help="content domains (coarse clusters), at most (default 40)")
+    mapping.add_argument("--fine-k", type=int, default=0, metavar="N",
+                         help="fine clusters (default: one per 20 sampled documents, at most 4096)")
+    mapping.add_argument("--embedder", default="tfidf", help="tfidf (default): fitted on the corpus itself")
+    mapping.add_argument("--dims", type=int, default=256, help="embedding dimensions (default 256)")
+    mapping.add_argument("--sample", type=int, default=20_000,
+                         help="training documents the embedder and centroids are fitted on (default 20000)")
+    mapping.add_argument("--min-share", type=float, default=0.01,
+                         help="smallest content domain, as a share of the sampled documents (default 0.01)")
+    mapping.add_argument("--seed", type=int, default=0)
+    mapping.add_argument("--workers", type=int, default=0, help="tasks at once (default: the CPUs available)")
+    mapping.add_argument("--backend", choices=("local", "ray"), default="", help="local processes (default) or Ray")
+    mapping.add_argument("--force", action="store_true", help="map again even if this map succeeded before")
+    mapping.add_argument("--quiet", action="store_true", help="no progress lines")
+    add_lab_option(mapping)
+    mapping.set_defaults(func=run_map)
+
+
+def run_map(args: argparse.Namespace) -> int:
+    from glasslab.cli.trace import dataset_of
+    from glasslab.data.map import map_plan, read_map
+    from glasslab.lab import run_one_step
+
+    dataset = dataset_of(args.lab, args.dataset)
+    step = map_plan(dataset, k=args.k, fine_k=args.fine_k, embedder=args.embedder, dims=args.dims,
+                    sample=args.sample, min_share=args.min_share, seed=args.seed, num_workers=args.workers,
+                    backend=args.backend, progress=not args.quiet)
+    done = run_one_step(step, args.lab, force=args.force)
+    summary = read_map(done.folder, dataset)
+    print(f"{summary['k']} content domains ({summary['fine_k']} fine clusters) over {summary['documents']:,} "
+          f"training documents, {summary['tokens']:,} tokens" + (" (mapped before: cached)" if done.status == "cached"
+                                                                  else ""))
+    for cluster in summary["clusters"]:
+        print(f"{cluster['id']:>4} {cluster['share']:6.1%} of tokens  {cluster['documents']:>7,} docs  "
+              f"held-out {cluster['heldout_share']:5.1%}  {', '.join(w for w, _ in cluster['terms'][:6])}")
+    print(done.folder)
+    return 0
 
 
 def run_build(args: argparse.Namespace) -> int:

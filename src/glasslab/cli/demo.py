@@ -39,8 +39,6 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from glasslab.cli.run import print_verdict
-    from glasslab.data.batches import trained_dataset
-    from glasslab.data.token_index import index_for
     from glasslab.experiments.demo import CARD, DPO_STEP, EXPORT_STEP, FULL, LADDER, QUICK, SFT_STEP, demo_steps
     from glasslab.lab import Executor
     from glasslab.ladder.summary import summary_tables
@@ -59,7 +57,8 @@ def run(args: argparse.Namespace) -> int:
     cores = os.cpu_count() or 1
     sinks = tuple(name.strip() for name in args.sinks.split(",") if name.strip())
     check_sinks(sinks)
-    steps = demo_steps(QUICK if args.quick else FULL, device=args.device, threads=max(1, cores // args.jobs),
+    size = QUICK if args.quick else FULL
+    steps = demo_steps(size, device=args.device, threads=max(1, cores // args.jobs),
                        hero_threads=cores, sinks=sinks)
     executor = Executor(lab, backend=args.backend, jobs=args.jobs, address=args.address, retries=args.retries,
                         re_register=args.re_register, force_registration=args.force_registration, narrate=True)
@@ -75,10 +74,7 @@ def run(args: argparse.Namespace) -> int:
     console.print(f"the hero for transformers (with a model card): {exports[f'{LADDER}-hero']}")
     console.print(f"its chat model (SFT), with the chat template: {exports[SFT_STEP]}  "
                   f"(glasslab chat {exports[SFT_STEP].name} --lab {lab})")
-    hero = folders[f"{LADDER}-hero"]
-    index = index_for(trained_dataset(hero), lab)  # the samples on the pages show what was copied from training
-    console.print(f"trace index of the hero's training data: {index.folder}  "
-                  f"(glasslab trace {hero.name} \"TEXT\" --lab {lab})")
+    index_and_map_hero_data(folders[f"{LADDER}-hero"], lab, size.map_k, console)
     site = publish(lab, lab / "site")
     console.print(f"static site: {site}  ({time.monotonic() - started:.0f} s in all)")
     print_verdict(str(lab), "demo")
@@ -89,6 +85,23 @@ def run(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             server.stop()
     return 0
+
+
+def index_and_map_hero_data(hero: Path, lab: Path, map_k: int, console) -> None:
+    """Index the hero's training tokens (so the pages mark what its samples copied) and map its data into
+    ``map_k`` content domains (the data page's Map), each a cached step of the lab."""
+    from glasslab.data.batches import trained_dataset
+    from glasslab.data.map import map_plan
+    from glasslab.data.token_index import index_for
+    from glasslab.lab import run_one_step
+
+    dataset = trained_dataset(hero)
+    index = index_for(dataset, lab)
+    console.print(f"trace index of the hero's training data: {index.folder}  "
+                  f"(glasslab trace {hero.name} \"TEXT\" --lab {lab})")
+    data_map = run_one_step(map_plan(dataset, k=map_k, progress=False), lab)
+    console.print(f"map of the hero's training data, {data_map.value['clusters']} content domains: {data_map.folder}  "
+                  f"(glasslab data map {hero.name} --lab {lab})")
 
 
 def posttrain_table(sft_folder: Path, dpo_folder: Path):

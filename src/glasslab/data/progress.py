@@ -62,8 +62,9 @@ class StageStats:
 class Progress:
     """Prints each stage's live line (when ``enabled``) and keeps ``build-progress.json`` at ``path``."""
 
-    def __init__(self, path: Path | None, enabled: bool, workers: int = 1, backend: str = "local") -> None:
-        self.path, self.enabled = path, enabled
+    def __init__(self, path: Path | None, enabled: bool, workers: int = 1, backend: str = "local",
+                 label: str = "data build") -> None:
+        self.path, self.enabled, self.label = path, enabled, label
         self.workers, self.backend = workers, backend
         self.stages: list[StageStats] = []
         self.started = time.time()
@@ -75,12 +76,12 @@ class Progress:
         """A line of its own (ending a live line first)."""
         if self.enabled:
             self._clear()
-            print(f"[data build] {message}", file=sys.stderr, flush=True)
+            print(f"[{self.label}] {message}", file=sys.stderr, flush=True)
 
     def warn(self, message: str) -> None:
         """Said even without progress lines: what the build left out, changed or did again is never silent."""
         self._clear()
-        print(f"[data build] warning: {message}", file=sys.stderr, flush=True)
+        print(f"[{self.label}] warning: {message}", file=sys.stderr, flush=True)
 
     def start(self, stage: str, tasks: int, counts: str = "docs kept") -> StageStats:
         stats = StageStats(stage, tasks, counts=counts)
@@ -129,9 +130,8 @@ class Progress:
         if self._tty and self.stages and self.stages[-1].status == "running":
             print("\r\x1b[K", end="", file=sys.stderr, flush=True)
 
-    @staticmethod
-    def _line(s: StageStats) -> str:
-        text = (f"[data build] {s.stage:<14} {s.tasks_done:>5}/{s.tasks} tasks  {s.mb_per_s:7.1f} MB/s  "
+    def _line(self, s: StageStats) -> str:
+        text = (f"[{self.label}] {s.stage:<14} {s.tasks_done:>5}/{s.tasks} tasks  {s.mb_per_s:7.1f} MB/s  "
                 f"{s.documents_kept:,} {s.counts}")
         if s.status == "done":
             return text + f"  in {s.seconds:.1f} s" + (f" ({s.tasks_reused} reused)" if s.tasks_reused else "")

@@ -53,6 +53,13 @@ class ProvenanceIndex:
             self._arrays[key] = np.load(self.path / domains[domain][split]["provenance"], mmap_mode="r")
         return self._arrays[key]
 
+    def source_names(self, domain: str, split: str, documents: int) -> np.ndarray:
+        """The source name of each of the ``documents`` documents of ``domain``'s ``split`` (an object array)."""
+        if not documents:
+            return np.zeros(0, dtype=object)
+        names = np.array([self.sources[source]["name"] for source, _ in self.refs], dtype=object)
+        return names[np.asarray(self._array(domain, split)["ref"], dtype=np.int64)]
+
     def record(self, domain: str, split: str, index: int) -> dict:
         """Where document ``index`` of ``domain``'s ``split`` came from: ``{"source", "kind", "domain"}`` and
         ``file`` + ``line`` (JSONL), ``file`` + ``row`` (Parquet), ``file`` (text), ``module`` (built-in), or

@@ -133,6 +133,8 @@ class DemoSize:
     """Standard-library modules read for the built-in instruction set (0 = all)."""
     dpo_steps: int
     """Optimiser steps of the DPO of the SFT model (16 pairs per step)."""
+    map_k: int = 40
+    """Content domains of the map of the hero's training data (``glasslab data map --k``)."""
 
 
 FULL = DemoSize(max_source_bytes=0, seq_len=64, tokens_per_param=10.0, min_steps=200, seeds_per_rung=(2, 2, 1),
@@ -141,7 +143,8 @@ FULL = DemoSize(max_source_bytes=0, seq_len=64, tokens_per_param=10.0, min_steps
 """``glasslab demo``: two seeds on the small rungs, about 10 minutes on a laptop CPU."""
 QUICK = DemoSize(max_source_bytes=400_000, seq_len=32, tokens_per_param=1.0, min_steps=30, seeds_per_rung=(1,),
                  eval_max_tokens=1024, checkpoint_interval=100, num_bootstrap=300, task_eval_every=10,
-                 sft_task_items=200, sft_steps=40, sft_seq_len=128, sft_max_modules=120, dpo_steps=20)
+                 sft_task_items=200, sft_steps=40, sft_seq_len=128, sft_max_modules=120, dpo_steps=20,
+                 map_k=8)
 """``glasslab demo --quick``: the whole DAG in about two minutes (the test suite's demo lab)."""
 
 

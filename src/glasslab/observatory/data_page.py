@@ -2,7 +2,7 @@
 throughput; a build still running, from its progress file), per-domain results of every run that
 trained on the dataset (mixture weight, realised epochs, held-out loss and bits per byte), and warnings
 a reader should not have to work out: a domain read many times over, an eval split as large as its
-training split."""
+training split; and the dataset's map (what is in it: content domains, ``glasslab data map``)."""
 
 from __future__ import annotations
 
@@ -122,6 +122,18 @@ def data_sources(lab: Lab, folder, build: dict[str, Any] | None) -> dict[str, An
             "stages": sources.read_from(lab_name, folder.name, record, "stages[<row>].documents_kept")}
 
 
+def dataset_map(lab: Lab, folder) -> dict[str, Any] | None:
+    """The newest finished map (``glasslab data map``) of the dataset in ``folder``, with its folder's name."""
+    from glasslab.data.map import MAP_FILE, maps_of
+    from glasslab.layout import file_sha256
+
+    if not (folder / MANIFEST_FILE).is_file():
+        return None
+    found = maps_of(lab.root, file_sha256(folder / MANIFEST_FILE))
+    summary = lab.json(found[0] / MAP_FILE) if found else None
+    return summary | {"folder": found[0].name} if summary else None
+
+
 def data_page(lab: Lab, report_id: str) -> dict[str, Any] | None:
     folder = lab.index().reports.get(report_id)
     if folder is None:
@@ -137,5 +149,5 @@ def data_page(lab: Lab, report_id: str) -> dict[str, Any] | None:
     build = build_stages(lab, folder)
     return clean({"page": "data", "id": report_id, "title": f"Data {report_id}", "report": report,
                   "build": build, "sources": data_sources(lab, folder, build), "runs": runs,
-                  "warnings": warnings(report or {}, runs),
+                  "warnings": warnings(report or {}, runs), "map": dataset_map(lab, folder),
                   "built_by": built_by, "watch": []})

@@ -20,7 +20,8 @@ STYLES = ("uPlot.min.css", "observatory.css")
 SCRIPTS = ("uPlot.iife.min.js", "format.js", "charts.js", "heatmap.js", "common.js", "series-source.js",
            "workspace.js", "metric-search.js", "trace-marks.js", "page-overview.js", "page-run.js", "run-posttrain.js",
            "run-changes.js", "run-charts.js", "run-moe.js", "run-chat.js", "run-batch.js", "page-compare.js",
-           "page-ladder.js", "page-data.js", "page-provenance.js", "page-experiment.js", "observatory.js")
+           "page-ladder.js", "data-map.js", "page-data.js", "page-provenance.js", "page-experiment.js",
+           "observatory.js")
 STATIC_FILES = STYLES + SCRIPTS
 # Inline, so no page asks the server (or the disk, from file://) for a /favicon.ico that is not there.
 FAVICON = ("data:image/svg+xml,%3Csvg xmlns='http://www.w3.org/2000/svg' viewBox='0 0 16 16'%3E"

@@ -250,8 +250,9 @@
                       nav, setLive, loadData, follow, eventsTable, tokensAt, trackTokens,
                       charts: {},
                       // Milliseconds since navigation: the page's data in hand, its first chart drawn,
-                      // the last search's charts drawn (bench/observatory_bench.py reads them).
-                      timing: { data: null, firstChart: null, filter: null } };
+                      // the last search's charts drawn (bench/observatory_bench.py reads them); how long
+                      // the data page's map took to draw.
+                      timing: { data: null, firstChart: null, filter: null, mapMs: null } };
   window.GLASSLAB_TIMING = window.Glasslab.timing;
   window.GlasslabPages = {};
   window.GLASSLAB_CHARTS = window.Glasslab.charts;  // uPlot instances by title, for tests and scripts

@@ -123,6 +123,7 @@
         x.tokens ? el("span", { class: x.eval_tokens >= x.tokens ? "over" : "" }, fmt(x.eval_tokens / x.tokens, "percent")) : ""]),
       { units: [null, "count", "count", "bytes", null, "count", "count"] }));
     runsSection(d, domains.map(([name]) => name));
+    G.mapSection(d.map);
     const mixture = r.mixture;
     if (mixture) {
       section(`Mixture plan (token budget ${fmt(mixture.token_budget, "count")})`, table(["start step", "weights", "tokens", "epochs"],
