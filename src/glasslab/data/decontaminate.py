@@ -17,11 +17,14 @@ same way; near-dedup has already merged the copies that are whole documents.
 from __future__ import annotations
 
 import hashlib
+import re
 
 import numpy as np
 
 from glasslab.data import ngrams
 from glasslab.data.config import EvalSplitConfig
+
+_WORD = re.compile(r"\S+")
 
 
 def split_key(text: str | bytes, seed: int) -> int:
@@ -88,14 +91,43 @@ class EvalNgrams:
     def __len__(self) -> int:
         return len(self.hashes)
 
+    def contains(self, grams: np.ndarray) -> np.ndarray:
+        """Boolean per element of ``grams``: whether that n-gram is among the hashes."""
+        found = np.zeros(len(grams), dtype=bool)
+        if not len(self.hashes) or not len(grams):
+            return found
+        maybe = self._seen[grams >> self._shift]
+        at = np.searchsorted(self.hashes, grams[maybe])
+        at[at == len(self.hashes)] = 0
+        found[maybe] = self.hashes[at] == grams[maybe]
+        return found
+
     def hits(self, grams: np.ndarray) -> np.ndarray:
         """Indices into the sorted hashes of the n-grams ``grams`` shares with them, each once."""
-        if not len(self.hashes) or not len(grams):
-            return np.zeros(0, dtype=np.int64)
-        grams = grams[self._seen[grams >> self._shift]]
-        at = np.searchsorted(self.hashes, grams)
-        at[at == len(self.hashes)] = 0
-        return np.unique(at[self.hashes[at] == grams])
+        grams = grams[self.contains(grams)]
+        return np.unique(np.searchsorted(self.hashes, grams))
+
+
+def scored_tokens(text: str, offsets: list[tuple[int, int]], shared: EvalNgrams, n: int) -> np.ndarray:
+    """Which of a held-out document's tokens its loss counts: False for a token that overlaps a word n-gram
+    in ``shared`` (n-grams the training split holds too), True for the rest.
+
+    ``offsets`` are the tokens' (start, end) character offsets in ``text``. A text of fewer than ``n`` words
+    is one n-gram (as :func:`text_ngrams` has it).
+    """
+    words = list(_WORD.finditer(text))  # the same words as text.split(), with their places
+    grams = text_ngrams([w.group() for w in words], n)
+    hit = np.flatnonzero(shared.contains(grams))
+    covered_chars = np.zeros(len(text) + 1, dtype=np.int64)
+    if len(hit):
+        span = min(n, len(words))
+        starts = np.array([w.start() for w in words], dtype=np.int64)
+        ends = np.array([w.end() for w in words], dtype=np.int64)
+        np.add.at(covered_chars, starts[hit], 1)
+        np.add.at(covered_chars, ends[hit + span - 1], -1)
+    inside = np.concatenate([[0], np.cumsum(np.cumsum(covered_chars)[:-1] > 0)])
+    bounds = np.array(offsets, dtype=np.int64).reshape(-1, 2)
+    return inside[bounds[:, 1]] - inside[bounds[:, 0]] == 0
 
 
 class Decontaminator:

@@ -115,6 +115,11 @@
         x.bytes, x.bytes_per_token, x.eval_documents, x.eval_tokens,
         x.tokens ? el("span", { class: x.eval_tokens >= x.tokens ? "over" : "" }, fmt(x.eval_tokens / x.tokens, "percent")) : ""]),
       { units: [null, "count", "count", "bytes", null, "count", "count"] }));
+    section("Held-out split against its domain", table(["domain", "documents held out", "bytes held out",
+      "median tokens: held out / train", "held-out tokens scored"],
+      domains.filter(([, x]) => x.heldout).map(([name, x]) => [name, fmt(x.heldout.document_share, "percent"),
+        fmt(x.heldout.byte_share, "percent"), `${fmt(x.heldout.median_tokens, "count")} / ${fmt(x.heldout.train_median_tokens, "count")}`,
+        `${fmt(x.heldout.scored_share, "percent")} (${fmt(x.heldout.scored_tokens, "count")})`])));
     runsSection(d, domains.map(([name]) => name));
     const mixture = r.mixture;
     if (mixture) {
