@@ -1,5 +1,5 @@
 """The data build as stages of tasks: read → exact dedup → near dedup → survivors → eval split →
-decontamination → tokenizer → tokenize → assemble, then the manifest and the report.
+its overlap with training → tokenizer → tokenize → assemble, then the manifest and the report.
 
 Each stage is a list of tasks (:mod:`glasslab.data.runner` runs them on local processes or on Ray,
 ``--workers`` at a time); this module, the driver, only cuts the work and makes the few whole-corpus
@@ -255,7 +255,7 @@ class Build:
                                           self.total_bytes)])
         self.near_removed = (str(task_folder(work, "clusters", "0000") / "removed.npy"),)
 
-    # --- survivors, eval split, decontamination ----------------------------------------------------
+    # --- survivors, eval split, its overlap with training -------------------------------------------
 
     def survivors(self) -> None:
         tasks = [Task(f"{i:06d}", survivor_stage, SurvivorArgs(

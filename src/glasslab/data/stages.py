@@ -1,13 +1,14 @@
-"""The stages after dedup, as tasks: survivors and the eval split's candidates, eval n-gram hits, the
+"""The stages after dedup, as tasks: survivors and the eval split's candidates, eval n-gram counts, the
 tokenizer, tokenization, and the shards' assembly.
 
 Per read task, in order: **survivors** (the task's documents inside its source's cap, less exact and
-near duplicates; the funnel up to there; its smallest eval split keys) → **n-grams** (which eval
-n-grams each surviving training document holds, and how many documents hold each) → **tokenize** (the
-final training and eval documents into token pieces with their provenance). Between them the driver
-makes the whole-corpus choices from small inputs: the eval documents (the smallest split keys of each
-domain), the n-grams too common to count, the tokenizer (one task, on the first training bytes of
-each domain in canonical order). **assemble** concatenates each domain's pieces in canonical order.
+near duplicates; the funnel up to there; its smallest eval split keys) → **n-grams** (how many
+surviving training documents hold each eval n-gram) → **tokenize** (the final training and eval
+documents into token pieces with their provenance, and which eval tokens the held-out loss counts).
+Between them the driver makes the whole-corpus choices from small inputs: the eval documents (the
+smallest split keys of each domain), the eval n-grams training holds too, the tokenizer (one task, on
+the first training bytes of each domain in canonical order). **assemble** concatenates each domain's
+pieces in canonical order.
 """
 
 from __future__ import annotations
