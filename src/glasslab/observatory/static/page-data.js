@@ -1,6 +1,7 @@
-/* The data page: warnings first (a domain read many times, an eval split as large as training), the
- * processing funnel per domain, how the build ran (each stage's tasks, seconds and MB/s; a build still
- * running shows its stages live), the domains, how every run that trained on the dataset did on each
+/* The data page: warnings first (a build stage that took over a tenth of a domain, a domain read many
+ * times, an eval split as large as training), the processing funnel per domain, how the build ran (each
+ * stage's tasks, seconds and MB/s; a build still running shows its stages live), the domains, the
+ * held-out split against its domain, how every run that trained on the dataset did on each
  * domain (mixture weight, epochs, held-out loss), the mixture plan, sources, lengths and samples. */
 (function () {
   "use strict";
