@@ -398,7 +398,7 @@ def our_stage_seconds(inputs: Path, work: Path, workers: int) -> dict[str, float
     build.dedup()
     build.survivors()
     build.choose_eval()
-    build.decontaminate()
+    build.overlap()
     build.tokenize()
     out["tokenize"] = seconds(status, ("tokenize", "assemble"))
     out["tokenizer_json"] = str(next((work / "tokenize").glob("tokenizer/*/tokenizer/tokenizer.json")))

@@ -100,6 +100,10 @@ def build_lab(root: Path, hero_steps: int = 20) -> Path:
                    {"stage": "exact_dedup", "documents": 850, "bytes": 90000},
                    {"stage": "tokens", "documents": 850, "bytes": 90000, "tokens": 30000}],
         "filters": {"short": 100},
+        "large_removals": [{"domain": "code", "stage": "filter:short", "documents": [300, 250],
+                            "bytes": [30000, 25000],
+                            "text": "code: filter:short removed 17% of its documents (50 of 300) and 17% of "
+                                    "its bytes"}],
         "funnel_by_domain": {
             domain: [{"stage": "raw", "documents": raw, "bytes": 100 * raw},
                      {"stage": "filter:short", "documents": kept + dup, "bytes": 100 * (kept + dup)},
@@ -108,6 +112,9 @@ def build_lab(root: Path, hero_steps: int = 20) -> Path:
             for domain, raw, dup, kept, tokens in (("web", 700, 50, 600, 20700), ("code", 300, 0, 250, 10300))},
         "domains": {"web": {"documents": 600, "tokens": 20000, "bytes": 60000, "bytes_per_token": 3.0,
                             "eval_documents": 20, "eval_tokens": 700,
+                            "heldout": {"document_share": 0.032, "byte_share": 0.04, "median_tokens": 40,
+                                        "train_median_tokens": 30, "bytes_per_token": 3.1, "scored_tokens": 630,
+                                        "scored_share": 0.9},
                             "length_histogram": {"edges": [0, 100, 200], "counts": [400, 200]},
                             "samples": ["a web page", XSS]},
                     "code": {"documents": 250, "tokens": 10000, "bytes": 30000, "bytes_per_token": 3.0,

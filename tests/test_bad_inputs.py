@@ -593,7 +593,7 @@ def test_bad_input(case: Case, outcomes: dict[str, Outcome]):
             assert funnel["raw"] == case.documents
             manifest = json.loads((out.folder / "ds" / MANIFEST_FILE).read_text())
             kept = sum(split["documents"] for splits in manifest["domains"].values() for split in splits.values())
-            assert kept == funnel["decontaminate"]  # every document the funnel kept is in the shards
+            assert kept == funnel["near_dedup"]  # every document the funnel kept is in the shards
         return
     assert out.returncode == 2, (out.returncode, out.stderr[-3000:])
     # Progress lines (an executor's plan) may come first; the error is one line, the last, and alone.

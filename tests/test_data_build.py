@@ -31,7 +31,7 @@ def test_shards_hold_the_documents_and_the_manifest_checks_out(built):
     tmp, ds = built
     manifest = json.loads((ds / "manifest.json").read_text())
     assert manifest["python_version"] == platform.python_version() and manifest["dtype"] == "uint16"
-    assert manifest["format"] == "glasslab-dataset/2" and not list(ds.glob(f"{WORK_PREFIX}*"))
+    assert manifest["format"] == "glasslab-dataset/3" and not list(ds.glob(f"{WORK_PREFIX}*"))
     assert file_sha256(ds / "tokenizer" / "tokenizer.json") == manifest["tokenizer"]["sha256"]
     tokenizer = load_tokenizer(ds)
     inputs = {normalize(t) for t in topic_texts()}
@@ -72,16 +72,12 @@ def test_report_has_the_agreed_layout(built):
     assert [s["domain"] for s in report["sources"]] == ["alpha", "beta"]
     assert {"name", "domain", "kind", "path", "provenance", "licence"} <= set(report["sources"][0])
     stages = [f["stage"] for f in report["funnel"]]
-    assert stages[:2] == ["raw", "normalized"] and stages[-4:] == [
-        "exact_dedup",
-        "near_dedup",
-        "decontaminate",
-        "tokens",
-    ]
-    assert sorted(stages[2:-4]) == sorted(f"filter:{n}" for n in report["filters"])
+    assert stages[:2] == ["raw", "normalized"] and stages[-3:] == ["exact_dedup", "near_dedup", "tokens"]
+    assert sorted(stages[2:-3]) == sorted(f"filter:{n}" for n in report["filters"])
     documents = [f["documents"] for f in report["funnel"]]
     assert documents == sorted(documents, reverse=True) and documents[0] == len(topic_texts())
-    assert documents[1] - documents[-5] == sum(report["filters"].values())
+    assert documents[1] - documents[-4] == sum(report["filters"].values())
+    assert documents[-1] == documents[-2]  # overlap with the eval split removes no training document
     assert report["funnel"][-1]["tokens"] == sum(
         d["tokens"] + d["eval_tokens"] for d in report["domains"].values()
     )

@@ -175,7 +175,7 @@ def test_progress_lines_name_each_stage_and_an_unreachable_ray_address_is_one_li
     assert done.returncode == 0, done.stderr
     # Each count says what it counts: near-dedup's stages count pairs and removals, not documents kept.
     counted = {"buckets": "candidate pairs", "verify": "pairs similar", "clusters": "near-duplicate docs to remove",
-               "ngrams": "docs holding a held-out n-gram", "tokenizer": "docs sampled"}
+               "ngrams": "training docs scanned", "tokenizer": "docs sampled"}
     for stage in ("read", "exact", "buckets", "verify", "clusters", "survivors", "ngrams", "tokenizer", "tokenize",
                   "assemble"):
         label = counted.get(stage, "docs kept")

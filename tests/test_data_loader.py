@@ -216,10 +216,12 @@ def test_eval_batches_and_bytes_per_token(ds):
     manifest = json.loads((ds / "manifest.json").read_text())
     entry = manifest["domains"]["beta"]["eval"]
     batches = list(eval_batches(ds, "beta", seq_len=31, batch_size=4))
-    rows = sum(b.shape[0] for b in batches)
-    assert rows == entry["tokens"] // 32 and all(b.shape[1] == 32 and b.dtype == torch.int64 for b in batches)
-    assert all(torch.equal(a, b) for a, b in zip(batches, eval_batches(ds, "beta", 31, 4), strict=True))
-    assert sum(b.shape[0] for b in eval_batches(ds, "beta", 31, 4, max_tokens=100)) == 3
+    rows = sum(b.shape[0] for b, _ in batches)
+    assert rows == entry["tokens"] // 32 and all(b.shape[1] == 32 and b.dtype == torch.int64 for b, _ in batches)
+    assert all(s.shape == b.shape and s.dtype == torch.bool for b, s in batches)
+    assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+               for a, b in zip(batches, eval_batches(ds, "beta", 31, 4), strict=True))
+    assert sum(b.shape[0] for b, _ in eval_batches(ds, "beta", 31, 4, max_tokens=100)) == 3
     assert eval_bytes_per_token(ds, "beta") == pytest.approx(entry["bytes"] / entry["tokens"])
     with pytest.raises(UserError, match="fewer than one window"):
         next(eval_batches(ds, "beta", seq_len=10**7, batch_size=1))

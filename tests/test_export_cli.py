@@ -74,7 +74,7 @@ def test_export_through_the_cli_loads_in_transformers_with_matching_logits(lab, 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         hf = transformers.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32, local_files_only=True)
-    tokens = next(eval_batches(lab / "data", "prose", 32, 4))[:, :32]
+    tokens = next(eval_batches(lab / "data", "prose", 32, 4))[0][:, :32]
     with torch.no_grad():
         ours, theirs = _ours(lab / run, 12)(tokens), hf.eval()(tokens).logits
     assert ours.std() > 0.1  # a trained model's logits, not a flat output any mapping would match

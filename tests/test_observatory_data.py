@@ -187,7 +187,8 @@ def test_overview_counts_incidents_and_data_page_warns(lab):
     assert runs["hero-dddd4444"]["verdict"]["state"] == "final"
     data = build_page(lab, "data", "data-abc12345")
     kinds = sorted({(w["kind"], w["domain"]) for w in data["warnings"]})
-    assert kinds == [("eval_ge_train", "code"), ("repetition", "code"), ("repetition", "web")]
+    assert kinds == [("eval_ge_train", "code"), ("large_removal", "code"), ("repetition", "code"),
+                     ("repetition", "web")]
     assert {r["id"] for r in data["runs"]} == {"hero-dddd4444", "rung-s-aaaa1111", "rung-m-bbbb2222",
                                                "fork-eeee5555"}
     hero = next(r for r in data["runs"] if r["id"] == "hero-dddd4444")

@@ -309,6 +309,11 @@ def test_data_page_shows_the_funnel_per_domain_warnings_and_runs(site, page):
     kinds = warnings.evaluate_all("items => items.map(i => i.dataset.kind)")
     assert "eval_ge_train" in kinds and "repetition" in kinds
     assert "code: the eval split (10,300 tokens) is as large" in page.locator("#data-warnings").inner_text()
+    assert "large_removal" in kinds and "code: filter:short removed 17% of its documents (50 of 300)" in page.locator(
+        "#data-warnings").inner_text()
+    heldout = page.locator("section", has_text="Held-out split against its domain").locator("tbody tr")
+    assert heldout.count() == 1 and heldout.first.locator("td").all_inner_texts()[1:] == [
+        "3.2%", "4%", "40 / 30", "90% (630)"]
     funnel = page.locator("table.funnel")
     assert funnel.locator("th").all_inner_texts() == ["stage", "web", "code", "all domains"]
     assert "600 (86%)" in funnel.locator("tr", has_text="exact_dedup").inner_text()

@@ -1,5 +1,5 @@
 """The data build as stages of tasks: read → exact dedup → near dedup → survivors → eval split →
-decontamination → tokenizer → tokenize → assemble, then the manifest and the report.
+its overlap with training → tokenizer → tokenize → assemble, then the manifest and the report.
 
 Each stage is a list of tasks (:mod:`glasslab.data.runner` runs them on local processes or on Ray,
 ``--workers`` at a time); this module, the driver, only cuts the work and makes the few whole-corpus
@@ -133,7 +133,7 @@ class Build:
         self.cfg, self.work, self.tasks, self.runner, self.progress = cfg, work, tasks, runner, progress
         self.filters = funnel_filters({s.preset for s in cfg.sources})
         self.funnel = Funnel(["raw", "normalized", *(f"filter:{n}" for n in self.filters), "exact_dedup",
-                              "near_dedup", "decontaminate", "tokens"])
+                              "near_dedup", "tokens"])
         self.errors = sources.InputErrors()
         self.filter_drops = dict.fromkeys(self.filters, 0)
         self._filled: set[int] = set()
@@ -255,7 +255,7 @@ class Build:
                                           self.total_bytes)], counts="near-duplicate docs to remove")
         self.near_removed = (str(task_folder(work, "clusters", "0000") / "removed.npy"),)
 
-    # --- survivors, eval split, decontamination ----------------------------------------------------
+    # --- survivors, eval split, its overlap with training -------------------------------------------
 
     def survivors(self) -> None:
         tasks = [Task(f"{i:06d}", survivor_stage, SurvivorArgs(
@@ -299,17 +299,23 @@ class Build:
             grams.append(text_ngrams(store.text(int(local_of(np.int64(key)))).split(), self.cfg.eval.ngram_words))
         np.save(eval_dir / "ngrams.npy", np.unique(np.concatenate(grams)))
 
-    def decontaminate(self) -> None:
+    def overlap(self) -> None:
+        """The eval n-grams that training documents hold too (``eval/shared.npy``): the eval split's loss leaves
+        their tokens out. Those held by more than ``common_ngram_documents`` training documents are
+        boilerplate and stay counted (0: none is)."""
         tasks = [Task(f"{i:06d}", ngram_stage, NgramArgs(self.work, i, self.cfg.eval.ngram_words),
                       self.read_results[i]["kept_bytes"]) for i in sorted(self.read_results)]
-        self.runner.run("ngrams", tasks, counts="docs holding a held-out n-gram")
-        counts = np.zeros(len(np.load(self.work / "eval" / "ngrams.npy")), dtype=np.int64)
+        results = self.runner.run("ngrams", tasks, counts="training docs scanned")
+        eval_ngrams = np.load(self.work / "eval" / "ngrams.npy")
+        counts = np.zeros(len(eval_ngrams), dtype=np.int64)
         for task in tasks:
             counts += np.load(task_folder(self.work, "ngrams", task.id) / "counts.npy")
         cutoff = self.cfg.eval.common_ngram_documents
-        leaking = counts <= cutoff if cutoff else np.ones(len(counts), dtype=bool)
-        self.common_ngrams = int((~leaking).sum())
-        np.save(self.work / "eval" / "leaking.npy", leaking)
+        common = counts > cutoff if cutoff else np.zeros(len(counts), dtype=bool)
+        self.overlap_counts = {"eval_ngrams": len(counts), "shared_ngrams": int(((counts > 0) & ~common).sum()),
+                               "common_ngrams": int(common.sum()),
+                               "training_documents_sharing": sum(r["sharing"] for r in results.values())}
+        np.save(self.work / "eval" / "shared.npy", eval_ngrams[(counts > 0) & ~common])
 
     # --- tokenizer, tokens, shards -------------------------------------------------------------------
 
@@ -323,12 +329,10 @@ class Build:
                         counts="docs sampled")
         tokenizer_json = task_folder(work, "tokenizer", "0000") / TOKENIZER_DIR / "tokenizer.json"
         bases = self._line_bases()
-        tasks = [Task(f"{i:06d}", tokenize_stage, TokenizeArgs(work, i, tokenizer_json, bases.get(i, 0)),
+        tasks = [Task(f"{i:06d}", tokenize_stage, TokenizeArgs(work, i, tokenizer_json, bases.get(i, 0),
+                                                               cfg.eval.ngram_words),
                       self.read_results[i]["kept_bytes"]) for i in sorted(self.read_results)]
         results = self.runner.run("tokenize", tasks)
-        for task in tasks:
-            result, domain = results[task.id], self.domain(task.arg.task)
-            self.funnel.add(domain, "decontaminate", result["documents_kept"], result["bytes"])
         refs, mapping = self._reference_table()
         vocab = load_tokenizer(tokenizer_json.parent).get_vocab_size()
         pieces = [Task(f"{domain}.{split}", assemble_stage, AssembleArgs(
@@ -393,8 +397,12 @@ def _final_folder(build: Build, made: dict, final: Path) -> dict:
             result = made["assembled"][f"{domain}.{split}"]
             names = {"file": f"shards/{domain}/{split}.bin", "index": f"shards/{domain}/{split}.idx.npy",
                      "provenance": f"shards/{domain}/{split}.prov.npy"}
-            for key, produced in (("file", "tokens.bin"), ("index", "ends.npy"), ("provenance", "prov.npy")):
-                _link(piece / produced, final / names[key])
+            if split == "eval":
+                names["scored"] = f"shards/{domain}/{split}.scored.npy"
+            for key, produced in (("file", "tokens.bin"), ("index", "ends.npy"), ("provenance", "prov.npy"),
+                                  ("scored", "scored.npy")):
+                if key in names:
+                    _link(piece / produced, final / names[key])
             splits = [made["tokenize"][f"{i:06d}"]["splits"][split] for i in tasks]
             entries[domain][split] = {
                 **names,
@@ -404,6 +412,8 @@ def _final_folder(build: Build, made: dict, final: Path) -> dict:
                 "sha256": result["sha256"]["tokens.bin"],
                 "index_sha256": result["sha256"]["ends.npy"],
                 "provenance_sha256": result["sha256"]["prov.npy"],
+                **({"scored_tokens": result["scored_tokens"], "scored_sha256": result["sha256"]["scored.npy"]}
+                   if split == "eval" else {}),
             }
     refs = final / REFS_FILE
     refs.parent.mkdir(parents=True, exist_ok=True)
@@ -488,13 +498,15 @@ def _build(cfg: BuildConfig, work: Path, tasks: list[ReadTask], runner: TaskRunn
     build.dedup()
     build.survivors()
     build.choose_eval()
-    build.decontaminate()
+    build.overlap()
     made = build.tokenize()
     final = work / "final"
     entries = _final_folder(build, made, final)
     for domain, splits in entries.items():
         totals = _sum_splits(splits)
         build.funnel.add(domain, "tokens", totals["documents"], totals["bytes"], totals["tokens"])
+    for removal in report.large_removals(build.funnel.by_domain()):
+        status.warn(removal["text"])
     tokenizer = load_tokenizer(final)
     described = [sources.describe(s) for s in cfg.sources]  # name, version, licence: a rebuildable corpus
     manifest = {
@@ -521,7 +533,7 @@ def _build(cfg: BuildConfig, work: Path, tasks: list[ReadTask], runner: TaskRunn
         "funnel_by_domain": build.funnel.by_domain(),
         "filters": build.filter_drops,
         "errors": build.errors.to_dict(),
-        "common_ngrams": build.common_ngrams,
+        "overlap": build.overlap_counts,
         "stages": stages,
         "reruns": runner.reruns,
         "workers": runner.workers,

@@ -206,7 +206,7 @@ class DedupConfig:
 
 @dataclass(frozen=True)
 class EvalSplitConfig:
-    """The held-out split per domain and its decontamination against training."""
+    """The held-out split per domain, and which of its tokens overlap training (left out of its loss)."""
 
     fraction: float = 0.05
     """Share of each domain's documents held out (chosen by a seeded hash of the text)."""
@@ -218,10 +218,11 @@ class EvalSplitConfig:
     max_documents: int = 200
     """At most this many eval documents per domain."""
     ngram_words: int = 13
-    """Training documents sharing a word n-gram of this length with an eval document are dropped."""
+    """Eval tokens inside a word n-gram of this length that a training document holds too are left out of
+    the held-out loss (the training document stays)."""
     common_ngram_documents: int = 10
     """An eval n-gram found in more than this many training documents is boilerplate (a licence header,
-    a generated docstring), not a leak, and does not count as overlap (0: every n-gram counts)."""
+    a generated docstring), not a leak, and stays counted (0: every shared n-gram is left out)."""
 
     def __post_init__(self) -> None:
         require(0.0 <= self.fraction < 1.0, "eval.fraction", self.fraction, "a fraction in [0, 1)")

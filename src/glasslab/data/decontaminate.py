@@ -1,27 +1,34 @@
-"""The held-out split per domain and decontamination of training against it.
+"""The held-out split per domain, which of its tokens overlap training, and decontamination against
+external eval sets.
 
 Eval documents are chosen by a seeded hash of their text (stable under reordering of other
 documents): the ``k`` smallest hashes of a domain, with ``k`` from the configured fraction and
 bounds. Only the smallest :attr:`~glasslab.data.config.EvalSplitConfig.max_documents` keys of a domain
 can be chosen, so each task hands in that many and the choice needs no more memory than that.
 
-Every word n-gram of every eval document goes into one set; a training document sharing any of them
-is dropped, so no eval document, nor a long span of one, is seen in training — except n-grams that
-are **common**: found in more than ``common_ngram_documents`` training documents (10 by default).
-Such a span is boilerplate (a licence header, a generated docstring, a ``setup.py`` stanza), not a
-leak of the held-out text; counting it dropped a third of a real code corpus (``docs/LOG.md``). A
-passage really copied from an eval document into that many training documents would be missed the
-same way; near-dedup has already merged the copies that are whole documents.
+Every word n-gram of every eval document goes into one set, and the build counts the training
+documents holding each. Training documents are kept: on code nearly every file shares a rare 13-gram
+with a random 5% of its corpus, and dropping them ate three quarters of one (``docs/LOG.md``). The
+held-out side is made clean instead: :func:`scored_tokens` flags the eval tokens inside an n-gram that
+training holds, and the held-out loss leaves them out — except n-grams that are **common**: found in
+more than ``common_ngram_documents`` training documents (10 by default). Such a span is boilerplate (a
+licence header, a generated docstring, a ``setup.py`` stanza), not a leak of the held-out text.
+
+:class:`Decontaminator` is the other direction, for external eval sets checked against a dataset (SFT
+conversations): there the training text that overlaps is dropped.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 
 import numpy as np
 
 from glasslab.data import ngrams
 from glasslab.data.config import EvalSplitConfig
+
+_WORD = re.compile(r"\S+")
 
 
 def split_key(text: str | bytes, seed: int) -> int:
@@ -88,14 +95,43 @@ class EvalNgrams:
     def __len__(self) -> int:
         return len(self.hashes)
 
+    def contains(self, grams: np.ndarray) -> np.ndarray:
+        """Boolean per element of ``grams``: whether that n-gram is among the hashes."""
+        found = np.zeros(len(grams), dtype=bool)
+        if not len(self.hashes) or not len(grams):
+            return found
+        maybe = self._seen[grams >> self._shift]
+        at = np.searchsorted(self.hashes, grams[maybe])
+        at[at == len(self.hashes)] = 0
+        found[maybe] = self.hashes[at] == grams[maybe]
+        return found
+
     def hits(self, grams: np.ndarray) -> np.ndarray:
         """Indices into the sorted hashes of the n-grams ``grams`` shares with them, each once."""
-        if not len(self.hashes) or not len(grams):
-            return np.zeros(0, dtype=np.int64)
-        grams = grams[self._seen[grams >> self._shift]]
-        at = np.searchsorted(self.hashes, grams)
-        at[at == len(self.hashes)] = 0
-        return np.unique(at[self.hashes[at] == grams])
+        grams = grams[self.contains(grams)]
+        return np.unique(np.searchsorted(self.hashes, grams))
+
+
+def scored_tokens(text: str, offsets: list[tuple[int, int]], shared: EvalNgrams, n: int) -> np.ndarray:
+    """Which of a held-out document's tokens its loss counts: False for a token that overlaps a word n-gram
+    in ``shared`` (n-grams the training split holds too), True for the rest.
+
+    ``offsets`` are the tokens' (start, end) character offsets in ``text``. A text of fewer than ``n`` words
+    is one n-gram (as :func:`text_ngrams` has it).
+    """
+    words = list(_WORD.finditer(text))  # the same words as text.split(), with their places
+    grams = text_ngrams([w.group() for w in words], n)
+    hit = np.flatnonzero(shared.contains(grams))
+    covered_chars = np.zeros(len(text) + 1, dtype=np.int64)
+    if len(hit):
+        span = min(n, len(words))
+        starts = np.array([w.start() for w in words], dtype=np.int64)
+        ends = np.array([w.end() for w in words], dtype=np.int64)
+        np.add.at(covered_chars, starts[hit], 1)
+        np.add.at(covered_chars, ends[hit + span - 1], -1)
+    inside = np.concatenate([[0], np.cumsum(np.cumsum(covered_chars)[:-1] > 0)])
+    bounds = np.array(offsets, dtype=np.int64).reshape(-1, 2)
+    return inside[bounds[:, 1]] - inside[bounds[:, 0]] == 0
 
 
 class Decontaminator:

@@ -336,8 +336,10 @@ class Loader:
 
 def eval_batches(
     dataset_dir: str | Path, domain: str, seq_len: int, batch_size: int, max_tokens: int = 0
-) -> Iterator[torch.Tensor]:
-    """Held-out batches of ``domain``: LongTensor ``(B, seq_len + 1)``, B <= ``batch_size``.
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Held-out batches of ``domain``: (tokens, scored), LongTensor and BoolTensor ``(B, seq_len + 1)``,
+    B <= ``batch_size``; ``scored`` says which tokens a held-out loss counts as targets (all of them in a
+    dataset built without the flags).
 
     Consecutive non-overlapping windows of the eval shard in stored order, up to ``max_tokens``
     tokens (0 = all of it); the same every call. Fails when the eval shard is shorter than a window.
@@ -354,8 +356,10 @@ def eval_batches(
         )
     for first in range(0, num_windows, batch_size):
         rows = min(batch_size, num_windows - first)
-        flat = np.asarray(shard.tokens[first * window : (first + rows) * window], dtype=np.int64)
-        yield torch.from_numpy(flat.reshape(rows, window))
+        span = slice(first * window, (first + rows) * window)
+        flat = np.asarray(shard.tokens[span], dtype=np.int64)
+        scored = np.ones(len(flat), dtype=bool) if shard.scored is None else np.array(shard.scored[span])
+        yield torch.from_numpy(flat.reshape(rows, window)), torch.from_numpy(scored.reshape(rows, window))
 
 
 def eval_bytes_per_token(dataset_dir: str | Path, domain: str) -> float:

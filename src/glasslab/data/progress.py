@@ -6,7 +6,7 @@ seconds and when the stage ends). MB/s is the stage's input (UTF-8 bytes of the 
 take in; the input files' bytes for reading) per second of wall time; the ETA assumes the remaining
 tasks go at the same rate. The count after MB/s is what the stage's tasks put out, labelled with what it
 counts (``counts``): documents kept for most stages, but candidate pairs for ``buckets``, pairs found similar
-for ``verify``, near-duplicates to remove for ``clusters``, documents holding a held-out n-gram for
+for ``verify``, near-duplicates to remove for ``clusters``, training documents scanned for held-out n-grams for
 ``ngrams``, documents sampled for ``tokenizer``. ``build-progress.json`` in the dataset's folder
 (``layout.BUILD_PROGRESS``) holds the same numbers for every stage so far; the data page shows a build in
 progress from it, and ``build.json`` keeps the finished stages' numbers (``stages``).

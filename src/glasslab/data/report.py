@@ -23,6 +23,9 @@ from glasslab.layout import BUILD_RECORD
 
 SAMPLE_CHARS = 600
 """Samples are cut to this many characters."""
+LARGE_REMOVAL = 0.10
+"""A build stage that takes more than this share of a domain's documents or bytes is said on the console and
+the data page."""
 
 
 def length_histogram(lengths: np.ndarray, bins: int = 12) -> dict:
@@ -45,6 +48,40 @@ def _samples(shard, tokenizer, count: int, seed: int) -> list[str]:
         ids = shard.document(int(i))[:-1].tolist()  # without the end-of-text id
         texts.append(tokenizer.decode(ids, skip_special_tokens=False)[:SAMPLE_CHARS])
     return texts
+
+
+def large_removals(funnel_by_domain: dict[str, list[dict]], limit: float = LARGE_REMOVAL) -> list[dict]:
+    """Each stage that took more than ``limit`` of a domain's documents or bytes (from the stage before it):
+    ``{domain, stage, documents: [before, after], bytes: [before, after], text}``, ``text`` one line for the
+    console and the data page."""
+    found = []
+    for domain, rows in sorted(funnel_by_domain.items()):
+        for before, after in zip(rows, rows[1:], strict=False):
+            docs, nbytes = (before["documents"], after["documents"]), (before["bytes"], after["bytes"])
+            lost_docs = 1 - docs[1] / docs[0] if docs[0] else 0.0
+            lost_bytes = 1 - nbytes[1] / nbytes[0] if nbytes[0] else 0.0
+            if max(lost_docs, lost_bytes) > limit:
+                found.append({"domain": domain, "stage": after["stage"], "documents": list(docs),
+                              "bytes": list(nbytes),
+                              "text": f"{domain}: {after['stage']} removed {lost_docs:.0%} of its documents "
+                                      f"({docs[0] - docs[1]:,} of {docs[0]:,}) and {lost_bytes:.0%} of its bytes"})
+    return found
+
+
+def heldout_composition(manifest: dict, domain: str, train, held_out) -> dict:
+    """The eval split of ``domain`` against the whole domain: its share of documents and bytes, its median
+    document length (tokens) beside the training split's, and the share of its tokens the held-out loss
+    counts (the rest overlap training text; a dataset without ``scored`` counts them all)."""
+    entry = manifest["domains"][domain]
+    total_docs = entry["train"]["documents"] + entry["eval"]["documents"]
+    total_bytes = entry["train"]["bytes"] + entry["eval"]["bytes"]
+    scored = entry["eval"].get("scored_tokens", entry["eval"]["tokens"])
+    return {"document_share": entry["eval"]["documents"] / max(total_docs, 1),
+            "byte_share": entry["eval"]["bytes"] / max(total_bytes, 1),
+            "median_tokens": float(np.median(held_out.lengths)) if len(held_out.lengths) else 0.0,
+            "train_median_tokens": float(np.median(train.lengths)) if len(train.lengths) else 0.0,
+            "bytes_per_token": entry["eval"]["bytes"] / max(entry["eval"]["tokens"], 1),
+            "scored_tokens": scored, "scored_share": scored / max(entry["eval"]["tokens"], 1)}
 
 
 def make_report(
@@ -71,6 +108,7 @@ def make_report(
             "bytes_per_token": entry["train"]["bytes"] / max(entry["train"]["tokens"], 1),
             "eval_documents": entry["eval"]["documents"],
             "eval_tokens": entry["eval"]["tokens"],
+            "heldout": heldout_composition(manifest, domain, train, open_shard(dataset_dir, domain, "eval", manifest)),
             "length_histogram": length_histogram(train.lengths),
             "samples": _samples(train, tokenizer, samples_per_domain, seed),
         }
@@ -82,6 +120,8 @@ def make_report(
         "funnel": build.get("funnel", []),
         "funnel_by_domain": build.get("funnel_by_domain", {}),
         "filters": build.get("filters", {}),
+        "large_removals": large_removals(build.get("funnel_by_domain", {})),
+        "overlap": build.get("overlap"),
         "domains": domains,
         "errors": build.get("errors", InputErrors().to_dict()),
     }

@@ -1,4 +1,5 @@
-"""Tokenized shards (``glasslab-dataset/2``): flat memmapped token arrays with per-document provenance.
+"""Tokenized shards (``glasslab-dataset/3``): flat memmapped token arrays with per-document provenance, and
+which held-out tokens the held-out loss counts.
 
 Layout inside a dataset folder::
 
@@ -7,6 +8,8 @@ Layout inside a dataset folder::
     shards/<domain>/<split>.idx.npy   int64 end offset (in tokens, exclusive) of each document
     shards/<domain>/<split>.prov.npy  where each document came from: (ref uint32, position uint64)
                                       per document, 12 bytes (see provenance.py)
+    shards/<domain>/eval.scored.npy   bool per eval token: False inside a word n-gram that training
+                                      documents hold too (the held-out loss leaves it out)
     shards/refs.jsonl                 the references ``ref`` points at, one per line
     manifest.json                     counts, dtype, sha256 of every file; written last (see build.py)
 
@@ -24,9 +27,10 @@ from glasslab.errors import UserError
 from glasslab.layout import MANIFEST_FILE, file_sha256, read_json
 
 SPLITS = ("train", "eval")
-FORMAT = "glasslab-dataset/2"
-"""The format ``manifest.json`` names; ``glasslab-dataset/1`` (no provenance) is still read."""
-READABLE_FORMATS = ("glasslab-dataset/1", FORMAT)
+FORMAT = "glasslab-dataset/3"
+"""The format ``manifest.json`` names; ``glasslab-dataset/2`` (no ``scored``: every held-out token counts) and
+``glasslab-dataset/1`` (no provenance either) are still read."""
+READABLE_FORMATS = ("glasslab-dataset/1", "glasslab-dataset/2", FORMAT)
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -76,6 +80,22 @@ class Shard:
             raise UserError(f"{index_file}: missing, unreadable or not the index of {entry['documents']} "
                             "documents the manifest lists; the dataset is damaged: build it again")
         self.bytes = entry["bytes"]
+        self.scored = self._scored(dataset_dir, entry)
+
+    def _scored(self, dataset_dir: Path, entry: dict) -> np.ndarray | None:
+        """Which tokens a held-out loss counts (bool per token); None when all do (a training split, or a
+        dataset built before ``glasslab-dataset/3``)."""
+        if "scored" not in entry:
+            return None
+        path = dataset_dir / entry["scored"]
+        try:
+            scored = np.load(path, mmap_mode="r")
+        except (OSError, ValueError, EOFError):
+            scored = None
+        if scored is None or scored.shape != (entry["tokens"],):
+            raise UserError(f"{path}: missing, unreadable or not one flag per token of the {entry['tokens']} "
+                            "the manifest lists; the dataset is damaged: build it again")
+        return scored
 
     @property
     def num_tokens(self) -> int:

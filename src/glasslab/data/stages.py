@@ -1,13 +1,14 @@
-"""The stages after dedup, as tasks: survivors and the eval split's candidates, eval n-gram hits, the
+"""The stages after dedup, as tasks: survivors and the eval split's candidates, eval n-gram counts, the
 tokenizer, tokenization, and the shards' assembly.
 
 Per read task, in order: **survivors** (the task's documents inside its source's cap, less exact and
-near duplicates; the funnel up to there; its smallest eval split keys) → **n-grams** (which eval
-n-grams each surviving training document holds, and how many documents hold each) → **tokenize** (the
-final training and eval documents into token pieces with their provenance). Between them the driver
-makes the whole-corpus choices from small inputs: the eval documents (the smallest split keys of each
-domain), the n-grams too common to count, the tokenizer (one task, on the first training bytes of
-each domain in canonical order). **assemble** concatenates each domain's pieces in canonical order.
+near duplicates; the funnel up to there; its smallest eval split keys) → **n-grams** (how many
+surviving training documents hold each eval n-gram) → **tokenize** (the final training and eval
+documents into token pieces with their provenance, and which eval tokens the held-out loss counts).
+Between them the driver makes the whole-corpus choices from small inputs: the eval documents (the
+smallest split keys of each domain), the eval n-grams training holds too, the tokenizer (one task, on
+the first training bytes of each domain in canonical order). **assemble** concatenates each domain's
+pieces in canonical order.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from glasslab.data.decontaminate import EvalNgrams, text_ngrams
+from glasslab.data.decontaminate import EvalNgrams, scored_tokens, text_ngrams
 from glasslab.data.dedup_stages import task_folder
 from glasslab.data.docstore import TaskDocuments, local_of
 from glasslab.data.filters import ALL_FILTER_NAMES
@@ -106,22 +107,20 @@ class NgramArgs:
 
 
 def ngram_stage(args: NgramArgs, folder: Path) -> dict:
-    """Which eval n-grams each of the task's surviving training documents holds (``hits.npy``: local index,
-    n-gram index) and how many of its documents hold each (``counts.npy``)."""
+    """How many of the task's surviving training documents hold each eval n-gram (``counts.npy``); the
+    training documents are all kept."""
     eval_ngrams = EvalNgrams(np.load(args.work / "eval" / "ngrams.npy"))
     store = TaskDocuments(task_folder(args.work, "read", args.task))
     train = np.setdiff1d(_keep(args.work, args.task), _eval_here(args.work, args.task))
-    rows_local, rows_gram = [], []
+    counts = np.zeros(len(eval_ngrams), dtype=np.int64)
+    sharing = 0
     if len(eval_ngrams):
         for local in train.tolist():
             found = eval_ngrams.hits(text_ngrams(store.text(local).split(), args.ngram_words))
-            rows_local.append(np.full(len(found), local, dtype=np.int64))
-            rows_gram.append(found)
-    local = np.concatenate(rows_local) if rows_local else np.zeros(0, np.int64)
-    gram = np.concatenate(rows_gram) if rows_gram else np.zeros(0, np.int64)
-    np.save(folder / "hits.npy", np.stack([local, gram]) if len(local) else np.zeros((2, 0), np.int64))
-    np.save(folder / "counts.npy", np.bincount(gram, minlength=len(eval_ngrams)).astype(np.int64))
-    return {"documents_in": len(train), "documents_kept": len(np.unique(local))}
+            counts[found] += 1
+            sharing += bool(len(found))
+    np.save(folder / "counts.npy", counts)
+    return {"documents_in": len(train), "documents_kept": len(train), "sharing": sharing}
 
 
 def _keep(work: Path, task: int) -> np.ndarray:
@@ -134,12 +133,10 @@ def _eval_here(work: Path, task: int) -> np.ndarray:
 
 def final_documents(work: Path, task: int) -> tuple[np.ndarray, np.ndarray]:
     """Local indices of the task's training and eval documents, in canonical order: the survivors, the eval
-    ones apart, less training documents that hold an eval n-gram not common in the corpus."""
+    ones apart. No training document is dropped for sharing text with the eval split: the eval split's
+    tokens inside such text are left out of its loss instead (:func:`~glasslab.data.decontaminate.scored_tokens`)."""
     keep, held_out = _keep(work, task), _eval_here(work, task)
-    local, gram = np.load(task_folder(work, "ngrams", task) / "hits.npy")
-    leaking = np.load(work / "eval" / "leaking.npy")
-    contaminated = np.unique(local[leaking[gram]]) if len(gram) else np.zeros(0, np.int64)
-    return np.setdiff1d(keep, np.union1d(held_out, contaminated)), held_out
+    return np.setdiff1d(keep, held_out), held_out
 
 
 @dataclass(frozen=True)
@@ -189,6 +186,8 @@ class TokenizeArgs:
     """The tokenizer.json to encode with."""
     line_base: int
     """Lines of the task's file before its byte range (JSONL ranges), added to its positions."""
+    ngram_words: int
+    """Words per n-gram of the overlap between the eval split and training."""
 
 
 _encoders: dict[str, object] = {}
@@ -206,17 +205,34 @@ def _encoder(path: Path):
     return _encoders[str(path)]
 
 
-def tokenize_stage(args: TokenizeArgs, folder: Path) -> dict:
-    """Encode the task's final training and eval documents into ``<split>.bin`` (ids, each document followed by
-    ``<|endoftext|>``), ``<split>.len.npy`` (tokens per document) and ``<split>.prov.npy`` (:data:`PROVENANCE`)."""
-    tokenizer = _encoder(args.tokenizer)
+def _encode_documents(tokenizer, texts: list[str], out, shared: EvalNgrams | None, n: int) -> tuple[list, list]:
+    """Write the ids of ``texts`` (each followed by ``<|endoftext|>``) to ``out``; returns tokens per text and,
+    when ``shared`` is given (the eval split), which tokens its loss counts (:func:`scored_tokens`; the
+    end-of-text id always counts)."""
     eot = tokenizer.token_to_id("<|endoftext|>")
     dtype = token_dtype(tokenizer.get_vocab_size())
+    lengths, scored = [], []
+    # offsets cost time, and only the eval split (a few hundred documents a domain) needs them
+    encode = tokenizer.encode_batch if shared is not None else tokenizer.encode_batch_fast
+    for text, encoding in zip(texts, encode(texts, add_special_tokens=False), strict=True):
+        ids = np.array(encoding.ids + [eot], dtype=dtype)
+        out.write(ids.tobytes())
+        lengths.append(len(ids))
+        if shared is not None:
+            scored.append(np.append(scored_tokens(text, encoding.offsets, shared, n), True))
+    return lengths, scored
+
+
+def tokenize_stage(args: TokenizeArgs, folder: Path) -> dict:
+    """Encode the task's final training and eval documents into ``<split>.bin`` (ids, each document followed by
+    ``<|endoftext|>``), ``<split>.len.npy`` (tokens per document), ``<split>.prov.npy`` (:data:`PROVENANCE`)
+    and, for the eval split, ``eval.scored.npy`` (bool per token: counted by the held-out loss)."""
+    tokenizer = _encoder(args.tokenizer)
     store = TaskDocuments(task_folder(args.work, "read", args.task))
+    shared = EvalNgrams(np.load(args.work / "eval" / "shared.npy"))
     result: dict = {"splits": {}}
-    kept_bytes = 0
     for split, locals_ in zip(SPLITS, final_documents(args.work, args.task), strict=True):
-        lengths, tokens_total, nbytes = [], 0, 0
+        lengths, scored, nbytes = [], [], 0
         with open(folder / f"{split}.bin", "wb") as out:
             batch: list[str] = []
             size = 0
@@ -225,22 +241,23 @@ def tokenize_stage(args: TokenizeArgs, folder: Path) -> dict:
                     batch.append(store.text(local))
                     size += len(batch[-1])
                 if batch and (local is None or size >= ENCODE_CHARS):
-                    for encoding in tokenizer.encode_batch_fast(batch, add_special_tokens=False):
-                        ids = np.array(encoding.ids + [eot], dtype=dtype)
-                        out.write(ids.tobytes())
-                        lengths.append(len(ids))
-                        tokens_total += len(ids)
+                    counts, marks = _encode_documents(tokenizer, batch, out, shared if split == "eval" else None,
+                                                      args.ngram_words)
+                    lengths += counts
+                    scored += marks
                     nbytes += sum(len(t.encode("utf-8", "surrogatepass")) for t in batch)
                     batch, size = [], 0
         np.save(folder / f"{split}.len.npy", np.array(lengths, dtype=np.int64))
+        if split == "eval":
+            np.save(folder / "eval.scored.npy", np.concatenate(scored) if scored else np.zeros(0, dtype=bool))
         provenance = np.zeros(len(locals_), dtype=PROVENANCE)
         provenance["ref"] = store.docs["ref"][locals_]
         positions = np.asarray(store.docs["position"][locals_], dtype=np.uint64)
         provenance["position"] = positions + np.uint64(args.line_base)
         np.save(folder / f"{split}.prov.npy", provenance)
-        result["splits"][split] = {"documents": len(locals_), "tokens": tokens_total, "bytes": nbytes}
-        kept_bytes += nbytes
+        result["splits"][split] = {"documents": len(locals_), "tokens": int(sum(lengths)), "bytes": nbytes}
     documents = sum(s["documents"] for s in result["splits"].values())
+    kept_bytes = sum(s["bytes"] for s in result["splits"].values())
     result.update(documents_in=documents, documents_kept=documents, bytes=kept_bytes)
     return result
 
@@ -255,9 +272,10 @@ class AssembleArgs:
 
 
 def assemble_stage(args: AssembleArgs, folder: Path) -> dict:
-    """One domain's split: the pieces back to back into ``tokens.bin``, document ends (``ends.npy``) and
-    provenance (``prov.npy``), with their sha256."""
-    ends, provenance, total = [], [], 0
+    """One domain's split: the pieces back to back into ``tokens.bin``, document ends (``ends.npy``),
+    provenance (``prov.npy``) and, for the eval split, the tokens its loss counts (``scored.npy``), with
+    their sha256."""
+    ends, provenance, scored, total = [], [], [], 0
     with open(folder / "tokens.bin", "wb") as out:
         for task, refs in args.pieces:
             piece = task_folder(args.work, "tokenize", task)
@@ -270,9 +288,15 @@ def assemble_stage(args: AssembleArgs, folder: Path) -> dict:
             records = np.load(piece / f"{args.split}.prov.npy")
             records["ref"] = np.asarray(refs, dtype=np.int64)[records["ref"]] if len(records) else records["ref"]
             provenance.append(records)
+            if args.split == "eval":
+                scored.append(np.load(piece / "eval.scored.npy"))
     np.save(folder / "ends.npy", np.concatenate(ends) if ends else np.zeros(0, dtype=np.int64))
     np.save(folder / "prov.npy", np.concatenate(provenance) if provenance else np.zeros(0, dtype=PROVENANCE))
+    names = ["tokens.bin", "ends.npy", "prov.npy"]
+    if args.split == "eval":
+        np.save(folder / "scored.npy", np.concatenate(scored) if scored else np.zeros(0, dtype=bool))
+        names.append("scored.npy")
     documents = int(sum(len(e) for e in ends))
     return {"documents_in": documents, "documents_kept": documents, "tokens": total,
-            "sha256": {name: file_sha256(folder / name) for name in ("tokens.bin", "ends.npy", "prov.npy")}}
-
+            "scored_tokens": int(sum(int(m.sum()) for m in scored)) if scored else total,
+            "sha256": {name: file_sha256(folder / name) for name in names}}

@@ -18,10 +18,12 @@ Contexts end just before a word that starts with a space, which is a pre-token b
 byte-level BPE: the context's tokens are then a prefix of the context-plus-answer's tokens, and the
 delimiter is empty (each choice brings its own leading space).
 
-Decontamination: a held-out document shares no 13-word span with training documents (the build's
-rule), but a short answer can still appear verbatim in training text (boilerplate code). An item
-whose answer sits inside a token 13-gram that also occurs in the training shards is dropped, and
-the number dropped is reported with the task.
+Decontamination: the build keeps training documents that share text with held-out ones and flags the
+held-out tokens inside a word 13-gram that training holds (``eval.scored.npy``); ``next_word`` and
+``continuation`` answers are drawn only where every answer token is flagged as scored. A short answer
+can still appear verbatim in training text (boilerplate code): an item whose answer sits inside a
+token 13-gram that also occurs in the training shards is dropped, and the number dropped is reported
+with the task.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from glasslab.data.tokenizer import load_tokenizer
 from glasslab.errors import UserError
 from glasslab.evals.task import Item
 
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 """Bumped whenever a generator's output for the same dataset changes."""
 NUM_ITEMS = 600
 """Items drawn per task before decontamination (the demo needs at least 500 left)."""
@@ -102,9 +104,10 @@ def _made(dataset_dir: str, builtin: str, domain: str, manifest_sha256: str) -> 
     """Make a built-in task once per process (the run record and the evaluator ask for the same one)."""
     manifest = read_manifest(dataset_dir)
     tokenizer = load_tokenizer(dataset_dir)
-    texts = heldout_texts(dataset_dir, domain, tokenizer, manifest)
+    held_out = HeldOut(heldout_texts(dataset_dir, domain, tokenizer, manifest),
+                       heldout_scored(dataset_dir, domain, manifest))
     rng = np.random.default_rng([SEED, GENERATOR_VERSION, zlib.crc32(builtin.encode()), zlib.crc32(domain.encode())])
-    candidates = GENERATORS[builtin](texts, tokenizer, rng)
+    candidates = GENERATORS[builtin](held_out, tokenizer, rng)
     if not candidates:
         raise UserError(f"task {builtin} on domain {domain!r}: the held-out split has nothing to ask "
                         f"(expected {'Python functions with docstrings' if builtin == 'docstring' else 'words'})")
@@ -124,6 +127,24 @@ def heldout_texts(dataset_dir: str, domain: str, tokenizer: Tokenizer, manifest:
     """The held-out documents of ``domain`` as text (the eval shard decoded, one string each)."""
     shard = open_shard(dataset_dir, domain, "eval", manifest)
     return tokenizer.decode_batch([shard.document(i).tolist() for i in range(len(shard.ends))])
+
+
+def heldout_scored(dataset_dir: str, domain: str, manifest: dict) -> list[np.ndarray | None]:
+    """Per held-out document of ``domain``, which of its tokens a held-out loss counts (None: all, in a
+    dataset built without the flags)."""
+    shard = open_shard(dataset_dir, domain, "eval", manifest)
+    if shard.scored is None:
+        return [None] * len(shard.ends)
+    starts = np.concatenate([[0], shard.ends[:-1]])
+    return [np.asarray(shard.scored[int(a) : int(b)]) for a, b in zip(starts, shard.ends, strict=True)]
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """A domain's held-out documents as text, and which tokens of each are clean to ask about."""
+
+    texts: list[str]
+    scored: list[np.ndarray | None]
 
 
 class TrainingNgrams:
@@ -167,16 +188,17 @@ def _ngram_hashes(ids: np.ndarray, n: int) -> np.ndarray:
 # --- generators: texts → candidate items (before decontamination) ----------------------------------
 
 
-def _draw_positions(texts: list[str], tokenizer: Tokenizer, rng: np.random.Generator, need_after: int = 0,
+def _draw_positions(held_out: HeldOut, tokenizer: Tokenizer, rng: np.random.Generator, need_after: int = 0,
                     ) -> list[tuple[int, int, int, int]]:
     """Up to NUM_ITEMS (document, context start, answer start, answer end) character positions, in
-    document order, drawn from every place a word follows a space with CONTEXT_TOKENS tokens before it.
+    document order, drawn from every place a word follows a space with CONTEXT_TOKENS tokens before it
+    and whose answer tokens are all scored (none inside text that training holds).
 
     The answer starts at that space. With ``need_after`` it runs at least that many tokens on, to the
     next such space (whole words, at most MAX_CONTINUATION_TOKENS tokens); without, it is the one word.
     """
     found = []
-    for d, text in enumerate(texts):
+    for d, (text, scored) in enumerate(zip(held_out.texts, held_out.scored, strict=True)):
         token_starts = np.array([start for start, _ in tokenizer.encode(text, add_special_tokens=False).offsets])
         words = list(WORD.finditer(text))
         spaces = np.array([m.start() - 1 for m in words], dtype=np.int64)
@@ -193,6 +215,10 @@ def _draw_positions(texts: list[str], tokenizer: Tokenizer, rng: np.random.Gener
             ok &= ends <= last
         else:
             ends = np.array([m.end() for m in words], dtype=np.int64)
+        if scored is not None:  # the decoded text encodes back to the shard's ids, so token k is scored[k]
+            unscored = np.concatenate([[0], np.cumsum(~scored[: len(token_starts)])])
+            last_token = np.searchsorted(token_starts, ends, side="left")
+            ok &= unscored[np.minimum(last_token, len(token_starts))] == unscored[np.minimum(token, len(token_starts))]
         for i in np.flatnonzero(ok):
             # A span's trailing whitespace (the next line's indentation) is not part of the answer.
             end = spaces[i] + 1 + len(text[spaces[i] + 1 : ends[i]].rstrip())
@@ -222,11 +248,12 @@ def _item(context: str, answer: str, distractors: list[str], rng: np.random.Gene
     return Item(context, tuple(choices), slot)
 
 
-def next_word_items(texts: list[str], tokenizer: Tokenizer, rng: np.random.Generator) -> list[Item]:
+def next_word_items(held_out: HeldOut, tokenizer: Tokenizer, rng: np.random.Generator) -> list[Item]:
     """Which word follows the context (distractors: other word occurrences of the domain)."""
+    texts = held_out.texts
     pool = [" " + m.group() for text in texts for m in WORD.finditer(text)]
     items = []
-    for d, start, at, end in _draw_positions(texts, tokenizer, rng):
+    for d, start, at, end in _draw_positions(held_out, tokenizer, rng):
         answer = texts[d][at:end]
         distractors = _distractors(answer, pool, rng)
         if distractors is not None:
@@ -234,9 +261,10 @@ def next_word_items(texts: list[str], tokenizer: Tokenizer, rng: np.random.Gener
     return items
 
 
-def continuation_items(texts: list[str], tokenizer: Tokenizer, rng: np.random.Generator) -> list[Item]:
+def continuation_items(held_out: HeldOut, tokenizer: Tokenizer, rng: np.random.Generator) -> list[Item]:
     """Which CONTINUATION_TOKENS-token span follows the context (distractors: spans after other contexts)."""
-    positions = _draw_positions(texts, tokenizer, rng, need_after=CONTINUATION_TOKENS)
+    texts = held_out.texts
+    positions = _draw_positions(held_out, tokenizer, rng, need_after=CONTINUATION_TOKENS)
     pool = [texts[d][at:end] for d, _, at, end in positions]
     items = []
     for d, start, at, end in positions:
@@ -247,9 +275,10 @@ def continuation_items(texts: list[str], tokenizer: Tokenizer, rng: np.random.Ge
     return items
 
 
-def docstring_items(texts: list[str], tokenizer: Tokenizer, rng: np.random.Generator) -> list[Item]:
-    """Which first docstring line belongs to this ``def`` (distractors: other functions' first lines)."""
-    pairs = [pair for text in texts for pair in _signatures_and_docstrings(text)]
+def docstring_items(held_out: HeldOut, tokenizer: Tokenizer, rng: np.random.Generator) -> list[Item]:
+    """Which first docstring line belongs to this ``def`` (distractors: other functions' first lines; only the
+    token n-gram check keeps training text out of these)."""
+    pairs = [pair for text in held_out.texts for pair in _signatures_and_docstrings(text)]
     if len(pairs) > NUM_ITEMS:
         pairs = [pairs[i] for i in sorted(rng.choice(len(pairs), NUM_ITEMS, replace=False))]
     pool = [line for _, line in pairs]
@@ -285,7 +314,7 @@ def _signatures_and_docstrings(source: str) -> list[tuple[str, str]]:
     return found
 
 
-GENERATORS: dict[str, Callable[[list[str], Tokenizer, np.random.Generator], list[Item]]] = {
+GENERATORS: dict[str, Callable[[HeldOut, Tokenizer, np.random.Generator], list[Item]]] = {
     "next_word": next_word_items,
     "continuation": continuation_items,
     "docstring": docstring_items,

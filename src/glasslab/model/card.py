@@ -143,8 +143,8 @@ def _evals(evals: dict[str, Any]) -> str:
                   _number(metrics.get(f"eval/task/{name}/bpb")))
                  for name, about in sorted(tasks.items()) if f"eval/task/{name}/acc" in metrics]
     held_out = {k: v for k, v in metrics.items() if not (task_rows and k.startswith("eval/task/"))}
-    parts = [f"On the dataset's decontaminated held-out split, at step {evals.get('step')}: loss in nats per "
-             "token, bpb in bits per byte of text.",
+    parts = [f"On the dataset's held-out split, at step {evals.get('step')}: loss in nats per token over the "
+             "held-out tokens outside text the training split holds too, bpb in bits per byte of text.",
              _table(("metric", "value"), [(k, f"{float(v):.4f}") for k, v in sorted(held_out.items())])]
     if task_rows:
         macro = metrics.get("eval/task/macro/acc")

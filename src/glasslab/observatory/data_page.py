@@ -1,8 +1,9 @@
 """The data page's data: the composition report, how the build ran (each stage's tasks, seconds and
 throughput; a build still running, from its progress file), per-domain results of every run that
 trained on the dataset (mixture weight, realised epochs, held-out loss and bits per byte), and warnings
-a reader should not have to work out: a domain read many times over, an eval split as large as its
-training split; and the dataset's map (what is in it: content domains, ``glasslab data map``)."""
+a reader should not have to work out: a build stage that took more than a tenth of a domain, a domain
+read many times over, an eval split as large as its training split; and the dataset's map (what is in it:
+content domains, ``glasslab data map``)."""
 
 from __future__ import annotations
 
@@ -49,9 +50,11 @@ def domain_results(lab: Lab, run_id: str, domains: list[str]) -> dict[str, Any]:
 
 
 def warnings(report: dict[str, Any], runs: list[dict[str, Any]]) -> list[dict[str, str]]:
-    """``{kind, domain, text}`` for eval splits as large as training splits and for domains read
-    more than ``REPEAT_LIMIT`` times (by a run, or by the report's mixture plan)."""
-    found = []
+    """``{kind, domain, text}`` for build stages that took more than a tenth of a domain (the report's
+    ``large_removals``), eval splits as large as training splits and domains read more than
+    ``REPEAT_LIMIT`` times (by a run, or by the report's mixture plan)."""
+    found = [{"kind": "large_removal", "domain": removal.get("domain"), "text": removal.get("text")}
+             for removal in report.get("large_removals") or []]
     for name, domain in (report.get("domains") or {}).items():
         train, held_out = domain.get("tokens"), domain.get("eval_tokens")
         if isinstance(train, (int, float)) and isinstance(held_out, (int, float)) and held_out >= train:

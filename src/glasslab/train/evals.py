@@ -25,15 +25,18 @@ from glasslab.train.config import TrainConfig
 
 
 @torch.no_grad()
-def heldout_loss(model: nn.Module, batches: Iterable[torch.Tensor], device: torch.device) -> float:
-    """Mean next-token loss in nats/token over ``batches`` of shape (B, seq_len + 1)."""
+def heldout_loss(model: nn.Module, batches: Iterable[tuple[torch.Tensor, torch.Tensor]], device: torch.device) -> float:
+    """Mean next-token loss in nats/token over ``batches`` of (tokens, scored), each ``(B, seq_len + 1)``:
+    only targets that ``scored`` flags count (held-out tokens inside text training holds too do not)."""
     nats, tokens = 0.0, 0
-    for batch in batches:
+    for batch, scored in batches:
         batch = batch.to(device, non_blocking=True)
         logits_BTV = model(batch[:, :-1])
         targets_BT = batch[:, 1:]
-        nats += F.cross_entropy(logits_BTV.float().flatten(0, 1), targets_BT.flatten(), reduction="sum").item()
-        tokens += targets_BT.numel()
+        scored_BT = scored[:, 1:].to(device, non_blocking=True)
+        losses_BT = F.cross_entropy(logits_BTV.float().flatten(0, 1), targets_BT.flatten(), reduction="none")
+        nats += losses_BT[scored_BT.flatten()].sum().item()
+        tokens += int(scored_BT.sum().item())
     if tokens == 0:
         raise ValueError("no held-out tokens to evaluate")
     return nats / tokens

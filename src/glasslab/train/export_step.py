@@ -136,7 +136,7 @@ def check_tokens(dataset: Path | None, vocab_size: int, seq_len: int, sequences:
     if dataset is None:
         return torch.randint(vocab_size, (sequences, seq_len), generator=torch.Generator().manual_seed(0))
     domains = sorted(read_manifest(dataset)["domains"])
-    per_domain = {d: next(eval_batches(dataset, d, seq_len, sequences, sequences * (seq_len + 1)))
+    per_domain = {d: next(eval_batches(dataset, d, seq_len, sequences, sequences * (seq_len + 1)))[0]
                   for d in domains[:sequences]}
     rows = [batch[i, :seq_len] for i in range(sequences) for batch in per_domain.values() if i < len(batch)]
     return torch.stack(rows[:sequences])

@@ -1,6 +1,7 @@
-/* The data page: warnings first (a domain read many times, an eval split as large as training), the
- * processing funnel per domain, how the build ran (each stage's tasks, seconds and MB/s; a build still
- * running shows its stages live), the domains, how every run that trained on the dataset did on each
+/* The data page: warnings first (a build stage that took over a tenth of a domain, a domain read many
+ * times, an eval split as large as training), the processing funnel per domain, how the build ran (each
+ * stage's tasks, seconds and MB/s; a build still running shows its stages live), the domains, the
+ * held-out split against its domain, how every run that trained on the dataset did on each
  * domain (mixture weight, epochs, held-out loss), the mixture plan, sources, lengths and samples. */
 (function () {
   "use strict";
@@ -122,6 +123,11 @@
         x.bytes, x.bytes_per_token, x.eval_documents, x.eval_tokens,
         x.tokens ? el("span", { class: x.eval_tokens >= x.tokens ? "over" : "" }, fmt(x.eval_tokens / x.tokens, "percent")) : ""]),
       { units: [null, "count", "count", "bytes", null, "count", "count"] }));
+    section("Held-out split against its domain", table(["domain", "documents held out", "bytes held out",
+      "median tokens: held out / train", "held-out tokens scored"],
+      domains.filter(([, x]) => x.heldout).map(([name, x]) => [name, fmt(x.heldout.document_share, "percent"),
+        fmt(x.heldout.byte_share, "percent"), `${fmt(x.heldout.median_tokens, "count")} / ${fmt(x.heldout.train_median_tokens, "count")}`,
+        `${fmt(x.heldout.scored_share, "percent")} (${fmt(x.heldout.scored_tokens, "count")})`])));
     runsSection(d, domains.map(([name]) => name));
     G.mapSection(d.map);
     const mixture = r.mixture;
