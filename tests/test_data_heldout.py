@@ -16,10 +16,12 @@ import torch
 from torch import nn
 
 from data_helpers import write_jsonl
-from glasslab.data import BuildConfig, SourceConfig, build_dataset, eval_batches, load_tokenizer
-from glasslab.data.config import EvalSplitConfig, TokenizerConfig
+from glasslab.data.build import build_dataset
+from glasslab.data.config import BuildConfig, EvalSplitConfig, SourceConfig, TokenizerConfig
 from glasslab.data.decontaminate import EvalNgrams, scored_tokens, text_ngrams
+from glasslab.data.loader import eval_batches
 from glasslab.data.shards import open_shard
+from glasslab.data.tokenizer import load_tokenizer
 from glasslab.observatory.data_page import warnings
 from glasslab.train.evals import heldout_loss
 
