@@ -78,7 +78,7 @@ def sampled_corpus(packages: dict[str, list[Path]], corpus: Path, max_bytes: int
 
 
 def build(corpus: Path, out: Path) -> Path:
-    from glasslab.data import build_dataset
+    from glasslab.data.build import build_dataset
     from glasslab.data.config import TokenizerConfig
 
     cfg = corpus_config(corpus, 0, num_workers=2, tokenizer=TokenizerConfig(vocab_size=4096))

@@ -72,7 +72,9 @@ def make_trainer(run_dir: Path, cfg: TrainConfig, moe: bool = False, loader=None
     model_cfg = tiny_model_config(moe)
     model = Transformer(model_cfg)
     loader = loader or SyntheticLoader(cfg.seq_len, cfg.global_batch_size, ctx.rank, ctx.world_size)
-    heldout = {"synthetic": lambda: [arithmetic_batch(10_000, i, 8, cfg.seq_len) for i in range(2)]}
+    # held-out batches are (tokens, scored): every target of the synthetic stream counts
+    heldout = {"synthetic": lambda: [(batch, torch.ones_like(batch, dtype=torch.bool))
+                                     for batch in (arithmetic_batch(10_000, i, 8, cfg.seq_len) for i in range(2))]}
 
     def evaluate_model(m, step):
         return evaluate(m, heldout, {"synthetic": 1.0}, torch.device("cpu"))
