@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import signal
 import sys
 import traceback
@@ -50,7 +51,7 @@ def _answer(reward, path: Path, timeout_s: float, ask: dict) -> dict:
         return {"error": f"{where_in(path, exc)}: reward raised {type(exc).__name__}: {exc}"}
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value and abs(value) != float("inf"):
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
         return {"value": value}
     return {"value": None, "repr": repr(value)[:80]}
 
