@@ -5,7 +5,6 @@ and `glasslab rl` on a real tiny base, killed with SIGKILL and resumed to the sa
 from __future__ import annotations
 
 import contextlib
-import json
 import signal
 import subprocess
 import sys
