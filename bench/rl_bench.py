@@ -56,10 +56,12 @@ def base_step(smoke: bool) -> Step:
     return Step("rl-bench-base", train_step, TrainStepConfig(run=run, data_from=data.name), deps=(data,))
 
 
-def task_sft_file(lab: Path) -> Path:
-    """The arithmetic task's training problems as conversations (the held-out ones are never among them)."""
+def task_sft_file(lab: Path, smoke: bool) -> Path:
+    """The arithmetic task's training problems as conversations (the held-out ones are never among them; a
+    few hundred for ``--smoke``)."""
     path = lab / "rl-bench-arithmetic-sft.jsonl"
     train_set, _ = split_problems(arithmetic_problems())
+    train_set = train_set[:400] if smoke else train_set
     lines = [json.dumps({"messages": [{"role": "user", "content": p["prompt"]},
                                       {"role": "assistant", "content": p["answer"]}]}) for p in train_set]
     lab.mkdir(parents=True, exist_ok=True)
@@ -67,21 +69,23 @@ def task_sft_file(lab: Path) -> Path:
     return path
 
 
-def task_sft(lab: Path, base: str, steps: int, threads: int) -> Path:
+def task_sft(lab: Path, base: str, steps: int, threads: int, smoke: bool) -> Path:
     cfg = SFTStepConfig(threads=threads)
     cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, seq_len=32, global_batch_tokens=32 * 32,
                                                              max_steps=steps, checkpoint_interval=steps,
-                                                             eval_max_tokens=512, sample_max_new_tokens=8))
-    plan = sft_steps(base, [str(task_sft_file(lab))], lab, cfg=cfg)
+                                                             eval_max_tokens=256, sample_max_new_tokens=8),
+                              sft=dataclasses.replace(cfg.sft, eval_max_conversations=32 if smoke else 256))
+    plan = sft_steps(base, [str(task_sft_file(lab, smoke))], lab, cfg=cfg)
     return run_one_step(plan[1], lab).folder
 
 
 def rl_run(lab: Path, sft: Path, steps: int, threads: int, smoke: bool) -> tuple[Path, float]:
     cfg = RLStepConfig(threads=threads)
     train = dataclasses.replace(cfg.train, seq_len=40, max_steps=steps, checkpoint_interval=steps,
-                                eval_interval=max(1, steps // 3), global_batch_tokens=40 * (16 if smoke else 64))
+                                eval_interval=max(1, steps // 3), global_batch_tokens=40 * (16 if smoke else 64),
+                                eval_max_tokens=256)
     rl = dataclasses.replace(cfg.rl, group_size=4 if smoke else 8, max_new_tokens=5,
-                             eval_max_prompts=16 if smoke else 200)
+                             eval_max_prompts=8 if smoke else 200)
     plan = rl_steps(str(sft), ["builtin"], lab, cfg=dataclasses.replace(cfg, train=train, rl=rl))
     started = time.perf_counter()
     done = run_one_step(plan[1], lab)
@@ -103,7 +107,7 @@ def main() -> None:
     with contextlib.ExitStack() as stack:
         lab = Path(args.lab) if args.lab else Path(stack.enter_context(tempfile.TemporaryDirectory())) / "lab"
         base = args.base or run_one_step(base_step(args.smoke), lab).folder.name
-        sft = task_sft(lab, base, sft_count, args.threads)
+        sft = task_sft(lab, base, sft_count, args.threads, args.smoke)
         run_dir, seconds = rl_run(lab, sft, rl_count, args.threads, args.smoke)
         out = outcome(run_dir)
         print(f"RL run {run_dir.name}: {out['key']} {out['before']:.3f} -> {out['after']:.3f} in {rl_count} steps")

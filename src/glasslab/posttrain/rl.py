@@ -1,11 +1,9 @@
-"""RL with verifiable rewards (GRPO, :mod:`glasslab.posttrain.grpo`) of a base on prompts a program scores.
+"""RL with verifiable rewards (GRPO, :mod:`glasslab.posttrain.grpo`): the run's config, its rollout loader
+and its held-out pass rates. The recipe that assembles them is :mod:`glasslab.posttrain.rl_step`'s.
 
-The RL step builds its run's parts here and hands them to the trainer as a recipe: the base's weights to
-train, a frozen copy as the KL reference, a *rollout loader* whose ``next_batch`` samples ``G`` answers to
-each of the step's prompts with the policy itself (batched, KV-cached: :func:`~glasslab.model.generate.
-generate_batch`), scores them (:mod:`glasslab.posttrain.rewards`) and lays them out with their advantages;
-the GRPO objective; the held-out pass rates (``eval/rl/...``) beside the base dataset's domain losses; and
-replies to held-out prompts as samples.
+The *rollout loader*'s ``next_batch`` samples ``G`` answers to each of the step's prompts with the policy
+itself (batched, KV-cached: :func:`~glasslab.model.generate.generate_batch`), scores them
+(:mod:`glasslab.posttrain.rewards`) and lays them out with their advantages.
 
 The loader's state — where it is in the prompts (epoch, row) and the sampler's RNG state — is part of
 every checkpoint, so a run killed at any point resumes to the same rollouts, bit for bit on CPU.
@@ -30,9 +28,7 @@ from glasslab.data.tokenizer import PAD
 from glasslab.errors import UserError
 from glasslab.model import ModelConfig
 from glasslab.model.generate import generate_batch
-from glasslab.posttrain.base import (
-    BaseData,
-)
+from glasslab.posttrain.base import BaseData
 from glasslab.posttrain.grpo import NORMALISATIONS, collate_rollouts, group_advantages
 from glasslab.posttrain.rewards import RewardTask, Scores
 from glasslab.train.config import OptimizerConfig, ScheduleConfig, TrainConfig
