@@ -1,6 +1,6 @@
 """RL with verifiable rewards in numbers: what GRPO buys on the built-in arithmetic task, and what it costs.
 
-A base (``--base RUN[@STEP]`` in ``--lab``, else a small MoE trained here on the demo's data) is first tuned
+A base (``--base RUN[@STEP]`` in ``--lab``, else a small dense model trained here on the demo's data) is first tuned
 briefly on the arithmetic task's training problems as conversations (question -> answer): a *task SFT*, so
 that the RL run starts where the issue fixes it, between 10% and 50% held-out pass@1 (the SFT steps,
 ``--sft-steps``, set that start; the line ``rl_start_pass_at_1`` says where it landed). Then
@@ -39,20 +39,21 @@ from glasslab.posttrain.sft import SFTStepConfig
 
 
 def base_step(smoke: bool) -> Step:
-    """A base trained here on the demo's quick data: tiny for ``--smoke``, else a 4-layer MoE."""
+    """A dense base trained here on the demo's quick data: 2 layers of width 32 for ``--smoke``, else 4 of 64
+    (dense: on a shared 2-core machine a tiny MoE's grouped matmuls cost most of its time)."""
     from glasslab.config import from_dict
     from glasslab.train import RunConfig
     from glasslab.train.steps import TrainStepConfig, train_step
 
     data = data_step(QUICK)
-    width, layers, steps = (32, 2, 20) if smoke else (96, 4, 400)
-    moe = {"num_experts": 4, "top_k": 2, "d_expert": width, "num_shared_experts": 0}
+    width, layers, steps = (32, 2, 20) if smoke else (64, 4, 150)
+    model = {"vocab_size": VOCAB_SIZE, "d_model": width, "n_layers": layers, "n_heads": 4, "n_kv_heads": 4,
+             "d_ff": 2 * width}
     run = from_dict(RunConfig, {
-        "model": {"vocab_size": VOCAB_SIZE, "d_model": width, "n_layers": layers, "n_heads": 4, "n_kv_heads": 4,
-                  "d_ff": 2 * width, "moe": moe},
+        "model": model,
         "data": {"mixture": {"weights": {"code": 0.75, "prose": 0.18, "reference": 0.07}}},
         "train": {"seq_len": 128, "global_batch_tokens": 128 * 16, "max_steps": steps, "checkpoint_interval": steps,
-                  "sample_prompts": [], "eval_max_tokens": 1024, "optimizer": {"lr": 3e-3}}})
+                  "sample_prompts": [], "eval_max_tokens": 256 if smoke else 1024, "optimizer": {"lr": 3e-3}}})
     return Step("rl-bench-base", train_step, TrainStepConfig(run=run, data_from=data.name), deps=(data,))
 
 

@@ -87,9 +87,9 @@ def test_a_reward_file_that_raises_hangs_or_returns_text_is_named_and_counted(tm
 def test_code_answers_that_crash_or_hang_score_zero_and_are_counted():
     record = {"prompt": "f", "tests": "assert f(2) == 4"}
     answers = ["```python\ndef f(x):\n    return x * 2\n```", "def f(x): return x", "def f(x): raise SystemExit(3)",
-               "import time\ndef f(x):\n    while True: pass"]
-    scores = CodeTests().score([record] * 4, answers)
-    assert scores.values == [1.0, 0.0, 0.0, 0.0] and scores.answer_failures == 2
+               "import time\ndef f(x):\n    while True: pass", "def f(x):\n    return len(bytearray(10**9))"]
+    scores = CodeTests().score([record] * 5, answers)  # a crash, a hang, over the memory limit: 0, counted
+    assert scores.values == [1.0, 0.0, 0.0, 0.0, 0.0] and scores.answer_failures == 3
 
 
 def test_arithmetic_holds_out_whole_problems_and_checks_the_exact_answer():

@@ -11,12 +11,13 @@ keep a wrong answer from hanging, swapping or reaching out.
 
 from __future__ import annotations
 
+import os
 import re
-import resource
 import shutil
 import subprocess
 import sys
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 
 from glasslab.posttrain.rewards import Scores
@@ -33,11 +34,17 @@ def answer_code(completion: str) -> str:
     return fenced.group(1) if fenced else completion
 
 
-def _limit() -> None:
-    resource.setrlimit(resource.RLIMIT_CPU, (CPU_SECONDS, CPU_SECONDS))
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_BYTES, MEMORY_BYTES))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (2**20, 2**20))
+_LIMITED = """
+import resource, sys
+cpu, memory, program = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
+resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+resource.setrlimit(resource.RLIMIT_FSIZE, (2 ** 20, 2 ** 20))
+del resource, sys, cpu, memory
+exec(compile(program, "<answer>", "exec"), {"__name__": "__main__"})
+"""
+"""Sets the limits in the child itself before the answer runs (``preexec_fn`` is not safe beside threads)."""
 
 
 @cache
@@ -55,8 +62,8 @@ def run_answer(code: str, tests: str) -> bool | None:
     """True when ``code`` passes ``tests``, False when a test fails, None when it crashed or hung."""
     program = f"{code}\n\n{tests}\n"
     try:
-        done = subprocess.run([*isolation(), sys.executable, "-I", "-c", program], capture_output=True,
-                              timeout=WALL_SECONDS, preexec_fn=_limit)
+        done = subprocess.run([*isolation(), sys.executable, "-I", "-c", _LIMITED, str(CPU_SECONDS),
+                               str(MEMORY_BYTES), program], capture_output=True, timeout=WALL_SECONDS)
     except subprocess.TimeoutExpired:
         return None
     if done.returncode == 0:
@@ -65,17 +72,16 @@ def run_answer(code: str, tests: str) -> bool | None:
 
 
 class CodeTests:
-    """1.0 when the answer passes every test of its record, else 0.0 (a crash or hang counted)."""
+    """1.0 when the answer passes every test of its record, else 0.0 (a crash or hang counted); answers
+    run in parallel, one subprocess per core."""
 
     name = "builtin:code"
 
     def score(self, records: Sequence[dict], completions: Sequence[str]) -> Scores:
-        scores = Scores(values=[])
-        for record, completion in zip(records, completions, strict=True):
-            passed = run_answer(answer_code(completion), record["tests"])
-            scores.values.append(float(bool(passed)))
-            scores.answer_failures += passed is None
-        return scores
+        # The answers wait on their subprocesses, not on this process: run as many at once as there are cores.
+        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+            results = list(pool.map(run_answer, [answer_code(c) for c in completions], [r["tests"] for r in records]))
+        return Scores(values=[float(bool(p)) for p in results], answer_failures=sum(p is None for p in results))
 
     def close(self) -> None:
         pass
