@@ -12,7 +12,8 @@ and after is the headline, in points.
 needs TRL's ``GRPOTrainer`` on the same exported model; it is not measured here yet, and the line says so
 (and whether TRL is installed).
 
-    python bench/rl_bench.py [--smoke] [--lab LAB] [--base RUN] [--sft-steps 300] [--rl-steps 60] [--threads 0]
+    python bench/rl_bench.py [--smoke] [--lab LAB] [--base RUN] [--base-steps 150] [--sft-steps 300]
+                              [--rl-steps 60] [--threads 0]
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from glasslab.posttrain.rl_step import RLStepConfig
 from glasslab.posttrain.sft import SFTStepConfig
 
 
-def base_step(smoke: bool) -> Step:
+def base_step(smoke: bool, steps: int) -> Step:
     """A dense base trained here on the demo's quick data: 2 layers of width 32 for ``--smoke``, else 4 of 64
     (dense: on a shared 2-core machine a tiny MoE's grouped matmuls cost most of its time)."""
     from glasslab.config import from_dict
@@ -46,7 +47,7 @@ def base_step(smoke: bool) -> Step:
     from glasslab.train.steps import TrainStepConfig, train_step
 
     data = data_step(QUICK)
-    width, layers, steps = (32, 2, 20) if smoke else (64, 4, 150)
+    width, layers = (32, 2) if smoke else (64, 4)
     model = {"vocab_size": VOCAB_SIZE, "d_model": width, "n_layers": layers, "n_heads": 4, "n_kv_heads": 4,
              "d_ff": 2 * width}
     run = from_dict(RunConfig, {
@@ -98,16 +99,17 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="a tiny base and a few steps: checks the bench runs")
     parser.add_argument("--lab", default=None, help="the lab (default: a temp folder)")
     parser.add_argument("--base", default=None, help="a run in the lab to start from (default: train one here)")
+    parser.add_argument("--base-steps", type=int, default=150, help="pretraining steps of the base trained here")
     parser.add_argument("--sft-steps", type=int, default=300, help="task SFT steps before RL")
     parser.add_argument("--rl-steps", type=int, default=60, help="GRPO steps")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    sft_count, rl_count = (4, 3) if args.smoke else (args.sft_steps, args.rl_steps)
+    base_count, sft_count, rl_count = (20, 4, 3) if args.smoke else (args.base_steps, args.sft_steps, args.rl_steps)
     with contextlib.ExitStack() as stack:
         lab = Path(args.lab) if args.lab else Path(stack.enter_context(tempfile.TemporaryDirectory())) / "lab"
-        base = args.base or run_one_step(base_step(args.smoke), lab).folder.name
+        base = args.base or run_one_step(base_step(args.smoke, base_count), lab).folder.name
         sft = task_sft(lab, base, sft_count, args.threads, args.smoke)
         run_dir, seconds = rl_run(lab, sft, rl_count, args.threads, args.smoke)
         out = outcome(run_dir)
