@@ -16,6 +16,7 @@ from torch import nn
 from glasslab import config as configs
 from glasslab.config import UNVERSIONED
 from glasslab.errors import UserError
+from glasslab.model.generate import generate_batch
 from glasslab.model.load import ModelSource, load_model
 from glasslab.posttrain.base import (
     base_data,
@@ -57,6 +58,7 @@ class RLRecipe:
             raise UserError(f"train.global_batch_tokens // train.seq_len = {rows} rollouts per step is not a multiple "
                             f"of rl.group_size = {rl.group_size}")
         self.prompts_per_step = rows // rl.group_size
+        self.task = open_reward(rl.reward)  # one per run: a reward file's worker is started once, when first asked
 
     def build(self, ctx: DistContext) -> RunParts:
         if ctx.world_size != 1:
@@ -64,7 +66,7 @@ class RLRecipe:
         cfg, rl = self.config.train, self.config.rl
         model = start_model(self.base, cfg)
         reference = load_model(self.base, ctx.device)
-        task = open_reward(rl.reward)
+        task = self.task
         loader = Rollouts(model, self.train_records, self.encoder, task, rl, self.prompts_per_step, cfg.seq_len,
                           cfg.seed, ctx.device)
         forgetting = forgetting_evaluator(cfg, self.config.data, ctx.device)
@@ -90,8 +92,6 @@ class RLRecipe:
 
 def replies(model: nn.Module, records: list[dict], encoder, task, rl: RLConfig) -> list[tuple[str, str]]:
     """Greedy replies to ``records`` as chat turns, each reply followed by its reward."""
-    from glasslab.model.generate import generate_batch
-
     prompts = [encoder.prompt_ids([{"role": "user", "content": r["prompt"]}]) for r in records]
     texts = [encoder.decode_reply(c) for c in generate_batch(model, prompts, rl.max_new_tokens, temperature=0.0,
                                                              eos_id=encoder.im_end_id)]
