@@ -42,7 +42,7 @@ from glasslab.track.run_record import package_versions
 from glasslab.train.run_config import RunConfig
 from glasslab.train.steps import TrainingPreempted, TrainStepConfig, train_step
 
-POST_TRAINING_ROLES = ("sft", "dpo")
+POST_TRAINING_ROLES = ("sft", "dpo", "rl")
 
 
 @dataclass(frozen=True)
