@@ -79,6 +79,8 @@ class RLRecipe:
         def sample(model_to_sample: nn.Module, step: int) -> list[tuple[str, str]]:
             return replies(model_to_sample, heldout[:SAMPLE_PROMPTS], encoder, task, rl)
 
+        # FLOPs per token: the policy's forward and backward plus the reference's forward (a third more); the
+        # rollouts' generation is not counted, so MFU stays comparable with SFT's and DPO's.
         return RunParts(model=model, balancer=model.balancer, loader=loader,
                         flops_per_token=self.config.model.flops_per_token(cfg.seq_len) * 4 / 3,
                         evaluate=evaluate, sample=sample,
