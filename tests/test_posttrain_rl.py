@@ -1,10 +1,12 @@
 """RL with verifiable rewards: group advantages (failed rewards leave their group), reward files that raise,
 hang or return no number (named file:line and counted), code answers that crash or hang (scored 0, counted),
-and `glasslab rl` on a real tiny base, killed with SIGKILL and resumed to the same numbers bit for bit."""
+and `glasslab rl` with a user's prompts and reward file on a real tiny base, killed with SIGKILL and resumed
+to the same numbers bit for bit."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import signal
 import subprocess
 import sys
@@ -108,8 +110,24 @@ def base(tmp_path_factory) -> Path:
     return root / "base"
 
 
+MY_REWARD = '''
+def reward(prompt, completion):
+    return float(completion.strip() == prompt["answer"])
+'''
+
+
+def _user_task(folder: Path) -> tuple[Path, Path]:
+    """A user's task as the README writes it: a JSONL of prompts and a reward file."""
+    prompts, reward = folder / "prompts.jsonl", folder / "my_reward.py"
+    prompts.write_text("".join(json.dumps({"prompt": f"What is {a} + {b}?", "answer": str(a + b)}) + "\n"
+                               for a in range(8) for b in range(8)))
+    reward.write_text(MY_REWARD)
+    return prompts, reward
+
+
 def _rl_args(base: Path, lab: Path, steps: int = 6) -> list[str]:
-    return ["rl", str(base), "builtin", "--reward", "builtin:arithmetic", "--group-size", "4", "--steps", str(steps),
+    prompts, reward = _user_task(lab.parent)
+    return ["rl", str(base), str(prompts), "--reward", str(reward), "--group-size", "4", "--steps", str(steps),
             "--seq-len", "40", "train.global_batch_tokens=320", "rl.max_new_tokens=5", "rl.eval_max_prompts=6",
             "train.checkpoint_interval=2", "train.eval_interval=3", "train.eval_max_tokens=64",
             "train.optimizer.lr=3e-3", "--lab", str(lab)]
@@ -122,13 +140,14 @@ def _series(run_dir: Path) -> dict[str, list[float]]:
 
 
 @pytest.mark.slow
-def test_glasslab_rl_logs_its_metrics_and_a_sigkill_resumes_bit_for_bit(base, tmp_path):
+def test_glasslab_rl_with_a_users_reward_logs_its_metrics_and_a_sigkill_resumes_bit_for_bit(base, tmp_path):
     done = run_cli(*_rl_args(base, tmp_path / "whole"), timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     (run_dir,) = (tmp_path / "whole").glob("rl-*")
     record = read_record(run_dir)
-    assert record["role"] == "rl" and record["reward"] == "builtin:arithmetic" and record["group_size"] == 4
-    assert record["prompts"]["heldout"]["prompts"] == 6 and "eval/rl/pass_at_1" in record["base"]["metrics"]
+    assert record["role"] == "rl" and record["reward"] == str(tmp_path / "my_reward.py") and record["group_size"] == 4
+    assert record["prompts"] == {"train": {"prompts": 57}, "heldout": {"prompts": 6}}  # 7 of 64 held out, 6 kept
+    assert "eval/rl/pass_at_1" in record["base"]["metrics"]
     whole = _series(run_dir)
     assert len(whole["rl/loss"]) == 6 and all(0 < n <= 5 for n in whole["rl/completion_tokens"])
     assert all(k >= -1e-6 for k in whole["rl/kl"]) and whole["rl/kl"][0] == pytest.approx(0.0, abs=1e-5)
