@@ -145,7 +145,7 @@ def test_glasslab_rl_with_a_users_reward_logs_its_metrics_and_a_sigkill_resumes_
     assert done.returncode == 0, done.stderr[-3000:]
     (run_dir,) = (tmp_path / "whole").glob("rl-*")
     record = read_record(run_dir)
-    assert record["role"] == "rl" and record["reward"] == str(tmp_path / "my_reward.py") and record["group_size"] == 4
+    assert record["role"] == "rl" and record["reward"] == "my_reward.py" and record["group_size"] == 4
     assert record["prompts"] == {"train": {"prompts": 57}, "heldout": {"prompts": 6}}  # 7 of 64 held out, 6 kept
     assert "eval/rl/pass_at_1" in record["base"]["metrics"]
     whole = _series(run_dir)

@@ -88,7 +88,7 @@ class RLRecipe:
 
     def describe(self) -> dict[str, Any]:
         rl = self.config.rl
-        return {**describe_run(self.config, self.base, ROLE), "reward": rl.reward, "group_size": rl.group_size,
+        return {**describe_run(self.config, self.base, ROLE), "reward": self.task.name, "group_size": rl.group_size,
                 "prompts": {"train": {"prompts": len(self.train_records)}, "heldout": {"prompts": len(self.heldout)}}}
 
 
