@@ -1,8 +1,9 @@
 """The built-in reward tasks and their prompts, made from nothing but Python itself.
 
-``arithmetic``: "What is 37 + 58?" — sums and products of small whole numbers (``ARITHMETIC_LIMITS``: sums
-of two numbers below 100, products of a number below 20 by one below 10), so that a 4-layer model tuned on
-the task briefly answers a share of them right and RL has something to raise. The answer is exact.
+``arithmetic``: "What is 17 + 8?" — sums and products of small whole numbers (``ARITHMETIC_LIMITS``: sums
+of two numbers below 25, products of two below 10), so that a 4-layer model tuned on the task briefly
+answers a share of the held-out ones right and RL has something to raise (with sums below 100, 200 task-SFT
+steps left a 4-layer width-64 model at 1% held-out pass@1: docs/LOG.md, 2026-12-04). The answer is exact.
 
 ``code``: "Write a Python function `f(x)` that returns x + 7." — one-line functions of a family of
 behaviours and constants, each with assert tests (run by :mod:`glasslab.posttrain.rewards_code`).
@@ -20,7 +21,7 @@ from collections.abc import Sequence
 from glasslab.errors import UserError
 from glasslab.posttrain.rewards import Scores
 
-ARITHMETIC_LIMITS = {"+": (100, 100), "*": (20, 10)}
+ARITHMETIC_LIMITS = {"+": (25, 25), "*": (10, 10)}
 """Operator -> the bounds (exclusive) of its two operands."""
 HELDOUT_EVERY = 10
 """One problem in this many is held out."""
