@@ -154,8 +154,8 @@ def datatrove_seconds(python: str, stage: str, inputs: Path, work: Path, workers
 def rss_child(corpus: str, out: str, workers: int) -> None:
     """Build ``corpus`` (JSONL) into ``out`` and print the peak RSS of this process and of its workers (MB)."""
     sys.path.insert(0, str(SRC))
-    from glasslab.data import BuildConfig, SourceConfig, build_dataset
-    from glasslab.data.config import TokenizerConfig
+    from glasslab.data.build import build_dataset
+    from glasslab.data.config import BuildConfig, SourceConfig, TokenizerConfig
 
     cfg = BuildConfig(sources=(SourceConfig(domain="x", kind="jsonl", path=corpus),),
                       tokenizer=TokenizerConfig(vocab_size=1024, sample_bytes=1_000_000), num_workers=workers,
@@ -321,14 +321,15 @@ def python_files(corpus: Path, max_bytes: int) -> list[Path]:
 
 
 def corpus_config(corpus: Path, max_bytes: int, **kwargs):
-    from glasslab.data import BuildConfig, SourceConfig
+    from glasslab.data.config import BuildConfig, SourceConfig
 
     source = SourceConfig(domain="code", kind="text", path=str(corpus), pattern="**/*.py", max_bytes=max_bytes)
     return BuildConfig(sources=(source,), progress=False, **kwargs)
 
 
 def timed_build(cfg, out: Path) -> tuple[float, dict, str]:
-    from glasslab.data import build_dataset, manifest_hash
+    from glasslab.data.build import build_dataset
+    from glasslab.data.shards import manifest_hash
 
     shutil.rmtree(out, ignore_errors=True)
     start = time.perf_counter()

@@ -29,8 +29,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from glasslab.data import build_dataset, load_tokenizer
-from glasslab.data.tokenizer import EOT
+from glasslab.data.build import build_dataset
+from glasslab.data.tokenizer import EOT, load_tokenizer
 from glasslab.evals.load import TaskScorer, load_tasks
 from glasslab.evals.step import EvalStepConfig, load_model
 from glasslab.experiments.demo import FULL, MIXTURE, QUICK, TASKS, DemoSize, build_config, plan, train_recipe

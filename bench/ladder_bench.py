@@ -26,11 +26,18 @@ registered prediction against its final loss, and its whole curve against the ba
 ``b`` trains one. The synthetic part adds the grid fit's coverage over synthetic grids drawn from a known
 law (with the fitted law and noise of protocol (a) when LAB holds it).
 
+Part 6 (``--synthetic``, minutes; alone): the registration gate over synthetic grids drawn from known
+laws (``glasslab.ladder.gate_sim``: narrow, medium and wide designs in N, noise 0.3–1%), each labelled
+by the truth — ill-posed when the ungated fit misses the true law at the hero by > 3%, well-posed when
+within 1.5% — with how often the gate refuses the first and registers the second, and the coverage
+and error of what it registers. ``--smoke`` runs it on six grids.
+
 With ``--estimate`` (instead of ``--lab``), parts 3 and 4 train nothing: each planned run's step is
 timed in CPU seconds per thread (a quiet machine's wall time, even when the machine is shared) and
 the ladder's training minutes are projected from the plan's step counts.
 
     python bench/ladder_bench.py --smoke                      # seconds: synthetic only
+    python bench/ladder_bench.py --synthetic                  # minutes: the registration gate, 240 grids
     python bench/ladder_bench.py --long --lab LAB             # <= 60 min on 2 cores
     python bench/ladder_bench.py --isoflop --lab LAB          # <= 30 min on 2 cores
     python bench/ladder_bench.py --long --isoflop --estimate  # minutes: projected training time
@@ -43,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import itertools
 import json
 import os
 import shutil
@@ -57,6 +65,8 @@ from glasslab import track
 from glasslab.ladder.approach3 import Approach3Law, fit_approach3
 from glasslab.ladder.compute_law import ComputeLaw
 from glasslab.ladder.fit import fit_ladder, read_fit
+from glasslab.ladder.gate_sim import DESIGNS, gate_figures, simulate_grid
+from glasslab.ladder.grid_ends import EndpointLaw
 from glasslab.ladder.grid_law import GridLaw
 from glasslab.ladder.grid_sim import TRUE_LAW, interval_coverage
 from glasslab.ladder.predict import CURVE_FRACTIONS, predict
@@ -494,6 +504,11 @@ def main() -> None:
     parser.add_argument("--protocol", choices=("a", "b", "both"), default="both", help="with --selfcal: which")
     parser.add_argument("--ladders", type=int, default=None,
                         help="synthetic grids for the grid fit's coverage (default 100; 2 with --smoke)")
+    parser.add_argument("--synthetic", action="store_true",
+                        help="only the registration gate over synthetic grids of known laws (minutes)")
+    parser.add_argument("--protocol-b-points", type=Path, default=None, metavar="CSV",
+                        help="only write protocol (b)'s grid drawn from its registered law (a points file)")
+    parser.add_argument("--grids", type=int, default=240, help="synthetic grids for --synthetic (default 240)")
     parser.add_argument("--jobs", type=int, default=2, help="steps at once for --long/--isoflop (default 2)")
     parser.add_argument("--estimate", action="store_true",
                         help="with --long/--isoflop: measure each planned run's step time and project the "
@@ -502,6 +517,12 @@ def main() -> None:
                         help="seconds: small synthetic checks; with --long/--isoflop, the ladders at 0.5 tokens "
                         "per parameter or budgets / 20 (minutes)")
     args = parser.parse_args()
+    if args.protocol_b_points:
+        write_protocol_b_points(args.protocol_b_points)
+        return
+    if args.synthetic:
+        gate_report(6 if args.smoke else args.grids)
+        return
     if (args.long or args.isoflop or args.ladder) and args.lab is None and not args.estimate:
         parser.error("--long, --isoflop and --ladder need --lab (or --estimate)")
     if args.selfcal and args.lab is None and not (args.smoke or args.estimate):
@@ -583,6 +604,63 @@ def main() -> None:
         print(f"ladder_approach3_tokens_per_param: {iso['tokens_per_param']:.1f}  (90% interval "
               f"{iso['tokens_per_param_lo']:.1f}-{iso['tokens_per_param_hi']:.1f}; at the long hero's compute)")
         print(f"ladder_approach3_long_hero_rel_error_pct: {iso['hero_error_pct']:+.2f}  (context: L(C)'s above)")
+    if args.smoke:
+        gate_report(6)
+
+
+def gate_report(grids: int, seed: int = 0) -> None:
+    """Simulate ``grids`` synthetic grids (the designs in turn), print each design's counts and the gate's
+    headlines (``gate_sim``)."""
+    rng = np.random.default_rng(seed)
+    start = time.perf_counter()
+    outcomes = [simulate_grid(rng, design) for _, design in zip(range(grids), itertools.cycle(DESIGNS))]
+    seconds = time.perf_counter() - start
+    for design in DESIGNS:
+        mine = [o for o in outcomes if o.design == design]
+        labels = {label: sum(o.label == label for o in mine) for label in ("ill-posed", "neither", "well-posed")}
+        print(f"gate {design}: {len(mine)} grids, {labels}, registered {sum(o.registered for o in mine)}")
+    figures = gate_figures(outcomes)
+    counts = (f"{figures['ill_posed_grids']:.0f} ill-posed, {figures['well_posed_grids']:.0f} well-posed, "
+              f"{figures['registered_grids']:.0f} registered of {len(outcomes)} grids; "
+              f"{seconds / len(outcomes):.2f} s a grid")
+    print(f"gate_refuses_ill_posed: {figures['gate_refuses_ill_posed']:.3f}  (target >= 0.9; {counts})")
+    print(f"gate_registers_well_posed: {figures['gate_registers_well_posed']:.3f}  (target >= 0.9)")
+    print(f"interval_coverage_90: {figures['interval_coverage_90']:.3f}  (target 0.85-0.95; one hero run's loss, "
+          "registered grids)")
+    print(f"median_abs_error_registered_pct: {figures['median_abs_error_registered_pct']:.2f}  (registered grids)")
+
+
+PROTOCOL_B_LAW = EndpointLaw(E=0.0, A=4.72e6, alpha=1.87, B=10.09, beta=0.076)
+"""Protocol (b)'s registered end-point law (``docs/LOG.md``, 2026-12-02); its run offset was 0.0083."""
+
+
+def write_protocol_b_points(path: Path, seed: int = 0) -> None:
+    """(b)'s grid drawn from its registered law: every branch of ``selfcal_ladder_128``'s plan and seed at
+    its N and forward area, each (width, seed) off the law by one offset of 0.83%; the hero's (N, D) in the
+    last row's ``note``. (b)'s lab is gone: this is the back-test the gate must refuse."""
+    from glasslab.experiments import long_ladder, selfcal_ladder_128
+    from glasslab.ladder.curves import target_curve
+    from glasslab.ladder.plan import plan_ladder
+    from glasslab.ladder.steps import grid_schedule
+
+    rng, plan, recipe = np.random.default_rng(seed), plan_ladder(selfcal_ladder_128.spec()), long_ladder.recipe()
+    offsets, rows = {}, []
+    for rung in plan.rungs:
+        n = float(rung.model.param_counts()["active_non_embedding"])
+        area = target_curve(n, grid_schedule(rung, recipe.schedule), rung.steps, rung.batch_size * rung.seq_len,
+                            (1.0,)).forward_area[-1]
+        for s in rung.seeds:
+            offset = offsets.setdefault((rung.trunk, s), 0.0083 * rng.standard_normal())
+            rows.append({"params": n, "tokens": round(float(area)), "seed": s,
+                         "loss": round(float(PROTOCOL_B_LAW(n, area)) * (1 + offset), 5)})
+    hero = plan.hero
+    area = target_curve(0.0, recipe.schedule, hero.steps, hero.batch_size * hero.seq_len, (1.0,)).forward_area[-1]
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    print(f"{path}: {len(rows)} points; hero N {hero.model.param_counts()['active_non_embedding']}, "
+          f"D {area:.0f}")
 
 
 def _print_selfcal_headlines(selfcal: dict[str, dict]) -> None:

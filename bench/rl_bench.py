@@ -43,7 +43,7 @@ def base_step(smoke: bool, steps: int) -> Step:
     """A dense base trained here on the demo's quick data: 2 layers of width 32 for ``--smoke``, else 4 of 64
     (dense: on a shared 2-core machine a tiny MoE's grouped matmuls cost most of its time)."""
     from glasslab.config import from_dict
-    from glasslab.train import RunConfig
+    from glasslab.train.run_config import RunConfig
     from glasslab.train.steps import TrainStepConfig, train_step
 
     data = data_step(QUICK)

@@ -122,7 +122,7 @@ def smoke_steps(size) -> list:
     """The demo's post-training on a tiny base trained here instead of the ladder's hero (smoke only)."""
     from glasslab.config import from_dict
     from glasslab.lab import Step
-    from glasslab.train import RunConfig
+    from glasslab.train.run_config import RunConfig
     from glasslab.train.steps import TrainStepConfig, train_step
 
     data = data_step(size)

@@ -7,7 +7,7 @@ mixture weights, the hash of the step's tokens, logging every metric to a real r
 sink (``train.sinks``), and the command line's progress-bar hook. Both drive the same model and optimiser
 on the same in-memory batches in this process, one step of each in turn so machine noise hits both
 alike; the overhead is median trainer step / median bare step - 1. The hash of each step's tokens
-(``train/batches.py``) is timed alone in the same loop, on the same batches: ``batch_hash_percent`` is
+(``data/batches.py``) is timed alone in the same loop, on the same batches: ``batch_hash_percent`` is
 its median as a share of the median bare step, the part of the overhead it adds.
 
 It also measures what the LM head's chunked loss (``model/head_loss.py``) saves: the peak resident
@@ -40,9 +40,9 @@ import torch
 
 from glasslab import track
 from glasslab.cli.progress import TrainingProgress
+from glasslab.data.batches import batch_hash
 from glasslab.model import ModelConfig, MoEConfig, Transformer
 from glasslab.model.head_loss import chunk_tokens, head_cross_entropy
-from glasslab.train.batches import batch_hash
 from glasslab.train.config import TrainConfig
 from glasslab.train.distributed import DistContext
 from glasslab.train.loop import RunParts, Trainer

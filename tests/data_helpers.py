@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from glasslab.data import BuildConfig, SourceConfig, build_dataset
+from glasslab.data.build import build_dataset
 from glasslab.data.builtin import documents
-from glasslab.data.config import DedupConfig, EvalSplitConfig, TokenizerConfig
+from glasslab.data.config import BuildConfig, DedupConfig, EvalSplitConfig, SourceConfig, TokenizerConfig
 
 
 def topic_texts() -> list[str]:

@@ -141,13 +141,15 @@ def build_lab(root: Path, hero_steps: int = 20) -> Path:
                                 "param_se": {"E": 0.1}},
         "prediction": {k: pred[k] for k in ("flops", "point", "lo", "hi", "level")}, "curve": pred["curve"],
         "backtest": {"held_out": "rung-m", "error": 0.02}, "hero_run": "hero-dddd4444",
+        "gate": {"registered": False, "reasons": ["span of N: largest N / smallest N = 4 (expected ≥ 10 for a free "
+                                                  "floor)"], "flags": [], "checks": []},
     })
     log_run(root / "hero-dddd4444", hero_steps, 1.0,
             {"role": "hero", "ladder": "demo", "steps": hero_steps - 1, "tokens": 40 * TOKENS_PER_STEP,
              "dataset": "data-abc12345",
              "tasks": {"copy": {"chance": 0.25}},
              "prediction": {**pred, "target": "eval/macro/loss", "registered_at": "2026-11-30T00:00:00Z",
-                            "code": {"commit": "abc"}}})
+                            "code": {"commit": "abc"}, "forced": True}})
     write_json(root / "hero-dddd4444" / "step.json", {"name": "hero", "status": "succeeded", "attempts": 1,
                                                       "function": "glasslab.ladder.steps:hero_step",
                                                       "dependencies": {"data": "data-abc12345"}})

@@ -294,6 +294,12 @@ BUILD = ("data", "build", "build.yaml", "--out", "ds", "--quiet")
 def build_with(*overrides: str) -> tuple[str, ...]:
     return ("data", "build", "build.yaml", *overrides, "--out", "ds", "--quiet")
 TRAIN = ("train", "{S}/run.yaml")
+CHATS = [{"messages": [{"role": "user", "content": f"What is {i} squared?"},
+                       {"role": "assistant", "content": f"{i * i}."}]} for i in range(4)]
+PAIRS = [{"prompt": [{"role": "user", "content": f"What is {i} squared?"}],
+          "chosen": {"role": "assistant", "content": f"{i * i}."},
+          "rejected": {"role": "assistant", "content": f"{i * i}." if i == 2 else f"{i * i + 1}."}} for i in range(30)]
+"""Pair 2 (line 3) offers the same reply twice: skipped, counted and said."""
 
 CASES = [
     # --- data build: files ------------------------------------------------------------------------
@@ -438,6 +444,14 @@ CASES = [
          r"ro/fit\S*: permission denied; expected ro to be writable", "ladder fit", rung_runs, read_only=("ro",)),
     Case("demo_lab_is_a_file", ("demo", "--quick", "--no-serve", "--lab", "afile"),
          r"afile: is a file; expected a folder", "demo", a_file),
+    Case("sft_on_a_file_too_small_to_hold_any_out", ("sft", "{S}/run", "chats.jsonl", "--steps", "1", "--lab", "lab"),
+         r"no held-out conversations: 4 conversations are too few to hold any out \(at most 20% are\); give --heldout",
+         "sft", files({"chats.jsonl": "".join(json.dumps(c) + "\n" for c in CHATS)})),
+    Case("dpo_skips_a_pair_whose_chosen_is_its_rejected_and_says_so",
+         ("dpo", "{S}/run", "pairs.jsonl", "--steps", "1", "--seq-len", "64", "train.sample_max_new_tokens=4",
+          "--lab", "lab"), None, "dpo", files({"pairs.jsonl": "".join(json.dumps(p) + "\n" for p in PAIRS)}),
+         says=r"\[pairs\] skipped 1 bad record\(s\); the first: \S*pairs\.jsonl:3: chosen and rejected are the same "
+              r"reply \(all listed in \S*report\.json under bad_records\)"),
     Case("unknown_command", ("frobnicate",), r"argument COMMAND: invalid choice: 'frobnicate'", ""),
 ]
 

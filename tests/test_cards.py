@@ -95,6 +95,17 @@ def test_a_ladder_predictions_floor_is_on_the_card(tmp_path, floor, text):
     assert card_results(root, "toy")["expectations"][1]["floor"] == ""
 
 
+def test_a_refused_prediction_whose_hero_ran_forced_says_so_on_the_card(tmp_path):
+    root = _toy_lab(tmp_path / "lab", "succeeded", 2.05)
+    gate = {"registered": False, "reasons": ["span of N: largest N / smallest N = 4"], "flags": [], "checks": []}
+    for forced in (False, True):
+        registry.register(root, "toy/loss", metric="eval/macro/loss", point=2.01, low=1.9, high=2.1, target="train",
+                          source="fit-bbbb2222", replace=True, kind="refusal", gate=gate, forced=forced)
+    status = "REFUSED by the registration gate (span of N: largest N / smallest N = 4); hero FORCED"
+    assert card_results(root, "toy")["expectations"][0]["source"] == f"registry: toy/loss; {status}"
+    assert status in card_markdown(card_results(root, "toy"))
+
+
 def test_expectation_needs_a_band_or_a_prediction():
     with pytest.raises(UserError, match="expected a band"):
         Expectation("x", step="train", metric="loss")

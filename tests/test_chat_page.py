@@ -4,7 +4,6 @@ recorded replies; the run page's counts and before/after tables."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 from pathlib import Path
@@ -15,13 +14,14 @@ import pytest
 from glasslab.config import from_dict
 from glasslab.lab import Step, run_one_step
 from glasslab.observatory.app import BackgroundServer, chat_allowed
-from glasslab.observatory.chat import BUSY, MAX_NEW_TOKENS, ChatService
+from glasslab.observatory.chat import BUSY, MAX_NEW_TOKENS, RETRY_AFTER_S, ChatService
 from glasslab.observatory.lab_scan import Lab
 from glasslab.observatory.publish import page_file, publish
 from glasslab.posttrain.chat import ChatSession, Sampling, load_chat_model
 from glasslab.posttrain.conversations import ConversationsConfig, conversations_step
-from glasslab.posttrain.sft import SFTStepConfig, default_sft_train, sft_step
-from glasslab.train import RunConfig
+from glasslab.posttrain.sft import SFTStepConfig, default_sft_train
+from glasslab.posttrain.tuning import tune_step
+from glasslab.train.run_config import RunConfig
 from glasslab.train.steps import TrainStepConfig, train_step
 from observatory_lab import CHROMIUM_ARGS, chromium_path, free_port
 from train_data import build_tiny_dataset, tiny_run_config
@@ -41,7 +41,7 @@ def lab(tmp_path_factory) -> dict[str, Path]:
     train = dataclasses.replace(default, seq_len=128, global_batch_tokens=128 * 8, max_steps=8,
                                 optimizer=dataclasses.replace(default.optimizer, lr=1e-2),
                                 checkpoint_interval=8, sample_max_new_tokens=8, eval_max_tokens=256)
-    sft = run_one_step(Step("sft", sft_step, SFTStepConfig(train=train, base=f"{base.name}@30",
+    sft = run_one_step(Step("sft", tune_step, SFTStepConfig(train=train, base=f"{base.name}@30",
                                                             conversations_from="conversations"), deps=(data,)),
                        root).folder
     return {"root": root, "base": base, "sft": sft}
@@ -71,18 +71,26 @@ def test_the_endpoint_is_on_only_on_loopback_and_refuses_what_it_must(lab):
         assert off.status_code == 403 and "--chat" in off.json()["error"]
 
 
-def test_one_generation_at_a_time(lab):
+def test_one_generation_at_a_time_and_a_busy_answer_is_a_429_before_any_body(lab):
+    """Busy is decided before the response starts: 429 with Retry-After and the error as JSON, never a 200
+    whose body says so; the lock is given back once a reply (and its worker) has ended."""
+    from starlette.applications import Starlette
+    from starlette.routing import Route
+    from starlette.testclient import TestClient
+
     service = ChatService(Lab(lab["root"]), enabled=True)
-    ask = service.parse({"model": lab["sft"].name, "text": "Hi?", "max_new_tokens": 4})
-
-    async def lines() -> list[dict]:
-        return [json.loads(x) async for x in service.reply_lines(ask)]
-
-    assert service._busy.acquire(blocking=False)
-    assert asyncio.run(lines()) == [{"error": BUSY}]
+    client = TestClient(Starlette(routes=[Route("/api/chat", service.endpoint, methods=["POST"])]))
+    ask = {"model": lab["sft"].name, "text": "Hi?", "max_new_tokens": 4}
+    assert service._busy.acquire(blocking=False)  # as while another page's reply is being generated
+    busy = client.post("/api/chat", json=ask)
+    assert busy.status_code == 429 and busy.headers["retry-after"] == str(RETRY_AFTER_S)
+    assert busy.json() == {"error": BUSY}
     service._busy.release()
-    assert asyncio.run(lines())[-1]["done"]  # and the lock is free again after a reply
-    assert asyncio.run(lines())[-1]["done"]
+    for _ in range(2):  # the lock is free again once a reply has said it is done
+        reply = client.post("/api/chat", json=ask)
+        assert reply.status_code == 200 and json.loads(reply.text.splitlines()[-1])["done"]
+        assert service._busy.acquire(blocking=False)
+        service._busy.release()
 
 
 @pytest.mark.skipif(chromium_path() is None, reason="chromium is not installed")
@@ -96,7 +104,7 @@ def test_a_message_typed_on_the_page_gets_both_replies_streamed(lab, tmp_path):
     with sync_playwright() as p, BackgroundServer(lab["root"], port=free_port()) as server:
         browser = p.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1300, "height": 900})
-        errors = []
+        errors, busy_answered = [], []
         page.on("pageerror", lambda exc: errors.append(str(exc)))
         page.goto(f"{server.url}/run/{lab['sft'].name}")
         page.wait_for_selector("body[data-ready='1']")
@@ -112,6 +120,23 @@ def test_a_message_typed_on_the_page_gets_both_replies_streamed(lab, tmp_path):
             new MutationObserver((m) => { window.__updates += m.length; }).observe(
                 log, {subtree: true, childList: true, characterData: true});
         }""")
+        # The first request finds the server busy (as the endpoint answers then): the page says it waits,
+        # sends again after Retry-After, and the reply is the same.
+        def busy_once(route) -> None:
+            if busy_answered:
+                route.continue_()
+                return
+            busy_answered.append(route.request.url)
+            route.fulfill(status=429, headers={"Retry-After": "1", "Content-Type": "application/json"},
+                          body=json.dumps({"error": BUSY}))
+
+        page.route("**/api/chat", busy_once)
+        page.evaluate("""() => {
+            window.__statuses = [];
+            const status = document.querySelector(".chat-status");
+            new MutationObserver(() => window.__statuses.push(status.textContent)).observe(
+                status, {subtree: true, childList: true, characterData: true});
+        }""")
         page.fill("textarea[name='message']", MESSAGE)
         page.click("button[name='send']")
         tuned = page.locator(".chat-log[data-side='tuned'] .turn-assistant[data-done='1']")
@@ -122,6 +147,7 @@ def test_a_message_typed_on_the_page_gets_both_replies_streamed(lab, tmp_path):
         assert tuned.locator("pre").evaluate("e => e.textContent") == expected
         assert page.evaluate("window.__updates") >= 3  # the user's turn, then the reply piece by piece
         assert "tokens, first after" in tuned.inner_text()
+        assert len(busy_answered) == 1 and f"base waits: {BUSY}" in page.evaluate("window.__statuses")
         assert page.locator(".chat-log[data-side='tuned'] .turn-user").inner_text() == f"user: {MESSAGE}"
         page.click("button[name='reset']")
         assert page.locator(".chat-log .turn").count() == 0

@@ -136,7 +136,7 @@ def test_bad_files(tmp_path):
 
 def test_nested_check_errors_name_the_full_path_from_the_root():
     from glasslab.data.config import BuildConfig
-    from glasslab.train import RunConfig
+    from glasslab.train.run_config import RunConfig
 
     cases = [
         (RunConfig, ["data.mixture.weights.code=-1"], "data.mixture.weights.code=-1.0: expected a weight >= 0"),

@@ -12,10 +12,11 @@ import yaml
 
 from cli_runner import run_cli
 from data_helpers import build_small, small_build_config, topic_texts
-from glasslab.data import build_dataset, document_provenance, load_tokenizer, manifest_hash
-from glasslab.data.build import WORK_PREFIX
+from glasslab.data.build import WORK_PREFIX, build_dataset
 from glasslab.data.normalize import normalize
-from glasslab.data.shards import open_shard
+from glasslab.data.provenance import document_provenance
+from glasslab.data.shards import manifest_hash, open_shard
+from glasslab.data.tokenizer import load_tokenizer
 from glasslab.errors import UserError
 from glasslab.layout import file_sha256
 
@@ -193,7 +194,7 @@ def test_cli_build_demo_corpora_report_and_bad_input(tmp_path):
 
 def test_build_with_every_document_filtered_fails_with_one_line(tmp_path):
     from data_helpers import write_jsonl
-    from glasslab.data import BuildConfig, SourceConfig
+    from glasslab.data.config import BuildConfig, SourceConfig
 
     path = write_jsonl(tmp_path / "short.jsonl", ["too short", "also far too short"])
     cfg = BuildConfig(sources=(SourceConfig(domain="x", kind="jsonl", path=str(path)),), num_workers=1)
@@ -218,7 +219,7 @@ def test_build_step_takes_a_lab_context(tmp_path):
     from types import SimpleNamespace
 
     from glasslab.config import to_dict
-    from glasslab.data import build_step
+    from glasslab.data.build import build_step
 
     ctx = SimpleNamespace(config=to_dict(small_build_config(tmp_path)), output_dir=tmp_path / "step-1234abcd")
     ctx.output_dir.mkdir()

@@ -11,8 +11,9 @@ import sys
 import pytest
 
 from glasslab.config import ConfigError, from_dict
-from glasslab.data import BuildConfig, SourceConfig, build_dataset, builtin
-from glasslab.data.config import EvalSplitConfig, TokenizerConfig
+from glasslab.data import builtin
+from glasslab.data.build import build_dataset
+from glasslab.data.config import BuildConfig, EvalSplitConfig, SourceConfig, TokenizerConfig
 from glasslab.data.sources import InputErrors, read_source
 from glasslab.errors import UserError
 
@@ -70,9 +71,10 @@ def test_manifest_records_each_source_with_package_version_and_licence(tmp_path)
     assert by_path["rich_prose"]["licence"] == "MIT"
     assert by_path["pydoc_topics"]["package"] == "python" and by_path["pydoc_topics"]["licence"] == "PSF-2.0"
     # Each document's provenance names its module (or reference topic), which holds its text.
-    from glasslab.data import ProvenanceIndex, load_tokenizer
     from glasslab.data.normalize import normalize
+    from glasslab.data.provenance import ProvenanceIndex
     from glasslab.data.shards import open_shard
+    from glasslab.data.tokenizer import load_tokenizer
 
     index, tokenizer = ProvenanceIndex(dataset), load_tokenizer(dataset)
     topics = {u.name: builtin.unit_document("pydoc_topics", u) for u in builtin.units("pydoc_topics")}

@@ -11,17 +11,9 @@ import torch
 
 from data_helpers import build_small
 from glasslab.config import ConfigError, from_dict
-from glasslab.data import (
-    DataConfig,
-    DataExhausted,
-    Loader,
-    MixtureConfig,
-    PhaseConfig,
-    eval_batches,
-    eval_bytes_per_token,
-    plan_mixture,
-)
-from glasslab.data.loader import DomainStream
+from glasslab.data.config import DataConfig, MixtureConfig, PhaseConfig
+from glasslab.data.loader import DataExhausted, DomainStream, Loader, eval_batches, eval_bytes_per_token
+from glasslab.data.mixture import plan_mixture
 from glasslab.data.shards import open_shard
 from glasslab.errors import UserError
 

@@ -10,8 +10,8 @@ import zstandard
 
 from data_helpers import topic_texts, write_jsonl
 from glasslab.config import ConfigError, from_dict
-from glasslab.data import SourceConfig
 from glasslab.data.builtin import stdlib_modules
+from glasslab.data.config import SourceConfig
 from glasslab.data.sources import InputErrors, read_source
 from glasslab.errors import UserError
 

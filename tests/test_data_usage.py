@@ -9,10 +9,12 @@ import shutil
 import pytest
 
 from glasslab import config as configs
-from glasslab.data import dataset_usage, manifest_hash
+from glasslab.data.shards import manifest_hash
+from glasslab.data.usage import dataset_usage
 from glasslab.layout import RESULT_FILE, RUN_RECORD
 from glasslab.track import read_record
-from glasslab.train import RunConfig, train
+from glasslab.train.run import train
+from glasslab.train.run_config import RunConfig
 from train_data import build_tiny_dataset, tiny_run_config
 
 

@@ -65,8 +65,8 @@ def test_the_heros_batches_rebuild_to_what_it_trained_on(demo_lab):
     """The hero's first incident (or, in a calm run, random steps) and its last step: each batch rebuilt
     from the run's config and recorded loader starts has the hash the trainer recorded, with the
     documents' sources."""
+    from glasslab.data.batches import rebuild_batch
     from glasslab.track import RunReader
-    from glasslab.train.batches import rebuild_batch
 
     hero = only(demo_lab.root, "demo-hero-*")
     with RunReader(hero) as reader:

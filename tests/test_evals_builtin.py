@@ -5,14 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from glasslab.data import load_tokenizer, read_manifest
-from glasslab.data.shards import open_shard
+from glasslab.data.shards import open_shard, read_manifest
+from glasslab.data.tokenizer import load_tokenizer
 from glasslab.errors import UserError
-from glasslab.evals import TaskConfig
 from glasslab.evals import builtin as builtins
 from glasslab.evals.builtin import NGRAM_TOKENS, TrainingNgrams, heldout_texts, make_builtin
 from glasslab.evals.load import load_task
-from glasslab.evals.task import Item
+from glasslab.evals.task import Item, TaskConfig
 from train_data import build_tiny_dataset
 
 

@@ -12,16 +12,16 @@ import torch
 import yaml
 
 from glasslab.config import from_dict
-from glasslab.data import load_tokenizer
-from glasslab.evals import TaskConfig
+from glasslab.data.tokenizer import load_tokenizer
 from glasslab.evals.harness import write_lm_eval_task
 from glasslab.evals.load import TaskScorer, load_task
-from glasslab.evals.task import Item, Task
+from glasslab.evals.task import Item, Task, TaskConfig
 from glasslab.lab import Step, run_one_step
 from glasslab.layout import EXPORT_MANIFEST
 from glasslab.model.load import find_model, load_model
-from glasslab.train import RunConfig, train
 from glasslab.train.export_step import ExportConfig, export_step
+from glasslab.train.run import train
+from glasslab.train.run_config import RunConfig
 from train_data import build_tiny_dataset, tiny_run_config
 
 EXTRA = (

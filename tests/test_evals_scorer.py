@@ -9,12 +9,12 @@ import pytest
 import torch
 from torch import nn
 
-from glasslab.data import load_tokenizer
+from glasslab.data.tokenizer import load_tokenizer
 from glasslab.errors import UserError
-from glasslab.evals import TaskConfig, read_items
+from glasslab.evals.formats import read_items
 from glasslab.evals.load import TaskScorer, load_task
 from glasslab.evals.scorer import encode_task, loglikelihoods, score_task
-from glasslab.evals.task import Item, Task
+from glasslab.evals.task import Item, Task, TaskConfig
 from glasslab.model import ModelConfig, Transformer
 from train_data import VOCAB, build_tiny_dataset
 

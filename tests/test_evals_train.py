@@ -12,18 +12,19 @@ import torch
 
 from cli_runner import run_cli
 from glasslab.config import from_dict
-from glasslab.data import load_tokenizer
-from glasslab.evals import TaskConfig
+from glasslab.data.tokenizer import load_tokenizer
 from glasslab.evals.load import TaskScorer, load_tasks
+from glasslab.evals.task import TaskConfig
 from glasslab.lab import Step, run_one_step
 from glasslab.layout import EXPORT_MANIFEST, RESULT_FILE
 from glasslab.model.load import find_model, load_model
 from glasslab.observatory.lab_scan import Lab
 from glasslab.observatory.run_page import run_page
 from glasslab.track import RunReader, read_record
-from glasslab.train import RunConfig, train
 from glasslab.train.export_step import ExportConfig, export_step
 from glasslab.train.hooks import TrainerHook
+from glasslab.train.run import train
+from glasslab.train.run_config import RunConfig
 from train_data import build_tiny_dataset, tiny_run_config
 
 TASKS = [{"builtin": "next_word", "domain": "code", "max_items": 150},

@@ -13,13 +13,14 @@ import transformers
 
 from glasslab.cli import main as cli_main
 from glasslab.config import from_dict
-from glasslab.data import eval_batches
+from glasslab.data.loader import eval_batches
 from glasslab.layout import EXPORT_MANIFEST, MODEL_CARD, STEP_RECORD
 from glasslab.model import Transformer
 from glasslab.model.card import USAGE
 from glasslab.track import RunReader
-from glasslab.train import RunConfig, train
 from glasslab.train import checkpoint as ckpt
+from glasslab.train.run import train
+from glasslab.train.run_config import RunConfig
 from train_data import build_tiny_dataset, tiny_run_config
 
 README = Path(__file__).resolve().parents[1] / "README.md"

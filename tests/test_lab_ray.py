@@ -56,7 +56,8 @@ def test_a_data_build_on_ray_gives_the_same_dataset_and_a_data_step_runs_its_tas
     import dataclasses
 
     from data_helpers import small_build_config
-    from glasslab.data import build_dataset, data_step, manifest_hash
+    from glasslab.data.build import build_dataset, data_step
+    from glasslab.data.shards import manifest_hash
 
     cfg = dataclasses.replace(small_build_config(tmp_path), progress=False, num_workers=0)  # 0: the cluster's CPUs
     local = build_dataset(dataclasses.replace(cfg, num_workers=1), tmp_path / "local")

@@ -9,14 +9,14 @@ import json
 import numpy as np
 import pytest
 
-from glasslab.data import MixtureConfig
 from glasslab.data.build import build_step
+from glasslab.data.config import MixtureConfig
 from glasslab.errors import UserError
 from glasslab.experiments import selfcal_ladder
 from glasslab.lab import Executor, Step, registry
 from glasslab.lab.inline_backend import InlineBackend
-from glasslab.ladder.grid_ends import end_points, fit_endpoint_law
-from glasslab.ladder.grid_fit import difference_check, leave_largest_width_out
+from glasslab.ladder.grid_ends import difference_check, end_points, fit_endpoint_law
+from glasslab.ladder.grid_fit import leave_largest_width_out
 from glasslab.ladder.grid_law import (
     bootstrap_grid_law,
     estimate_grid_noise,
@@ -31,7 +31,7 @@ from glasslab.ladder.steps import ladder_steps
 from glasslab.ladder.varpro import ColumnGroup, grid_fit
 from glasslab.model import ModelConfig, MoEConfig
 from glasslab.track import RunReader
-from glasslab.train import ScheduleConfig, TrainConfig
+from glasslab.train.config import ScheduleConfig, TrainConfig
 from train_data import VOCAB, tiny_build_config
 
 HERO = synthetic_hero()
@@ -102,7 +102,7 @@ def test_grid_law_recovers_a_known_law_and_its_floor():
     curves = synthetic_grid(np.random.default_rng(0), family_sigma=0.0, eval_sigma=0.0)
     ends = fit_endpoint_law(end_points(curves))
     assert ends.E == pytest.approx(TRUE_LAW.E - TRUE_LAW.C, abs=0.03)
-    assert difference_check(curves, ends)["beta"] == pytest.approx(TRUE_LAW.beta, abs=0.05)
+    assert difference_check(end_points(curves), ends)["beta"] == pytest.approx(TRUE_LAW.beta, abs=0.05)
 
 
 def test_the_back_test_predicts_the_largest_widths_branches_from_the_others():
@@ -151,7 +151,8 @@ def tiny_grid(name: str = "g") -> list[Step]:
 def test_a_tiny_grid_ladder_forks_its_branches_and_registers_the_heros_curve_before_it_trains(tmp_path):
     lab = tmp_path / "lab"
     steps = tiny_grid()
-    report = Executor(lab, backend=InlineBackend(), echo=False).run(steps)
+    # Three widths within 4x of each other: the registration gate refuses the fit, so the hero runs forced.
+    report = Executor(lab, backend=InlineBackend(), echo=False, force_registration=True).run(steps)
     assert report.ok, report.outcomes
     folders = {n.name: n.folder for n in report.plan.steps}
 
@@ -184,3 +185,5 @@ def test_a_tiny_grid_ladder_forks_its_branches_and_registers_the_heros_curve_bef
     assert hero["prediction"]["registry"] == {"name": "g/hero/eval/macro/loss", "seq": 1}
     assert hero["prediction"]["curve"] == fit["curve"] == entry["details"]["curve"]
     assert entry["details"]["L_inf"]["mode"] == "grid"
+    assert (entry["kind"], entry["forced"]) == ("refusal", True) and not fit["gate"]["registered"]
+    assert "span of N" in " ".join(fit["gate"]["reasons"]) and hero["prediction"]["forced"] is True

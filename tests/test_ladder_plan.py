@@ -119,9 +119,9 @@ def test_cli_plan_prints_the_table(tmp_path, capsys):
 
 
 def test_run_config_for_carries_the_rung_into_a_run_config():
-    from glasslab.data import MixtureConfig
+    from glasslab.data.config import MixtureConfig
     from glasslab.ladder.steps import run_config_for
-    from glasslab.train import TrainConfig
+    from glasslab.train.config import TrainConfig
 
     rung = plan_ladder(LadderSpec()).rungs[1]
     run_cfg = run_config_for(rung, 2, MixtureConfig(weights={"code": 1.0}), TrainConfig())

@@ -7,15 +7,15 @@ import json
 
 import pytest
 
-from glasslab.data import MixtureConfig
 from glasslab.data.build import build_step
+from glasslab.data.config import MixtureConfig
 from glasslab.lab import Executor, Step, read_step_record, registry
 from glasslab.lab.inline_backend import InlineBackend
 from glasslab.ladder.plan import LadderSpec, ScalingRule, plan_ladder
 from glasslab.ladder.steps import ladder_steps
 from glasslab.model import ModelConfig, MoEConfig
 from glasslab.track import read_lab_events
-from glasslab.train import TrainConfig
+from glasslab.train.config import TrainConfig
 from train_data import VOCAB, tiny_build_config
 
 NAME = "tiny/hero/eval/macro/loss"

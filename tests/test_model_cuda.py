@@ -11,7 +11,8 @@ import warnings
 import pytest
 import torch
 
-from glasslab.data import DataConfig, Loader, MixtureConfig
+from glasslab.data.config import DataConfig, MixtureConfig
+from glasslab.data.loader import Loader
 from glasslab.model import ModelConfig, MoEConfig, Transformer
 from glasslab.model import grouped_mm as grouped_mm_module
 from glasslab.train.config import TrainConfig

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from glasslab import track
-from observatory_lab import SECRET, build_lab, log_step, serve_lab
+from observatory_lab import SECRET, build_lab, chromium_path, log_step, serve_lab
 
 
 @pytest.fixture(scope="module")
@@ -170,3 +170,41 @@ def test_the_printed_address_accepts_connections_before_the_server_has_started()
             pass
     finally:
         server.close()
+
+
+
+def _comma_lab(root):
+    run = track.init(root / "commas-0000aaaa", {})
+    for step in range(3):
+        run.log({"train/loss": 3.0 - step, "loss,smoothed": 2.0 - step}, step)
+    run.finish()
+    return root
+
+
+def test_compare_takes_one_key_per_metric_whole_and_older_keys_lists_split(tmp_path):
+    """One ``key=`` per metric, its name whole (a comma in it too); older links' ``keys=a,b`` still split."""
+    with serve_lab(_comma_lab(tmp_path / "lab")) as srv:
+        picked = httpx.get(f"{srv.url}/api/page/compare", params=[("key", "loss,smoothed"), ("key", "train/loss")])
+        assert picked.json()["keys"] == ["loss,smoothed", "train/loss"]
+        assert picked.json()["series"]["commas-0000aaaa"]["loss,smoothed"]["values"] == [2.0, 1.0, 0.0]
+        older = httpx.get(f"{srv.url}/api/page/compare?keys=train/loss,grad/norm&key=loss,smoothed").json()
+        assert older["keys"] == ["train/loss", "grad/norm", "loss,smoothed"]
+        page = httpx.get(f"{srv.url}/compare?key=loss,smoothed&key=train/loss").text
+        assert '"query":[["key","loss,smoothed"],["key","train/loss"]]' in page  # repeated keys reach the page
+
+
+@pytest.mark.skipif(chromium_path() is None, reason="chromium is not installed")
+def test_the_compare_page_draws_and_links_a_metric_whose_name_holds_a_comma(tmp_path, browser):
+    from urllib.parse import parse_qs, urlparse
+
+    with serve_lab(_comma_lab(tmp_path / "lab")) as srv:
+        page = browser.new_page()
+        try:
+            page.goto(f"{srv.url}/compare?keys=train/loss&key=loss,smoothed")  # an older link's keys= too
+            page.wait_for_selector("body[data-ready='1']", timeout=10_000)
+            charts = page.evaluate("() => Object.keys(window.GLASSLAB_CHARTS).filter(k => k.startsWith('compare:'))")
+            view = parse_qs(urlparse(page.evaluate("() => location.href")).query)
+        finally:
+            page.close()
+    assert charts == ["compare:train/loss", "compare:loss,smoothed"]
+    assert view["key"] == ["train/loss", "loss,smoothed"] and "keys" not in view

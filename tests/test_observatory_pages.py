@@ -121,6 +121,9 @@ def test_ladder_page_states_the_verdict_first(site, page):
     assert "outside" in verdict.get_attribute("class")
     # Where the floor came from (a fit written before fits said it in words: from its mode and value).
     assert page.locator("#floor").inner_text() == "Floor: fitted freely to the rungs by L(C): L∞ = 1.900"
+    # The fit the gate refused, and the hero that ran anyway, say so under the floor.
+    assert page.locator("#gate").inner_text() == ("Registration gate: REFUSED: span of N: largest N / smallest N = 4 "
+                                                  "(expected ≥ 10 for a free floor); the hero ran FORCED")
     chart = page.evaluate("""() => { const u = window.GLASSLAB_CHARTS.ladder;
         return {labels: u.series.map(s => s.label), bands: u.bands.length}; }""")
     assert {"prediction band hi", "prediction band lo", "rung seed 0", "rung seed 1", f"hero {HERO}",
@@ -247,7 +250,7 @@ def test_compare_plots_a_third_metric_for_picked_runs_smoothed(site, page):
     # The view is in the URL: loading it again draws the same charts.
     view = parse_qs(urlparse(page.evaluate("() => location.href")).query)
     assert view["runs"] == [f"{RUNG_S},{RUNG_M}"] and view["smooth"] == ["0.8"]
-    assert view["keys"] == ["train/loss,eval/macro/loss,grad/norm/total"]
+    assert view["key"] == ["train/loss", "eval/macro/loss", "grad/norm/total"] and "keys" not in view
     page.select_option("select[name=axis]", "flops")
     page.check("input[name=logx]")
     query = urlparse(page.evaluate("() => location.href")).query
@@ -274,7 +277,8 @@ def test_compare_search_filters_the_charts_and_picks_metrics_by_prefix(site, pag
     eval_group.locator("button[data-key='eval/web/loss']").click()
     page.wait_for_function("() => window.GLASSLAB_CHARTS['compare:eval/web/loss'] !== undefined")
     view = parse_qs(urlparse(page.evaluate("() => location.href")).query)
-    assert view["keys"] == ["train/loss,eval/macro/loss,grad/norm/total,eval/web/loss"] and view["q"] == ["loss"]
+    assert view["key"] == ["train/loss", "eval/macro/loss", "grad/norm/total", "eval/web/loss"]
+    assert view["q"] == ["loss"]
     page.reload()
     page.wait_for_selector("body[data-ready='1']")
     assert page.evaluate(shown) == ["compare:train/loss", "compare:eval/macro/loss", "compare:eval/web/loss"]

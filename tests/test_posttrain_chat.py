@@ -14,7 +14,8 @@ from glasslab.cli import main as cli_main
 from glasslab.config import from_dict
 from glasslab.model.generate import generate, next_token_probs
 from glasslab.posttrain.chat import ChatSession, Sampling, load_chat_model
-from glasslab.train import RunConfig, train
+from glasslab.train.run import train
+from glasslab.train.run_config import RunConfig
 from train_data import build_tiny_dataset, tiny_run_config
 
 MESSAGES = [{"role": "system", "content": "Answer briefly."},

@@ -62,10 +62,38 @@ def test_bad_records_are_skipped_counted_and_named_in_one_line_each(tmp_path, ca
         list(read_conversations(path, RecordProblems(), strict=True))
     assert str(err.value).startswith(f"{path}:2: malformed JSON") and "--strict" in str(err.value)
 
-    out = build_conversations(ConversationsConfig(builtin=False, files=(str(path),), heldout_min=1), tmp_path / "c")
+    held = tmp_path / "held.jsonl"
+    held.write_text(json.dumps(GOOD) + "\n")
+    out = build_conversations(ConversationsConfig(builtin=False, files=(str(path),), heldout_files=(str(held),)),
+                              tmp_path / "c", progress=False)  # quiet, as the lab step builds it
     report = read_json(out / "report.json")
-    assert report["bad_records"]["count"] == len(BAD_LINES) and report["train"] + report["heldout"] == 2
-    assert f"skipped {len(BAD_LINES)} bad record(s)" in capsys.readouterr().err
+    assert report["bad_records"]["count"] == len(BAD_LINES) and (report["train"], report["heldout"]) == (2, 1)
+    # Said on the console all the same: how many, and the first with its file:line and reason.
+    err = capsys.readouterr().err
+    assert f"skipped {len(BAD_LINES)} bad record(s); the first: {path}:2: malformed JSON" in err
+
+
+def _chats(count: int) -> list[str]:
+    return [json.dumps({"messages": [{"role": "user", "content": f"What is {i} squared?"},
+                                     {"role": "assistant", "content": f"{i * i}."}]}) for i in range(count)]
+
+
+def test_a_small_file_holds_out_a_fifth_at_most_and_says_why_when_it_cannot(tmp_path):
+    path = tmp_path / "chats.jsonl"
+    path.write_text("\n".join(_chats(24)) + "\n")
+    out = build_conversations(ConversationsConfig(builtin=False, files=(str(path),)), tmp_path / "c", progress=False)
+    report = read_json(out / "report.json")  # the minimum of 32 held out would leave one to train on
+    assert (report["train"], report["heldout"]) == (20, 4)
+    big = tmp_path / "big.jsonl"
+    big.write_text("\n".join(_chats(400)) + "\n")
+    report = read_json(build_conversations(ConversationsConfig(builtin=False, files=(str(big),)), tmp_path / "b",
+                                           progress=False) / "report.json")
+    assert (report["train"], report["heldout"]) == (368, 32)  # a larger file keeps the minimum
+    path.write_text("\n".join(_chats(4)) + "\n")
+    with pytest.raises(UserError) as err:
+        build_conversations(ConversationsConfig(builtin=False, files=(str(path),)), tmp_path / "d", progress=False)
+    assert "4 conversations are too few to hold any out (at most 20% are)" in str(err.value)
+    assert "--heldout FILE" in str(err.value) and not (tmp_path / "d").exists()
 
 
 def test_no_valid_conversation_fails_in_one_line_and_writes_nothing(tmp_path):

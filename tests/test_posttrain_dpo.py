@@ -5,6 +5,7 @@ and counted, the built-in pairs, and `glasslab dpo` on a real SFT'd base: the fi
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -15,11 +16,16 @@ from torch import nn
 
 from cli_runner import run_cli
 from glasslab.config import from_dict
+from glasslab.errors import UserError
+from glasslab.model import ModelConfig
+from glasslab.posttrain.base import BaseData
 from glasslab.posttrain.conversations import ConversationsConfig, build_conversations, read_conversation_split
+from glasslab.posttrain.dpo import DPOConfig, DPORecipe, DPORunConfig, default_dpo_train
 from glasslab.posttrain.pairs import PairsConfig, build_pairs, builtin_pairs, problem_with, read_pair_split
 from glasslab.posttrain.preference import IGNORE_INDEX, PairBatch, Preference
 from glasslab.track import RunReader, read_record
-from glasslab.train import RunConfig, train
+from glasslab.train.run import train
+from glasslab.train.run_config import RunConfig
 from train_data import build_tiny_dataset, tiny_run_config
 
 V = 4
@@ -131,6 +137,35 @@ def test_pair_files_skip_and_count_bad_records_and_hold_out_the_given_file(tmp_p
     assert (report["train"], report["heldout"], report["bad_records"]["count"]) == (1, 1, 2)
     assert report["bad_records"]["listed"][0].startswith(f"{mine}:2: malformed JSON")
     assert read_pair_split(out, "train") == [PAIR]
+
+
+def test_thirty_pairs_six_too_long_train_on_those_that_fit_and_the_error_names_the_cause(tmp_path, capsys):
+    long_prompt = "Read this and say what it does: " + "value = value + 1; " * 60
+    records = [{**PAIR, "prompt": [{"role": "user", "content": (long_prompt if i < 6 else "") + f"What is {i}?"}],
+                "chosen": {"role": "assistant", "content": f"It is {i}."}} for i in range(30)]
+    path = tmp_path / "pairs.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records) + json.dumps({**PAIR, "rejected": PAIR["chosen"]})
+                    + "\n")
+    folder = build_pairs(PairsConfig(builtin=False, files=(str(path),)), tmp_path / "p", progress=False)
+    report = json.loads((folder / "report.json").read_text())
+    assert (report["train"], report["heldout"]) == (24, 6)  # not 1 and 29: a fifth of a small file at most
+    assert f"skipped 1 bad record(s); the first: {path}:31: chosen and rejected are the same reply" in (
+        capsys.readouterr().err)
+    dataset = build_tiny_dataset(tmp_path)
+
+    def recipe(seq_len: int) -> DPORecipe:
+        train_cfg = dataclasses.replace(default_dpo_train(), seq_len=seq_len)
+        config = DPORunConfig(model=ModelConfig(vocab_size=512, d_model=32, n_layers=2, n_heads=2, d_ff=64),
+                              data=BaseData(path=str(dataset)), train=train_cfg, dpo=DPOConfig(pairs=str(folder)))
+        return DPORecipe(config, base=None)  # the pairs are read, encoded and fitted before any model is needed
+
+    fitted = recipe(128)
+    assert fitted.train_counts["pairs"] == 24 and fitted.train_counts["kept"] >= 18
+    assert fitted.train_counts["kept"] + fitted.heldout_counts["kept"] == 24  # the six long ones, left out
+    with pytest.raises(UserError) as err:
+        recipe(8)
+    assert str(err.value).startswith("no training preference pair fits a row of train.seq_len + 1 = 9 tokens "
+                                     "(24 training pairs: 0 kept, 24 left out")
 
 
 def test_builtin_pairs_prefer_the_right_summary_over_another_modules(tmp_path):

@@ -23,7 +23,8 @@ from glasslab.posttrain.rewards import RewardFile
 from glasslab.posttrain.rewards_builtin import Arithmetic, arithmetic_problems, split_problems
 from glasslab.posttrain.rewards_code import CodeTests
 from glasslab.track import RunReader, read_record
-from glasslab.train import RunConfig, train
+from glasslab.train.run import train
+from glasslab.train.run_config import RunConfig
 from train_data import build_tiny_dataset, tiny_run_config
 
 

@@ -26,10 +26,12 @@ from glasslab.model import ModelConfig, Transformer
 from glasslab.posttrain.conversations import ConversationsConfig, build_conversations, read_conversation_split
 from glasslab.posttrain.packing import collate, pack_rows
 from glasslab.posttrain.samples import CHAT_PROMPTS, turn_text
-from glasslab.posttrain.sft import SFTConfig, SFTStepConfig, default_sft_train, sft_step
+from glasslab.posttrain.sft import SFTConfig, SFTStepConfig, default_sft_train
+from glasslab.posttrain.tuning import tune_step
 from glasslab.track import RunReader, read_record
-from glasslab.train import RunConfig, train
 from glasslab.train.objectives import AssistantOnly
+from glasslab.train.run import train
+from glasslab.train.run_config import RunConfig
 from train_data import build_tiny_dataset, tiny_run_config
 
 CHATS = [
@@ -133,7 +135,7 @@ def test_sft_step_fine_tunes_the_base_and_records_role_parent_and_base_replies(l
     out = lab["root"] / "sft-step"
     out.mkdir()
     ctx = StepContext("sft", out, cfg, {"base": lab["base"], "conversations": lab["conversations"]}, lab["root"])
-    result = sft_step(ctx)
+    result = tune_step(ctx)
     record = read_record(out)
     assert record["role"] == "sft" and record["parent"] == {"run": "base", "run_dir": str(lab["base"]), "step": 30}
     assert record["config"]["data"] == {"path": str(lab["dataset"].resolve())}  # no mixture: the tokenizer's home
@@ -190,6 +192,7 @@ def test_glasslab_sft_accounts_for_every_conversation_and_resumes_bit_identical_
     # Said on the console: the bad line skipped, one conversation cut at a turn boundary, one left out.
     line = f"{fitting + 2} training conversations: {fitting} whole, 1 cut at a turn boundary, 1 left out (the first"
     assert line in ref.stderr
+    assert f"skipped 1 bad record(s); the first: {mine.resolve()}:{fitting + 3}: no 'messages' list" in ref.stderr
     (run_dir,) = (tmp_path / "ref").glob("sft-*")
     counts = read_record(run_dir)["conversations"]
     assert counts["train"] == {"conversations": fitting + 2, "whole": fitting, "cut": 1, "left_out_long": 0,
@@ -240,7 +243,7 @@ def test_sft_from_an_export_with_no_dataset_at_hand_trains_exports_and_chats(lab
                         conversations_from="conversations")
     out = tmp_path / "lab" / "sft-from-export"
     out.mkdir(parents=True)
-    result = sft_step(StepContext("sft", out, cfg, {"conversations": lab["conversations"]}, tmp_path / "lab"))
+    result = tune_step(StepContext("sft", out, cfg, {"conversations": lab["conversations"]}, tmp_path / "lab"))
     record = read_record(out)
     assert record["parent"]["export"] == "given" and record["parent"]["run"] == "base"
     assert record["config"]["data"] == {"path": str(given.resolve())} and "dataset" not in record

@@ -16,8 +16,8 @@ from glasslab.errors import UserError
 from glasslab.lab import Step, run_one_step
 from glasslab.layout import read_json
 from glasslab.observatory.publish import publish
-from glasslab.observatory.published import read_published
-from glasslab.train.reproduce import PublishedRun, check_replayable, compare, find_or_build_dataset, report_lines
+from glasslab.reproduce.published import read_published
+from glasslab.reproduce.replay import PublishedRun, check_replayable, compare, find_or_build_dataset, report_lines
 from train_data import tiny_build_config, tiny_run_config
 
 
@@ -101,6 +101,26 @@ def _record(**fields) -> PublishedRun:
 def test_what_cannot_be_replayed_is_refused_in_one_line(fields, expected):
     with pytest.raises(UserError, match=expected):
         check_replayable(_record(**fields), allow_other_commit=False)
+
+
+def test_a_checkout_with_other_uncommitted_changes_is_refused_or_marks_every_line(monkeypatch):
+    """A replay from a dirty checkout is refused unless the run was trained with that very diff; with
+    --allow-dirty it goes on and no line of its report reads as a clean replay's."""
+    from glasslab.reproduce import replay as reproduce
+    from glasslab.reproduce.replay import CheckpointVerdict
+
+    here = {"commit": "a" * 40, "dirty": True, "diff_sha256": "d" * 64}
+    monkeypatch.setattr(reproduce, "code_version", lambda: here)
+    clean = _record()
+    refused = r"run-x: this checkout has uncommitted changes \(diff sha256 d{16}\).*--allow-dirty"
+    with pytest.raises(UserError, match=refused):
+        check_replayable(clean, allow_other_commit=False)
+    check_replayable(clean, allow_other_commit=False, allow_dirty=True)
+    lines = report_lines(clean, [CheckpointVerdict(0, True), CheckpointVerdict(4, True)])
+    assert len(lines) == 3 and all(line.startswith(f"[uncommitted changes {'d' * 12}] ") for line in lines), lines
+    trained_so = _record(code=dict(here))  # the run was trained with this very diff: a clean replay
+    check_replayable(trained_so, allow_other_commit=False)
+    assert report_lines(trained_so, [CheckpointVerdict(0, True)])[0] == "step 0: bit-identical"
 
 
 def test_a_rebuilt_dataset_that_differs_is_refused_naming_the_first_differing_file(tmp_path):

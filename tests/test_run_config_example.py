@@ -15,12 +15,13 @@ import yaml
 from glasslab import config as configs
 from glasslab.cli import main as cli_main
 from glasslab.config_docs import field_docs
-from glasslab.data import load_build_config
+from glasslab.data.config import load_build_config
 from glasslab.errors import UserError
 from glasslab.track import read_record
-from glasslab.train import RunConfig, train
 from glasslab.train.build import resolve_data
 from glasslab.train.example import EXAMPLES, example_config
+from glasslab.train.run import train
+from glasslab.train.run_config import RunConfig
 from train_data import VOCAB, build_tiny_dataset, tiny_run_config
 
 

@@ -18,8 +18,8 @@ from glasslab.data.provenance import document_provenance
 from glasslab.data.shards import manifest_hash, open_shard
 from glasslab.data.token_index import TokenIndex, index_for
 from glasslab.data.tokenizer import load_tokenizer, shard_encoder
-from glasslab.train import RunConfig
 from glasslab.train.run import train
+from glasslab.train.run_config import RunConfig
 from train_data import build_tiny_dataset, tiny_run_config
 
 
@@ -65,11 +65,28 @@ def test_a_copied_text_traces_to_its_document_and_source(lab, capsys):
     assert "1 occurrence(s)" in printed and f"<- code document {document} · " in printed
 
 
+def test_a_held_out_text_is_said_to_be_in_the_held_out_split_with_its_documents(lab, capsys):
+    """Not "0 spans" and nothing else: the text is the held-out split's, and which documents hold it."""
+    shard = open_shard(lab["dataset"], "prose", "eval")
+    document = int(np.argsort(shard.lengths)[len(shard.lengths) // 2])  # a document of median length
+    text = load_tokenizer(lab["dataset"]).decode(shard.document(document)[:-1].tolist())
+    out = trace_json(lab, "tiny", text, capsys=capsys)
+    longest = max(out["heldout_spans"], key=lambda s: s["end"] - s["start"])
+    assert (longest["start"], longest["end"]) == (0, out["tokens"]) and longest["count"] >= 1
+    assert longest["documents"][0]["domain"] == "prose" and longest["documents"][0]["document"] == document
+    assert longest["documents"][0]["source"] == document_provenance(lab["dataset"], "prose", "eval", document)
+    assert all(span["end"] - span["start"] < out["tokens"] for span in out["spans"])  # not all of it trained on
+    assert cli_main(["trace", "tiny", text, "--lab", str(lab["lab"])]) == 0
+    printed = capsys.readouterr().out
+    assert "the whole text is in the held-out split" in printed, printed
+    assert f"<- prose held-out document {document} · " in printed
+
+
 def test_a_random_text_traces_to_nothing(lab, capsys):
     rng = random.Random(0)
     text = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz0123456789 ") for _ in range(600))
     out = trace_json(lab, "tiny", text, capsys=capsys)
-    assert out["tokens"] >= 100 and out["spans"] == [] and out["dropped_common"] == 0
+    assert out["tokens"] >= 100 and out["spans"] == out["heldout_spans"] == [] and out["dropped_common"] == 0
 
 
 def test_counts_and_longest_matches_agree_with_a_scan(lab):

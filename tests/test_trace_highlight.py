@@ -21,8 +21,8 @@ from glasslab.observatory.lab_scan import Lab
 from glasslab.observatory.page_data import build_page
 from glasslab.observatory.publish import page_file, publish
 from glasslab.posttrain.samples import chat_turns
-from glasslab.train import RunConfig
 from glasslab.train.run import train
+from glasslab.train.run_config import RunConfig
 from observatory_lab import chromium_path, serve_lab
 from train_data import build_tiny_dataset, tiny_run_config
 
@@ -187,7 +187,7 @@ def test_a_lab_moved_whole_traces_its_samples_from_the_dataset_beside_its_runs(l
     the recorded name beside the run, checked by manifest hash, for the page, `glasslab trace` and batches."""
     import shutil
 
-    from glasslab.train.batches import trained_dataset
+    from glasslab.data.batches import trained_dataset
 
     moved = tmp_path / "moved"
     shutil.copytree(lab["lab"] / "sampled", moved / "sampled")

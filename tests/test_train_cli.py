@@ -193,7 +193,7 @@ def test_lab_step_trains_then_resumes_on_a_retry(tmp_path, dataset):
     from types import SimpleNamespace
 
     from glasslab.config import from_dict
-    from glasslab.train import RunConfig
+    from glasslab.train.run_config import RunConfig
     from glasslab.train.steps import train_step
 
     run_cfg = from_dict(RunConfig, tiny_run_config(dataset, max_steps=3))
@@ -241,8 +241,8 @@ def test_train_is_a_step_with_a_record_events_and_a_cached_rerun(tmp_path, datas
 def _step_config(config: Path):
     from glasslab import config as configs
     from glasslab.cli.progress import HOOK
-    from glasslab.data import manifest_hash
-    from glasslab.train import RunConfig
+    from glasslab.data.shards import manifest_hash
+    from glasslab.train.run_config import RunConfig
     from glasslab.train.steps import TrainStepConfig
 
     run = configs.load(RunConfig, config)  # the step names its dataset by manifest hash, not by path
@@ -266,7 +266,7 @@ import os, signal
 
 from glasslab.config import from_dict
 from glasslab.lab import Step
-from glasslab.train import RunConfig
+from glasslab.train.run_config import RunConfig
 from glasslab.train.hooks import TrainerHook
 from glasslab.train.steps import TrainStepConfig, run_training
 

@@ -12,7 +12,7 @@ import yaml
 from glasslab import config as configs
 from glasslab.cli import main as cli_main
 from glasslab.track import RunReader, read_record
-from glasslab.train import RunConfig
+from glasslab.train.run_config import RunConfig
 from test_track import read_wandb_offline
 from train_data import build_tiny_dataset, tiny_run_config
 

@@ -171,6 +171,11 @@ def _coerce(value: Any, tp: Any, path: str) -> Any:
         return _FrozenDict(
             {_coerce(k, key_tp, path): _coerce(v, val_tp, f"{path}.{k}") for k, v in value.items()}
         )
+    return _coerce_scalar(value, tp, path)
+
+
+def _coerce_scalar(value: Any, tp: Any, path: str) -> Any:
+    """``value`` checked as a bool, int (a whole float converts), float (an int converts) or str."""
     if tp is bool:
         if isinstance(value, bool):
             return value

@@ -4,8 +4,9 @@ Each subcommand lives in its own module here with ``add_parser(subparsers)``, wh
 subcommand and sets ``func(args) -> int``. Heavy imports happen inside ``func`` so ``--help`` is fast.
 
 Every failure a user can cause ends the same way: one line ``glasslab CMD: error: ...`` on stderr and
-exit status 2, never a traceback. A :class:`~glasslab.errors.UserError` carries its own line; an
-OS error about the user's paths (a read-only lab, a file where a folder belongs, a full disk) is
+exit status 2, never a traceback (a :class:`~glasslab.errors.SystemFailure` — the cluster under a
+command failed — is the same line with exit status 1). A :class:`~glasslab.errors.UserError` carries
+its own line; an OS error about the user's paths (a read-only lab, a file where a folder belongs, a full disk) is
 described here, once for every command, by :func:`describe_os_error`.
 """
 
@@ -19,7 +20,7 @@ import sys
 from pathlib import Path
 
 from glasslab import __version__
-from glasslab.errors import UserError
+from glasslab.errors import SystemFailure, UserError
 
 # Subcommand modules, in the order `glasslab --help` lists them.
 COMMANDS = ("demo", "data", "train", "sft", "dpo", "rl", "run", "ladder", "export", "eval", "chat", "serve", "publish",
@@ -108,6 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     command = getattr(args, "command_prog", f"glasslab {args.command}")
     try:
         return int(args.func(args) or 0)
+    except SystemFailure as exc:
+        print(f"{command}: error: {exc}", file=sys.stderr)
+        return 1
     except UserError as exc:
         message = str(exc)
     except OSError as exc:

@@ -30,7 +30,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from glasslab.cli.note import resolve_run_dir
-    from glasslab.train.batches import rebuild_batch
+    from glasslab.data.batches import rebuild_batch
 
     batch = rebuild_batch(resolve_run_dir(args.lab, args.run), args.step, args.attempt, args.rank)
     if args.json:

@@ -17,7 +17,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     data_sub = p.add_subparsers(dest="data_command", metavar="ACTION")
     data_sub.required = True
+    add_build_parser(data_sub)
+    add_report_parser(data_sub)
 
+
+def add_build_parser(data_sub: argparse._SubParsersAction) -> None:
     build = data_sub.add_parser(
         "build",
         help="sources → processing → tokenizer → shards (+ report.json)",
@@ -53,6 +57,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     build.add_argument("--quiet", action="store_true", help="no progress lines (what is skipped is still said)")
     build.set_defaults(func=run_build)
 
+
+def add_report_parser(data_sub: argparse._SubParsersAction) -> None:
     report = data_sub.add_parser(
         "report",
         help="write a dataset's composition report (report.json)",
@@ -100,7 +106,8 @@ def run_build(args: argparse.Namespace) -> int:
 
 def run_report(args: argparse.Namespace) -> int:
     from glasslab import config
-    from glasslab.data import MixtureConfig, make_report
+    from glasslab.data.config import MixtureConfig
+    from glasslab.data.report import make_report
     from glasslab.layout import REPORT_FILE, write_json_atomic
 
     mixture = config.load(MixtureConfig, args.mixture) if args.mixture else None

@@ -39,6 +39,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from glasslab.cli.run import print_verdict
+    from glasslab.data.batches import trained_dataset
     from glasslab.data.token_index import index_for
     from glasslab.experiments.demo import CARD, DPO_STEP, EXPORT_STEP, FULL, LADDER, QUICK, SFT_STEP, demo_steps
     from glasslab.lab import Executor
@@ -46,7 +47,6 @@ def run(args: argparse.Namespace) -> int:
     from glasslab.observatory.app import BackgroundServer
     from glasslab.observatory.publish import publish
     from glasslab.track import check_sinks
-    from glasslab.train.batches import trained_dataset
 
     console = Console(width=None if sys.stdout.isatty() else 160)
     lab = Path(args.lab)
@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     steps = demo_steps(QUICK if args.quick else FULL, device=args.device, threads=max(1, cores // args.jobs),
                        hero_threads=cores, sinks=sinks)
     executor = Executor(lab, backend=args.backend, jobs=args.jobs, address=args.address, retries=args.retries,
-                        re_register=args.re_register, narrate=True)
+                        re_register=args.re_register, force_registration=args.force_registration, narrate=True)
     report = executor.run(steps, experiment="demo", card=CARD)
     if not report.ok:
         raise UserError(f"demo: {', '.join(report.keys('failed')) or 'a step'} failed; see step.json in {lab}")

@@ -40,7 +40,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def task_config(spec: str, fewshot: int | None):
     """A TaskConfig from ``NAME[:DOMAIN]``, a ``.jsonl`` file, or a YAML/JSON task config file."""
     from glasslab import config as configs
-    from glasslab.evals import TaskConfig
+    from glasslab.evals.task import TaskConfig
 
     overrides = {} if fewshot is None else {"num_fewshot": fewshot}
     suffix = Path(spec).suffix

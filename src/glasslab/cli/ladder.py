@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from glasslab.cli.options import add_lab_option, split_config_items, step_lab
 from glasslab.errors import UserError
@@ -41,8 +42,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                      help="rung run folders, or one .csv/.json points file (default: every rung under --lab)")
     add_lab_option(fit)
     fit.add_argument("--ladder", default=None, help="only the rungs of this ladder (with --lab); names the fit")
-    fit.add_argument("--L-inf", dest="L_inf", required=True, metavar="NATS|free",
-                     help="the asymptote: a value to pin (nats/token) or 'free' to fit it")
+    fit.add_argument("--law", choices=("c", "nd"), default="c",
+                     help="c: L(C) = L_inf + A*C^-alpha (default); nd: E + A*N^-alpha + B*D^-beta on a points file "
+                     "with params and tokens, predicting --target-params/--target-tokens")
+    fit.add_argument("--L-inf", dest="L_inf", default=None, metavar="NATS|free",
+                     help="the asymptote of L(C): a value to pin (nats/token) or 'free' to fit it (required with "
+                     "--law c)")
+    fit.add_argument("--target-params", type=float, default=None, metavar="N",
+                     help="--law nd: the target run's parameters (non-embedding active, as the points' params)")
+    fit.add_argument("--target-tokens", type=float, default=None, metavar="D",
+                     help="--law nd: the target run's tokens (or forward area, as the points' tokens)")
     fit.add_argument("--sweep", nargs="+", type=float, default=[], metavar="NATS",
                      help="assumed asymptotes to tabulate; their span is the range a pinned L-inf is spread "
                      "over for the interval (default without a sweep: pinned value ± 0.3 nats)")
@@ -89,12 +98,14 @@ def parse_asymptote(text: str) -> float | None:
 
 def run_fit(args: argparse.Namespace) -> int:
     from glasslab.cli.train import step_name
-    from glasslab.lab import Step, run_one_step
     from glasslab.ladder.points import is_points_file, read_points
     from glasslab.ladder.runs import find_ladder_runs, read_rungs
     from glasslab.ladder.steps import FitStepConfig, fit_step
-    from glasslab.ladder.summary import summary_tables
 
+    if args.law == "nd":
+        return run_points_law(args)
+    if args.L_inf is None:
+        raise UserError("--L-inf: required with --law c; expected a number of nats per token or 'free'")
     L_inf = parse_asymptote(args.L_inf)
     if args.bootstrap < 1:
         raise UserError(f"--bootstrap {args.bootstrap}: expected at least 1 replicate")
@@ -125,10 +136,49 @@ def run_fit(args: argparse.Namespace) -> int:
     target = target or 10 * max(r.flops for r in rungs)
     config = FitStepConfig(ladder, target, L_inf, tuple(args.sweep), rungs=tuple(rungs),
                            num_bootstrap=args.bootstrap)
-    done = run_one_step(Step(step_name(f"{ladder}-fit"), fit_step, config, folder=args.out),
+    _fit_and_report(args, ladder, fit_step, config)
+    return 0
+
+
+def run_points_law(args: argparse.Namespace) -> int:
+    """``--law nd``: the end-point law on one points file, predicting the target run, through the gate."""
+    from glasslab.cli.train import step_name
+    from glasslab.ladder.points import is_points_file, read_points
+    from glasslab.ladder.steps import PointsLawConfig, points_law_step
+
+    if len(args.runs) != 1 or not is_points_file(args.runs[0]):
+        raise UserError(f"--law nd: {' '.join(args.runs) or 'no file'}: expected one .csv/.json points file with "
+                        "params, tokens and loss")
+    if args.target_params is None or args.target_tokens is None:
+        raise UserError("--law nd: expected --target-params N and --target-tokens D (the run to predict)")
+    rungs, notes = read_points(args.runs[0])
+    for note in notes:
+        print(note, file=sys.stderr)
+    ladder = args.ladder or step_name(Path(args.runs[0]).stem)
+    target = (args.target_params, args.target_tokens)
+    _fit_and_report(args, ladder, points_law_step, PointsLawConfig(ladder, tuple(rungs), target, args.bootstrap))
+    return 0
+
+
+def _fit_and_report(args: argparse.Namespace, ladder: str, step_fn: Any, config: object) -> None:
+    """Run the fit step ``step_fn`` on ``config``, print the summary and the gate's verdict."""
+    from glasslab.cli.train import step_name
+    from glasslab.lab import Step, run_one_step
+    from glasslab.ladder.fit import read_fit
+    from glasslab.ladder.summary import summary_tables
+    from glasslab.layout import FIT_FILE
+
+    done = run_one_step(Step(step_name(f"{ladder}-fit"), step_fn, config, folder=args.out),
                         step_lab(args.lab, args.out))
     console = _console()
     for table in summary_tables(done.folder):
         console.print(table)
     print(f"{'cached: ' if done.status == 'cached' else ''}{done.folder}: fit.json and figures")
-    return 0
+    print(gate_line(read_fit(done.folder / FIT_FILE)))
+
+
+def gate_line(fit: dict) -> str:
+    """The registration gate's verdict in one line (then one line per reason and flag)."""
+    gate = fit.get("gate") or {"registered": False, "reasons": ["no gate record"], "flags": []}
+    head = "registration gate: " + ("REGISTERS" if gate["registered"] else "REFUSES")
+    return "\n".join([head, *(f"  refuses: {r}" for r in gate["reasons"]), *(f"  flags: {f}" for f in gate["flags"])])

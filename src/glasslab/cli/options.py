@@ -29,7 +29,7 @@ def split_config_items(items: list[str], what: str = "config") -> tuple[Path | N
 
 def add_executor_options(parser: argparse.ArgumentParser) -> None:
     """Where and how an experiment's steps run: ``--backend``, ``--address``, ``--jobs`` is the
-    caller's (defaults differ), ``--retries``, ``--re-register``."""
+    caller's (defaults differ), ``--retries``, ``--re-register``, ``--force-registration``."""
     parser.add_argument("--backend", choices=("local", "ray"), default="local",
                         help="local: steps as subprocesses here (default); ray: steps as Ray tasks")
     parser.add_argument("--address", default=None, help="Ray cluster address (default: start a local Ray)")
@@ -39,6 +39,9 @@ def add_executor_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--re-register", action="store_true",
                         help="let steps replace a prediction already in the lab's registry with other "
                         "numbers (recorded as an incident); without it they refuse")
+    parser.add_argument("--force-registration", action="store_true",
+                        help="run a ladder's hero even though the registration gate refused its fit; the "
+                        "registry, the hero's run, the page and the card mark the prediction FORCED")
 
 
 def step_lab(lab: str | Path, pinned: str | Path | None) -> Path:

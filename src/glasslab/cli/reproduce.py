@@ -5,7 +5,8 @@
     glasslab reproduce lab/my-run-1a2b3c4d                  # a run folder
 
 Prints, per published checkpoint, "bit-identical" or where the replay first differs; exit 0 when every
-compared checkpoint is bit-identical, 1 when one differs.
+compared checkpoint is bit-identical, 1 when one differs. A checkout with uncommitted changes the run was not
+trained with is refused unless ``--allow-dirty``, which marks every line of the report.
 """
 
 from __future__ import annotations
@@ -29,19 +30,22 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="train only this many steps (the schedule stays the whole run's); default: to the end")
     p.add_argument("--allow-other-commit", action="store_true",
                    help="replay on this checkout even when the run was trained at another commit")
+    p.add_argument("--allow-dirty", action="store_true",
+                   help="replay on a checkout with uncommitted changes the run was not trained with "
+                   "(every line of the report is marked)")
     add_lab_option(p, "lab root the replay (and a rebuilt dataset) goes into")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from glasslab.errors import UserError
-    from glasslab.observatory.published import read_published
-    from glasslab.train import reproduce
+    from glasslab.reproduce import replay as reproduce
+    from glasslab.reproduce.published import read_published
 
     if args.until is not None and args.until < 1:
         raise UserError(f"--until {args.until}: expected a step >= 1")
     published = read_published(args.source)
-    reproduce.check_replayable(published, args.allow_other_commit)
+    reproduce.check_replayable(published, args.allow_other_commit, args.allow_dirty)
     lab = Path(args.lab)
     dataset = reproduce.find_or_build_dataset(published, lab)
     folder = reproduce.replay(published, lab, dataset, args.until)

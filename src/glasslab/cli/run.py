@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     steps = load_experiment(args.experiment)
     name = experiment_name(args.experiment)
     executor = Executor(args.lab, backend=args.backend, jobs=args.jobs, address=args.address, retries=args.retries,
-                        re_register=args.re_register, narrate=True)
+                        re_register=args.re_register, force_registration=args.force_registration, narrate=True)
     report = executor.run(steps, force=args.force, dry_run=args.dry_run, experiment=name,
                           card=experiment_card(args.experiment))
     if args.dry_run:

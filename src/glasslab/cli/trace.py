@@ -17,10 +17,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="Tokenize TEXT with the dataset's tokenizer and print its maximal spans of at least "
         "--min-tokens tokens found verbatim in the dataset's training shards, each with how often it occurs "
         "and its first source documents (domain, source, file and line or module). Spans made of common "
-        "tokens (unigram probability above --max-prob) are dropped and counted. The suffix-array index is "
-        "a lab step of its own, <lab>/index-<hash8>, built the first time a dataset is traced. Without TEXT it "
-        "only builds the index (the run page's samples and glasslab chat --trace use it). RUN is a run id or "
-        "run folder (its dataset is traced); DATASET is a built dataset's folder.",
+        "tokens (unigram probability above --max-prob) are dropped and counted. Spans the held-out split holds "
+        "(text the model was not trained on) are printed after them, with their held-out documents. The "
+        "suffix-array index is a lab step of its own, <lab>/index-<hash8>, built the first time a dataset is "
+        "traced. Without TEXT it only builds the index (the run page's samples and glasslab chat --trace use "
+        "it). RUN is a run id or run folder (its dataset is traced); DATASET is a built dataset's folder.",
     )
     p.add_argument("target", metavar="RUN|DATASET", help="run id, run folder or dataset folder")
     p.add_argument("text", nargs="?", help="the text to trace (without it: build the index and say where it is)")
@@ -37,8 +38,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def dataset_of(lab: str, target: str) -> Path:
     """The dataset folder ``target`` names: a dataset folder, or a run (id or folder) whose dataset it is."""
+    from glasslab.data.batches import trained_dataset
     from glasslab.layout import MANIFEST_FILE, METRICS_DB
-    from glasslab.train.batches import trained_dataset
 
     if (Path(target) / MANIFEST_FILE).is_file():
         return Path(target)
@@ -66,7 +67,8 @@ def run(args: argparse.Namespace) -> int:
               f"{index.folder}")
         return 0
     traced = TextTracer(dataset, index).trace(
-        args.text, args.min_tokens, args.max_docs, None if args.max_prob is None else math.log10(args.max_prob))
+        args.text, args.min_tokens, args.max_docs, None if args.max_prob is None else math.log10(args.max_prob),
+        heldout=True)
     if args.json:
         print(json.dumps({"dataset": str(dataset), "manifest_hash": index.info["manifest_hash"],
                           "index": str(index.folder), **traced}, indent=1))
@@ -76,17 +78,30 @@ def run(args: argparse.Namespace) -> int:
 
 
 def print_traced(traced: dict, info: dict) -> None:
-    """The spans of a traced text, each with its count and source documents, as ``glasslab trace`` prints them."""
-    from glasslab.cli.batch import describe_source
-
+    """The spans of a traced text, each with its count and source documents, as ``glasslab trace`` prints them:
+    those in the training data, then those in the held-out split (text the model was not trained on)."""
     dropped, cutoff = traced["dropped_common"], traced["max_log10_unigram_prob"]
+    heldout = traced.get("heldout_spans") or []
+    whole = any(span["start"] == 0 and span["end"] == traced["tokens"] for span in heldout)
     print(f"{traced['tokens']} tokens; {len(traced['spans'])} span(s) of >= {traced['min_tokens']} tokens found in "
           f"the training data of {info['manifest_hash'][:16]} ({info['tokens']:,} tokens)"
           + (f"; {dropped} more dropped as common (unigram probability > 1e{cutoff:.1f})" if dropped else ""))
+    if heldout:
+        print(("the whole text is" if whole else f"{len(heldout)} span(s) are") + " in the held-out split "
+              f"({info['heldout_tokens']:,} tokens), which the model was not trained on: see below")
     for span in traced["spans"]:
-        print(f"\n=== tokens {span['start']}..{span['end']} · {span['count']} occurrence(s) · "
-              f"unigram probability 1e{span['log10_unigram_prob']:.0f}"
-              + (f" · also {span['heldout_count']}x in the held-out split" if span["heldout_count"] else "") + " ===")
-        print(span["text"])
-        for document in span["documents"]:
-            print(f"  <- {document['domain']} document {document['document']} · {describe_source(document['source'])}")
+        also = f" · also {span['heldout_count']}x in the held-out split" if span["heldout_count"] else ""
+        _print_span(span, "", also)
+    for span in heldout:
+        _print_span(span, " in the held-out split", "")
+
+
+def _print_span(span: dict, where: str, also: str) -> None:
+    from glasslab.cli.batch import describe_source
+
+    print(f"\n=== tokens {span['start']}..{span['end']} · {span['count']} occurrence(s){where} · "
+          f"unigram probability 1e{span['log10_unigram_prob']:.0f}{also} ===")
+    print(span["text"])
+    kind = "held-out document" if where else "document"
+    for document in span["documents"]:
+        print(f"  <- {document['domain']} {kind} {document['document']} · {describe_source(document['source'])}")

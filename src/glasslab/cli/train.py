@@ -48,16 +48,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from glasslab import config as configs
     from glasslab.cli.data_build import data_build_step
-    from glasslab.cli.note import resolve_run_dir
     from glasslab.cli.progress import HOOK
-    from glasslab.data import manifest_hash
+    from glasslab.data.shards import manifest_hash
     from glasslab.lab import Step, make_plan, run_one_step
     from glasslab.track import check_sinks
-    from glasslab.train import RunConfig
     from glasslab.train.build import check_inputs
-    from glasslab.train.checkpoint import checkpoint_config
-    from glasslab.train.fork import ForkPoint
     from glasslab.train.run import check_fresh, check_resumable
+    from glasslab.train.run_config import RunConfig
     from glasslab.train.steps import TrainingPreempted, TrainStepConfig, train_step
 
     if args.example:
@@ -70,28 +67,7 @@ def run(args: argparse.Namespace) -> int:
     config_path, overrides = split_config_items(args.items, "run config")
     run_dir = Path(args.run_dir) if args.run_dir else None
     lab = step_lab(args.lab, run_dir)
-    fork, record_extra = None, {}
-    if args.fork:
-        parent_ref, sep, step = args.fork.rpartition("@")
-        if not sep or not step.isdigit():
-            raise UserError(f"--fork {args.fork!r}: expected RUN@STEP, e.g. my-run@200")
-        fork = ForkPoint.at(resolve_run_dir(str(lab), parent_ref), int(step))
-        if config_path is None and not fork.checkpoint.is_dir():
-            raise UserError(f"--fork {args.fork!r}: no checkpoint at step {step} in {fork.run_dir}")
-        base = configs.read_file(config_path) if config_path else checkpoint_config(fork.checkpoint)
-        name = f"{fork.run}-fork{fork.step}"
-    elif config_path is not None:
-        base, name = configs.read_file(config_path), step_name(config_path.stem)
-    elif args.resume and run_dir is not None:
-        recorded = _recorded_step_config(run_dir)
-        base, fork, record_extra = configs.to_dict(recorded.run), recorded.fork, dict(recorded.record_extra)
-        base["data"]["path"] = recorded.data_path or base["data"]["path"]
-        name = _recorded_name(run_dir)
-    else:
-        raise UserError("expected a run config file (glasslab train CONFIG [KEY=VALUE ...])")
-    if "sft" in base:  # run configs had an sft: section before post-training became its own command
-        raise UserError(f"{config_path or args.run_dir}: an sft: section is not a training run's; fine-tune with "
-                        "`glasslab sft BASE CONVERSATIONS...` (no data mixture asked for)")
+    base, name, fork, record_extra = _starting_config(args, config_path, run_dir, lab)
     run_cfg = configs.from_dict(RunConfig, configs.apply_overrides(base, overrides))
     check_sinks(run_cfg.train.sinks)  # a missing sink package: one line before any data is built
     # The dataset is named by what it is: a data build (a dependency step, built first when needed) or a
@@ -122,12 +98,50 @@ def run(args: argparse.Namespace) -> int:
                   "resumes it" + ("" if run_dir is None else " with --resume"))
         return 0
     if main_rank:
-        result = done.value or {}
-        loss = result.get("eval/macro/loss")
-        status = result.get("status", "finished") + (" before (cached)" if done.status == "cached" else "")
-        print(f"{done.folder}: {status} at step {result.get('step')}"
-              + (f", eval/macro/loss {loss:.4f}" if loss is not None else ""))
+        _print_outcome(done)
     return 0
+
+
+def _starting_config(args: argparse.Namespace, config_path: Path | None, run_dir: Path | None, lab: Path):
+    """The run config to start from, as plain data, and the step's name, fork point and extra ``run.json``
+    fields: from the config file, the forked run's checkpoint, or the run being resumed."""
+    from glasslab import config as configs
+    from glasslab.cli.note import resolve_run_dir
+    from glasslab.train.checkpoint import checkpoint_config
+    from glasslab.train.fork import ForkPoint
+
+    fork, record_extra = None, {}
+    if args.fork:
+        parent_ref, sep, step = args.fork.rpartition("@")
+        if not sep or not step.isdigit():
+            raise UserError(f"--fork {args.fork!r}: expected RUN@STEP, e.g. my-run@200")
+        fork = ForkPoint.at(resolve_run_dir(str(lab), parent_ref), int(step))
+        if config_path is None and not fork.checkpoint.is_dir():
+            raise UserError(f"--fork {args.fork!r}: no checkpoint at step {step} in {fork.run_dir}")
+        base = configs.read_file(config_path) if config_path else checkpoint_config(fork.checkpoint)
+        name = f"{fork.run}-fork{fork.step}"
+    elif config_path is not None:
+        base, name = configs.read_file(config_path), step_name(config_path.stem)
+    elif args.resume and run_dir is not None:
+        recorded = _recorded_step_config(run_dir)
+        base, fork, record_extra = configs.to_dict(recorded.run), recorded.fork, dict(recorded.record_extra)
+        base["data"]["path"] = recorded.data_path or base["data"]["path"]
+        name = _recorded_name(run_dir)
+    else:
+        raise UserError("expected a run config file (glasslab train CONFIG [KEY=VALUE ...])")
+    if "sft" in base:  # run configs had an sft: section before post-training became its own command
+        raise UserError(f"{config_path or args.run_dir}: an sft: section is not a training run's; fine-tune with "
+                        "`glasslab sft BASE CONVERSATIONS...` (no data mixture asked for)")
+    return base, name, fork, record_extra
+
+
+def _print_outcome(done) -> None:
+    """One line: the run's folder, how it ended (or that it had finished before) and its last eval loss."""
+    result = done.value or {}
+    loss = result.get("eval/macro/loss")
+    status = result.get("status", "finished") + (" before (cached)" if done.status == "cached" else "")
+    print(f"{done.folder}: {status} at step {result.get('step')}"
+          + (f", eval/macro/loss {loss:.4f}" if loss is not None else ""))
 
 
 def _built_dataset(data_step, lab: Path) -> Path:

@@ -21,7 +21,8 @@ def add_tuning_options(p: argparse.ArgumentParser, data: str) -> None:
                    help=f"JSONL files of {data.lower()} (or 'builtin'), then overrides of the step's config such "
                    "as train.optimizer.lr=3e-4")
     p.add_argument("--heldout", action="append", default=[], metavar="FILE",
-                   help="held-out records (repeatable); default: a seeded 5%% of the others")
+                   help="held-out records (repeatable); default: a seeded 5%% of the others, at least 32 but never "
+                   "more than a fifth")
     p.add_argument("--steps", type=int, default=None, metavar="N", help="optimiser steps (train.max_steps)")
     p.add_argument("--seq-len", type=int, default=None, metavar="N",
                    help="tokens per row (train.seq_len; the batch keeps its rows per step)")
@@ -47,7 +48,7 @@ def split_items(items: list[str], data: str) -> tuple[list[str], list[str]]:
 
 
 def step_config(cls: type, args: argparse.Namespace, overrides: list[str]) -> Any:
-    """The step config ``cls`` (SFTStepConfig, DPOStepConfig) from its defaults, the flags and ``overrides``
+    """The tuning step's config ``cls`` (SFTStepConfig, DPOStepConfig) from its defaults, the flags and ``overrides``
     (``train.…``, ``sft.…``/``dpo.…``)."""
     from glasslab import config as configs
 

@@ -245,14 +245,14 @@ class Build:
         counts = slot_counts(work, self.kept_limits, "bands")
         buckets = [Task(f"{i:04d}", bucket_stage, PartitionArgs(work, held, a, b, self.exact_removed),
                         self._share(counts, a, b)) for i, (a, b) in enumerate(slot_ranges(counts))]
-        self.runner.run("buckets", buckets)
+        self.runner.run("buckets", buckets, counts="candidate pairs")
         pairs = sum(np.diff(np.load(task_folder(work, "buckets", t.id) / "pairs.slots.npy")) for t in buckets)
         ids = tuple(t.id for t in buckets)
         verify = [Task(f"{i:04d}", verify_stage, VerifyArgs(work, ids, a, b, cfg.dedup), self._share(pairs, a, b))
                   for i, (a, b) in enumerate(slot_ranges(pairs))]
-        self.runner.run("verify", verify)
+        self.runner.run("verify", verify, counts="pairs similar")
         self.runner.run("clusters", [Task("0000", cluster_stage, (work, tuple(t.id for t in verify)),
-                                          self.total_bytes)])
+                                          self.total_bytes)], counts="near-duplicate docs to remove")
         self.near_removed = (str(task_folder(work, "clusters", "0000") / "removed.npy"),)
 
     # --- survivors, eval split, decontamination ----------------------------------------------------
@@ -302,7 +302,7 @@ class Build:
     def decontaminate(self) -> None:
         tasks = [Task(f"{i:06d}", ngram_stage, NgramArgs(self.work, i, self.cfg.eval.ngram_words),
                       self.read_results[i]["kept_bytes"]) for i in sorted(self.read_results)]
-        self.runner.run("ngrams", tasks)
+        self.runner.run("ngrams", tasks, counts="docs holding a held-out n-gram")
         counts = np.zeros(len(np.load(self.work / "eval" / "ngrams.npy")), dtype=np.int64)
         for task in tasks:
             counts += np.load(task_folder(self.work, "ngrams", task.id) / "counts.npy")
@@ -319,7 +319,8 @@ class Build:
         order = tuple((d, tuple(i for i in sorted(self.read_results) if self.domain(i) == d)) for d in domains)
         tok = cfg.tokenizer
         sample = TokenizerArgs(work, order, tok.sample_bytes, tok.vocab_size, tok.min_frequency)
-        self.runner.run("tokenizer", [Task("0000", tokenizer_stage, sample, min(tok.sample_bytes, self.total_bytes))])
+        self.runner.run("tokenizer", [Task("0000", tokenizer_stage, sample, min(tok.sample_bytes, self.total_bytes))],
+                        counts="docs sampled")
         tokenizer_json = task_folder(work, "tokenizer", "0000") / TOKENIZER_DIR / "tokenizer.json"
         bases = self._line_bases()
         tasks = [Task(f"{i:06d}", tokenize_stage, TokenizeArgs(work, i, tokenizer_json, bases.get(i, 0)),

@@ -1,12 +1,15 @@
 """What a running build tells: one live line per stage on the console, and a progress file for the page.
 
-The line reads ``[data build] verify        12/40 tasks  34.2 MB/s  kept 10,552 docs  ETA 0:41`` and is
+The line reads ``[data build] read          12/40 tasks  34.2 MB/s  10,552 docs kept  ETA 0:41`` and is
 redrawn in place on a terminal (elsewhere — a step's log — it is printed every :data:`LOG_EVERY_S`
 seconds and when the stage ends). MB/s is the stage's input (UTF-8 bytes of the documents its tasks
 take in; the input files' bytes for reading) per second of wall time; the ETA assumes the remaining
-tasks go at the same rate. ``build-progress.json`` in the dataset's folder (``layout.BUILD_PROGRESS``)
-holds the same numbers for every stage so far; the data page shows a build in progress from it, and
-``build.json`` keeps the finished stages' numbers (``stages``).
+tasks go at the same rate. The count after MB/s is what the stage's tasks put out, labelled with what it
+counts (``counts``): documents kept for most stages, but candidate pairs for ``buckets``, pairs found similar
+for ``verify``, near-duplicates to remove for ``clusters``, documents holding a held-out n-gram for
+``ngrams``, documents sampled for ``tokenizer``. ``build-progress.json`` in the dataset's folder
+(``layout.BUILD_PROGRESS``) holds the same numbers for every stage so far; the data page shows a build in
+progress from it, and ``build.json`` keeps the finished stages' numbers (``stages``).
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ class StageStats:
     input_bytes: int = 0
     documents_in: int = 0
     documents_kept: int = 0
+    """What the stage's tasks put out, in the unit ``counts`` names (documents kept, for most stages)."""
+    counts: str = "docs kept"
     seconds: float = 0.0
     reruns: int = 0
     status: str = "running"
@@ -77,8 +82,8 @@ class Progress:
         self._clear()
         print(f"[data build] warning: {message}", file=sys.stderr, flush=True)
 
-    def start(self, stage: str, tasks: int) -> StageStats:
-        stats = StageStats(stage, tasks)
+    def start(self, stage: str, tasks: int, counts: str = "docs kept") -> StageStats:
+        stats = StageStats(stage, tasks, counts=counts)
         self.stages.append(stats)
         self._stage_start = time.perf_counter()
         self._logged = time.monotonic()  # off a terminal, the first line comes LOG_EVERY_S into the stage
@@ -127,7 +132,7 @@ class Progress:
     @staticmethod
     def _line(s: StageStats) -> str:
         text = (f"[data build] {s.stage:<14} {s.tasks_done:>5}/{s.tasks} tasks  {s.mb_per_s:7.1f} MB/s  "
-                f"kept {s.documents_kept:,} docs")
+                f"{s.documents_kept:,} {s.counts}")
         if s.status == "done":
             return text + f"  in {s.seconds:.1f} s" + (f" ({s.tasks_reused} reused)" if s.tasks_reused else "")
         fresh = s.tasks_done - s.tasks_reused

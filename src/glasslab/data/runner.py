@@ -11,12 +11,15 @@ Executors (``--backend``, ``--workers N``):
 - ``local``: a pool of ``N`` forked processes (``N == 1``: this process, no pool). A worker that dies
   mid-task (killed, out of memory) breaks the pool; the tasks that were running are rerun on a fresh
   pool, said once on the console and recorded (``build.json``: ``reruns``). A task that takes
-  :data:`MAX_ATTEMPTS` workers down with it fails the build naming it.
+  :data:`MAX_ATTEMPTS` workers down with it fails the build naming it. A worker never outlives the build
+  that started it: a thread in each notices when its parent is gone (a build killed with SIGKILL) and ends
+  it, as the lab's step processes do; its task's folder has no marker, so the next build runs it again.
 - ``ray``: every task a Ray task asking for one CPU, at most ``N`` in flight (default: the cluster's
   CPUs); the Ray the lab's steps use (``lab/ray_backend.py``): joined at ``--address``, or the cluster
   the enclosing step runs on (the lab's Ray backend names it in :data:`RAY_ADDRESS_ENV`), or a local Ray
-  started here. A worker Ray loses is handled as above. The work folder must be on storage every node
-  sees, as the lab root is.
+  started here. A worker Ray loses is handled as above; Ray itself failing (its raylet lost, say) ends the
+  build with one line, a :class:`~glasslab.errors.SystemFailure`, keeping the finished tasks for the next
+  run. The work folder must be on storage every node sees, as the lab root is.
 
 A :class:`~glasslab.errors.UserError` raised by a task (a damaged file) stops the build with its one
 line.
@@ -28,6 +31,7 @@ import os
 import shutil
 import signal
 import socket
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -38,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from glasslab.data.progress import Progress, StageStats
-from glasslab.errors import UserError
+from glasslab.errors import SystemFailure, UserError
 from glasslab.lab.attempt import RAY_ADDRESS_ENV
 from glasslab.layout import read_json, write_json_atomic
 
@@ -49,6 +53,8 @@ KILL_TASK_ENV = "GLASSLAB_DATA_KILL_TASK"
 """Fault injection for tests: ``<stage>/<task id>`` makes the worker running that task SIGKILL itself,
 once per work folder (a real kill of a real worker, at a known moment)."""
 WAIT_S = 0.25
+PARENT_CHECK_S = 0.5
+"""How often a pool worker looks whether the build that started it is still alive."""
 
 
 @dataclass(frozen=True)
@@ -89,6 +95,19 @@ def execute(fn: Callable[[Any, Path], dict], arg: Any, folder: str, kill_mark: s
     return result
 
 
+def _exit_with_parent(parent_pid: int) -> None:
+    """A pool worker's initializer: a daemon thread ends the worker (``os._exit``) once ``parent_pid`` is no
+    longer its parent. A worker waiting for its next task would otherwise wait forever after a SIGKILL of
+    the build, since nothing closes its queue."""
+    threading.Thread(target=_exit_when_orphaned, args=(parent_pid,), name="parent-watch", daemon=True).start()
+
+
+def _exit_when_orphaned(parent_pid: int) -> None:
+    while os.getppid() == parent_pid:
+        time.sleep(PARENT_CHECK_S)
+    os._exit(128 + signal.SIGKILL)
+
+
 class TaskRunner:
     """Runs stages of tasks under ``work`` with ``workers`` at once on ``backend`` (``local`` or ``ray``)."""
 
@@ -107,13 +126,14 @@ class TaskRunner:
     # --- the stage loop --------------------------------------------------------------------------
 
     def run(self, stage: str, tasks: list[Task], skip: Callable[[Task, dict[str, dict]], bool] | None = None,
-            ) -> dict[str, dict]:
+            counts: str = "docs kept") -> dict[str, dict]:
         """Run ``tasks`` (those without a completion marker) and return every finished task's result by id.
 
         ``skip(task, results)``, asked just before a task would start, may leave it out (it then has no
-        result); ``results`` holds the tasks finished so far.
+        result); ``results`` holds the tasks finished so far. ``counts`` names what the tasks'
+        ``documents_kept`` count, for the progress line.
         """
-        stats = self.progress.start(stage, len(tasks))
+        stats = self.progress.start(stage, len(tasks), counts)
         folder = self.work / stage
         folder.mkdir(parents=True, exist_ok=True)
         results: dict[str, dict] = {}
@@ -193,6 +213,17 @@ class TaskRunner:
     def _run_ray(self, stage, pending, results, stats, skip) -> None:
         import ray
 
+        try:
+            self._ray_loop(stage, pending, results, stats, skip)
+        except ray.exceptions.RayError as exc:  # not a task's error nor a lost worker: Ray itself went wrong
+            cause = (str(exc).strip().splitlines() or [""])[0]
+            raise SystemFailure(f"data build: Ray failed during {stage} ({type(exc).__name__}: {cause}); the "
+                                f"finished tasks are kept in {self.work}: run the same build again to resume "
+                                "from them") from None
+
+    def _ray_loop(self, stage, pending, results, stats, skip) -> None:
+        import ray
+
         attempts: dict[str, int] = {}
         running: dict[Any, Task] = {}
         while pending or running:
@@ -241,7 +272,8 @@ class TaskRunner:
             import multiprocessing
 
             # fork, not spawn: no re-import of the caller's __main__, and workers start in milliseconds
-            self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("fork"))
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("fork"),
+                                             initializer=_exit_with_parent, initargs=(os.getpid(),))
         return self._pool
 
     def _drop_pool(self, wait: bool = False) -> None:

@@ -12,10 +12,11 @@ find it with :func:`index_folder` or :func:`built_index`). Its files, all memory
                  2**31 tokens (4 bytes per token)
     ends.npy     int64 end (exclusive) of every document in tokens.npy, to map a hit to its document
     counts.npy   int64 count of each token id: the unigram probabilities of the rarity cutoff
-    heldout.tokens.npy, heldout.sa.npy
-                 the same for the held-out (eval) split, to mark spans it holds too
+    heldout.tokens.npy, heldout.sa.npy, heldout.ends.npy
+                 the same for the held-out (eval) split: to mark spans it holds too, and to say which
+                 held-out documents hold a text that the training data does not
     index.json   written last: the manifest hash, dtype, token and document counts, and each domain's
-                 first document in ends.npy
+                 first document in ends.npy (``first_document``; ``heldout_first_document``)
 
 The build sorts the suffixes of the tokens' big-endian bytes with libdivsufsort (``pydivsufsort``) and
 keeps those starting on a token boundary: byte order at token starts is token order.
@@ -25,6 +26,8 @@ key: about 30 comparisons, each a slice of the mapped file). :meth:`TokenIndex.t
 start in the text, the longest prefix found in the training data (its neighbours in suffix order share
 the longest prefix), keeps the maximal spans of at least ``min_tokens``, and drops common ones by their
 unigram probability (see :func:`default_cutoff`); each kept span is counted in the held-out split too.
+The same search over the held-out split (``split="heldout"``) finds the spans of a text that the
+held-out documents hold, and which ones.
 """
 
 from __future__ import annotations
@@ -44,8 +47,9 @@ from glasslab.layout import json_text, read_json, write_text_atomic
 
 INDEX_FILE = "index.json"
 HELDOUT_PREFIX = "heldout."
-"""The held-out (eval) split's tokens and suffix array: ``heldout.tokens.npy``, ``heldout.sa.npy``."""
-FORMAT = "glasslab-token-index/1"
+"""The held-out (eval) split's files: ``heldout.tokens.npy``, ``heldout.sa.npy``, ``heldout.ends.npy``."""
+FORMAT = "glasslab-token-index/2"
+"""2: the held-out split's document ends too (``heldout.ends.npy``, ``heldout_first_document``)."""
 
 FIRST_HITS = 4096
 """A span's documents come from its first hits in data order, among at most this many of them."""
@@ -70,6 +74,8 @@ class IndexConfig:
     """Where the dataset is: not part of the step's identity, so a lab moved or rebuilt elsewhere (another
     path, the same data) finds the same ``index-<hash8>``."""
     manifest_hash: str
+    format: str = FORMAT
+    """The index's file format: an index of another format is another step, built again once."""
 
 
 def index_step(ctx) -> dict:
@@ -106,16 +112,18 @@ def build_index(dataset_dir: str | Path, out_dir: str | Path) -> dict:
         tokens = np.concatenate(parts).astype(dtype.newbyteorder(">"))
         np.save(out / f"{prefix}tokens.npy", tokens)
         np.save(out / f"{prefix}sa.npy", suffix_array(tokens, pydivsufsort.divsufsort))
+        np.save(out / f"{prefix}ends.npy", np.concatenate(ends) if ends else np.zeros(0, np.int64))
         if split == "train":
-            np.save(out / "ends.npy", np.concatenate(ends))
             vocab = int(manifest.get("vocab_size") or (int(tokens.max()) + 1 if len(tokens) else 1))
             np.save(out / "counts.npy", np.bincount(tokens.astype(np.int64), minlength=vocab))
             info.update(tokens=int(len(tokens)), documents=documents, first_document=first_document)
         else:
-            info.update(heldout_tokens=int(len(tokens)), heldout_documents=documents)
+            info.update(heldout_tokens=int(len(tokens)), heldout_documents=documents,
+                        heldout_first_document=first_document)
     info.update(build_seconds=round(time.perf_counter() - started, 3),
                 index_bytes=sum((out / name).stat().st_size
-                                for name in ("sa.npy", "ends.npy", "counts.npy", f"{HELDOUT_PREFIX}sa.npy")),
+                                for name in ("sa.npy", "ends.npy", "counts.npy", f"{HELDOUT_PREFIX}sa.npy",
+                                             f"{HELDOUT_PREFIX}ends.npy")),
                 token_bytes=sum((out / f"{prefix}tokens.npy").stat().st_size for prefix in ("", HELDOUT_PREFIX)))
     write_text_atomic(out / INDEX_FILE, json_text(info))
     return info
@@ -161,33 +169,39 @@ def built_index(dataset_dir: str | Path, lab_root: str | Path):
 
 @dataclass
 class Span:
-    """A maximal span of the traced text found verbatim in the training data."""
+    """A maximal span of the traced text found verbatim in one split of the data (training, or held-out)."""
 
     start: int
     """First token of the span in the traced text."""
     end: int
     """One past its last token."""
     count: int
-    """How often the training data holds it."""
+    """How often the split searched holds it."""
     log10_unigram_prob: float
     """log10 of the product of its tokens' unigram probabilities (the product itself underflows)."""
     documents: list[tuple[str, int]] = field(default_factory=list)
-    """Up to ``max_docs`` (domain, document index in its training shard), in training-data order."""
+    """Up to ``max_docs`` (domain, document index in its shard of that split), in data order."""
     heldout_count: int = 0
-    """How often the held-out split holds it too (text the model was not trained on)."""
+    """How often the held-out split holds it too (text the model was not trained on; 0 when the split
+    searched is the held-out one)."""
     hits: list[int] = field(default_factory=list)
-    """Where (token position in the index's training tokens) it occurs first in each of ``documents``."""
+    """Where (token position in the split's tokens) it occurs first in each of ``documents``."""
 
 
 class SortedSuffixes:
-    """One split's tokens and suffix array, memory-mapped: ranges and longest matches of token sequences."""
+    """One split's tokens, suffix array and document ends, memory-mapped: ranges and longest matches of token
+    sequences, and the document (domain, index in its shard) at a position."""
 
-    def __init__(self, folder: Path, prefix: str, tokens: int, dtype: np.dtype) -> None:
+    def __init__(self, folder: Path, prefix: str, tokens: int, dtype: np.dtype, first_document: dict[str, int]
+                 ) -> None:
         self.width, self.dtype = dtype.itemsize, dtype.newbyteorder(">")
         self.sa = np.load(folder / f"{prefix}sa.npy", mmap_mode="r")
         with open(folder / f"{prefix}tokens.npy", "rb") as handle:
             self._map = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) if tokens else b""
         self._base = len(self._map) - tokens * self.width
+        self.ends = np.load(folder / f"{prefix}ends.npy")
+        self.domains = sorted(first_document, key=first_document.get)
+        self.firsts = np.array([first_document[d] for d in self.domains], np.int64)
 
     def _key(self, length: int):
         base, width, data = self._base, self.width, self._map
@@ -217,10 +231,25 @@ class SortedSuffixes:
                 best = max(best, _common_prefix(query, key(self.sa[neighbour])))
         return best // self.width
 
+    def document_of(self, position: int) -> tuple[str, int]:
+        """The (domain, document index in its shard of this split) holding token ``position``."""
+        document = int(np.searchsorted(self.ends, position, side="right"))
+        slot = int(np.searchsorted(self.firsts, document, side="right")) - 1
+        return self.domains[slot], document - int(self.firsts[slot])
+
+    def around(self, position: int, length: int, context: int) -> tuple[np.ndarray, np.ndarray]:
+        """Up to ``context`` tokens of the document before and after the ``length`` tokens at ``position``
+        (its end-of-text token left out)."""
+        document = int(np.searchsorted(self.ends, position, side="right"))
+        first = int(self.ends[document - 1]) if document else 0
+        last = int(self.ends[document]) - 1
+        return (self.tokens(max(first, position - context), position),
+                self.tokens(position + length, min(last, position + length + context)))
+
 
 class TokenIndex:
-    """An index built by :func:`build_index`, memory-mapped: the training split (``train``, with its
-    documents and unigram counts) and the held-out split (``heldout``, to mark spans found there too)."""
+    """An index built by :func:`build_index`, memory-mapped: the training split (``train``, with its unigram
+    counts) and the held-out split (``heldout``)."""
 
     def __init__(self, folder: str | Path) -> None:
         self.folder = Path(folder)
@@ -229,46 +258,35 @@ class TokenIndex:
             raise UserError(f"{self.folder}: not a token index (no {INDEX_FILE} of {FORMAT})")
         self.info = info
         dtype = np.dtype(info["dtype"])
-        self.train = SortedSuffixes(self.folder, "", info["tokens"], dtype)
-        self.heldout = SortedSuffixes(self.folder, HELDOUT_PREFIX, info["heldout_tokens"], dtype)
-        self.ends = np.load(self.folder / "ends.npy")
+        self.train = SortedSuffixes(self.folder, "", info["tokens"], dtype, info["first_document"])
+        self.heldout = SortedSuffixes(self.folder, HELDOUT_PREFIX, info["heldout_tokens"], dtype,
+                                      info["heldout_first_document"])
         counts = np.load(self.folder / "counts.npy")
         self.log_probs = np.log(np.maximum(counts, 1) / max(int(counts.sum()), 1))
         share = counts / max(int(counts.sum()), 1)
         # The mean log10 unigram probability of a training token (the default cutoff's unit).
         self.typical_log10 = float((share * self.log_probs).sum() / math.log(10))
-        self.domains = sorted(info["first_document"], key=info["first_document"].get)
-        self.firsts = np.array([info["first_document"][d] for d in self.domains], np.int64)
 
-    def document_of(self, position: int) -> tuple[str, int]:
-        """The (domain, document index in its training shard) holding token ``position``."""
-        document = int(np.searchsorted(self.ends, position, side="right"))
-        slot = int(np.searchsorted(self.firsts, document, side="right")) - 1
-        return self.domains[slot], document - int(self.firsts[slot])
-
-    def around(self, position: int, length: int, context: int) -> tuple[np.ndarray, np.ndarray]:
-        """Up to ``context`` tokens of the training document before and after the ``length`` tokens at
-        ``position`` (its end-of-text token left out)."""
-        document = int(np.searchsorted(self.ends, position, side="right"))
-        first = int(self.ends[document - 1]) if document else 0
-        last = int(self.ends[document]) - 1
-        return (self.train.tokens(max(first, position - context), position),
-                self.train.tokens(position + length, min(last, position + length + context)))
+    def split(self, name: str) -> SortedSuffixes:
+        """``train`` or ``heldout``."""
+        return {"train": self.train, "heldout": self.heldout}[name]
 
     def trace(self, ids, min_tokens: int = 8, max_docs: int = 3,
-              max_log10_unigram_prob: float | None = None) -> tuple[list[Span], int]:
-        """The maximal spans of ``ids`` of at least ``min_tokens`` found in the training data and rare
-        enough (log10 of their unigram probability at most ``max_log10_unigram_prob``, by default
-        :func:`default_cutoff`), and how many maximal spans long enough were dropped as too common."""
+              max_log10_unigram_prob: float | None = None, split: str = "train") -> tuple[list[Span], int]:
+        """The maximal spans of ``ids`` of at least ``min_tokens`` found in ``split`` (``train``, or ``heldout``)
+        and rare enough (log10 of their unigram probability in the training data at most
+        ``max_log10_unigram_prob``, by default :func:`default_cutoff`), and how many maximal spans long enough
+        were dropped as too common."""
         if max_log10_unigram_prob is None:
             max_log10_unigram_prob = default_cutoff(min_tokens, self.typical_log10)
-        query = self.train.bytes(ids)
-        width = self.train.width
+        found = self.split(split)
+        query = found.bytes(ids)
+        width = found.width
         spans, dropped, reach = [], 0, 0
         for start in range(len(ids)):
             if len(ids) - start < min_tokens or start + (len(ids) - start) <= reach:
                 break
-            length = self.train.longest_match(query[start * width:])
+            length = found.longest_match(query[start * width:])
             end = start + length
             if end <= reach:
                 continue  # inside the span that began earlier: not maximal
@@ -279,23 +297,28 @@ class TokenIndex:
             if log10_prob > max_log10_unigram_prob:
                 dropped += 1
                 continue
-            lo, hi = self.train.count(ids[start:end])
-            positions = np.asarray(self.train.sa[lo:hi])
-            if len(positions) > FIRST_HITS:  # the first in data order, without sorting a million hits
-                positions = np.partition(positions, FIRST_HITS)[:FIRST_HITS]
-            positions = np.sort(positions)
-            documents: list[tuple[str, int]] = []
-            hits: list[int] = []
-            for position in positions:
-                document = self.document_of(int(position))
-                if document not in documents:
-                    documents.append(document)
-                    hits.append(int(position))
-                    if len(documents) == max_docs:
-                        break
-            heldout = self.heldout.count(ids[start:end])
+            lo, hi = found.count(ids[start:end])
+            documents, hits = _first_documents(found, np.asarray(found.sa[lo:hi]), max_docs)
+            heldout = self.heldout.count(ids[start:end]) if split == "train" else (0, 0)
             spans.append(Span(start, end, hi - lo, log10_prob, documents, heldout[1] - heldout[0], hits))
         return spans, dropped
+
+
+def _first_documents(found: SortedSuffixes, positions: np.ndarray, max_docs: int) -> tuple[list, list[int]]:
+    """Up to ``max_docs`` distinct documents holding the hits at ``positions``, the first in data order, and
+    the first hit in each."""
+    if len(positions) > FIRST_HITS:  # the first in data order, without sorting a million hits
+        positions = np.partition(positions, FIRST_HITS)[:FIRST_HITS]
+    documents: list[tuple[str, int]] = []
+    hits: list[int] = []
+    for position in np.sort(positions):
+        document = found.document_of(int(position))
+        if document not in documents:
+            documents.append(document)
+            hits.append(int(position))
+            if len(documents) == max_docs:
+                break
+    return documents, hits
 
 
 def _common_prefix(a: bytes, b: bytes) -> int:

@@ -37,8 +37,8 @@ from dataclasses import dataclass
 import numpy as np
 from tokenizers import Tokenizer
 
-from glasslab.data import load_tokenizer, manifest_hash, read_manifest
-from glasslab.data.shards import open_shard
+from glasslab.data.shards import manifest_hash, open_shard, read_manifest
+from glasslab.data.tokenizer import load_tokenizer
 from glasslab.errors import UserError
 from glasslab.evals.task import Item
 

@@ -28,8 +28,7 @@ import torch
 from tokenizers import Tokenizer
 
 from glasslab.config import UNVERSIONED
-from glasslab.data import load_tokenizer
-from glasslab.data.tokenizer import EOT
+from glasslab.data.tokenizer import EOT, load_tokenizer
 from glasslab.errors import UserError
 from glasslab.evals.load import MACRO_ACC, TaskScorer, load_tasks
 from glasslab.evals.task import TaskConfig

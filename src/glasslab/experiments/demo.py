@@ -32,20 +32,20 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from glasslab.data import BuildConfig, MixtureConfig
 from glasslab.data.build import data_step as build_data_step
-from glasslab.data.config import TokenizerConfig
-from glasslab.evals import TaskConfig
+from glasslab.data.config import BuildConfig, MixtureConfig, TokenizerConfig
+from glasslab.evals.task import TaskConfig
 from glasslab.lab import Step, planned_folder_name
 from glasslab.lab.card import Expectation, ExperimentCard
 from glasslab.ladder.plan import LadderPlan, LadderSpec, plan_ladder
 from glasslab.ladder.steps import ladder_steps
 from glasslab.model import ModelConfig, MoEConfig
 from glasslab.posttrain.conversations import ConversationsConfig, conversations_step
-from glasslab.posttrain.dpo import DPOStepConfig, default_dpo_train, dpo_step
+from glasslab.posttrain.dpo import DPOStepConfig, default_dpo_train
 from glasslab.posttrain.pairs import PairsConfig, pairs_step
-from glasslab.posttrain.sft import SFTConfig, SFTStepConfig, default_sft_train, sft_step
-from glasslab.train import GuardConfig, ScheduleConfig, TrainConfig
+from glasslab.posttrain.sft import SFTConfig, SFTStepConfig, default_sft_train
+from glasslab.posttrain.tuning import tune_step
+from glasslab.train.config import GuardConfig, ScheduleConfig, TrainConfig
 from glasslab.train.export_step import ExportConfig, export_step
 
 LADDER = "demo"
@@ -214,7 +214,7 @@ def posttrain_steps(size: DemoSize, data: Step, hero: Step, device: str = "cpu",
     train = dataclasses.replace(default_sft_train(), seq_len=size.sft_seq_len, max_steps=size.sft_steps,
                                 global_batch_tokens=size.sft_seq_len * 16, checkpoint_interval=size.sft_steps,
                                 eval_tasks=sft_tasks(size))
-    sft = Step(SFT_STEP, sft_step, SFTStepConfig(train=train, sft=SFTConfig(eval_max_conversations=256),
+    sft = Step(SFT_STEP, tune_step, SFTStepConfig(train=train, sft=SFTConfig(eval_max_conversations=256),
                                                  base_from=hero.name, conversations_from=CONVERSATIONS_STEP,
                                                  device=device, threads=threads), deps=(hero, conversations))
     export = Step(EXPORT_STEP, export_step, ExportConfig(run=planned_folder_name(sft), step=size.sft_steps),
@@ -222,7 +222,7 @@ def posttrain_steps(size: DemoSize, data: Step, hero: Step, device: str = "cpu",
     pairs = Step(PAIRS_STEP, pairs_step, PairsConfig(conversations_from=CONVERSATIONS_STEP), deps=(conversations,))
     dpo_train = dataclasses.replace(default_dpo_train(), seq_len=size.sft_seq_len, max_steps=size.dpo_steps,
                                     global_batch_tokens=size.sft_seq_len * 16, checkpoint_interval=size.dpo_steps)
-    dpo = Step(DPO_STEP, dpo_step, DPOStepConfig(train=dpo_train, base_from=SFT_STEP, pairs_from=PAIRS_STEP,
+    dpo = Step(DPO_STEP, tune_step, DPOStepConfig(train=dpo_train, base_from=SFT_STEP, pairs_from=PAIRS_STEP,
                                                  device=device, threads=threads), deps=(sft, pairs))
     return [conversations, sft, export, pairs, dpo]
 

@@ -30,15 +30,14 @@ from __future__ import annotations
 
 import dataclasses
 
-from glasslab.data import BuildConfig, MixtureConfig, SourceConfig
 from glasslab.data.build import data_step as build_data_step
-from glasslab.data.config import EvalSplitConfig, TokenizerConfig
+from glasslab.data.config import BuildConfig, EvalSplitConfig, MixtureConfig, SourceConfig, TokenizerConfig
 from glasslab.experiments.demo import FULL, train_recipe
 from glasslab.lab import Step
 from glasslab.ladder.plan import LadderSpec, plan_ladder
 from glasslab.ladder.steps import ladder_steps
 from glasslab.model import ModelConfig, MoEConfig
-from glasslab.train import TrainConfig
+from glasslab.train.config import TrainConfig
 
 LADDER = "long"
 VOCAB_SIZE = 512

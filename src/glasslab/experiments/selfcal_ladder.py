@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from glasslab.data import BuildConfig
 from glasslab.data.build import STEP_NAME, build_step
+from glasslab.data.config import BuildConfig
 from glasslab.experiments import long_ladder
 from glasslab.lab import Step
 from glasslab.lab.card import Expectation, ExperimentCard

@@ -37,12 +37,14 @@ class WorkerSpec:
     attempt: int
     workers: int
     re_register: bool = False
+    force_registration: bool = False
 
     def context(self) -> StepContext:
         return StepContext(
             name=self.name, output_dir=Path(self.output_dir), config=pickle.loads(self.config_pickle),
             inputs={k: Path(v) for k, v in self.inputs.items()}, lab_root=Path(self.lab_root),
             attempt=self.attempt, step_hash=self.step_hash, re_register=self.re_register,
+            force_registration=self.force_registration,
         )
 
 

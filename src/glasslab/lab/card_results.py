@@ -17,13 +17,13 @@ from typing import Any
 from glasslab import sources
 from glasslab.errors import UserError
 from glasslab.lab.card import card_versions, conclusions, decide, experiment_runs
-from glasslab.lab.registry import predictions
+from glasslab.lab.registry import gate_status, predictions
 from glasslab.lab.status import read_step_record
 from glasslab.layout import FIT_FILE, METRICS_DB, REPORT_FILE, RESULT_FILE, STEP_RECORD
 from glasslab.track.lab_events import read_lab_events
 from glasslab.track.reader import RunReader
 
-LAB_INCIDENT_KINDS = ("step_retried", "step_failed", "prediction_replaced")
+LAB_INCIDENT_KINDS = ("step_retried", "step_failed", "prediction_replaced", "prediction_refused", "prediction_forced")
 """Lab events about a step that a card lists as incidents."""
 RUN_INCIDENT_KINDS = ("rollback", "spike_skipped", "prediction_out_of_band", "nonfinite", "checkpoint_fallback",
                       "preempted", "resume", "fork", "sink_failed", "note")
@@ -32,7 +32,8 @@ INCIDENT_WORDS = {"rollback": "rollback", "spike_skipped": "spike skipped", "pre
                   "nonfinite": "non-finite step", "checkpoint_fallback": "checkpoint fallback",
                   "preempted": "preempted", "resume": "resume", "fork": "fork", "sink_failed": "sink failed",
                   "note": "note", "step_retried": "retry", "step_failed": "failure",
-                  "prediction_replaced": "prediction replaced"}
+                  "prediction_replaced": "prediction replaced", "prediction_refused": "prediction REFUSED by the gate",
+                  "prediction_forced": "hero FORCED on a refused fit"}
 
 
 def number_text(value: float | None) -> str:
@@ -182,8 +183,9 @@ def _expectation(root: Path, e: dict[str, Any], folders: dict[str, str]) -> dict
            "registry": e.get("prediction") or None, "registry_source": None}
     if e.get("prediction"):
         entry = predictions(root).get(e["prediction"])
-        floor = _floor_text(entry)
-        row.update(source=f"registry: {e['prediction']}" + (f"; floor {floor}" if floor else ""), floor=floor,
+        floor, status = _floor_text(entry), gate_status(entry)
+        row.update(source=f"registry: {e['prediction']}" + (f"; floor {floor}" if floor else "")
+                   + (f"; {status}" if status else ""), floor=floor, gate_status=status,
                    metric=(entry or {}).get("metric", ""),
                    step=(entry or {}).get("target", ""), low=(entry or {}).get("low"),
                    high=(entry or {}).get("high"), point=(entry or {}).get("point"),

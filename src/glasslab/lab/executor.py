@@ -80,7 +80,8 @@ class Executor:
     runs the function in this process; the executor then leaves the process's signals alone).
     ``retries``: when given, every step is retried up to this many times after a failure, whatever
     its own ``RetryPolicy.count`` says (``--retries``); ``re_register``: steps may replace registered
-    predictions (``--re-register``, see ``StepContext.re_register``).
+    predictions (``--re-register``, see ``StepContext.re_register``); ``force_registration``: a hero may run on a fit
+    the registration gate refused, marked forced (``--force-registration``).
     ``heartbeat_s``: how often held locks and ``step.json`` heartbeats are refreshed;
     ``stale_after_s``: a lock older than this is taken over (same host: at once if its holder died);
     ``term_grace_s``: after a SIGTERM, how long running steps get before they are killed;
@@ -89,7 +90,8 @@ class Executor:
 
     def __init__(
         self, lab_root: str | Path, backend: str | Any = "local", jobs: int = 1, address: str | None = None, *,
-        retries: int | None = None, re_register: bool = False, heartbeat_s: float = 5.0,
+        retries: int | None = None, re_register: bool = False, force_registration: bool = False,
+        heartbeat_s: float = 5.0,
         stale_after_s: float = 60.0, term_grace_s: float = 60.0, echo: bool = True, narrate: bool = False,
     ) -> None:
         name = backend if isinstance(backend, str) else backend.name
@@ -106,6 +108,7 @@ class Executor:
         self._backend = None if isinstance(backend, str) else backend
         self.retries = retries
         self.re_register = re_register
+        self.force_registration = force_registration
         self.jobs = jobs
         self.address = address
         self.heartbeat_s = heartbeat_s
@@ -271,7 +274,7 @@ class Executor:
             output_dir=str(node.folder.resolve()),
             inputs={name: str(dep.folder.resolve()) for name, dep in node.deps.items()},
             lab_root=str(self.lab_root.resolve()), attempt=attempt, workers=node.step.resources.workers,
-            re_register=self.re_register,
+            re_register=self.re_register, force_registration=self.force_registration,
         )
         active.handle = backend.launch(spec, node.step.resources)
         worker_pid = backend.worker_pid(active.handle)

@@ -54,18 +54,21 @@ class StepRun:
     attempts: int
 
 
-def run_one_step(step: Step, lab_root: str | Path, *, force: bool = False, re_register: bool = False) -> StepRun:
+def run_one_step(step: Step, lab_root: str | Path, *, force: bool = False, re_register: bool = False,
+                 force_registration: bool = False) -> StepRun:
     """Run ``step`` (and any dependency without a succeeded folder) in this process as an experiment.
 
     ``force`` reruns a succeeded step from an emptied folder (as ``glasslab run --force`` does);
-    ``re_register`` lets it replace registered predictions. Raises what the function raised when it
+    ``re_register`` lets it replace registered predictions, ``force_registration`` run a hero on a
+    refused fit. Raises what the function raised when it
     failed, or a UserError when another process ran it and it failed there.
     """
     lab_root = Path(lab_root)
     if int(os.environ.get("RANK", "0")) != 0:
         return _run_on_other_rank(step, lab_root)
     backend = InlineBackend()
-    executor = Executor(lab_root, backend=backend, echo=False, re_register=re_register)
+    executor = Executor(lab_root, backend=backend, echo=False, re_register=re_register,
+                        force_registration=force_registration)
     report = executor.run([step], force=[step.name] if force else [])
     node = next(n for n in report.plan.steps if n.step is step)
     outcome = report.outcomes[node.key]

@@ -16,6 +16,13 @@ interval), ``level`` (its coverage, 0.9), ``target`` (what the prediction is abo
 ``source`` (the step folder that registered it), ``details`` (anything else: the law, the curve),
 ``registered_at`` (UTC), ``code`` (version), ``seq`` (1, 2, … per name) and ``replaces`` (the
 ``seq`` it replaced, for a replacement).
+
+Schema 2 (the registration gate, ``glasslab.ladder.gate``) adds ``schema`` (2), ``kind`` (``prediction``,
+or ``refusal``: the fit's numbers on record with ``gate``, the reasons it did not register), ``forced``
+(true when a hero ran on a refused fit anyway, ``--force-registration``) and ``gate`` (the fit's gate
+record, or None). Entries written before it (no ``schema``) read as schema 1 predictions, not forced.
+Recording that a refusal's hero was forced is not a replacement: it appends the entry with
+``forced`` set and a ``prediction_forced`` warning in the event log.
 """
 
 from __future__ import annotations
@@ -29,28 +36,40 @@ from glasslab.errors import UserError
 from glasslab.layout import PREDICTIONS_FILE, append_json_line, code_version, read_json_lines
 from glasslab.track import log_lab_event
 
-COMPARED = ("metric", "point", "low", "high", "level", "target")
+COMPARED = ("metric", "point", "low", "high", "level", "target", "kind", "forced")
 """Fields that make two registrations the same prediction (time, code and source may differ)."""
+SCHEMA = 2
+KINDS = ("prediction", "refusal")
+SCHEMA_1_DEFAULTS = {"schema": 1, "kind": "prediction", "forced": False, "gate": None}
+"""What an entry written before schema 2 means for the fields it lacks."""
 
 
 def register(lab_root: str | Path, name: str, *, metric: str, point: float, low: float, high: float,
              target: str, source: str, level: float = 0.9, details: dict[str, Any] | None = None,
-             replace: bool = False) -> dict[str, Any]:
-    """Register prediction ``name`` (``point`` in ``[low, high]`` at coverage ``level``); returns the
-    entry now in force. Raises UserError when ``name`` holds other numbers and ``replace`` is false."""
+             replace: bool = False, kind: str = "prediction", forced: bool = False,
+             gate: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Register prediction ``name`` (``point`` in ``[low, high]`` at coverage ``level``), or with
+    ``kind="refusal"`` record that the fit with these numbers was refused (``gate`` says why); ``forced``
+    marks a hero run on a refused fit. Returns the entry now in force. Raises UserError when ``name``
+    holds other numbers and ``replace`` is false."""
+    if kind not in KINDS:
+        raise UserError(f"prediction {name!r}: kind={kind!r}; expected one of {', '.join(KINDS)}")
     for field, value in (("point", point), ("low", low), ("high", high)):
         if not (isinstance(value, (int, float)) and math.isfinite(value)):
             raise UserError(f"prediction {name!r}: {field}={value!r} is not a finite number")
     if not low <= point <= high:
         raise UserError(f"prediction {name!r}: point {point} is outside its interval [{low}, {high}]")
     entry = {"name": name, "metric": metric, "point": float(point), "low": float(low), "high": float(high),
-             "level": level, "target": target, "source": source, "details": details or {}}
+             "level": level, "target": target, "source": source, "details": details or {}, "schema": SCHEMA,
+             "kind": kind, "forced": forced, "gate": gate}
     root = Path(lab_root)
     previous = history(root, name)
     current = previous[-1] if previous else None
     if current is not None and all(current.get(k) == entry[k] for k in COMPARED):
         return current
-    if current is not None and not replace:
+    only_forced = current is not None and forced and not current["forced"] and all(
+        current[k] == entry[k] for k in COMPARED if k != "forced")
+    if current is not None and not replace and not only_forced:
         raise UserError(
             f"prediction {name!r} is already registered ({_describe(current)}, at {current['registered_at']} "
             f"by {current['source']}); replacing a pre-registered prediction must be asked for explicitly "
@@ -59,9 +78,15 @@ def register(lab_root: str | Path, name: str, *, metric: str, point: float, low:
     entry.update(registered_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), code=code_version(),
                  seq=len(previous) + 1, replaces=current["seq"] if current else None)
     append_json_line(root / PREDICTIONS_FILE, entry)
-    if current is None:
-        log_lab_event(root, "prediction_registered", target, f"prediction {name} registered: {_describe(entry)}",
-                      severity="info")
+    if only_forced:
+        log_lab_event(root, "prediction_forced", target, f"prediction {name} forced: {_describe(entry)}",
+                      body="the registration gate refused this fit; its hero runs anyway (--force-registration)",
+                      severity="warning")
+    elif current is None:
+        refused = kind == "refusal"
+        log_lab_event(root, "prediction_refused" if refused else "prediction_registered", target,
+                      f"prediction {name} {'refused' if refused else 'registered'}: {_describe(entry)}",
+                      body="; ".join((gate or {}).get("reasons", [])), severity="warning" if refused else "info")
     else:
         log_lab_event(root, "prediction_replaced", target,
                       f"prediction {name} replaced: {_describe(current)} -> {_describe(entry)}",
@@ -72,16 +97,27 @@ def register(lab_root: str | Path, name: str, *, metric: str, point: float, low:
 
 def history(lab_root: str | Path, name: str) -> list[dict[str, Any]]:
     """Every registration of ``name``, oldest first."""
-    return [e for e in read_json_lines(Path(lab_root) / PREDICTIONS_FILE) if e.get("name") == name]
+    return [{**SCHEMA_1_DEFAULTS, **e} for e in read_json_lines(Path(lab_root) / PREDICTIONS_FILE)
+            if e.get("name") == name]
 
 
 def predictions(lab_root: str | Path) -> dict[str, dict[str, Any]]:
     """The entry in force for each name (the newest), in order of first registration."""
     latest: dict[str, dict[str, Any]] = {}
     for entry in read_json_lines(Path(lab_root) / PREDICTIONS_FILE):
-        latest[entry["name"]] = entry
+        latest[entry["name"]] = {**SCHEMA_1_DEFAULTS, **entry}
     return latest
 
 
+def gate_status(entry: dict[str, Any] | None) -> str:
+    """How every view labels an entry: "" for a registered prediction, else ``REFUSED by the registration
+    gate (reasons)`` and, when its hero ran anyway, ``; hero FORCED``."""
+    if not entry or entry.get("kind", "prediction") == "prediction":
+        return ""
+    reasons = "; ".join((entry.get("gate") or {}).get("reasons", []))
+    return f"REFUSED by the registration gate ({reasons})" + ("; hero FORCED" if entry.get("forced") else "")
+
+
 def _describe(entry: dict[str, Any]) -> str:
-    return f"{entry['metric']} {entry['point']:.4g} [{entry['low']:.4g}, {entry['high']:.4g}]"
+    status = {"refusal": " REFUSED", "prediction": ""}[entry["kind"]] + (" FORCED" if entry["forced"] else "")
+    return f"{entry['metric']} {entry['point']:.4g} [{entry['low']:.4g}, {entry['high']:.4g}]{status}"

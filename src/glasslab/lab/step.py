@@ -133,6 +133,9 @@ class StepContext:
     re_register: bool = False
     """The run was started with ``--re-register``: the step may replace a prediction that the lab's
     registry (``registry.py``) already holds with other numbers (an incident event says so)."""
+    force_registration: bool = False
+    """The run was started with ``--force-registration``: a hero whose fit the registration gate refused
+    runs anyway, its registry entry and run marked forced (``glasslab.ladder.gate``)."""
 
 
 def dep_name(dep: Step | str) -> str:

@@ -91,14 +91,25 @@ def fit_batch(log_flops_n: np.ndarray, loss_Bn: np.ndarray, weight_n: np.ndarray
     return L_inf_B, log_A_B, alpha_B
 
 
-def _fit_pinned(log_flops_n: np.ndarray, loss_Bn: np.ndarray, weight_n: np.ndarray,
-                L_inf_B: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Weighted regression of log(L − L∞) on log C for each row; returns (log_A, alpha, sse_logL)."""
+def fit_log_gap(rungs: Sequence[Rung], L_inf: float) -> ComputeLaw:
+    """The law at asymptote ``L_inf`` by least squares on ``log(L − L∞)`` itself (each seed alike): the second
+    objective the registration gate compares with (it weighs the rungs nearest the floor more)."""
+    log_flops_n = np.log([r.flops for r in rungs])
+    loss_n = np.array([[r.loss_mean for r in rungs]])
+    seeds_n = np.array([len(r.losses) for r in rungs], dtype=float)
+    log_A_B, alpha_B, _ = _fit_pinned(log_flops_n, loss_n, seeds_n, np.array([L_inf]), objective="log_gap")
+    return ComputeLaw(L_inf, float(np.exp(log_A_B[0])), float(alpha_B[0]), "pinned")
+
+
+def _fit_pinned(log_flops_n: np.ndarray, loss_Bn: np.ndarray, weight_n: np.ndarray, L_inf_B: np.ndarray,
+                objective: Literal["log_loss", "log_gap"] = "log_loss") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Weighted regression of log(L − L∞) on log C for each row, weighted to least squares on log L (or on
+    log(L − L∞) itself); returns (log_A, alpha, sse_logL)."""
     gap_Bn = loss_Bn - L_inf_B[:, None]
     ok_B = np.all(gap_Bn > MIN_GAP, axis=1)
     gap_Bn = np.where(gap_Bn > MIN_GAP, gap_Bn, MIN_GAP)
     y_Bn = np.log(gap_Bn)
-    w_Bn = weight_n[None, :] * (gap_Bn / loss_Bn) ** 2
+    w_Bn = weight_n[None, :] * ((gap_Bn / loss_Bn) ** 2 if objective == "log_loss" else np.ones_like(gap_Bn))
     sw_B = w_Bn.sum(axis=1)
     x_mean_B = (w_Bn * log_flops_n).sum(axis=1) / sw_B
     y_mean_B = (w_Bn * y_Bn).sum(axis=1) / sw_B

@@ -20,10 +20,12 @@ import numpy as np
 from glasslab.errors import UserError
 from glasslab.ladder.approach3 import fit_approach3, identifiable, interval
 from glasslab.ladder.backtest import roll_forward
-from glasslab.ladder.predict import predict, predict_curve
+from glasslab.ladder.compute_law import fit_log_gap
+from glasslab.ladder.gate import gate_compute_fit
+from glasslab.ladder.predict import Prediction, predict, predict_curve
 from glasslab.ladder.rungs import Rung, check_rungs
 from glasslab.ladder.task_law import TaskSeries, fit_task_laws
-from glasslab.ladder.uncertainty import law_param_se
+from glasslab.ladder.uncertainty import bootstrap_laws, law_param_se
 from glasslab.layout import write_json_atomic
 
 TARGET_METRIC = "eval/macro/loss"
@@ -60,6 +62,9 @@ def fit_ladder(rungs: Sequence[Rung], *, ladder: str, target_flops: float, L_inf
                             rng=np.random.default_rng(seed + 1))
     floor = {"mode": law.L_inf_mode, "value": law.L_inf, "sweep": [float(x) for x in sweep],
              "prior": prediction.prior.to_dict() if prediction.prior else None}
+    free_interval = free_floor_interval(law_rungs, prediction, num_bootstrap=num_bootstrap, seed=seed)
+    if free_interval is not None:
+        floor.update(lo=free_interval[0], hi=free_interval[1], level=level)
     low = min(r.flops for r in rungs) / 2
     high = max(target_flops, max(r.flops for r in rungs)) * 2
     law_line = [{"flops": float(c), "loss": float(law(c))} for c in np.geomspace(low, high, LAW_LINE_POINTS)]
@@ -79,7 +84,24 @@ def fit_ladder(rungs: Sequence[Rung], *, ladder: str, target_flops: float, L_inf
         "law_line": law_line,
         "tasks": fit_task_laws(tasks, target_flops, level=level, num_bootstrap=num_bootstrap, seed=seed)
         if tasks else None,
+        "gate": gate_compute_fit(alpha=law.alpha, point=prediction.point, low=prediction.lo, high=prediction.hi,
+                                 other_point=float(fit_log_gap(law_rungs, law.L_inf)(prediction.flops)),
+                                 free_floor=None if free_interval is None else (law.L_inf, *free_interval),
+                                 lowest_loss=min(r.loss_mean for r in law_rungs),
+                                 swept=[(row.L_inf, row.point) for row in prediction.sweep]),
     }
+
+
+def free_floor_interval(rungs: Sequence[Rung], prediction: Prediction, *, num_bootstrap: int,
+                        seed: int) -> tuple[float, float] | None:
+    """A free asymptote's bootstrap interval at the prediction's level (nats; None when pinned): the profile
+    over every L∞ in [0, lowest loss) refits each replicate, so it sees every floor the data allow."""
+    law = prediction.law
+    if law.L_inf_mode != "free":
+        return None
+    L_inf_B, _, _ = bootstrap_laws(rungs, law, prediction.noise, level=prediction.level,
+                                   num_bootstrap=num_bootstrap, rng=np.random.default_rng(seed + 3))
+    return interval(L_inf_B[np.isfinite(L_inf_B)], prediction.level)
 
 
 def floor_text(floor: dict[str, Any], se: float | None = None) -> str:
@@ -93,6 +115,9 @@ def floor_text(floor: dict[str, Any], se: float | None = None) -> str:
         prior = floor.get("prior")
         spread = f" (its interval spread over {prior['low']:.2f}–{prior['high']:.2f})" if prior else ""
         return f"pinned by the user: L∞ = {value:.3g}{spread}"
+    if "lo" in floor:
+        return (f"fitted freely to the rungs by L(C): L∞ = {value:.3f} [{floor['lo']:.3f}, {floor['hi']:.3f}] "
+                f"({floor.get('level', 0.9):.0%})")
     return f"fitted freely to the rungs by L(C): L∞ = {value:.3f}" + (f" ± {se:.2g}" if se else "")
 
 

@@ -16,7 +16,8 @@ registry, the band watcher and the summary read it unchanged — with floor mode
 - ``backtest``: leave-largest-width-out — the end-point law on the smaller widths predicts each branch
   of the largest;
 - ``grid``: Farseer's difference check (Li et al. 2025): at one width ``L(D) − L(λD)`` cancels ``E`` and
-  the size term, so the differences between a width's branches give β with no floor in it.
+  the size term, so the differences between a width's branches give β with no floor in it;
+- ``gate``: the registration gate of the end-point law's prediction (``gate``, via ``grid_ends``).
 """
 
 from __future__ import annotations
@@ -27,21 +28,20 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy.optimize import minimize_scalar
 
 from glasslab.errors import UserError
 from glasslab.ladder.curves import RunCurve, TargetCurve, target_curve
 from glasslab.ladder.fit import TARGET_METRIC, floor_text, rung_record
 from glasslab.ladder.grid_ends import (
-    EndpointLaw,
+    EndpointPrediction,
     EndPoints,
     bootstrap_endpoint_law,
     end_points,
     endpoint_noise,
     fit_endpoint_law,
+    predict_endpoint,
 )
 from glasslab.ladder.grid_law import (
-    EXPONENT_GRID,
     FIRST_FRACTION,
     HUBER_DELTA,
     GridData,
@@ -66,10 +66,8 @@ class GridPrediction:
     """What a grid ladder predicts for one run: the end-point law (its fit, noise and replicates), the final
     loss, and the curve at the target's fractions with its band (nats/token)."""
 
-    law: EndpointLaw
-    noise: GridNoise
-    end_params: np.ndarray
-    """(B, 5) bootstrap replicates of (E, A, alpha, B, beta)."""
+    ends: EndpointPrediction
+    """The end-point law, its replicates and the registration gate."""
     final: float
     curve_law: GridLaw
     curve_noise: GridNoise
@@ -88,12 +86,9 @@ def predict_grid(curves: Sequence[RunCurve], hero: TargetCurve, *, level: float 
     its training, ``curve(f) = final · L(f) / L(1)``; each band replicate a final-loss replicate times a shape
     replicate (the run's own offset cancels in the shape and is drawn once, in the final loss)."""
     points = end_points(curves)
-    law = fit_endpoint_law(points)
-    noise = endpoint_noise(points, law)
-    hero_size = (hero.params, float(hero.forward_area[-1]))
-    end_params, (final_B,) = bootstrap_endpoint_law(points, law, noise, [hero_size], level=level,
-                                                    num_bootstrap=num_bootstrap, rng=rng)
-    final = float(law(*hero_size))
+    ends = predict_endpoint(points, (hero.params, float(hero.forward_area[-1])), level=level,
+                            num_bootstrap=num_bootstrap, rng=rng)
+    final, final_B = ends.point, ends.predicted_B
     data = grid_data(curves)
     curve_law = fit_grid_law(data)
     curve_noise = estimate_grid_noise(data, curve_law)
@@ -107,7 +102,7 @@ def predict_grid(curves: Sequence[RunCurve], hero: TargetCurve, *, level: float 
     count = min(len(final_B), len(shape_BF))
     lo_F, hi_F = percentile_interval(final_B[:count, None] * shape_BF[:count], level)
     point_F = final * shape_F / shape_F[-1]
-    return GridPrediction(law, noise, end_params, final, curve_law, curve_noise, replicates.params, point_F,
+    return GridPrediction(ends, final, curve_law, curve_noise, replicates.params, point_F,
                           np.minimum(lo_F, point_F), np.maximum(hi_F, point_F), points, data)
 
 
@@ -120,10 +115,10 @@ def fit_grid_ladder(curves: Sequence[RunCurve], *, ladder: str, target: Any, tar
         raise UserError(f"target compute {target_flops!r} FLOPs: expected a finite positive number")
     hero = target_curve(target.params, target.schedule, target.steps, target.batch_tokens, CURVE_FRACTIONS)
     grid = predict_grid(curves, hero, level=level, num_bootstrap=num_bootstrap, rng=np.random.default_rng(seed))
-    law = grid.law
+    law = grid.ends.law
     curve = [{"fraction": f, "flops": target_flops * f, "point": float(p), "lo": float(lo), "hi": float(hi)}
              for f, p, lo, hi in zip(CURVE_FRACTIONS, grid.point, grid.lo, grid.hi, strict=True)]
-    E_lo, E_hi = (float(x[0]) for x in percentile_interval(grid.end_params[:, [0]], level))
+    E_lo, E_hi = (float(x[0]) for x in percentile_interval(grid.ends.replicates[:, [0]], level))
     floor = {"mode": "grid", "value": law.E, "lo": E_lo, "hi": E_hi, "level": level, "sweep": [], "prior": None}
     return {
         "ladder": ladder,
@@ -131,8 +126,8 @@ def fit_grid_ladder(curves: Sequence[RunCurve], *, ladder: str, target: Any, tar
         "L_inf": {**floor, "text": floor_text(floor)},
         "rungs": [rung_record(r) for r in grid_points(curves)],
         "law": {"form": law.form, "params": law.params,
-                "param_se": {k: float(np.std(grid.end_params[:, i], ddof=1)) for i, k in enumerate(law.params)},
-                "noise": grid.noise.to_dict(), "fitted_on": [c.run_id for c in grid.points.runs],
+                "param_se": {k: float(np.std(grid.ends.replicates[:, i], ddof=1)) for i, k in enumerate(law.params)},
+                "noise": grid.ends.noise.to_dict(), "fitted_on": [c.run_id for c in grid.points.runs],
                 "points": len(grid.points.runs), "huber_delta": HUBER_DELTA,
                 "tokens": "forward area at the end (tokens at the peak learning rate)"},
         "curve_law": {"form": grid.curve_law.form, "params": grid.curve_law.params,
@@ -150,7 +145,8 @@ def fit_grid_ladder(curves: Sequence[RunCurve], *, ladder: str, target: Any, tar
                       "on the branches' final losses by variable projection"},
         "law_line": [],
         "tasks": None,
-        "grid": {"difference_check": difference_check(curves, law),
+        "gate": grid.ends.gate,
+        "grid": {"difference_check": grid.ends.difference,
                  "widths": sorted({c.width for c in curves}), "families": len(grid.points.families)},
     }
 
@@ -206,39 +202,3 @@ def leave_largest_width_out(curves: Sequence[RunCurve], *, level: float, num_boo
     steps.sort(key=lambda s: s["flops"])
     return {"method": method, "steps": steps, "last": steps[-1] if steps else None,
             "mean_abs_rel_error_pct": float(np.mean([abs(s["rel_error_pct"]) for s in steps])) if steps else None}
-
-
-def difference_check(curves: Sequence[RunCurve], law: EndpointLaw) -> dict[str, Any]:
-    """β from the differences between a width's branches, which cancel ``E`` and the size term:
-    ``L(D_a) − L(D_b) = B_w·(D_a^−β − D_b^−β)`` per width (seed means of the final losses, D the branches'
-    forward areas at their ends), one ``B_w`` per width and one β, by least squares on the differences;
-    beside it the end-point law's β."""
-    by_width: dict[str, dict[float, list[float]]] = {}
-    for c in curves:
-        if c.role != "trunk" and c.final is not None:
-            by_width.setdefault(c.width, {}).setdefault(float(np.sum(c.multipliers()) * c.batch_tokens), []).append(
-                c.final)
-    pairs = []  # (width index, D_a, D_b, ΔL)
-    for w, (_width, ends) in enumerate(sorted(by_width.items())):
-        ordered = sorted(ends.items())
-        for (d_a, l_a), (d_b, l_b) in zip(ordered, ordered[1:], strict=False):
-            pairs.append((w, d_a, d_b, float(np.mean(l_a) - np.mean(l_b))))
-    if len(pairs) < 3:
-        return {"beta": None, "beta_law": law.beta, "pairs": len(pairs),
-                "note": "fewer than three pairs of branches at one width"}
-    w_n = np.array([p[0] for p in pairs])
-    d_a, d_b, diff = (np.array([p[i] for p in pairs]) for i in (1, 2, 3))
-
-    def sse(beta: float) -> float:
-        basis = d_a ** -beta - d_b ** -beta
-        total = 0.0
-        for w in np.unique(w_n):
-            m = w_n == w
-            scale = max(float(basis[m] @ diff[m] / (basis[m] @ basis[m])), 0.0)
-            total += float(((diff[m] - scale * basis[m]) ** 2).sum())
-        return total
-
-    best = min(EXPONENT_GRID, key=sse)
-    result = minimize_scalar(sse, bounds=(max(0.01, best - 0.05), best + 0.05), method="bounded")
-    return {"beta": float(result.x), "beta_law": law.beta, "pairs": len(pairs),
-            "note": "differences of seed-mean final losses between a width's consecutive branches"}

@@ -113,7 +113,7 @@ def interval_coverage(num_ladders: int, *, law: GridLaw = TRUE_LAW, family_sigma
                             level=level, num_bootstrap=num_bootstrap, rng=rng)
         run = truth * (1 + family_sigma * rng.standard_normal())
         final += bool(grid.lo[-1] <= run[-1] <= grid.hi[-1])
-        E_lo, E_hi = percentile_interval(grid.end_params[:, [0]], level)
+        E_lo, E_hi = percentile_interval(grid.ends.replicates[:, [0]], level)
         floor += bool(E_lo[0] <= annealed_floor <= E_hi[0])
         curve.append(float(np.mean((grid.lo[late] <= run[late]) & (run[late] <= grid.hi[late]))))
         halfwidth.append(float(np.median((grid.hi[late] - grid.lo[late]) / 2 / grid.point[late])))

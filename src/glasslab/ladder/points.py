@@ -3,11 +3,13 @@
 A points file is a CSV with a header, or a JSON list of records, with one row per trained run:
 
     flops,loss[,seed][,params][,tokens]      (training FLOPs, final loss in nats per token, ...)
+    params,tokens,loss[,seed]                (the end-point law's points, ``--law nd``)
 
 Rows with the same ``(flops, params, tokens)`` are seeds of one rung (``seed``, when given, must not
 repeat within a rung). ``params`` (active parameters, N) and ``tokens`` (training tokens, D) are what
-approach 3 needs; when only one of them is given the other is taken from the dense-training count
-C = 6·N·D, and the caller is told so. Columns other than these are left out, and the caller is told
+approach 3 and the end-point law need; when only one of them is given the other is taken from the
+dense-training count C = 6·N·D, and when both are given without ``flops`` so is C; the caller is told
+so. Columns other than these are left out, and the caller is told
 which. Every value is checked, with one line naming the file, the row and the field on bad input.
 """
 
@@ -24,7 +26,7 @@ from glasslab.errors import UserError
 from glasslab.ladder.rungs import Rung
 
 FIELDS = ("flops", "loss", "seed", "params", "tokens")
-REQUIRED = ("flops", "loss")
+REQUIRED = ("loss",)
 POINT_SUFFIXES = (".csv", ".json")
 DENSE_FLOPS_PER_PARAM_TOKEN = 6.0
 """C = 6·N·D: forward and backward matmuls of a dense model, the count Chinchilla's data uses."""
@@ -40,9 +42,11 @@ def read_points(path: str | Path) -> tuple[list[Rung], list[str]]:
     path = Path(path)
     rows, columns = _read_rows(path)
     missing = [f for f in REQUIRED if f not in columns]
+    if "flops" not in columns and not {"params", "tokens"} <= set(columns):
+        missing.insert(0, "flops")
     if missing:
-        raise UserError(f"{path}: no {', '.join(missing)} column; expected {', '.join(REQUIRED)} and optionally "
-                        f"{', '.join(f for f in FIELDS if f not in REQUIRED)}")
+        raise UserError(f"{path}: no {', '.join(missing)} column; expected flops, loss (or params, tokens, loss) and "
+                        "optionally seed, params, tokens")
     notes = []
     ignored = [c for c in columns if c not in FIELDS]
     if ignored:
@@ -50,13 +54,20 @@ def read_points(path: str | Path) -> tuple[list[Rung], list[str]]:
     points = [_point(path, where, row) for where, row in rows]
     if not points:
         raise UserError(f"{path}: no points")
-    for column in ("params", "tokens", "seed"):
+    for column in ("flops", "params", "tokens", "seed"):
         given = [p[column] is not None for p in points]
         if any(given) and not all(given):
             where = rows[given.index(False)][0]
             raise UserError(f"{path}: {where}: {column} is empty while other rows give it; expected it in every "
                             "row or in none")
-    if points[0]["params"] is not None and points[0]["tokens"] is None:
+    if points[0]["flops"] is None:
+        if points[0]["params"] is None or points[0]["tokens"] is None:
+            raise UserError(f"{path}: {rows[0][0]}: flops is empty and params or tokens too; expected flops, or "
+                            "params and tokens")
+        for p in points:
+            p["flops"] = DENSE_FLOPS_PER_PARAM_TOKEN * p["params"] * p["tokens"]
+        notes.append(f"{path.name}: no flops column; flops taken as 6 · params · tokens")
+    elif points[0]["params"] is not None and points[0]["tokens"] is None:
         for p in points:
             p["tokens"] = p["flops"] / (DENSE_FLOPS_PER_PARAM_TOKEN * p["params"])
         notes.append(f"{path.name}: no tokens column; tokens taken as flops / (6 · params)")

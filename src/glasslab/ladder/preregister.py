@@ -1,7 +1,10 @@
 """Pre-registration: the hero's prediction is registered before its step 0, then watched as it trains.
 
 :func:`register_hero_prediction` puts the fit's prediction for the hero into the lab's append-only
-registry (``glasslab.lab.registry``) under ``<ladder>/hero/eval/macro/loss`` before the hero starts, and
+registry (``glasslab.lab.registry``) under ``<ladder>/hero/eval/macro/loss`` before the hero starts — or,
+when the registration gate refused the fit (``fit.json``'s ``gate``, ``glasslab.ladder.gate``), records the
+refusal there and stops the hero unless the run was started with ``--force-registration``, which marks
+the entry and the hero's run forced — and
 :func:`register_task_predictions` its predicted task accuracies beside it;
 it outlives ``glasslab run --force`` (a rerun with the same numbers is a no-op, other numbers are
 refused unless the run was started with ``--re-register``, which records an incident).
@@ -52,31 +55,49 @@ def prediction_record(fit: dict[str, Any]) -> dict[str, Any]:
         "law": {"form": fit["law"]["form"], "params": fit["law"]["params"]},
         "rungs": [run_id for rung in fit["rungs"] for run_id in rung["run_ids"]],
         "backtest_rel_error_pct": (fit["backtest"]["last"] or {}).get("rel_error_pct"),
+        "gate": fit_gate(fit),
+        "forced": False,
         "registered_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "code": code_version(),
     }
 
 
+def fit_gate(fit: dict[str, Any]) -> dict[str, Any]:
+    """``fit``'s gate record; a fit written before the gate has none and is refused (refit it)."""
+    return fit.get("gate") or {"registered": False, "checks": [], "flags": [],
+                               "reasons": ["no registration gate in fit.json (written before the gate); refit"]}
+
+
 def register_hero_prediction(lab_root: str | Path, fit: dict[str, Any], *, target: str, source: str,
-                             replace: bool = False) -> dict[str, Any]:
+                             replace: bool = False, forced: bool = False) -> dict[str, Any]:
     """Register ``fit``'s prediction for the hero step ``target`` (made by the fit folder ``source``) in
-    the lab's registry; returns the entry in force. A UserError when other numbers are registered
-    under the same name and ``replace`` is false."""
+    the lab's registry — a refusal with the gate's reasons when the gate refused the fit, marked forced
+    when ``forced`` — and return the entry in force. A UserError when other numbers are registered under
+    the same name and ``replace`` is false, or when the fit is refused and not ``forced`` (after the
+    refusal is recorded)."""
     record = prediction_record(fit)
-    prediction = fit["prediction"]
+    prediction, gate = fit["prediction"], record["gate"]
     details = {k: record[k] for k in ("flops", "curve", "law", "L_inf", "rungs", "backtest_rel_error_pct")}
-    return registry.register(lab_root, prediction_name(fit["ladder"]), metric=TARGET_METRIC,
-                             point=prediction["point"], low=prediction["lo"], high=prediction["hi"],
-                             level=prediction["level"], target=target, source=source, details=details,
-                             replace=replace)
+    refused = not gate["registered"]
+    entry = registry.register(lab_root, prediction_name(fit["ladder"]), metric=TARGET_METRIC,
+                              point=prediction["point"], low=prediction["lo"], high=prediction["hi"],
+                              level=prediction["level"], target=target, source=source, details=details,
+                              replace=replace, kind="refusal" if refused else "prediction",
+                              forced=refused and forced, gate=gate)
+    if refused and not forced:
+        reasons = "; ".join(gate["reasons"])
+        raise UserError(f"ladder {fit['ladder']}: the registration gate refused the fit ({reasons}); "
+                        "the refusal is in the lab's registry. Expected an identified fit, or --force-registration "
+                        "to train the hero anyway, marked forced")
+    return entry
 
 
 def register_task_predictions(lab_root: str | Path, fit: dict[str, Any], *, target: str, source: str,
-                              replace: bool = False) -> list[dict[str, Any]]:
+                              replace: bool = False, forced: bool = False) -> list[dict[str, Any]]:
     """Register ``fit``'s task-accuracy predictions for the hero step ``target`` (``<ladder>/hero/task/<task>``
     and ``.../macro``, see :func:`glasslab.ladder.task_law.registry_entries`); returns the entries in force,
     none when the fit has no task laws. Refused as :func:`register_hero_prediction` is."""
-    return [registry.register(lab_root, **entry, source=source, replace=replace)
+    return [registry.register(lab_root, **entry, source=source, replace=replace, forced=forced)
             for entry in registry_entries(fit, target)]
 
 
@@ -90,7 +111,7 @@ def hero_record_extra(fit: dict[str, Any], planned: dict[str, Any] | None = None
     prediction = prediction_record(fit)
     if registered is not None:
         prediction.update(registered_at=registered["registered_at"], code=registered["code"],
-                          registry={"name": registered["name"], "seq": registered["seq"]})
+                          forced=registered["forced"], registry={"name": registered["name"], "seq": registered["seq"]})
     return {**(planned or {}), "role": "hero", "ladder": fit["ladder"], "prediction": prediction}
 
 

@@ -20,13 +20,14 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from glasslab.data import DataConfig, MixtureConfig
+from glasslab.data.config import DataConfig, MixtureConfig
 from glasslab.errors import UserError
 from glasslab.lab import Resources, Step, StepContext, planned_folder_name
 from glasslab.ladder.curves import read_grid_runs
 from glasslab.ladder.figures import draw_fit
 from glasslab.ladder.fit import fit_ladder, read_fit, write_fit
 from glasslab.ladder.grid_fit import fit_grid_ladder
+from glasslab.ladder.nd_fit import fit_points_law
 from glasslab.ladder.plan import LadderPlan, PlannedRung, rung_record_extra
 from glasslab.ladder.preregister import (
     BandWatcher,
@@ -38,8 +39,9 @@ from glasslab.ladder.rungs import Rung
 from glasslab.ladder.runs import read_rungs
 from glasslab.ladder.task_law import read_task_points
 from glasslab.layout import FIT_FILE
-from glasslab.train import RunConfig, ScheduleConfig, TrainConfig
+from glasslab.train.config import ScheduleConfig, TrainConfig
 from glasslab.train.fork import ForkPoint
+from glasslab.train.run_config import RunConfig
 from glasslab.train.steps import TrainStepConfig, run_training, train_step
 
 EVALS_PER_RUN = 20
@@ -211,14 +213,36 @@ def fit_step(ctx: StepContext) -> dict[str, Any]:
     return fit["prediction"]
 
 
+@dataclass(frozen=True)
+class PointsLawConfig:
+    """``glasslab ladder fit POINTS --law nd``: the end-point law ``E + A·N^−α + B·D^−β`` on a points file's
+    rungs (each with N and D), predicting one run of ``target_size`` (N, D)."""
+
+    ladder: str
+    rungs: tuple[Rung, ...]
+    target_size: tuple[float, float]
+    num_bootstrap: int = 1000
+
+
+def points_law_step(ctx: StepContext) -> dict[str, Any]:
+    """Fit and gate the end-point law on the config's points (``nd_fit``); write fit.json; return the
+    prediction."""
+    cfg: PointsLawConfig = ctx.config
+    fit = fit_points_law(cfg.rungs, ladder=cfg.ladder, target_size=cfg.target_size, num_bootstrap=cfg.num_bootstrap)
+    write_fit(ctx.output_dir / FIT_FILE, fit)
+    return fit["prediction"]
+
+
 def hero_step(ctx: StepContext) -> dict[str, Any]:
-    """Register the fit's predictions for the hero (loss, task accuracies), then train the hero with a copy of
+    """Register the fit's predictions for the hero (loss, task accuracies; a fit the gate refused stops here
+    unless forced, see :func:`register_hero_prediction`), then train the hero with a copy of
     the loss prediction in its run.json (written before step 0) and its eval loss watched against the band."""
     cfg: HeroStepConfig = ctx.config
     fit_dir = ctx.inputs[cfg.fit_from]
     fit = read_fit(fit_dir / FIT_FILE)
     entry = register_hero_prediction(ctx.lab_root, fit, target=ctx.name, source=fit_dir.name,
-                                     replace=ctx.re_register)
-    register_task_predictions(ctx.lab_root, fit, target=ctx.name, source=fit_dir.name, replace=ctx.re_register)
+                                     replace=ctx.re_register, forced=ctx.force_registration)
+    register_task_predictions(ctx.lab_root, fit, target=ctx.name, source=fit_dir.name, replace=ctx.re_register,
+                              forced=entry["forced"])
     extra = hero_record_extra(fit, cfg.train.record_extra, entry)
     return run_training(dataclasses.replace(ctx, config=cfg.train), extra, hooks=[BandWatcher(extra["prediction"])])

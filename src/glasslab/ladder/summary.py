@@ -83,6 +83,12 @@ def fit_table(fit: dict[str, Any]) -> Any:
                   + (f", swept over {fit['L_inf']['sweep']}" if fit["L_inf"]["sweep"] else ""))
     table.add_row(f"prediction at {pred['flops']:.3g} FLOPs",
                   f"{pred['point']:.4f}, interval [{pred['lo']:.4f}, {pred['hi']:.4f}] ({pred['level']:.0%})")
+    gate = fit.get("gate")
+    if gate is not None:
+        table.add_row("registration gate", "registers" if gate["registered"]
+                      else "REFUSED: " + "; ".join(gate["reasons"]))
+        for flag in gate["flags"]:
+            table.add_row("  flag", flag)
     for row in fit["sweep_table"]:
         table.add_row(f"  if L∞ = {row['L_inf']:.4g}", f"{row['point']:.4f} [{row['lo']:.4f}, {row['hi']:.4f}]")
     last = fit["backtest"].get("last")

@@ -4,7 +4,7 @@ Routes (GET only, nothing here writes — but for the chat panel's one POST, ``/
 model's reply and is on only on loopback or with ``--chat``: ``chat.py``):
     /                       lab overview          /api/page/<page>?id=…   page data (JSON)
     /run/<id>               one run               /api/stream?page=…      server-sent events
-    /compare?runs=a,b&keys=… runs overlaid        /api/delta?page=…       the same delta, polled
+    /compare?runs=a,b&key=… runs overlaid         /api/delta?page=…       the same delta, polled
     /ladder/<id>            fit + prediction band /api/series?id=…&key=…  a run's series, by metric
     /data/<id>              data report           /api/vectors?id=…&key=… a run's vectors, by metric
     /provenance/<id>        run.json, step.json   /static/<file>          vendored assets
@@ -54,57 +54,75 @@ class PageResponse(JSONResponse):
         return rest[:-1] + (b"," if rest != b"{}" else b"") + b",".join(parts) + b"}"
 
 
-def create_app(lab_root: str | Path, chat: bool = False) -> Starlette:
-    """The app for ``lab_root`` (which may not exist yet: the overview then shows an empty lab); ``chat``
-    turns the chat panel's endpoint on (:func:`chat_allowed` says when)."""
-    lab = Lab(lab_root)
-    chat_service = ChatService(lab, enabled=chat)
+def page_options(request: Request) -> dict[str, Any]:
+    """The compare page's view: ``runs=a,b`` and one ``key=k`` per metric, its name whole (a metric may
+    hold a comma); ``keys=k1,k2``, split on commas, is what older links wrote."""
+    def listed(name: str) -> list[str]:
+        return [v for v in (request.query_params.get(name) or "").split(",") if v]
 
-    def page_options(request: Request) -> dict[str, Any]:
-        """The compare page's view: ``runs=a,b`` and ``keys=k1,k2`` (``key=k`` adds one metric)."""
-        def listed(name: str) -> list[str]:
-            return [v for v in (request.query_params.get(name) or "").split(",") if v]
+    keys = listed("keys") + [k for k in request.query_params.getlist("key") if k]
+    return {"runs": listed("runs") or None, "keys": keys or None}
 
-        keys = listed("keys") + listed("key")
-        return {"runs": listed("runs") or None, "keys": keys or None}
 
-    def load(page: str, item_id: str | None, request: Request) -> dict[str, Any]:
+async def static(request: Request) -> Response:
+    name = request.path_params["name"]
+    if name not in STATIC_FILES:
+        raise HTTPException(404, "no such file")
+    content_type = CONTENT_TYPES.get(Path(name).suffix, "application/octet-stream")
+    return Response(static_file(name), media_type=content_type,
+                    headers={"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"})
+
+
+async def not_found(request: Request, exc: HTTPException) -> Response:
+    return Response(f"{exc.status_code}: {exc.detail}\n", status_code=exc.status_code,
+                    media_type="text/plain; charset=utf-8")
+
+
+class LabEndpoints:
+    """The endpoints that read one lab: its pages, their data, the live stream and the runs' series."""
+
+    def __init__(self, lab: Lab, chat: bool) -> None:
+        self.lab = lab
+        self.chat = chat
+
+    def load(self, page: str, item_id: str | None, request: Request) -> dict[str, Any]:
         if page not in PAGES:
             raise HTTPException(404, "no such page")
-        data = build_page(lab, page, item_id, **page_options(request))
+        data = build_page(self.lab, page, item_id, **page_options(request))
         if data is None:
             raise HTTPException(404, "no such item in this lab")
         return data
 
-    def html_page(page: str, request: Request, item_id: str | None = None) -> Response:
-        data = load(page, item_id, request)
-        boot = {"mode": "live", "page": page, "id": item_id, "query": dict(request.query_params), "chat": chat}
+    def html_page(self, page: str, request: Request, item_id: str | None = None) -> Response:
+        data = self.load(page, item_id, request)
+        boot = {"mode": "live", "page": page, "id": item_id, "query": request.query_params.multi_items(),
+                "chat": self.chat}
         body = render_shell(data["title"], boot, assets="/static/", home="/")
         csp = content_security_policy(boot)
         return HTMLResponse(body, headers={**NO_STORE, "Content-Security-Policy": csp})
 
-    async def overview(request: Request) -> Response:
-        return html_page("overview", request)
+    async def overview(self, request: Request) -> Response:
+        return self.html_page("overview", request)
 
-    async def compare(request: Request) -> Response:
-        return html_page("compare", request)
+    async def compare(self, request: Request) -> Response:
+        return self.html_page("compare", request)
 
-    def item_route(page: str):
+    def item_route(self, page: str):
         async def endpoint(request: Request) -> Response:
-            return html_page(page, request, request.path_params["item_id"])
+            return self.html_page(page, request, request.path_params["item_id"])
         return endpoint
 
-    async def api_page(request: Request) -> Response:
-        data = load(request.path_params["page"], request.query_params.get("id"), request)
+    async def api_page(self, request: Request) -> Response:
+        data = self.load(request.path_params["page"], request.query_params.get("id"), request)
         return PageResponse(data, headers=NO_STORE)
 
-    def run_data(request: Request, read) -> Response:
+    def run_data(self, request: Request, read) -> Response:
         """A run's series or vectors (``read(run_id, keys)``) for the metrics named by repeated ``key``
         parameters (names may hold commas); 404 for an unknown run."""
         run_id, keys = request.query_params.get("id"), request.query_params.getlist("key")
         data = read(run_id, keys) if run_id else None
-        if data is None and run_id and run_id not in lab.index().runs:
-            lab.index(fresh=True)  # perhaps created since the cached scan
+        if data is None and run_id and run_id not in self.lab.index().runs:
+            self.lab.index(fresh=True)  # perhaps created since the cached scan
             data = read(run_id, keys)
         if data is None:
             raise HTTPException(404, "no such run in this lab, or its store cannot be read now")
@@ -112,63 +130,57 @@ def create_app(lab_root: str | Path, chat: bool = False) -> Starlette:
             return Response(data.json, media_type="application/json", headers=NO_STORE)
         return JSONResponse(clean(data), headers=NO_STORE)
 
-    # Plain functions: Starlette runs them in its threads, so a page's first chart is not kept waiting
+    # Plain methods: Starlette runs them in its threads, so a page's first chart is not kept waiting
     # behind another page's heatmap of 48 layers (the pages and the stream stay on the event loop).
-    def api_series(request: Request) -> Response:
+    def api_series(self, request: Request) -> Response:
         """Series of at most ``points`` points each (a heatmap row needs fewer than a chart)."""
         points = request.query_params.get("points", "")
         points = int(points) if points.isdigit() else DEFAULT_POINTS
-        return run_data(request, lambda run_id, keys: run_series(lab, run_id, keys, points))
+        return self.run_data(request, lambda run_id, keys: run_series(self.lab, run_id, keys, points))
 
-    def api_vectors(request: Request) -> Response:
-        return run_data(request, lambda run_id, keys: run_vectors(lab, run_id, keys))
+    def api_vectors(self, request: Request) -> Response:
+        return self.run_data(request, lambda run_id, keys: run_vectors(self.lab, run_id, keys))
 
-    def watch_for(request: Request) -> tuple[RunWatch, str]:
+    def watch_for(self, request: Request) -> tuple[RunWatch, str]:
         page = request.query_params.get("page", "")
-        data = load(page, request.query_params.get("id"), request) if page != "overview" else {"watch": []}
+        data = self.load(page, request.query_params.get("id"), request) if page != "overview" else {"watch": []}
         cursors = parse_cursors(request.query_params.get("cursor"))
-        return RunWatch(lab, data["watch"], cursors), page
+        return RunWatch(self.lab, data["watch"], cursors), page
 
-    async def api_stream(request: Request) -> Response:
-        watch, page = watch_for(request)
+    async def api_stream(self, request: Request) -> Response:
+        watch, page = self.watch_for(request)
         lab_ticks = page in ("overview", "ladder", "data", "provenance", "experiment")
         headers = {**NO_STORE, "X-Accel-Buffering": "no"}
         return StreamingResponse(event_stream(watch, lab_ticks), media_type="text/event-stream",
                                  headers=headers)
 
-    async def api_delta(request: Request) -> Response:
-        watch, _ = watch_for(request)
+    async def api_delta(self, request: Request) -> Response:
+        watch, _ = self.watch_for(request)
         try:
             message = watch.poll(force=True)
         finally:
             watch.close()
-        message["lab"] = hash(lab.signature())
+        message["lab"] = hash(self.lab.signature())
         return JSONResponse(message, headers=NO_STORE)
 
-    async def static(request: Request) -> Response:
-        name = request.path_params["name"]
-        if name not in STATIC_FILES:
-            raise HTTPException(404, "no such file")
-        content_type = CONTENT_TYPES.get(Path(name).suffix, "application/octet-stream")
-        return Response(static_file(name), media_type=content_type,
-                        headers={"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"})
 
-    async def not_found(request: Request, exc: HTTPException) -> Response:
-        return Response(f"{exc.status_code}: {exc.detail}\n", status_code=exc.status_code,
-                        media_type="text/plain; charset=utf-8")
-
+def create_app(lab_root: str | Path, chat: bool = False) -> Starlette:
+    """The app for ``lab_root`` (which may not exist yet: the overview then shows an empty lab); ``chat``
+    turns the chat panel's endpoint on (:func:`chat_allowed` says when)."""
+    lab = Lab(lab_root)
+    endpoints = LabEndpoints(lab, chat)
     routes = [
-        Route("/", overview),
-        Route("/compare", compare),
-        *(Route(f"/{page}/{{item_id:path}}", item_route(page))
+        Route("/", endpoints.overview),
+        Route("/compare", endpoints.compare),
+        *(Route(f"/{page}/{{item_id:path}}", endpoints.item_route(page))
           for page in ("run", "ladder", "data", "provenance", "experiment")),
-        Route("/api/page/{page}", api_page),
-        Route("/api/stream", api_stream),
-        Route("/api/delta", api_delta),
-        Route("/api/series", api_series),
-        Route("/api/vectors", api_vectors),
+        Route("/api/page/{page}", endpoints.api_page),
+        Route("/api/stream", endpoints.api_stream),
+        Route("/api/delta", endpoints.api_delta),
+        Route("/api/series", endpoints.api_series),
+        Route("/api/vectors", endpoints.api_vectors),
         Route("/api/batch", batch_endpoint(lab)),
-        Route("/api/chat", chat_service.endpoint, methods=["POST"]),
+        Route("/api/chat", ChatService(lab, enabled=chat).endpoint, methods=["POST"]),
         Route("/static/{name}", static),
     ]
     return Starlette(routes=routes, exception_handlers={HTTPException: not_found})

@@ -1,6 +1,6 @@
 """``/api/batch?id=RUN&step=S[&attempt=A]``: a training step's batch for the run page's batch panel.
 
-``train/batches.py`` rebuilds it (replaying the attempt's loader draws, checked against the hash the
+``data/batches.py`` rebuilds it (replaying the attempt's loader draws, checked against the hash the
 trainer recorded). A step, attempt or dataset the run cannot answer for is a 400 whose ``error`` is the
 one line ``glasslab batch`` would print; an unknown run is a 404. The JSON is the published site's
 (``batch_view.panel_json``), uncut.
@@ -33,7 +33,7 @@ def batch_endpoint(lab: Lab):
             attempt = int(attempt) if attempt else None
         except ValueError:
             return JSONResponse({"error": "step and attempt: expected whole numbers"}, 400, headers=NO_STORE)
-        from glasslab.train.batches import rebuild_batch  # torch: only when a batch is asked for
+        from glasslab.data.batches import rebuild_batch  # torch: only when a batch is asked for
 
         try:
             batch = await run_in_threadpool(rebuild_batch, folder, step, attempt)

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from glasslab.train.batches import StepBatch
+    from glasslab.data.batches import StepBatch
 
 # The first step of an attempt that begins after a resume or a fork is the one after the event's step
 # (the checkpoint's); the guard's events name the step whose batch it judged.

@@ -24,25 +24,79 @@ def page_url(site_url: str | None, page: str | None, item_id: str | None) -> str
     return f"{site_url.rstrip('/')}/{page_file(page, item_id)}"
 
 
+class CardMarkdownWriter:
+    """The card's Markdown sections, with links to the published pages under ``site_url`` (code spans
+    without one) and each source numbered once as a footnote."""
+
+    def __init__(self, site_url: str | None) -> None:
+        self.site_url = site_url
+        self.notes: list[dict[str, Any]] = []
+
+    def linked(self, text: str, page: str | None, item_id: str | None) -> str:
+        url = page_url(self.site_url, page, item_id)
+        return f"[{_md(text)}]({url})" if url else f"`{text}`"
+
+    def note(self, source: dict[str, Any] | None) -> str:
+        """A footnote mark for ``source`` (each source numbered once); empty without one."""
+        if not source:
+            return ""
+        if source not in self.notes:
+            self.notes.append(source)
+        return f"[^{self.notes.index(source) + 1}]"
+
+    def expectations(self, r: dict[str, Any]) -> list[str]:
+        if not r["expectations"]:
+            return ["_The card states no expectations._"]
+        lines = ["| expectation | metric | source | predicted | band | actual | result |",
+                 "|---|---|---|---|---|---|---|"]
+        for e in r["expectations"]:
+            step = self.linked(e["step"], e["page"], e["folder"]) if e["folder"] else _md(e["step"])
+            unit = f" {e['unit']}" if e["unit"] else ""
+            actual = _md(e["actual_display"]) + self.note(e["sources"].get("actual"))
+            predicted = (e["point_text"] or "–") + self.note(e["sources"].get("predicted"))
+            lines.append(f"| {_md(e['name'])} | `{e['metric']}` of {step} | {_md(e['source'])} | "
+                         f"{predicted} | {e['band_text']}{unit} | {actual} | {e['inside_text']} |")
+        return lines
+
+    def runs(self, r: dict[str, Any]) -> list[str]:
+        """The steps' table, the totals and the figures the steps drew."""
+        lines = ["", "## Runs", "", "| step | folder | status | attempts | seconds |", "|---|---|---|---|---|"]
+        for s in r["steps"]:
+            seconds = f"{s['seconds']:.1f}" if s["seconds"] is not None else "–"
+            lines.append(f"| {_md(s['name'])} | {self.linked(s['folder'], s['page'], s['folder'])} | "
+                         f"{s['status']} | {s['attempts'] or '–'} | {seconds} |")
+        lines += ["", f"Total: {r['totals']['text']}.{self.note(r['totals'].get('source'))}"]
+        figures = [(s["folder"], name) for s in r["steps"] for name in s["figures"]]
+        if figures:
+            lines += ["", "## Figures", ""]
+            base = self.site_url.rstrip("/") if self.site_url else None
+            for folder, name in figures:
+                url = f"{base}/{figure_file(folder, name)}" if base else f"{folder}/{name}"
+                lines.append(f"![{_md(folder)}: {_md(name)}]({url})")
+        return lines
+
+    def incidents(self, r: dict[str, Any]) -> list[str]:
+        lines = ["", "## Incidents", ""]
+        for i in r["incidents"]:
+            at = f" at step {i['at_step']}" if i["at_step"] is not None else ""
+            lines.append(f"- **{i['word']}**{at} in {self.linked(i['folder'], i['page'], i['folder'])}: "
+                         f"{_md(i['title'])}")
+        return lines if r["incidents"] else [*lines, "none"]
+
+    def sources(self) -> list[str]:
+        if not self.notes:
+            return []
+        # Where each number comes from: run the commands in the folder that holds the lab.
+        lines = ["", "## Sources", "", "Commands run in the folder that holds the lab; files are named under it.", ""]
+        return lines + [f"[^{i}]: " + ("" if n["kind"] == "command" else "read from ") + f"`{n['text']}`"
+                        for i, n in enumerate(self.notes, 1)]
+
+
 def card_markdown(results: dict[str, Any], site_url: str | None = None) -> str:
     """The card as GitHub-flavoured Markdown: question, design, expectations, steps, incidents, totals,
     verdict, conclusions."""
     r = results
-
-    def linked(text: str, page: str | None, item_id: str | None) -> str:
-        url = page_url(site_url, page, item_id)
-        return f"[{_md(text)}]({url})" if url else f"`{text}`"
-
-    notes: list[dict[str, Any]] = []
-
-    def note(source: dict[str, Any] | None) -> str:
-        """A footnote mark for ``source`` (each source numbered once); empty without one."""
-        if not source:
-            return ""
-        if source not in notes:
-            notes.append(source)
-        return f"[^{notes.index(source) + 1}]"
-
+    writer = CardMarkdownWriter(site_url)
     own = page_url(site_url, "experiment", r["name"])
     lines = [f"# {_md(r['title'])}", ""]
     if own:
@@ -52,47 +106,11 @@ def card_markdown(results: dict[str, Any], site_url: str | None = None) -> str:
     lines += ["## Design", ""]
     if r["design"]:
         lines += [_md(r["design"]), ""]
-    lines += [f"Steps: {', '.join(linked(s['name'], s['page'], s['folder']) for s in r['steps'])}", ""]
-    lines += ["## Expectations", ""]
-    if r["expectations"]:
-        lines += ["| expectation | metric | source | predicted | band | actual | result |",
-                  "|---|---|---|---|---|---|---|"]
-        for e in r["expectations"]:
-            step = linked(e["step"], e["page"], e["folder"]) if e["folder"] else _md(e["step"])
-            unit = f" {e['unit']}" if e["unit"] else ""
-            actual = _md(e["actual_display"]) + note(e["sources"].get("actual"))
-            predicted = (e["point_text"] or "–") + note(e["sources"].get("predicted"))
-            lines.append(f"| {_md(e['name'])} | `{e['metric']}` of {step} | {_md(e['source'])} | "
-                         f"{predicted} | {e['band_text']}{unit} | {actual} | {e['inside_text']} |")
-    else:
-        lines.append("_The card states no expectations._")
-    lines += ["", "## Runs", "", "| step | folder | status | attempts | seconds |", "|---|---|---|---|---|"]
-    for s in r["steps"]:
-        seconds = f"{s['seconds']:.1f}" if s["seconds"] is not None else "–"
-        lines.append(f"| {_md(s['name'])} | {linked(s['folder'], s['page'], s['folder'])} | {s['status']} | "
-                     f"{s['attempts'] or '–'} | {seconds} |")
-    lines += ["", f"Total: {r['totals']['text']}.{note(r['totals'].get('source'))}"]
-    figures = [(s["folder"], name) for s in r["steps"] for name in s["figures"]]
-    if figures:
-        lines += ["", "## Figures", ""]
-        for folder, name in figures:
-            url = f"{site_url.rstrip('/')}/{figure_file(folder, name)}" if site_url else f"{folder}/{name}"
-            lines.append(f"![{_md(folder)}: {_md(name)}]({url})")
-    lines += ["", "## Incidents", ""]
-    if r["incidents"]:
-        for i in r["incidents"]:
-            where = linked(i["folder"], i["page"], i["folder"])
-            at = f" at step {i['at_step']}" if i["at_step"] is not None else ""
-            lines.append(f"- **{i['word']}**{at} in {where}: {_md(i['title'])}")
-    else:
-        lines.append("none")
+    lines += [f"Steps: {', '.join(writer.linked(s['name'], s['page'], s['folder']) for s in r['steps'])}", ""]
+    lines += ["## Expectations", "", *writer.expectations(r), *writer.runs(r), *writer.incidents(r)]
     if r["conclusions"]:
         lines += ["", "## Conclusion", ""] + [f"- {_md(c['text'])} ({c['time']})" for c in r["conclusions"]]
-    if notes:
-        # Where each number comes from: run the commands in the folder that holds the lab.
-        lines += ["", "## Sources", "", "Commands run in the folder that holds the lab; files are named under it.", ""]
-        lines += [f"[^{i}]: " + ("" if n["kind"] == "command" else "read from ") + f"`{n['text']}`"
-                  for i, n in enumerate(notes, 1)]
+    lines += writer.sources()
     version = f"card v{r['version']}" if r["version"] else "no card declared"
     lines += ["", f"_{version} of experiment `{r['name']}`, {len(r['versions'])} version(s) stored; "
               f"filled in {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}._", ""]

@@ -15,9 +15,10 @@ What keeps it safe on a machine that also trains:
 - ``model`` must name a run of this lab (``RUN`` or ``RUN@STEP``) or an export step of it — never a path;
 - a request must be ``application/json`` and, when the browser says where it comes from (``Origin``),
   come from this server's own pages (a form or a script on another site cannot post);
-- one generation at a time over the whole server (a second gets 429 until the first ends), at most
-  :data:`MAX_NEW_TOKENS` tokens, a message of at most :data:`MAX_MESSAGE_CHARS` characters (a request while
-  another reply streams gets ``{"error": "busy…"}``; the page sends its two columns one after the other)."""
+- one generation at a time over the whole server, decided before the response starts: a request while
+  another reply is being generated gets 429 with ``Retry-After`` (seconds) and ``{"error": "busy…"}``, and
+  the page waits and sends again, saying so (it sends its two columns one after the other); at most
+  :data:`MAX_NEW_TOKENS` tokens, a message of at most :data:`MAX_MESSAGE_CHARS` characters."""
 
 from __future__ import annotations
 
@@ -45,6 +46,8 @@ MAX_HISTORY_MESSAGES = 64
 MODELS_KEPT = 4
 """Loaded models kept for the next message (the least recently used goes first)."""
 BUSY = "busy: another reply is being generated (one at a time); send again when it ends"
+RETRY_AFTER_S = 1
+"""What a busy answer's ``Retry-After`` says: a tiny model's reply takes a second or a few."""
 _REF = re.compile(r"^([A-Za-z0-9_.\-/]+?)(?:@(\d+))?$")
 
 
@@ -94,8 +97,11 @@ class ChatService:
             ask = self.parse(body)
         except (ValueError, UserError) as exc:
             return _refuse(400, str(exc))
-        return StreamingResponse(self.reply_lines(ask), media_type="application/x-ndjson",
-                                 headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+        if not self._busy.acquire(blocking=False):
+            return _refuse(429, BUSY, {"Retry-After": str(RETRY_AFTER_S)})
+        turn = _Turn(self._busy)
+        return _TurnResponse(turn, self.reply_lines(ask, turn), media_type="application/x-ndjson",
+                             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
     def parse(self, body: Any) -> dict[str, Any]:
         """The request's fields, checked (a UserError naming the first bad one)."""
@@ -126,20 +132,16 @@ class ChatService:
         return {"ref": self.model_ref(body.get("model")), "text": text, "messages": messages, "system": system,
                 "sampling": sampling}
 
-    async def reply_lines(self, ask: dict[str, Any]) -> AsyncIterator[bytes]:
-        """The reply as JSON lines, or ``{"error": "busy…"}`` while another is being generated.
+    async def reply_lines(self, ask: dict[str, Any], turn: _Turn) -> AsyncIterator[bytes]:
+        """The reply as JSON lines, generated in ``turn`` (the caller holds the lock).
 
         One worker thread loads the model (first use) and draws the whole reply, handing each piece of text
-        to the event loop as it decodes; pieces that pile up while a line is being sent go out together. The
-        lock is taken here, where the stream begins, and released however it ends — a page closed mid-reply
-        stops the worker at its next token, and the lock waits for it."""
-        if not self._busy.acquire(blocking=False):
-            yield _line({"error": BUSY})
-            return
+        to the event loop as it decodes; pieces that pile up while a line is being sent go out together. A
+        page closed mid-reply stops the worker at its next token; the turn ends when the worker has."""
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         stop = threading.Event()
-        worker = loop.run_in_executor(None, self._generate, ask, lambda item: loop.call_soon_threadsafe(
+        turn.worker = loop.run_in_executor(None, self._generate, ask, lambda item: loop.call_soon_threadsafe(
             queue.put_nowait, item), stop)
         try:
             while True:
@@ -151,12 +153,14 @@ class ChatService:
                     yield _line({"text": text})
                 end = next((value for kind, value in items if kind != "text"), None)
                 if end is not None:
+                    # The turn ends before the page reads "done": its next request finds the lock free.
+                    await asyncio.wait([turn.worker])
+                    turn.end()
                     yield _line(end)
+                    turn.worker.result()  # a reply that failed: its traceback goes to the server's log too
                     return
         finally:
             stop.set()
-            await asyncio.shield(worker)  # the worker draws its token to the end before the next reply starts
-            self._busy.release()
 
     def _generate(self, ask: dict[str, Any], put: Callable[[tuple[str, Any]], None], stop: threading.Event) -> None:
         """Draw the reply in this (worker) thread: ``("text", piece)`` items, then ``("end", done or error)``."""
@@ -194,9 +198,45 @@ class ChatService:
             return None
 
 
+class _Turn:
+    """The one generation the service's lock allows: taken before the response starts, given back once the
+    response has ended and its worker thread, if one started, has drawn its last token."""
+
+    def __init__(self, lock: threading.Lock) -> None:
+        self.lock = lock
+        self.worker: asyncio.Future | None = None
+        self.ended = False
+
+    def end(self) -> None:
+        """Give the lock back now, or when the worker ends (once, however often this is called)."""
+        if self.ended:
+            return
+        self.ended = True
+        if self.worker is None or self.worker.done():
+            self.lock.release()
+        else:
+            self.worker.add_done_callback(lambda _: self.lock.release())
+
+
+class _TurnResponse(StreamingResponse):
+    """The reply's stream; it ends its turn however the response ends (a page closed before the stream
+    began included, when no worker ever started)."""
+
+    def __init__(self, turn: _Turn, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.turn = turn
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.turn.end()
+
+
 def _line(data: dict[str, Any]) -> bytes:
     return (json.dumps(data, ensure_ascii=False) + "\n").encode()
 
 
-def _refuse(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status, headers={"Cache-Control": "no-store"})
+def _refuse(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status,
+                        headers={"Cache-Control": "no-store", **(headers or {})})

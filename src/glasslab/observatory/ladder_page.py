@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from glasslab import sources
+from glasslab.lab.registry import gate_status
 from glasslab.layout import CHECKPOINT_LIST, FIT_FILE, PREDICTIONS_FILE, RUN_RECORD, STEP_RECORD, read_json_lines
 from glasslab.observatory.lab_scan import Lab
 from glasslab.observatory.runs import LOSS_KEY, open_run, planned_steps, run_curve, run_status
@@ -77,6 +78,20 @@ def floor_line(fit: dict[str, Any]) -> str:
     return f"fitted freely to the rungs by L(C): L∞ = {value:.3f}"
 
 
+def gate_line(fit: dict[str, Any], prediction: Any) -> dict[str, Any] | None:
+    """The fit's registration gate as the page says it: registered, or REFUSED with the reasons, and FORCED
+    when the hero's run says it ran anyway; None for a fit written before the gate."""
+    gate = fit.get("gate")
+    if not isinstance(gate, dict):
+        return None
+    forced = isinstance(prediction, dict) and bool(prediction.get("forced"))
+    text = ("registered: every check passed" if gate.get("registered")
+            else "REFUSED: " + "; ".join(gate.get("reasons") or []) + ("; the hero ran FORCED" if forced else ""))
+    flags = "; ".join(gate.get("flags") or [])
+    return {"registered": bool(gate.get("registered")), "forced": forced,
+            "text": text + (f" (flags: {flags})" if flags else "")}
+
+
 def law_line(fit: dict[str, Any], hero_flops: float | None) -> list[dict[str, float]]:
     """The fitted law L(C) as points from the smallest rung to past the hero (``law_line`` in
     ``fit.json`` when written, else from the law's parameters)."""
@@ -108,6 +123,7 @@ def registry_entries(lab: Lab) -> list[dict[str, Any]]:
     for i, entry in enumerate(entries):
         row = {k: entry.get(k) for k in ("name", "metric", "point", "low", "high", "level", "target", "source",
                                           "registered_at", "seq", "replaces")}
+        row["status"] = gate_status(entry)
         row["in_force"] = newest.get(entry.get("name")) == i
         run_id = targets.get(entry.get("target"))
         row["run"] = run_id
@@ -228,6 +244,7 @@ def ladder_page(lab: Lab, fit_id: str) -> dict[str, Any] | None:
         "hero_size": (hero_record or {}).get("size_name"), "tasks": hero_tasks(lab, folder.name, fit, hero_id),
         "sources": ladder_sources(lab, folder, fit, hero_id, hero_verdict_, target),
         "verdict": hero_verdict_, "parameters": law_parameters(fit), "floor": floor_line(fit),
+        "gate": gate_line(fit, prediction),
         "law_line": law_line(fit, (prediction or {}).get("flops")), "registry": registry_entries(lab),
         "cursors": cursors, "watch": [hero_id] if hero_id else [],
     })

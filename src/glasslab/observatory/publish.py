@@ -51,9 +51,10 @@ from glasslab.observatory.lab_scan import Lab, file_stamp
 from glasslab.observatory.page_data import build_page
 from glasslab.observatory.relations import Relations
 from glasslab.observatory.run_page import MAX_KEYS_PER_READ, read_run_series, read_run_vectors
-from glasslab.observatory.runs import open_run, planned_steps, step_record
+from glasslab.observatory.runs import open_run, planned_steps
 from glasslab.observatory.shell import STATIC_FILES, render_shell, script_json, static_file
 from glasslab.public import Publicizer
+from glasslab.track.step_record import step_record
 
 WATCH_SECONDS = 3.0
 # Bytes of series JSON per chunk file: a 100,000-step metric downsampled to 2,000 points is ~70 kB,
@@ -176,7 +177,7 @@ def series_index_file(run_id: str) -> str:
 
 
 def steps_file(run_id: str) -> str:
-    """Where a run's step record lives on the site (every step's loss and batch hash, ``runs.step_record``)."""
+    """Where a run's step record lives on the site (every step's loss and batch hash, ``track/step_record.py``)."""
     return f"data/{page_file('steps', run_id).removesuffix('.html')}.js"
 
 
@@ -303,7 +304,7 @@ class Publisher:
         for step, attempt in published_batches(trained, data["events"], planned_steps(data.get("record") or {})):
             name = f"{prefix}-{step}-{attempt}.js"
             if name not in self.batch_files:
-                from glasslab.train.batches import rebuild_batch  # torch: only for runs with batches
+                from glasslab.data.batches import rebuild_batch  # torch: only for runs with batches
 
                 try:
                     batch = rebuild_batch(folder, step, attempt)
@@ -325,7 +326,7 @@ class Publisher:
     def _export_series(self, run_id: str, keys: list[str], vector_keys: list[str]) -> list[str] | None:
         """A run's series and vectors as chunk files plus their index (the run and compare pages load
         the chunks of the charts they draw), so a run that changed rewrites its own files only; and its
-        step record (``runs.step_record``), which ``glasslab reproduce`` reads.
+        step record (``track/step_record.py``), which ``glasslab reproduce`` reads.
         Returns the files written; None when the store cannot be read now (nothing is written)."""
         folder = self.lab.index().runs[run_id]
         series: dict[str, Any] = {}

@@ -25,8 +25,6 @@ from glasslab.track.store import LEASE_STALE_SECONDS
 LOSS_KEY = "eval/macro/loss"
 TOKENS_KEY = "train/tokens"
 TRAIN_LOSS_KEYS = ("train/loss", "sft/loss")
-PUBLISHED_HASH_CHARS = 16
-"""Hex digits of each step's batch hash on the site: 64 bits tell two batches apart."""
 # Severities that make an event an incident worth a flag on the overview (notes and step starts do not).
 FLAGGED = frozenset({"warning", "incident"})
 
@@ -162,26 +160,3 @@ def run_curve(lab: Lab, run_id: str, keys: tuple[str, ...], max_points: int = DE
         except sqlite3.Error:
             pass
     return out
-
-
-def step_record(reader: RunReader) -> dict[str, Any]:
-    """Every step's ``train/loss`` as logged and the hash of its input tokens, the attempt in force each, at
-    full resolution (the charts' series are thinned): what ``glasslab reproduce`` holds a replay against.
-    ``{"loss": {"steps", "values"}, "batch": {"steps", "hashes"}}``; a store from before batch hashes were
-    recorded has none."""
-    steps, values = reader.scalars(TRAIN_LOSS_KEYS[0])
-    in_force: dict[int, str] = {}
-    try:
-        for step, _attempt, digest in reader.batch_hashes():  # each step's latest attempt last
-            in_force[step] = digest[:PUBLISHED_HASH_CHARS]
-    except sqlite3.Error:  # no batches table
-        pass
-    return {"loss": {"steps": steps, "values": values},
-            "batch": {"steps": list(in_force), "hashes": list(in_force.values())}}
-
-
-def by_step(record: dict[str, Any]) -> tuple[dict[int, float], dict[int, str]]:
-    """A step record's losses and batch hashes, each by step."""
-    loss, batch = record["loss"], record["batch"]
-    return (dict(zip(loss["steps"], loss["values"], strict=True)),
-            dict(zip(batch["steps"], batch["hashes"], strict=True)))

@@ -50,7 +50,7 @@ def sample_traces(lab: Lab, run_id: str, samples: list[dict[str, Any]]) -> dict[
     dataset = (lab.json(folder / RUN_RECORD) or {}).get("dataset")
     if not isinstance(dataset, dict) or not dataset.get("path"):
         return None  # a run that records no dataset (made by hand, or before datasets were recorded)
-    from glasslab.train.batches import trained_dataset
+    from glasslab.data.batches import trained_dataset
 
     digest = str(dataset.get("manifest_hash") or "")[:16]
     try:  # where it was recorded, or beside the run in a lab moved whole

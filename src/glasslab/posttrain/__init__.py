@@ -9,7 +9,8 @@ A post-training step builds its run's parts and hands them to the trainer as a r
 - ``fitting`` (conversations longer than a row: cut at a turn boundary or left out, counted), ``packing``
   (SFT rows and their loader), ``preference`` (the DPO objective, pair batches and their loader);
 - ``samples`` (chat samples), ``base`` (the base model: weights, tokenizer, forgetting evals, baseline);
-- ``sft`` and ``dpo`` (each run's config, recipe and lab step), ``outcome`` (a finished run before and
-  after), ``plans`` (the steps of ``glasslab sft`` and ``glasslab dpo``), ``chat`` (chat sessions for the
-  terminal and the observatory's chat panel).
+- ``tuning`` (the one tuning step every method runs, and the step config and recipe a method extends);
+- ``sft`` and ``dpo`` (each method's config and recipe), ``outcome`` (a finished run before and after),
+  ``plans`` (the steps of ``glasslab sft`` and ``glasslab dpo``), ``chat`` (chat sessions for the terminal
+  and the observatory's chat panel).
 """

@@ -22,8 +22,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from glasslab.data import manifest_hash, read_manifest
 from glasslab.data.chat import ChatEncoder
+from glasslab.data.shards import manifest_hash, read_manifest
 from glasslab.data.tokenizer import EOT, load_tokenizer
 from glasslab.errors import UserError
 from glasslab.evals.load import TaskScorer, load_tasks

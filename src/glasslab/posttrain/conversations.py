@@ -21,23 +21,25 @@ words) appearing in a held-out document.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
-from glasslab.config import UNVERSIONED, from_dict, require, to_dict
-from glasslab.data.config import EvalSplitConfig
+from glasslab.config import from_dict, to_dict
 from glasslab.data.decontaminate import Decontaminator
 from glasslab.data.tokenizer import CHAT_ROLES
 from glasslab.errors import UserError
 from glasslab.layout import REPORT_FILE
 from glasslab.posttrain.records import (
     RecordProblems,
+    RecordSources,
     check_file_hashes,
     messages_problem,
+    no_heldout,
     read_records,
     read_split,
     say,
-    split_heldout,
+    say_skipped,
     write_split_folder,
 )
 
@@ -47,46 +49,13 @@ FORMAT = "glasslab-conversations/1"
 
 
 @dataclass(frozen=True)
-class ConversationsConfig:
-    """Where SFT conversations come from and how they are split and decontaminated."""
+class ConversationsConfig(RecordSources):
+    """Where SFT conversations come from (``files``: JSONL of ``{"messages": [...]}``; ``builtin``: the built-in
+    instruction set), which are held out to measure SFT loss, and what they are decontaminated against."""
 
-    builtin: bool = True
-    """Include the built-in instruction set made from Python's own distribution (posttrain.instructions)."""
-    builtin_max_modules: int = 0
-    """Read only this many standard-library modules for the built-in set (0 = all)."""
-    files: tuple[str, ...] = ()
-    """JSONL files of ``{"messages": [...]}`` records."""
-    heldout_files: tuple[str, ...] = ()
-    """JSONL files of held-out conversations; given, none of the others is held out."""
-    file_hashes: dict[str, str] = field(default_factory=dict)
-    """sha256 of each file when the step was planned (``glasslab sft`` records them): the step's hash
-    covers the files' content, and a file changed since is refused."""
-    heldout_fraction: float = 0.05
-    """Share of the conversations held out to measure SFT loss (chosen by a seeded hash of each)."""
-    heldout_min: int = 32
-    """At least this many held-out conversations."""
-    heldout_max: int = 500
-    """At most this many held-out conversations."""
+    section: ClassVar[str] = "conversations"
     decontaminate: str = ""
     """A dataset folder (``glasslab data build``) whose eval split training conversations must not overlap."""
-    strict: bool = field(default=False, metadata=UNVERSIONED)
-    """Stop at the first bad record instead of skipping and counting it."""
-    seed: int = 0
-    """Seed of the held-out choice."""
-
-    def __post_init__(self) -> None:
-        require(self.builtin or bool(self.files), "conversations.files", self.files,
-                "at least one file when conversations.builtin is false")
-        require(self.builtin_max_modules >= 0, "conversations.builtin_max_modules", self.builtin_max_modules, ">= 0")
-        require(0 <= self.heldout_fraction < 1, "conversations.heldout_fraction", self.heldout_fraction, "in [0, 1)")
-        require(0 <= self.heldout_min <= self.heldout_max, "conversations.heldout_min", self.heldout_min,
-                "0 <= heldout_min <= heldout_max")
-
-    @property
-    def heldout_split(self) -> EvalSplitConfig:
-        """The held-out rule in the form the dataset's eval split uses (no byte minimum)."""
-        return EvalSplitConfig(fraction=self.heldout_fraction, min_documents=self.heldout_min, min_bytes=0,
-                               max_documents=self.heldout_max)
 
 
 def problem_with(record: object) -> str | None:
@@ -107,11 +76,9 @@ def conversation_text(record: dict) -> str:
     return json.dumps(record["messages"], ensure_ascii=False, sort_keys=True)
 
 
-def split_conversations(records: list[dict], cfg: ConversationsConfig) -> tuple[list[dict], list[dict]]:
+def split_conversations(records: list[dict], cfg: RecordSources) -> tuple[list[dict], list[dict]]:
     """(train, held out) by the seeded held-out rule of ``cfg``."""
-    held = split_heldout(records, [conversation_text(r) for r in records], cfg.heldout_split, cfg.seed)
-    return ([r for r, h in zip(records, held, strict=True) if not h],
-            [r for r, h in zip(records, held, strict=True) if h])
+    return cfg.split(records, [conversation_text(r) for r in records])
 
 
 def build_conversations(cfg: ConversationsConfig, out_dir: str | Path, progress: bool = True) -> Path:
@@ -124,11 +91,7 @@ def build_conversations(cfg: ConversationsConfig, out_dir: str | Path, progress:
     problems = RecordProblems()
     records, sources = _gather(cfg, problems)
     given_heldout = [r for path in cfg.heldout_files for r in read_conversations(path, problems, cfg.strict)]
-    for line in problems.listed[:5]:
-        say(progress, "conversations", f"skipped {line}")
-    if problems.count:
-        say(progress, "conversations", f"skipped {problems.count} bad record(s) in all (listed in "
-            f"{out_dir / REPORT_FILE})")
+    say_skipped(problems, "conversations", out_dir / REPORT_FILE)
     if not records:
         raise UserError(f"no valid conversations in {', '.join(sources) or 'the sources'}"
                         + (f" ({problems.count} bad record(s), first: {problems.listed[0]})" if problems.count else ""))
@@ -142,12 +105,12 @@ def build_conversations(cfg: ConversationsConfig, out_dir: str | Path, progress:
         kept = [r for r in train if not overlap.overlaps(r["messages"])]
         contaminated = len(train) - len(kept)
         train = kept
-        say(progress, "conversations",
+        say(progress or contaminated > 0, "conversations",  # a loss is said either way
             f"decontamination against {cfg.decontaminate}: dropped {contaminated} training conversation(s)")
     if not train:
         raise UserError("no training conversations left after the held-out split and decontamination")
     if not heldout:
-        raise UserError("no held-out conversations: give --heldout FILE with valid ones, or more conversations")
+        raise no_heldout(len(records), "conversations", cfg.heldout_files)
     report = {
         "sources": sources,
         "heldout_sources": list(cfg.heldout_files) or None,

@@ -12,10 +12,9 @@ other target is ``IGNORE_INDEX``, which ``F.cross_entropy`` skips.
 - ``padded``: one conversation per row, then padding; plain causal attention suffices.
 
 Every conversation given must fit a row: what does not is cut or left out, and counted, before it gets
-here (:mod:`glasslab.posttrain.fitting`). The stream is global, as in
-the pretraining loader: epoch ``e`` packs the conversations in an order drawn from ``(seed, e)`` and
-shuffles the rows; step ``s`` takes the next ``global_batch`` rows (running into the next epoch when
-one ends), and each rank takes its slice. Its state is (epoch, row, step, assistant tokens served).
+here (:mod:`glasslab.posttrain.fitting`). The loader serves a global stream of rows
+(:mod:`glasslab.posttrain.stream`): epoch ``e`` packs the conversations in an order drawn from
+``(seed, e)`` and shuffles the rows. Its state is (epoch, row, step, assistant tokens served).
 """
 
 from __future__ import annotations
@@ -23,19 +22,19 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
 
 from glasslab.data.chat import EncodedConversation
 from glasslab.errors import UserError
+from glasslab.posttrain.stream import EpochStream
 
 IGNORE_INDEX = -100
 """Target id of tokens without loss (``F.cross_entropy``'s default ``ignore_index``)."""
 PADDING_DOC = -1
 """Document id of padding: padding attends only to padding."""
-STATE_VERSION = 1
 Packing = Literal["packed", "padded"]
 
 
@@ -113,31 +112,26 @@ def collate(conversations: Sequence[EncodedConversation], rows: Sequence[Sequenc
                     torch.from_numpy(docs[:, :-1].copy()) if packed else None, int(trained[:, 1:].sum()))
 
 
-class ConversationLoader:
-    """SFT batches of ``(global_batch // world_size, seq_len)`` rows for one data-parallel rank.
+class ConversationLoader(EpochStream):
+    """SFT batches of ``(global_batch // world_size, seq_len)`` rows for one data-parallel rank: the items of
+    its stream (:mod:`glasslab.posttrain.stream`) are rows, each epoch's packed afresh."""
 
-    Has the pretraining loader's interface as the trainer uses it: ``next_batch``, ``skip``,
-    ``weights_at``, ``epochs``, ``state_dict``/``load_state_dict``.
-    """
+    name = "sft"
 
     def __init__(self, conversations: Sequence[EncodedConversation], seq_len: int, global_batch: int, pad_id: int,
                  packing: Packing = "packed", seed: int = 0, rank: int = 0, world_size: int = 1) -> None:
-        if global_batch < 1 or world_size < 1 or global_batch % world_size:
-            raise UserError(f"global batch {global_batch} does not split evenly over {world_size} rank(s)")
+        super().__init__(global_batch, seed, rank, world_size)
         if not conversations:
             raise UserError(f"no conversation fits a row of train.seq_len + 1 = {seq_len + 1} tokens; "
                             "raise train.seq_len")
         assert all(len(c.ids) <= seq_len + 1 for c in conversations), "fit conversations to rows first"
-        fitting = list(conversations)
-        self.conversations = fitting
-        self.seq_len, self.global_batch, self.pad_id = seq_len, global_batch, pad_id
-        self.packing, self.seed = packing, seed
-        self.rank, self.rows_per_rank = rank, global_batch // world_size
-        self._lengths = [len(c.ids) for c in fitting]
+        self.conversations = list(conversations)
+        self.seq_len, self.pad_id, self.packing = seq_len, pad_id, packing
+        self._lengths = [len(c.ids) for c in self.conversations]
         self._epoch_rows: dict[int, list[list[int]]] = {}
-        self.epoch, self.row, self.step, self.assistant_tokens = 0, 0, 0, 0
+        self.assistant_tokens = 0
 
-    def rows_of_epoch(self, epoch: int) -> list[list[int]]:
+    def items_of_epoch(self, epoch: int) -> list[list[int]]:
         """Conversation indices of every row of ``epoch``, in the order they are served."""
         if epoch not in self._epoch_rows:
             if len(self._epoch_rows) >= 2:
@@ -153,59 +147,22 @@ class ConversationLoader:
             self._epoch_rows[epoch] = rows
         return self._epoch_rows[epoch]
 
-    def _draw(self) -> list[list[int]]:
-        """The rows of the next step (every rank's); advances the position."""
-        rows = []
-        while len(rows) < self.global_batch:
-            epoch_rows = self.rows_of_epoch(self.epoch)
-            take = epoch_rows[self.row : self.row + self.global_batch - len(rows)]
-            rows.extend(take)
-            self.row += len(take)
-            if self.row >= len(epoch_rows):
-                self.epoch, self.row = self.epoch + 1, 0
-        self.step += 1
-        return rows
-
     def next_batch(self) -> SFTBatch:
-        rows = self._draw()
+        rows = self.draw()
         # A conversation's first token is never trained, so its trained targets are its assistant tokens.
         step_tokens = sum(self.conversations[c].num_assistant_tokens for row in rows for c in row)
         self.assistant_tokens += step_tokens
-        mine = rows[self.rank * self.rows_per_rank : (self.rank + 1) * self.rows_per_rank]
-        batch = collate(self.conversations, mine, self.seq_len, self.pad_id, self.packing == "packed")
+        batch = collate(self.conversations, self.mine(rows), self.seq_len, self.pad_id, self.packing == "packed")
         batch.loss_tokens, batch.assistant_tokens_seen = step_tokens, self.assistant_tokens
         return batch
 
-    def __iter__(self) -> Iterator[SFTBatch]:
-        while True:
-            yield self.next_batch()
+    def identity(self) -> dict[str, Any]:
+        # In the order checkpoints have always stored it, so a checkpoint's bytes do not move.
+        return {"seed": self.seed, "seq_len": self.seq_len, "global_batch": self.global_batch,
+                "packing": self.packing, "conversations": len(self.conversations)}
 
-    def skip(self, n_steps: int) -> None:
-        """Advance past ``n_steps`` optimiser steps without serving them."""
-        for _ in range(n_steps):
-            self._draw()
-
-    def weights_at(self, step: int) -> dict[str, float]:
-        """No mixture: SFT trains on one set of conversations."""
-        return {}
-
-    def epochs(self) -> dict[str, float]:
-        """Passes over the training conversations so far (as ``mixture/epochs/sft``)."""
-        return {"sft": self.epoch + self.row / len(self.rows_of_epoch(self.epoch))}
-
-    def state_dict(self) -> dict:
-        return {"version": STATE_VERSION, "epoch": self.epoch, "row": self.row, "step": self.step,
-                "assistant_tokens": self.assistant_tokens, "seed": self.seed, "seq_len": self.seq_len,
-                "global_batch": self.global_batch, "packing": self.packing,
-                "conversations": len(self.conversations)}
-
-    def load_state_dict(self, state: dict) -> None:
-        mine = self.state_dict()
-        for key in ("seed", "seq_len", "global_batch", "packing", "conversations"):
-            if state.get(key) != mine[key]:
-                raise UserError(f"SFT loader state: {key}={state.get(key)!r} does not match this run's {mine[key]!r}")
-        self.epoch, self.row = int(state["epoch"]), int(state["row"])
-        self.step, self.assistant_tokens = int(state["step"]), int(state["assistant_tokens"])
+    def counters(self) -> dict[str, int]:
+        return {**super().counters(), "assistant_tokens": self.assistant_tokens}
 
 
 def heldout_batches(conversations: Sequence[EncodedConversation], seq_len: int, batch_size: int, pad_id: int,

@@ -20,24 +20,27 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 
-from glasslab.config import UNVERSIONED, from_dict, require, to_dict
+from glasslab.config import from_dict, to_dict
 from glasslab.errors import UserError
 from glasslab.layout import REPORT_FILE
-from glasslab.posttrain.conversations import ConversationsConfig, read_conversation_split, split_conversations
+from glasslab.posttrain.conversations import read_conversation_split, split_conversations
 from glasslab.posttrain.records import (
     RecordProblems,
+    RecordSources,
     check_file_hashes,
     message_problem,
     messages_problem,
+    no_heldout,
     read_records,
     read_split,
     say,
-    split_heldout,
+    say_skipped,
     write_split_folder,
 )
 
@@ -46,45 +49,13 @@ _SUBJECT = re.compile(r"`([^`]+)`")
 
 
 @dataclass(frozen=True)
-class PairsConfig:
-    """Where preference pairs come from and which are held out."""
+class PairsConfig(RecordSources):
+    """Where preference pairs come from (``files``: JSONL of ``{"prompt", "chosen", "rejected"}``; ``builtin``:
+    the built-in pairs, from the instruction set or the conversations dependency's) and which are held out."""
 
-    builtin: bool = True
-    """Include the built-in pairs (from the built-in instruction set, or the conversations dependency's)."""
-    builtin_max_modules: int = 0
-    """Standard-library modules read for the built-in pairs without a conversations folder (0 = all)."""
-    files: tuple[str, ...] = ()
-    """JSONL files of ``{"prompt", "chosen", "rejected"}`` records."""
-    heldout_files: tuple[str, ...] = ()
-    """JSONL files of held-out pairs; given, none of the others is held out."""
-    file_hashes: dict[str, str] = field(default_factory=dict)
-    """sha256 of each file when the step was planned: the step's hash covers the files' content."""
-    heldout_fraction: float = 0.05
-    """Share of the pairs held out (by a seeded hash of each), as conversations are."""
-    heldout_min: int = 32
-    """At least this many held-out pairs."""
-    heldout_max: int = 500
-    """At most this many held-out pairs."""
+    section: ClassVar[str] = "pairs"
     conversations_from: str = ""
     """A dependency whose output folder is a conversations folder: the built-in pairs are made from it."""
-    strict: bool = field(default=False, metadata=UNVERSIONED)
-    """Stop at the first bad record instead of skipping and counting it."""
-    seed: int = 0
-    """Seed of the held-out choice and of the built-in pairs' rejected replies."""
-
-    def __post_init__(self) -> None:
-        require(self.builtin or bool(self.files), "pairs.files", self.files,
-                "at least one file when pairs.builtin is false")
-        require(self.builtin_max_modules >= 0, "pairs.builtin_max_modules", self.builtin_max_modules, ">= 0")
-        require(0 <= self.heldout_fraction < 1, "pairs.heldout_fraction", self.heldout_fraction, "in [0, 1)")
-        require(0 <= self.heldout_min <= self.heldout_max, "pairs.heldout_min", self.heldout_min,
-                "0 <= heldout_min <= heldout_max")
-
-    @property
-    def conversations(self) -> ConversationsConfig:
-        """The instruction set's split the built-in pairs follow without a conversations folder."""
-        return ConversationsConfig(builtin_max_modules=self.builtin_max_modules, heldout_fraction=self.heldout_fraction,
-                                   heldout_min=self.heldout_min, heldout_max=self.heldout_max, seed=self.seed)
 
 
 def problem_with(record: object) -> str | None:
@@ -153,9 +124,7 @@ def build_pairs(cfg: PairsConfig, out_dir: str | Path, conversations: str | Path
     if cfg.heldout_files:
         train, heldout = given, given_heldout
     else:
-        held = split_heldout(given, [pair_text(r) for r in given], cfg.conversations.heldout_split, cfg.seed)
-        train = [r for r, h in zip(given, held, strict=True) if not h]
-        heldout = [r for r, h in zip(given, held, strict=True) if h]
+        train, heldout = cfg.split(given, [pair_text(r) for r in given])
     sources = [str(p) for p in cfg.files]
     unpaired = 0
     if cfg.builtin:
@@ -165,19 +134,18 @@ def build_pairs(cfg: PairsConfig, out_dir: str | Path, conversations: str | Path
         else:
             from glasslab.posttrain.instructions import instruction_conversations
 
-            split = split_conversations(list(instruction_conversations(cfg.builtin_max_modules)), cfg.conversations)
+            split = split_conversations(list(instruction_conversations(cfg.builtin_max_modules)), cfg)
             sources.append("builtin")
         (made_train, lone_train), (made_heldout, lone_heldout) = (builtin_pairs(part, cfg.seed) for part in split)
         train, heldout, unpaired = train + made_train, heldout + made_heldout, lone_train + lone_heldout
-    for line in problems.listed[:5]:
-        say(progress, "pairs", f"skipped {line}")
-    if problems.count:
-        say(progress, "pairs", f"skipped {problems.count} bad record(s) in all (listed in {out_dir / REPORT_FILE})")
+    say_skipped(problems, "pairs", out_dir / REPORT_FILE)
+    say(unpaired > 0, "pairs", f"{unpaired} built-in question(s) gave no pair (no other module's "
+        "answer to reject)")
     if not train:
         raise UserError(f"no valid training pairs in {', '.join(sources) or 'the sources'}"
                         + (f" ({problems.count} bad record(s), first: {problems.listed[0]})" if problems.count else ""))
     if not heldout:
-        raise UserError("no held-out pairs: give --heldout FILE with valid ones, or more pairs")
+        raise no_heldout(len(train) + len(heldout), "pairs", cfg.heldout_files)
     report = {"sources": sources, "heldout_sources": list(cfg.heldout_files) or None,
               "pairs": len(train) + len(heldout), "train": len(train), "heldout": len(heldout),
               "builtin_unpaired": unpaired,

@@ -12,6 +12,7 @@ by :func:`export_note`); the tuned run is chattable from its checkpoints all the
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -20,10 +21,11 @@ from glasslab.model.export import ExportError, hf_architecture
 from glasslab.model.load import ModelSource
 from glasslab.posttrain.base import find_base
 from glasslab.posttrain.conversations import ConversationsConfig, conversations_step
-from glasslab.posttrain.dpo import DPOStepConfig, dpo_step
+from glasslab.posttrain.dpo import DPOStepConfig
 from glasslab.posttrain.pairs import PairsConfig, pairs_step
 from glasslab.posttrain.records import file_hashes
-from glasslab.posttrain.sft import SFTStepConfig, sft_step
+from glasslab.posttrain.sft import SFTStepConfig
+from glasslab.posttrain.tuning import TuningStepConfig, tune_step
 from glasslab.train.export_step import ExportConfig, export_step
 
 BUILTIN = "builtin"
@@ -37,42 +39,40 @@ def base_name(source: ModelSource, lab: str | Path) -> str:
     return source.name if in_lab else source.ref
 
 
-def _sources(files: Sequence[str]) -> tuple[bool, tuple[str, ...]]:
-    """(whether ``builtin`` is named, the files as absolute paths)."""
-    return BUILTIN in files, tuple(str(Path(f).resolve()) for f in files if f != BUILTIN)
+def _sources(files: Sequence[str], heldout: Sequence[str]) -> tuple[bool, tuple[str, ...], tuple[str, ...]]:
+    """(whether ``builtin`` is named, the files and the held-out files as absolute paths)."""
+    return (BUILTIN in files, tuple(str(Path(f).resolve()) for f in files if f != BUILTIN),
+            tuple(str(Path(f).resolve()) for f in heldout))
 
 
 def sft_steps(base: str, conversations: Sequence[str], lab: str | Path, *, heldout: Sequence[str] = (),
               cfg: SFTStepConfig | None = None) -> list[Step]:
     """conversations -> sft -> export for ``glasslab sft``; ``cfg`` gives the schedule, packing and device
     (its base and dependencies are filled in here)."""
-    cfg = cfg or SFTStepConfig()
     source = find_base(base, lab)
-    builtin, files = _sources(conversations)
-    held = tuple(str(Path(f).resolve()) for f in heldout)
+    builtin, files, held = _sources(conversations, heldout)
     data = Step("conversations", conversations_step,
                 ConversationsConfig(builtin=builtin, files=files, heldout_files=held,
                                     file_hashes=file_hashes(files + held)))
-    config = SFTStepConfig(train=cfg.train, sft=cfg.sft, base=base_name(source, lab), base_sha256=source.sha256,
-                           conversations_from=data.name, record_extra=cfg.record_extra, command=cfg.command,
-                           device=cfg.device, threads=cfg.threads)
-    tuned = Step("sft", sft_step, config, deps=(data,))
-    return [data, tuned, *_export(tuned, source, cfg.train.total_steps)]
+    cfg = dataclasses.replace(cfg or SFTStepConfig(), conversations_from=data.name)
+    return _tuning_steps("sft", cfg, data, source, lab)
 
 
 def dpo_steps(base: str, pairs: Sequence[str], lab: str | Path, *, heldout: Sequence[str] = (),
               cfg: DPOStepConfig | None = None) -> list[Step]:
     """pairs -> dpo -> export for ``glasslab dpo``."""
-    cfg = cfg or DPOStepConfig()
     source = find_base(base, lab)
-    builtin, files = _sources(pairs)
-    held = tuple(str(Path(f).resolve()) for f in heldout)
+    builtin, files, held = _sources(pairs, heldout)
     data = Step("pairs", pairs_step,
                 PairsConfig(builtin=builtin, files=files, heldout_files=held, file_hashes=file_hashes(files + held)))
-    config = DPOStepConfig(train=cfg.train, dpo=cfg.dpo, base=base_name(source, lab), base_sha256=source.sha256,
-                           pairs_from=data.name, record_extra=cfg.record_extra, command=cfg.command,
-                           device=cfg.device, threads=cfg.threads)
-    tuned = Step("dpo", dpo_step, config, deps=(data,))
+    cfg = dataclasses.replace(cfg or DPOStepConfig(), pairs_from=data.name)
+    return _tuning_steps("dpo", cfg, data, source, lab)
+
+
+def _tuning_steps(name: str, cfg: TuningStepConfig, data: Step, source: ModelSource, lab: str | Path) -> list[Step]:
+    """data -> the tuning step ``name`` of ``source`` -> its export (when the model has one)."""
+    config = dataclasses.replace(cfg, base=base_name(source, lab), base_sha256=source.sha256, base_from="")
+    tuned = Step(name, tune_step, config, deps=(data,))
     return [data, tuned, *_export(tuned, source, cfg.train.total_steps)]
 
 

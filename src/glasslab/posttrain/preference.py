@@ -20,8 +20,9 @@ A batch holds each pair as two rows, prompt + chosen and prompt + rejected, padd
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -31,8 +32,8 @@ from torch import nn
 from glasslab.data.chat import ChatEncoder, EncodedConversation
 from glasslab.errors import UserError
 from glasslab.posttrain.packing import IGNORE_INDEX
+from glasslab.posttrain.stream import EpochStream
 
-STATE_VERSION = 1
 PAD_MULTIPLE = 8
 Autocast = Callable[[], contextlib.AbstractContextManager]
 
@@ -150,72 +151,29 @@ class Preference:
                 "dpo/accuracy": (margins > 0).float().mean().item()}
 
 
-class PairLoader:
-    """Batches of ``global_batch // world_size`` pairs for one data-parallel rank, with the trainer's loader
-    interface (``next_batch``, ``skip``, ``weights_at``, ``epochs``, ``state_dict``/``load_state_dict``).
+class PairLoader(EpochStream):
+    """Batches of ``global_batch // world_size`` pairs for one data-parallel rank: the items of its stream
+    (:mod:`glasslab.posttrain.stream`) are the pairs, each epoch in an order drawn from ``(seed, epoch)``."""
 
-    The stream is global: epoch ``e`` serves every pair once in an order drawn from ``(seed, e)``; step ``s``
-    takes the next ``global_batch`` pairs (running into the next epoch), and each rank its slice."""
+    name = "dpo"
 
     def __init__(self, pairs: Sequence[EncodedPair], global_batch: int, pad_id: int, seed: int = 0, rank: int = 0,
                  world_size: int = 1) -> None:
-        if global_batch < 1 or world_size < 1 or global_batch % world_size:
-            raise UserError(f"global batch {global_batch} does not split evenly over {world_size} rank(s)")
+        super().__init__(global_batch, seed, rank, world_size)
         if not pairs:
             raise UserError("no preference pair fits a row of train.seq_len + 1 tokens; raise train.seq_len")
-        self.pairs, self.global_batch, self.pad_id, self.seed = list(pairs), global_batch, pad_id, seed
-        self.rank, self.per_rank = rank, global_batch // world_size
-        self.epoch, self.row, self.step = 0, 0, 0
+        self.pairs, self.pad_id = list(pairs), pad_id
 
-    def _order(self, epoch: int) -> np.ndarray:
-        return np.random.default_rng([self.seed, epoch]).permutation(len(self.pairs))
-
-    def _draw(self) -> list[int]:
-        chosen: list[int] = []
-        while len(chosen) < self.global_batch:
-            order = self._order(self.epoch)
-            take = order[self.row : self.row + self.global_batch - len(chosen)].tolist()
-            chosen += take
-            self.row += len(take)
-            if self.row >= len(order):
-                self.epoch, self.row = self.epoch + 1, 0
-        self.step += 1
-        return chosen
+    def items_of_epoch(self, epoch: int) -> list[int]:
+        return np.random.default_rng([self.seed, epoch]).permutation(len(self.pairs)).tolist()
 
     def next_batch(self) -> PairBatch:
-        chosen = self._draw()
-        mine = chosen[self.rank * self.per_rank : (self.rank + 1) * self.per_rank]
-        batch = collate_pairs([self.pairs[i] for i in mine], self.pad_id)
+        batch = collate_pairs([self.pairs[i] for i in self.mine(self.draw())], self.pad_id)
         batch.num_pairs = self.global_batch
         return batch
 
-    def __iter__(self) -> Iterator[PairBatch]:
-        while True:
-            yield self.next_batch()
-
-    def skip(self, n_steps: int) -> None:
-        """Advance past ``n_steps`` optimiser steps without serving them."""
-        for _ in range(n_steps):
-            self._draw()
-
-    def weights_at(self, step: int) -> dict[str, float]:
-        """No mixture: DPO trains on one set of pairs."""
-        return {}
-
-    def epochs(self) -> dict[str, float]:
-        """Passes over the training pairs so far (as ``mixture/epochs/dpo``)."""
-        return {"dpo": self.epoch + self.row / len(self.pairs)}
-
-    def state_dict(self) -> dict:
-        return {"version": STATE_VERSION, "epoch": self.epoch, "row": self.row, "step": self.step, "seed": self.seed,
-                "global_batch": self.global_batch, "pairs": len(self.pairs)}
-
-    def load_state_dict(self, state: dict) -> None:
-        mine = self.state_dict()
-        for key in ("seed", "global_batch", "pairs"):
-            if state.get(key) != mine[key]:
-                raise UserError(f"DPO loader state: {key}={state.get(key)!r} does not match this run's {mine[key]!r}")
-        self.epoch, self.row, self.step = int(state["epoch"]), int(state["row"]), int(state["step"])
+    def identity(self) -> dict[str, Any]:
+        return {**super().identity(), "pairs": len(self.pairs)}
 
 
 @torch.no_grad()

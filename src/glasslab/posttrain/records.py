@@ -14,10 +14,11 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
+from glasslab.config import UNVERSIONED, require
 from glasslab.data.config import EvalSplitConfig
 from glasslab.data.decontaminate import held_out_mask, split_key
 from glasslab.data.tokenizer import CHAT_ROLES, SPECIAL_TOKENS
@@ -35,6 +36,10 @@ from glasslab.layout import (
 )
 
 MAX_LISTED_PROBLEMS = 1000
+HELDOUT_MAX_SHARE = 0.2
+"""The held-out minimum count never takes more than this share of a small file: 24 conversations hold out
+4 and train on 20, rather than the minimum's 23 held out and 1 trained on (a higher fraction asked for
+is still honoured)."""
 Check = Callable[[object], "str | None"]
 """What is wrong with a parsed record (one phrase), or None when it is valid."""
 
@@ -137,11 +142,75 @@ def file_hashes(paths: Sequence[str]) -> dict[str, str]:
     return {str(p): file_sha256(p) for p in paths}
 
 
-def split_heldout(records: list[dict], texts: Sequence[str], rule: EvalSplitConfig, seed: int) -> list[bool]:
-    """Which records are held out: a seeded hash of each record's text (stable under reordering), at
-    ``rule``'s fraction, minimum and maximum."""
-    keys = np.array([split_key(t, seed) for t in texts], dtype=np.int64)
-    return list(held_out_mask(keys, np.array([len(t) for t in texts]), rule))
+@dataclass(frozen=True)
+class RecordSources:
+    """Where post-training records come from (a built-in set, JSONL files) and which are held out; a data
+    step's config (conversations, pairs) adds its own fields."""
+
+    section: ClassVar[str] = "records"
+    """How a bad value is named (``conversations.files``)."""
+
+    builtin: bool = True
+    """Include the built-in set (made from Python's own distribution: posttrain.instructions)."""
+    builtin_max_modules: int = 0
+    """Read only this many standard-library modules for the built-in set (0 = all)."""
+    files: tuple[str, ...] = ()
+    """JSONL files of records."""
+    heldout_files: tuple[str, ...] = ()
+    """JSONL files of held-out records; given, none of the others is held out."""
+    file_hashes: dict[str, str] = field(default_factory=dict)
+    """sha256 of each file when the step was planned (``glasslab sft``/``dpo`` record them): the step's hash
+    covers the files' content, and a file changed since is refused."""
+    heldout_fraction: float = 0.05
+    """Share of the records held out (chosen by a seeded hash of each)."""
+    heldout_min: int = 32
+    """At least this many held-out records, but never more than ``HELDOUT_MAX_SHARE`` of them."""
+    heldout_max: int = 500
+    """At most this many held-out records."""
+    strict: bool = field(default=False, metadata=UNVERSIONED)
+    """Stop at the first bad record instead of skipping and counting it."""
+    seed: int = 0
+    """Seed of the held-out choice (and of anything else drawn, such as the built-in pairs' rejected replies)."""
+
+    def __post_init__(self) -> None:
+        name = self.section
+        require(self.builtin or bool(self.files), f"{name}.files", self.files,
+                f"at least one file when {name}.builtin is false")
+        require(self.builtin_max_modules >= 0, f"{name}.builtin_max_modules", self.builtin_max_modules, ">= 0")
+        require(0 <= self.heldout_fraction < 1, f"{name}.heldout_fraction", self.heldout_fraction, "in [0, 1)")
+        require(0 <= self.heldout_min <= self.heldout_max, f"{name}.heldout_min", self.heldout_min,
+                "0 <= heldout_min <= heldout_max")
+
+    def split(self, records: list[dict], texts: Sequence[str]) -> tuple[list[dict], list[dict]]:
+        """(train, held out): a seeded hash of each record's text (stable under reordering) chooses, at
+        ``heldout_fraction``, ``heldout_max`` and ``heldout_min`` (at most ``HELDOUT_MAX_SHARE`` of them)."""
+        keys = np.array([split_key(t, self.seed) for t in texts], dtype=np.int64)
+        at_most = int(HELDOUT_MAX_SHARE * len(texts))
+        rule = EvalSplitConfig(fraction=self.heldout_fraction, min_documents=min(self.heldout_min, at_most),
+                               min_bytes=0, max_documents=self.heldout_max)
+        held = held_out_mask(keys, np.array([len(t) for t in texts]), rule)
+        return ([r for r, h in zip(records, held, strict=True) if not h],
+                [r for r, h in zip(records, held, strict=True) if h])
+
+
+def no_heldout(given: int, what: str, heldout_files: Sequence[str]) -> UserError:
+    """The one-line error for a split that held nothing out, saying why (``what``: ``conversations``;
+    ``given``: how many there were to split)."""
+    if heldout_files:
+        why = f"none valid in {', '.join(heldout_files)}"
+    elif int(HELDOUT_MAX_SHARE * given) == 0:
+        why = f"{given} {what} are too few to hold any out (at most {HELDOUT_MAX_SHARE:.0%} are)"
+    else:
+        why = f"none of the {given} {what} was held out"
+    return UserError(f"no held-out {what}: {why}; give --heldout FILE with valid ones, or more {what}")
+
+
+def say_skipped(problems: RecordProblems, tag: str, listed_in: Path) -> None:
+    """How many bad records were skipped and the first with its reason, on the console either way (a step's
+    stderr is its log and the command's console), as a data build says what it skipped."""
+    if problems.count:
+        print(f"[{tag}] skipped {problems.count:,} bad record(s); the first: {problems.listed[0]} (all listed in "
+              f"{listed_in} under bad_records)", file=sys.stderr, flush=True)
 
 
 def write_split_folder(out_dir: Path, fmt: str, train: list[dict], heldout: list[dict],

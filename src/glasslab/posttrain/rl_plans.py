@@ -23,12 +23,11 @@ def rl_steps(base: str, prompts: Sequence[str], lab: str | Path, *, heldout: Seq
     prompts (``cfg.rl.reward`` must then be ``builtin:TASK``)."""
     cfg = cfg or RLStepConfig()
     source = find_base(base, lab)
-    builtin, files = _sources(prompts)
+    builtin, files, held = _sources(prompts, heldout)
     reward = cfg.rl.reward
     is_builtin_reward = reward.startswith(BUILTIN_PREFIX)
     if builtin and not is_builtin_reward:
         raise UserError(f"prompts '{BUILTIN}' come with a built-in reward (--reward builtin:TASK), not {reward}")
-    held = tuple(str(Path(f).resolve()) for f in heldout)
     data = Step("prompts", prompts_step,
                 PromptsConfig(builtin=reward[len(BUILTIN_PREFIX):] if builtin else "", files=files,
                               heldout_files=held, file_hashes=file_hashes(files + held), seed=cfg.train.seed))

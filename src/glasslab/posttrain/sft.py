@@ -1,10 +1,9 @@
 """Supervised fine-tuning: a base model trained on conversations, the loss on the assistant's tokens only.
 
-The SFT step builds its run's parts here — the base's weights (:mod:`glasslab.posttrain.base`), a loader
-of conversations packed into rows (:mod:`glasslab.posttrain.packing`), the trainer's assistant-only
-objective, the held-out SFT loss ``eval/sft/loss`` beside the base dataset's domain losses (forgetting),
-chat samples — and hands them to the trainer as a recipe (:mod:`glasslab.train.recipe`). Everything else —
-resume, rollback, spike guard, checkpoints, run store — is the trainer's.
+SFT is a recipe of the one tuning step (:mod:`glasslab.posttrain.tuning`, which adds the base's weights,
+the forgetting evals and chat samples): here are its config, a loader of conversations packed into rows
+(:mod:`glasslab.posttrain.packing`), the trainer's assistant-only objective and the held-out SFT loss
+``eval/sft/loss``. Everything else — resume, rollback, spike guard, checkpoints, run store — is the trainer's.
 
 Conversations longer than a row are cut at a turn boundary or left out (:mod:`glasslab.posttrain.fitting`);
 the counts of the training and held-out conversations are said on the console and recorded in ``run.json``
@@ -14,7 +13,7 @@ base model's metrics and replies (``base``).
 
 from __future__ import annotations
 
-import sys
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -23,32 +22,18 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from glasslab import config as configs
 from glasslab.config import UNVERSIONED, require
-from glasslab.data.tokenizer import PAD
 from glasslab.errors import UserError
 from glasslab.model import ModelConfig
 from glasslab.model.load import ModelSource
-from glasslab.posttrain.base import (
-    BaseData,
-    base_data,
-    baseline,
-    chat_encoder,
-    describe_run,
-    find_base,
-    forgetting_evaluator,
-    start_model,
-    step_base,
-)
+from glasslab.posttrain.base import BaseData
 from glasslab.posttrain.conversations import read_conversation_split
-from glasslab.posttrain.fitting import fit_conversations
+from glasslab.posttrain.fitting import FitCounts, fit_conversations
 from glasslab.posttrain.packing import ConversationLoader, heldout_batches
-from glasslab.posttrain.samples import CHAT_PROMPTS, chat_sampler
-from glasslab.train.config import OptimizerConfig, ScheduleConfig, TrainConfig
+from glasslab.posttrain.tuning import MethodParts, TuningRecipe, TuningStepConfig, data_folder, tuning_train
+from glasslab.train.config import TrainConfig
 from glasslab.train.distributed import DistContext
-from glasslab.train.loop import RunParts
 from glasslab.train.objectives import AssistantOnly
-from glasslab.train.steps import has_started, train_in_folder
 
 ROLE = "sft"
 
@@ -89,61 +74,52 @@ class SFTRunConfig:
 
 def default_sft_train() -> TrainConfig:
     """A short SFT schedule: a lower LR than pretraining, brief warmup, linear decay to zero."""
-    return TrainConfig(seq_len=256, global_batch_tokens=256 * 16, max_steps=200,
-                       optimizer=OptimizerConfig(lr=1e-3, weight_decay=0.0),
-                       schedule=ScheduleConfig(kind="linear", warmup_fraction=0.05, min_lr_ratio=0.0),
-                       sample_prompts=CHAT_PROMPTS, sample_max_new_tokens=48, checkpoint_interval=100)
+    return tuning_train(max_steps=200, lr=1e-3, warmup_fraction=0.05)
 
 
-class SFTRecipe:
-    """The parts of an SFT run (:class:`~glasslab.train.recipe.Recipe`). The conversations are read, encoded
-    and fitted to rows once, here, so bad data fails before any model is loaded."""
+class SFTRecipe(TuningRecipe):
+    """The parts of an SFT run: conversations packed into rows, the assistant-only objective, the held-out
+    SFT loss. The conversations are read, encoded and fitted to rows once, here."""
 
-    def __init__(self, config: SFTRunConfig, base: ModelSource | None = None) -> None:
-        self.config = config
+    role = ROLE
+
+    def __init__(self, config: SFTRunConfig, base: ModelSource) -> None:
+        super().__init__(config, base)
         sft, row_len = config.sft, config.train.seq_len + 1
         if not sft.conversations:
             raise UserError("sft.conversations: empty; expected a conversations folder")
-        self.base = base or find_base(sft.base)
-        self.encoder = chat_encoder(config.data.path, config.data.path)
         train = self.encoder.encode_many([r["messages"] for r in read_conversation_split(sft.conversations, "train")])
         heldout = self.encoder.encode_many([r["messages"] for r in read_conversation_split(sft.conversations,
                                                                                           "heldout")])
         self.train, self.train_counts = fit_conversations(train, self.encoder, row_len, sft.drop_long)
         self.heldout, self.heldout_counts = fit_conversations(heldout, self.encoder, row_len, sft.drop_long)
-        if not self.heldout:
-            raise UserError(f"no held-out conversation fits a row of train.seq_len + 1 = {row_len} tokens; "
-                            "raise train.seq_len (--seq-len)")
+        _require_some(self.train_counts, "training conversations", row_len)
+        _require_some(self.heldout_counts, "held-out conversations", row_len)
 
-    def counts(self) -> dict[str, Any]:
-        """What became of every conversation: ``{"train": {...}, "heldout": {...}}`` (FitCounts fields)."""
-        return {"train": self.train_counts.as_dict(), "heldout": self.heldout_counts.as_dict()}
+    def count_lines(self) -> list[str]:
+        return [self.train_counts.line("training conversations"), self.heldout_counts.line("held-out")]
 
-    def say_counts(self) -> None:
-        """The counts on the console (stderr; a step's stderr is also its log)."""
-        for counts, what in ((self.train_counts, "training conversations"), (self.heldout_counts, "held-out")):
-            print(f"[sft] {counts.line(what)}", file=sys.stderr, flush=True)
+    def record(self) -> dict[str, Any]:
+        """``conversations``: what became of every conversation, ``{"train": {...}, "heldout": {...}}``."""
+        return {"conversations": {"train": self.train_counts.as_dict(), "heldout": self.heldout_counts.as_dict()}}
 
-    def build(self, ctx: DistContext) -> RunParts:
-        cfg, sft = self.config.train, self.config.sft
-        pad_id = self.encoder.tokenizer.token_to_id(PAD)
+    def method_parts(self, ctx: DistContext) -> MethodParts:
+        cfg, sft, heldout, pad_id = self.config.train, self.config.sft, self.heldout, self.pad_id
         loader = ConversationLoader(self.train, cfg.seq_len, cfg.global_batch_size, pad_id, sft.packing,
                                     seed=cfg.seed, rank=ctx.rank, world_size=ctx.world_size)
-        model = start_model(self.base, cfg)
-        forgetting = forgetting_evaluator(cfg, self.config.data, ctx.device)
-        heldout, device = self.heldout, ctx.device
 
-        def evaluate(model_to_eval: nn.Module, step: int) -> dict[str, float]:
+        def heldout_loss(model: nn.Module) -> dict[str, float]:
             batches = heldout_batches(heldout, cfg.seq_len, cfg.eval_batch_size, pad_id, sft.eval_max_conversations)
-            loss = heldout_sft_loss(model_to_eval, batches, device)
-            return {**forgetting(model_to_eval, step), "eval/sft/loss": loss}
+            return {"eval/sft/loss": heldout_sft_loss(model, batches, ctx.device)}
 
-        return RunParts(model=model, balancer=model.balancer, loader=loader,
-                        flops_per_token=self.config.model.flops_per_token(cfg.seq_len), evaluate=evaluate,
-                        sample=chat_sampler(cfg, self.encoder), objective=AssistantOnly())
+        return MethodParts(loader=loader, objective=AssistantOnly(), heldout=heldout_loss)
 
-    def describe(self) -> dict[str, Any]:
-        return {**describe_run(self.config, self.base, ROLE), "conversations": self.counts()}
+
+def _require_some(counts: FitCounts, what: str, row_len: int) -> None:
+    """One line saying what became of ``what`` when none of them is left to train or measure on."""
+    if not counts.kept:
+        raise UserError(f"no {what.split()[0]} conversation fits a row of train.seq_len + 1 = {row_len} tokens "
+                        f"({counts.line(what)}); raise train.seq_len (--seq-len)")
 
 
 @torch.no_grad()
@@ -164,55 +140,19 @@ def heldout_sft_loss(model: nn.Module, batches, device: torch.device) -> float:
     return nats / tokens
 
 
-# --- the lab step ---------------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
-class SFTStepConfig:
-    """SFT of a base as a step: its own schedule; the base named (or a dependency), the conversations a
+class SFTStepConfig(TuningStepConfig):
+    """SFT of a base as a tuning step (:func:`~glasslab.posttrain.tuning.tune_step`): the conversations a
     dependency."""
 
     train: TrainConfig = field(default_factory=default_sft_train)
     """The SFT run's batch, budget, optimiser and schedule (``seq_len`` is the conversation row length)."""
     sft: SFTConfig = field(default_factory=SFTConfig)
-    """Packing, long conversations, held-out eval; ``base``/``conversations`` come from the fields below."""
-    base: str = ""
-    """The base as ``glasslab sft`` names it: a run id under the lab or a folder, ``@STEP``; or an export."""
-    base_sha256: str = ""
-    """sha256 of the base checkpoint's (or export's) manifest, so a retrained base makes a new folder."""
-    base_from: str = ""
-    """Or: the dependency whose output folder is the base run (its newest intact checkpoint)."""
+    """Packing, long conversations, held-out eval; ``base``/``conversations`` come from the step's fields."""
     conversations_from: str = ""
     """Dependency whose output folder is the conversations folder."""
-    record_extra: dict[str, Any] = field(default_factory=dict)
-    """More ``run.json`` fields."""
-    command: str = field(default="", metadata=UNVERSIONED)
-    """The command that planned the step (``glasslab sft …``), recorded in ``run.json`` for the run page's
-    Reproduce box; not part of what the step computes."""
-    device: str = field(default="cpu", metadata=UNVERSIONED)
-    """Where to train (``cpu``, ``cuda``)."""
-    threads: int = field(default=0, metadata=UNVERSIONED)
-    """torch CPU threads (0 = torch's default)."""
 
-
-def sft_recipe(cfg: SFTStepConfig, inputs: dict[str, Path], lab_root: Path | None = None) -> SFTRecipe:
-    """The step's recipe: the base's model and tokenizer, this step's schedule and conversations."""
-    source = step_base(cfg.base, cfg.base_sha256, cfg.base_from, inputs, lab_root)
-    conversations = str(inputs[cfg.conversations_from]) if cfg.conversations_from else cfg.sft.conversations
-    sft = configs.from_dict(SFTConfig, {**configs.to_dict(cfg.sft), "base": source.ref,
-                                        "conversations": conversations})
-    return SFTRecipe(SFTRunConfig(model=source.model_config, data=base_data(source), train=cfg.train, sft=sft),
-                     source)
-
-
-def sft_step(ctx: Any) -> dict[str, Any]:
-    """Fine-tune the base into ``ctx.output_dir`` (resuming a failed attempt); return the final metrics."""
-    cfg: SFTStepConfig = ctx.config
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    recipe = sft_recipe(cfg, ctx.inputs, getattr(ctx, "lab_root", None))
-    recipe.say_counts()
-    record_extra = {**cfg.record_extra, **({"command": cfg.command} if cfg.command else {})}
-    if not has_started(ctx.output_dir):  # the base model's numbers and replies, beside the run's own
-        record_extra["base"] = baseline(recipe, cfg.device)
-    return train_in_folder(recipe, ctx.output_dir, device=cfg.device, record_extra=record_extra)
+    def recipe(self, base: ModelSource, inputs: dict[str, Path]) -> SFTRecipe:
+        conversations = data_folder(inputs, self.conversations_from, self.sft.conversations)
+        return SFTRecipe(SFTRunConfig(**self.run_sections(base), sft=dataclasses.replace(
+            self.sft, base=base.ref, conversations=conversations)), base)

@@ -35,7 +35,7 @@ LEASE_STALE_SECONDS = 120.0
 EVENT_KINDS = frozenset(
     "note resume fork checkpoint_fallback spike_skipped rollback nonfinite preempted mixture_phase "
     "prediction_out_of_band sink_failed step_started step_succeeded step_failed step_retried prediction_registered "
-    "prediction_replaced export".split()
+    "prediction_replaced prediction_refused prediction_forced export".split()
 )
 SEVERITIES = ("info", "warning", "incident")
 
@@ -256,7 +256,7 @@ class RunStore:
         self._maybe_flush()
 
     def log_batch(self, step: int, digest: str) -> None:
-        """Buffer the hash of the tokens the trainer read for ``step`` (see ``train/batches.py``)."""
+        """Buffer the hash of the tokens the trainer read for ``step`` (see ``data/batches.py``)."""
         self._note_step(step)
         self._batches.append((step, self.attempt, digest, time.time()))
         self._maybe_flush()

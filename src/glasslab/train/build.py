@@ -15,16 +15,10 @@ import torch
 import torch.utils.checkpoint
 from torch import nn
 
-from glasslab.data import (
-    Loader,
-    eval_batches,
-    eval_bytes_per_token,
-    load_tokenizer,
-    manifest_hash,
-    plan_mixture,
-    read_manifest,
-)
-from glasslab.data.tokenizer import EOT
+from glasslab.data.loader import Loader, eval_batches, eval_bytes_per_token
+from glasslab.data.mixture import plan_mixture
+from glasslab.data.shards import manifest_hash, read_manifest
+from glasslab.data.tokenizer import EOT, load_tokenizer
 from glasslab.errors import UserError
 from glasslab.evals.load import TaskScorer, load_tasks
 from glasslab.model import Transformer, generate

@@ -8,7 +8,7 @@ dependency step (reused once built). The sizes train in a few minutes on a lapto
 from __future__ import annotations
 
 from glasslab.config_docs import commented_yaml
-from glasslab.data import DataConfig, MixtureConfig
+from glasslab.data.config import DataConfig, MixtureConfig
 from glasslab.errors import UserError
 from glasslab.model import ModelConfig, MoEConfig
 from glasslab.train.config import OptimizerConfig, TrainConfig

@@ -27,7 +27,9 @@ import torch
 
 from glasslab import config as configs
 from glasslab.config import UNVERSIONED, require
-from glasslab.data import MixtureConfig, eval_batches, manifest_hash, read_manifest
+from glasslab.data.config import MixtureConfig
+from glasslab.data.loader import eval_batches
+from glasslab.data.shards import manifest_hash, read_manifest
 from glasslab.errors import UserError
 from glasslab.layout import (
     EXPORT_MANIFEST,

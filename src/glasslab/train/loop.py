@@ -30,12 +30,12 @@ from typing import Any
 import torch
 from torch import nn
 
+from glasslab.data.batches import batch_hash
 from glasslab.layout import EXTRA_CHECKPOINT, latest_checkpoint
 from glasslab.model.load import weights_sha256
 from glasslab.track import Run
 from glasslab.train import checkpoint as ckpt
 from glasslab.train import distributed
-from glasslab.train.batches import batch_hash
 from glasslab.train.compile_rule import run_compile_choice
 from glasslab.train.config import TrainConfig
 from glasslab.train.distributed import DistContext, wrap_model

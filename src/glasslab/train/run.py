@@ -87,22 +87,9 @@ def _train(recipe: Recipe, run_dir: Path, ctx: distributed.DistContext, resume: 
     cfg = recipe.config.train
     cfg.micro_batches(ctx.world_size)  # batch shape errors before anything is built
     config_data = configs.to_dict(recipe.config)
-    fallbacks: list[tuple[int, str]] = []
-    start_from: Path | None = None
-    if resume:
-        reason = "resume"
-        if ctx.is_main:
-            ckpt.sweep_temp(run_dir)  # half-written folders of the killed writer
-        check_resumable(run_dir, recipe)
-        found = latest_checkpoint(run_dir, on_fallback=lambda step, problem: fallbacks.append((step, problem)))
-        start_from = found[1] if found else None
-    elif fork is not None:
-        reason = "fork"
-        start_from = fork_checkpoint(fork, config_data)
+    reason, start_from, fallbacks = _start_point(recipe, run_dir, ctx, resume, fork, config_data)
+    if reason == "fork":
         record_extra = {**record_extra, "parent": fork.lineage()}
-    else:
-        reason = "start"
-        check_fresh(run_dir)
 
     parts = recipe.build(ctx)
     peak, peak_source = peak_flops(cfg.peak_flops, ctx.device, cfg.bf16_on(ctx.device.type))
@@ -151,6 +138,23 @@ def _train(recipe: Recipe, run_dir: Path, ctx: distributed.DistContext, resume: 
         if run is not None:
             run.finish("failed")
         raise
+
+
+def _start_point(recipe: Recipe, run_dir: Path, ctx: distributed.DistContext, resume: bool, fork: ForkPoint | None,
+                 config_data: dict) -> tuple[str, Path | None, list[tuple[int, str]]]:
+    """Why this attempt begins (``resume``, ``fork`` or ``start``), the checkpoint it loads (None: from
+    scratch) and the damaged checkpoints a resume passed over (step, problem), after checking the folder."""
+    fallbacks: list[tuple[int, str]] = []
+    if resume:
+        if ctx.is_main:
+            ckpt.sweep_temp(run_dir)  # half-written folders of the killed writer
+        check_resumable(run_dir, recipe)
+        found = latest_checkpoint(run_dir, on_fallback=lambda step, problem: fallbacks.append((step, problem)))
+        return "resume", found[1] if found else None, fallbacks
+    if fork is not None:
+        return "fork", fork_checkpoint(fork, config_data), fallbacks
+    check_fresh(run_dir)
+    return "start", None, fallbacks
 
 
 def check_fresh(run_dir: str | Path) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from glasslab.data import DataConfig
+from glasslab.data.config import DataConfig
 from glasslab.model import ModelConfig
 from glasslab.train.config import TrainConfig
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from glasslab.config import UNVERSIONED
-from glasslab.data import manifest_hash
+from glasslab.data.shards import manifest_hash
 from glasslab.errors import UserError
 from glasslab.lab.step import FunctionRef
 from glasslab.track import read_record

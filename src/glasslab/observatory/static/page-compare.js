@@ -1,7 +1,8 @@
 /* The compare page: any scalar metrics (one chart each, hover synced) for runs picked by name, role
  * or ladder; x in steps, tokens or FLOPs; log axes; EMA smoothing with the raw line faint behind; a
  * search box that filters the charts and the lab's metric names (grouped by prefix; pick one to add
- * its chart). The view lives in the URL (?runs=…&keys=…&x=…&logx=1&logy=1&smooth=0.6&q=…), so a link
+ * its chart). The view lives in the URL (?runs=…&key=…&key=…&x=…&logx=1&logy=1&smooth=0.6&q=…; one key=
+ * per metric, so a name may hold a comma; older links' keys=a,b still read), so a link
  * reproduces it, on the live server and in the static site alike. Live: series come from
  * /api/page/compare for the view; static: from the runs' chunk files (series-source.js), loaded when
  * the view first needs them. */
@@ -19,7 +20,7 @@
     const list = (name) => (q.get(name) || "").split(",").filter(Boolean);
     const known = new Set(d.runs.map((r) => r.id));
     const runs = list("runs").filter((r) => known.has(r));
-    const keys = [...list("keys"), ...list("key")];
+    const keys = [...list("keys"), ...q.getAll("key").filter(Boolean)];
     const smooth = Math.min(0.99, Math.max(0, Number(q.get("smooth")) || 0));
     return {
       runs: runs.length ? runs : d.picked.slice(), keys: keys.length ? [...new Set(keys)] : d.keys.slice(),
@@ -28,12 +29,13 @@
     };
   }
 
+  // The view as [name, value] pairs (what URLSearchParams takes): a key= pair per metric.
   function viewQuery(view) {
-    const q = { runs: view.runs.join(","), keys: view.keys.join(","), x: view.x };
-    if (view.logx) q.logx = "1";
-    if (view.logy) q.logy = "1";
-    if (view.smooth) q.smooth = String(view.smooth);
-    if (view.q) q.q = view.q;
+    const q = [["runs", view.runs.join(",")], ...view.keys.map((k) => ["key", k]), ["x", view.x]];
+    if (view.logx) q.push(["logx", "1"]);
+    if (view.logy) q.push(["logy", "1"]);
+    if (view.smooth) q.push(["smooth", String(view.smooth)]);
+    if (view.q) q.push(["q", view.q]);
     return q;
   }
 

@@ -48,13 +48,20 @@
     const workers = build.workers || 1;
     const rows = (build.stages || []).map((s) => [s.stage,
       `${fmt(s.tasks_done, "count")}/${fmt(s.tasks, "count")}` + (s.tasks_reused ? ` (${fmt(s.tasks_reused, "count")} reused)` : ""),
-      s.seconds, s.mb_per_s, s.mb_per_s / workers, s.documents_in, num(s.documents_kept, "count", stageSource),
+      s.seconds, s.mb_per_s, s.mb_per_s / workers, s.documents_in, keptCell(s, stageSource),
       s.reruns || 0,
       s.status === "running" && s.tasks_done > (s.tasks_reused || 0) && s.tasks_done < s.tasks
         ? `${fmt(s.seconds / (s.tasks_done - (s.tasks_reused || 0)) * (s.tasks - s.tasks_done))} s` : ""]);
     return table(["stage", "tasks", "seconds", "MB/s", "MB/s per worker", "documents in", "kept", "reruns", "ETA"],
       rows, { class: "build-stages", units: [null, null, null, null, null, "count", "count", "count", null],
               rowAttrs: (i) => ({ "data-stage": build.stages[i].stage, "data-status": build.stages[i].status || "" }) });
+  }
+
+  // What a stage put out: documents kept, unless the stage names another count (candidate pairs, …).
+  function keptCell(s, stageSource) {
+    const count = num(s.documents_kept, "count", stageSource);
+    if (!s.counts || s.counts === "docs kept") return count;
+    return el("span", {}, count, " ", el("span", { class: "muted small" }, s.counts));
   }
 
   function buildSection(build, stageSource) {

@@ -84,6 +84,8 @@
         hero ? " · hero " : "", hero ? link("run", hero.id, hero.id) : "", d.hero_size ? ` (${d.hero_size})` : ""));
     }
     if (d.floor) app.append(el("p", { id: "floor" }, el("b", {}, "Floor: "), d.floor));
+    if (d.gate) app.append(el("p", { id: "gate", class: d.gate.registered ? "" : "bad" },
+      el("b", {}, "Registration gate: "), d.gate.text));
     const lines = chartLines(d);
     let heroIndex = -1;
     if (hero) {
@@ -178,7 +180,8 @@
     section("Registered predictions", el("p", { class: "muted" }, "Every entry of the lab's append-only registry, "
         + "oldest first; a replaced entry stays listed."),
       table(["name", "metric", "predicted", "target", "registered", "by", "entry", "verdict"],
-        entries.map((e) => [e.name, e.metric, `${fmt(e.point)} [${fmt(e.low)}, ${fmt(e.high)}] (${Math.round(100 * (e.level || 0.9))}%)`,
+        entries.map((e) => [e.name, e.metric, `${fmt(e.point)} [${fmt(e.low)}, ${fmt(e.high)}] (${Math.round(100 * (e.level || 0.9))}%)`
+            + (e.status ? ` — ${e.status}` : ""),
           e.run ? link("run", e.run, e.target || e.run) : e.target || "", e.registered_at || "", e.source || "",
           e.in_force ? `#${e.seq ?? 1} in force` : `#${e.seq ?? "?"} replaced${replacedBy[`${e.name}#${e.seq}`] ? ` by #${replacedBy[`${e.name}#${e.seq}`]}` : ""}`,
           e.verdict ? el("span", {}, verdictCell(e.verdict), " ", el("span", { class: "muted small" }, e.verdict.text)) : ""]),

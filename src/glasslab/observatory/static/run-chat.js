@@ -39,38 +39,41 @@
     return { side, select, log, box, messages: [] };
   }
 
-  async function streamReply(payload, onText) {
+  // The reply's stream. 429: another reply is being generated (one at a time over the server); say so on
+  // ``onWait`` and send again after its Retry-After, a few times, then give its error.
+  async function streamReply(payload, onText, onWait) {
+    let response;
     for (let attempt = 0; ; attempt += 1) {
-      const response = await fetch("/api/chat", { method: "POST", headers: { "Content-Type": "application/json" },
-                                                  body: JSON.stringify(payload) });
-      if (!response.ok) {
-        const body = await response.json().catch(() => ({}));
-        return { error: body.error || `HTTP ${response.status}` };
-      }
-      const reader = response.body.getReader();
-      const decoder = new TextDecoder();
-      let buffer = "", done = null;
-      for (;;) {
-        const chunk = await reader.read();
-        if (chunk.done) break;
-        buffer += decoder.decode(chunk.value, { stream: true });
-        let at;
-        while ((at = buffer.indexOf("\n")) >= 0) {
-          const line = buffer.slice(0, at);
-          buffer = buffer.slice(at + 1);
-          if (!line) continue;
-          const msg = JSON.parse(line);
-          if (msg.text != null) onText(msg.text);
-          if (msg.done || msg.error) done = msg;
-        }
-      }
-      // Another page's reply is being generated: wait for it, a few times, then say so.
-      if (done && done.error && done.error.startsWith("busy") && attempt < 20) {
-        await new Promise((resolve) => setTimeout(resolve, 500));
-        continue;
-      }
-      return done || { error: "the reply ended early" };
+      response = await fetch("/api/chat", { method: "POST", headers: { "Content-Type": "application/json" },
+                                            body: JSON.stringify(payload) });
+      if (response.status !== 429 || attempt >= 20) break;
+      const body = await response.json().catch(() => ({}));
+      onWait(body.error || "busy");
+      const seconds = Number(response.headers.get("Retry-After")) || 1;
+      await new Promise((resolve) => setTimeout(resolve, 1000 * seconds));
     }
+    if (!response.ok) {
+      const body = await response.json().catch(() => ({}));
+      return { error: body.error || `HTTP ${response.status}` };
+    }
+    const reader = response.body.getReader();
+    const decoder = new TextDecoder();
+    let buffer = "", done = null;
+    for (;;) {
+      const chunk = await reader.read();
+      if (chunk.done) break;
+      buffer += decoder.decode(chunk.value, { stream: true });
+      let at;
+      while ((at = buffer.indexOf("\n")) >= 0) {
+        const line = buffer.slice(0, at);
+        buffer = buffer.slice(at + 1);
+        if (!line) continue;
+        const msg = JSON.parse(line);
+        if (msg.text != null) onText(msg.text);
+        if (msg.done || msg.error) done = msg;
+      }
+    }
+    return done || { error: "the reply ended early" };
   }
 
   function livePanel(models) {
@@ -115,7 +118,11 @@
           const done = await streamReply({
             model: c.select.value, text, messages: c.messages, temperature: Number(temperature.value),
             top_k: Number(topK.value), top_p: Number(topP.value), max_new_tokens: Number(maxTokens.value),
-          }, (piece) => { shown += piece; reply.body.textContent = shown; });
+          }, (piece) => {
+            shown += piece;
+            reply.body.textContent = shown;
+            status.textContent = `${c.side} is replying…`;
+          }, (why) => { status.textContent = `${c.side} waits: ${why}`; });
           if (done.error) {
             reply.node.classList.add("error");
             reply.body.textContent = `(${done.error})`;

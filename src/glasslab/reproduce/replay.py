@@ -1,11 +1,12 @@
 """Replay a published pretraining run and say, per published checkpoint, whether it came out the same.
 
-``glasslab reproduce SOURCE`` reads the run's public record (``observatory.published``), then:
+``glasslab reproduce SOURCE`` reads the run's public record (``reproduce/published.py``), then:
 
 1. refuses what it cannot replay in one line: a post-training or forked run (reproduce the parent first),
    a run whose code had uncommitted changes (the diff is not published, only its hash; a checkout holding
-   that very diff on that commit may replay it), and — unless
-   ``allow_other_commit`` — a run of another commit (it says which ``git checkout`` to run);
+   that very diff on that commit may replay it), — unless ``allow_other_commit`` — a run of another commit
+   (it says which ``git checkout`` to run), and — unless ``allow_dirty`` — a replay from a checkout with
+   uncommitted changes the run was not trained with (with ``allow_dirty`` every line of the report says so);
 2. finds the dataset in the lab by folder name and manifest hash, else builds it again with the step the
    site published (its function and config) and refuses when the rebuilt manifest's sha256 differs,
    naming the first entry (and file) of the published manifest that the rebuild does not match;
@@ -32,13 +33,14 @@ from typing import Any
 import torch
 
 from glasslab import config as configs
-from glasslab.data import manifest_hash
+from glasslab.data.shards import manifest_hash
 from glasslab.errors import UserError
 from glasslab.lab import Step, run_one_step
 from glasslab.layout import CHECKPOINT_LIST, MANIFEST_FILE, MODEL_STATE, checkpoint_path, code_version, read_json
 from glasslab.public import Publicizer
 from glasslab.track import RunReader
 from glasslab.track.run_record import package_versions
+from glasslab.track.step_record import by_step, step_record
 from glasslab.train.run_config import RunConfig
 from glasslab.train.steps import TrainingPreempted, TrainStepConfig, train_step
 
@@ -47,7 +49,7 @@ POST_TRAINING_ROLES = ("sft", "dpo", "rl")
 
 @dataclass(frozen=True)
 class PublishedRun:
-    """What a run's public record says (``observatory.published`` reads it from a site or a folder)."""
+    """What a run's public record says (``reproduce/published.py`` reads it from a site or a folder)."""
 
     run_id: str
     record: dict[str, Any]
@@ -77,7 +79,7 @@ class CheckpointVerdict:
     largest_weight_difference: float | None = None
 
 
-def check_replayable(run: PublishedRun, allow_other_commit: bool) -> None:
+def check_replayable(run: PublishedRun, allow_other_commit: bool, allow_dirty: bool = False) -> None:
     """One-line UserErrors for what cannot be replayed here (see the module docstring, point 1)."""
     record = run.record
     parent = record.get("parent") or {}
@@ -94,6 +96,17 @@ def check_replayable(run: PublishedRun, allow_other_commit: bool) -> None:
     if code.get("commit") and code["commit"] != here and not allow_other_commit:
         raise UserError(f"{run.run_id}: trained at commit {code['commit']}, this is {here}; run "
                         f"`git checkout {code['commit']}` first (or --allow-other-commit for a tolerance report)")
+    diff = uncommitted_here(run)
+    if diff and not allow_dirty:
+        raise UserError(f"{run.run_id}: this checkout has uncommitted changes (diff sha256 {diff[:16]}) the run was "
+                        "not trained with; commit or stash them (or --allow-dirty: every line of the report is "
+                        "then marked)")
+
+
+def uncommitted_here(run: PublishedRun) -> str | None:
+    """The sha256 of this checkout's uncommitted diff when the run was not trained with that very diff, else None."""
+    here = code_version().get("diff_sha256")
+    return here if here and here != (run.record.get("code") or {}).get("diff_sha256") else None
 
 
 def find_or_build_dataset(run: PublishedRun, lab: Path) -> Path:
@@ -155,8 +168,6 @@ def replay(run: PublishedRun, lab: Path, dataset: Path, until: int | None = None
 
 def compare(run: PublishedRun, folder: Path, until: int | None = None) -> list[CheckpointVerdict]:
     """Each published checkpoint up to ``until`` against the replay in ``folder``."""
-    from glasslab.observatory.runs import by_step, step_record
-
     replayed = {c["step"]: c for c in (read_json(folder / CHECKPOINT_LIST) or {}).get("checkpoints", [])}
     with RunReader(folder) as reader:
         losses, hashes = by_step(step_record(reader))
@@ -229,4 +240,6 @@ def report_lines(run: PublishedRun, verdicts: list[CheckpointVerdict]) -> list[s
     differences = setting_differences(run)
     kind = f" (a tolerance report: {'; '.join(differences)})" if differences else ""
     lines.append(f"{run.run_id}: {same} of {len(verdicts)} published checkpoints bit-identical{kind}")
-    return lines
+    diff = uncommitted_here(run)
+    # Replayed on code the run never ran: no line may read as a clean replay's.
+    return [f"[uncommitted changes {diff[:12]}] {line}" for line in lines] if diff else lines

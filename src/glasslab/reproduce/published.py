@@ -4,7 +4,7 @@ a site folder, or an ``http(s)://`` address) or the run's own folder in a lab.
 What ``glasslab reproduce`` needs of a run: ``run.json`` (the resolved config, code commit and dirty flag
 with the diff's hash, package versions, platform, the dataset's folder name and manifest hash), the kept
 checkpoints with their weights' sha256 (``checkpoints.json``), its step record — every step's
-``train/loss`` and input-token hash at full resolution (``observatory.runs.step_record``) — and the step that
+``train/loss`` and input-token hash at full resolution (``track/step_record.py``) — and the step that
 built the dataset (its function, config and manifest, from the data page). A site's page keeps its data
 in a script beside it (``data/<page>.js``, ``window.GLASSLAB_DATA = {...};``) and the step record in the
 script its ``steps_file`` names; all are read as JSON.
@@ -19,9 +19,9 @@ from typing import Any
 
 from glasslab.errors import UserError
 from glasslab.layout import CHECKPOINT_LIST, MANIFEST_FILE, RUN_RECORD, STEP_RECORD, read_json
-from glasslab.observatory.runs import by_step, step_record
+from glasslab.reproduce.replay import PublishedRun
 from glasslab.track import RunReader
-from glasslab.train.reproduce import PublishedRun
+from glasslab.track.step_record import by_step, step_record
 
 
 def read_published(source: str) -> PublishedRun:

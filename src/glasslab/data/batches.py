@@ -29,11 +29,17 @@ import numpy as np
 
 from glasslab import config as configs
 from glasslab.data.config import DataConfig
+from glasslab.data.provenance import ProvenanceIndex
+from glasslab.data.shards import manifest_hash, read_manifest
+from glasslab.data.tokenizer import load_tokenizer
 from glasslab.errors import UserError
 from glasslab.layout import MANIFEST_FILE
+from glasslab.track import RunReader, read_record
 
 if TYPE_CHECKING:
     import torch
+
+    from glasslab.data.loader import Loader
 
 
 def batch_hash(batch: np.ndarray | torch.Tensor) -> str:
@@ -106,9 +112,6 @@ def trained_dataset(run_dir: str | Path, manifest_digest: str | None = None) -> 
     (``manifest_digest`` when its record names none): the path it recorded, else — a lab moved or copied
     whole — the folder of the recorded name beside the run. One line when it is gone or holds another
     dataset, naming the dataset by that hash."""
-    from glasslab.data.shards import manifest_hash
-    from glasslab.track import read_record
-
     dataset = (read_record(run_dir) or {}).get("dataset") or {}
     path, digest = Path(dataset.get("path", "")), dataset.get("manifest_hash", manifest_digest)
     if not digest:
@@ -134,11 +137,7 @@ def rebuild_batch(run_dir: str | Path, step: int, attempt: int | None = None, ra
     the step, a rank outside the run's world, a run without recorded batches, a dataset folder that is
     gone or holds another dataset (named by the manifest hash the run trained on).
     """
-    from glasslab.data.loader import Loader
-    from glasslab.data.provenance import ProvenanceIndex
-    from glasslab.data.shards import read_manifest
-    from glasslab.data.tokenizer import load_tokenizer
-    from glasslab.track import RunReader, read_record
+    from glasslab.data.loader import Loader  # torch: only when a batch is rebuilt, not for trained_dataset
 
     run_dir = Path(run_dir)
     with RunReader(run_dir) as reader:
@@ -149,18 +148,7 @@ def rebuild_batch(run_dir: str | Path, step: int, attempt: int | None = None, ra
         raise UserError(f"{run_dir}: the run recorded no batches (trained before glasslab recorded them, or "
                         "not by the pretraining loader)")
     by_attempt = {(s, a): h for s, a, h in hashes}
-    trained = sorted({s for s, _, _ in hashes})
-    if attempt is None:
-        if step not in trained:
-            raise UserError(f"step {step}: {run_dir.name} trained steps {trained[0]}..{trained[-1]}"
-                            + (" (beyond its last step)" if step > trained[-1] else ""))
-        attempt = max(a for s, a, _ in hashes if s == step)
-    elif attempt not in starts:
-        raise UserError(f"--attempt {attempt}: {run_dir.name} has attempts {', '.join(map(str, sorted(starts)))}")
-    elif (step, attempt) not in by_attempt:
-        own = [s for s, a, _ in hashes if a == attempt]
-        span = f"steps {own[0]}..{own[-1]}" if own else "no step"
-        raise UserError(f"step {step}: attempt {attempt} of {run_dir.name} trained {span}")
+    attempt = _attempt_of(run_dir, step, attempt, hashes, starts)
     start_step, start = starts[attempt]
     state, world_size = start["loader"], int(start["world_size"])
     if "cursors" not in state:
@@ -177,13 +165,42 @@ def rebuild_batch(run_dir: str | Path, step: int, attempt: int | None = None, ra
     loader.skip(step - 1 - start_step)  # the attempt's draws before this step, no tokens read
     plan = loader.next_plan()
     rows_per_rank = loader.global_batch // world_size
+    rows, rank0 = _read_rows(loader, plan, path, rows_per_rank, rank)
+    rebuilt = batch_hash(np.stack(rank0))
+    return StepBatch(run_dir.name, step, attempt, reasons.get(attempt, ""), world_size, loader.seq_len, rows,
+                     rebuilt, by_attempt[(step, attempt)])
+
+
+def _attempt_of(run_dir: Path, step: int, attempt: int | None, hashes: list[tuple[int, int, str]],
+                starts: dict[int, tuple[int, dict]]) -> int:
+    """The attempt whose batch of ``step`` is rebuilt: ``attempt`` when it trained the step, else the
+    latest that did; one line when the step or the attempt is not the run's."""
+    if attempt is None:
+        trained = sorted({s for s, _, _ in hashes})
+        if step not in trained:
+            raise UserError(f"step {step}: {run_dir.name} trained steps {trained[0]}..{trained[-1]}"
+                            + (" (beyond its last step)" if step > trained[-1] else ""))
+        return max(a for s, a, _ in hashes if s == step)
+    if attempt not in starts:
+        raise UserError(f"--attempt {attempt}: {run_dir.name} has attempts {', '.join(map(str, sorted(starts)))}")
+    if not any(s == step and a == attempt for s, a, _ in hashes):
+        own = [s for s, a, _ in hashes if a == attempt]
+        span = f"steps {own[0]}..{own[-1]}" if own else "no step"
+        raise UserError(f"step {step}: attempt {attempt} of {run_dir.name} trained {span}")
+    return attempt
+
+
+def _read_rows(loader: Loader, plan: list, path: Path, rows_per_rank: int,
+               rank: int | None) -> tuple[list[Row], list[np.ndarray]]:
+    """The rows of ``plan`` (all ranks', or ``rank``'s) cut into documents with their provenance and text,
+    and rank 0's rows as int64 token arrays (always read: they carry the check)."""
     tokenizer = load_tokenizer(path)
     provenance = ProvenanceIndex(path) if "provenance" in read_manifest(path) else None
     rows, rank0 = [], []
     for index, (domain, position) in enumerate(plan):
         row_rank = index // rows_per_rank
         if row_rank > 0 and rank not in (None, row_rank):
-            continue  # rank 0's rows are always read: they carry the check
+            continue
         documents = loader.row_documents(domain, position)
         if row_rank == 0:
             rank0.append(np.concatenate([tokens for _, _, tokens in documents]).astype(np.int64))
@@ -196,6 +213,4 @@ def rebuild_batch(run_dir: str | Path, step: int, attempt: int | None = None, ra
                 provenance.record(domain, "train", document) if provenance else None,
                 tokenizer.decode(tokens.tolist(), skip_special_tokens=True)))
         rows.append(row)
-    rebuilt = batch_hash(np.stack(rank0))
-    return StepBatch(run_dir.name, step, attempt, reasons.get(attempt, ""), world_size, loader.seq_len, rows,
-                     rebuilt, by_attempt[(step, attempt)])
+    return rows, rank0

@@ -17,11 +17,11 @@ from cli_runner import subprocess_env
 from glasslab import track
 from glasslab.cli import main as cli_main
 from glasslab.config import from_dict
+from glasslab.data.batches import rebuild_batch
 from glasslab.track import RunReader
-from glasslab.train import RunConfig
-from glasslab.train.batches import rebuild_batch
 from glasslab.train.fork import ForkPoint
 from glasslab.train.run import train
+from glasslab.train.run_config import RunConfig
 from observatory_lab import chromium_path, serve_lab
 from train_data import build_tiny_dataset, tiny_run_config
 
@@ -30,7 +30,7 @@ from train_data import build_tiny_dataset, tiny_run_config
 FIRST_LIFE = """
 import os, signal, sys
 from glasslab.config import from_dict
-from glasslab.train import RunConfig
+from glasslab.train.run_config import RunConfig
 from glasslab.train.hooks import TrainerHook
 from glasslab.train.run import train
 
@@ -48,7 +48,7 @@ train(from_dict(RunConfig, CONFIG), sys.argv[1], hooks=[RollBackThenDie()])
 REBUILD_ALL = """
 import json, sys
 from glasslab.track import RunReader
-from glasslab.train.batches import rebuild_batch
+from glasslab.data.batches import rebuild_batch
 
 out = []
 for run_dir in sys.argv[1:]:

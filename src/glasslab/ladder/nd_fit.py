@@ -1,0 +1,68 @@
+"""The end-point law fitted on a points file: ``glasslab ladder fit POINTS --law nd``.
+
+The same fitter and gate as a grid ladder's end points (``grid_ends.predict_endpoint``): the points
+file's rows (N, D, final loss, optional seed) are the end points, a size's rows with one seed index are
+a family (their offset is shared, as a grid's trunk's branches share theirs), and the target run
+(``--target-params``, ``--target-tokens``) is predicted with a 90% interval and gated. The result has
+``fit.json``'s layout (floor mode ``grid``: the floor is the law's E), so the summary, the page and the
+registry read it as any fit.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from glasslab.errors import UserError
+from glasslab.ladder.fit import TARGET_METRIC, floor_text, rung_record
+from glasslab.ladder.grid_ends import points_of, predict_endpoint
+from glasslab.ladder.points import DENSE_FLOPS_PER_PARAM_TOKEN
+from glasslab.ladder.rungs import Rung
+from glasslab.ladder.uncertainty import percentile_interval
+
+
+def fit_points_law(rungs: Sequence[Rung], *, ladder: str, target_size: tuple[float, float], level: float = 0.9,
+                   num_bootstrap: int = 1000, seed: int = 0) -> dict[str, Any]:
+    """Fit ``E + A·N^−α + B·D^−β`` to ``rungs`` (each with ``params_active`` N and ``tokens`` D, a loss per
+    seed) and predict one run of ``target_size`` (N, D); returns the ``fit.json`` dict with its ``gate``."""
+    missing = [r.name for r in rungs if not (r.params_active > 0 and r.tokens > 0)]
+    if missing:
+        raise UserError(f"--law nd: point {missing[0]} has no params or tokens; expected both columns (or one and "
+                        "flops)")
+    if not all(math.isfinite(x) and x > 0 for x in target_size):
+        raise UserError(f"--law nd: target (params, tokens) = {target_size}; expected --target-params and "
+                        "--target-tokens, finite and positive")
+    rows = [(r.params_active, r.tokens, loss, (f"N{r.params_active:.4g}", k))
+            for r in rungs for k, loss in enumerate(r.losses)]
+    points = points_of(*zip(*rows, strict=True))
+    ends = predict_endpoint(points, target_size, level=level, num_bootstrap=num_bootstrap,
+                            rng=np.random.default_rng(seed))
+    law = ends.law
+    E_lo, E_hi = (float(x[0]) for x in percentile_interval(ends.replicates[:, [0]], level))
+    floor = {"mode": "grid", "value": law.E, "lo": E_lo, "hi": E_hi, "level": level, "sweep": [], "prior": None}
+    flops = DENSE_FLOPS_PER_PARAM_TOKEN * target_size[0] * target_size[1]
+    prediction = {"flops": flops, "point": ends.point, "lo": ends.lo, "hi": ends.hi, "level": level}
+    return {
+        "ladder": ladder,
+        "target": TARGET_METRIC,
+        "L_inf": {**floor, "text": floor_text(floor)},
+        "rungs": [rung_record(r) for r in rungs],
+        "law": {"form": law.form, "params": law.params,
+                "param_se": {k: float(np.std(ends.replicates[:, i], ddof=1)) for i, k in enumerate(law.params)},
+                "noise": ends.noise.to_dict(), "fitted_on": [r.name for r in rungs], "points": len(rows),
+                "tokens": "the points file's tokens column"},
+        "sweep_table": [],
+        "prediction": prediction,
+        "target_size": {"params": target_size[0], "tokens": target_size[1]},
+        "curve": [{"fraction": 1.0, **{k: prediction[k] for k in ("flops", "point", "lo", "hi")}}],
+        "backtest": {"method": "none: a points file has no held-out rung", "steps": [], "last": None,
+                     "mean_abs_rel_error_pct": None},
+        "approach3": {"fitted": False, "reason": "--law nd: the law above is approach 3's form"},
+        "law_line": [],
+        "tasks": None,
+        "gate": ends.gate,
+        "grid": {"difference_check": ends.difference, "families": len(points.families)},
+    }
