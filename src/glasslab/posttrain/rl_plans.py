@@ -13,7 +13,7 @@ from glasslab.posttrain.base import find_base
 from glasslab.posttrain.plans import BUILTIN, _export, _sources, base_name
 from glasslab.posttrain.records import file_hashes
 from glasslab.posttrain.rewards import BUILTIN_PREFIX
-from glasslab.posttrain.rl_prompts import PromptsConfig, prompts_step
+from glasslab.posttrain.rl_prompts import PromptsConfig, builtin_sha256, prompts_step
 from glasslab.posttrain.rl_step import RLStepConfig, rl_step
 
 
@@ -28,8 +28,9 @@ def rl_steps(base: str, prompts: Sequence[str], lab: str | Path, *, heldout: Seq
     is_builtin_reward = reward.startswith(BUILTIN_PREFIX)
     if builtin and not is_builtin_reward:
         raise UserError(f"prompts '{BUILTIN}' come with a built-in reward (--reward builtin:TASK), not {reward}")
+    task = reward[len(BUILTIN_PREFIX):] if builtin else ""
     data = Step("prompts", prompts_step,
-                PromptsConfig(builtin=reward[len(BUILTIN_PREFIX):] if builtin else "", files=files,
+                PromptsConfig(builtin=task, builtin_sha256=builtin_sha256(task) if task else "", files=files,
                               heldout_files=held, file_hashes=file_hashes(files + held), seed=cfg.train.seed))
     if not is_builtin_reward:
         reward = str(Path(reward).resolve())

@@ -8,6 +8,8 @@ reads (the built-in tasks: ``"answer"``, ``"tests"``). A bad record is counted a
 
 from __future__ import annotations
 
+import hashlib
+import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +28,8 @@ class PromptsConfig:
 
     builtin: str = ""
     """A built-in task's prompts (``arithmetic``, ``code``); empty: the files only."""
+    builtin_sha256: str = ""
+    """sha256 of the built-in task's problems as planned, so a changed task makes a new folder."""
     files: tuple[str, ...] = ()
     """JSONL files of ``{"prompt": ..., ...}`` records."""
     heldout_files: tuple[str, ...] = ()
@@ -34,6 +38,11 @@ class PromptsConfig:
     """sha256 of every file, so an edited file makes a new folder."""
     seed: int = 0
     """Seed of the held-out split."""
+
+
+def builtin_sha256(name: str) -> str:
+    """sha256 of the built-in task ``name``'s problems (their JSON, in order)."""
+    return hashlib.sha256(json.dumps(builtin_problems(name)).encode()).hexdigest()
 
 
 def problem_with(record: object) -> str | None:
