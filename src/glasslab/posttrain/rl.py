@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import sys
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -31,10 +32,10 @@ from glasslab.model.generate import generate_batch
 from glasslab.posttrain.base import BaseData
 from glasslab.posttrain.grpo import NORMALISATIONS, collate_rollouts, group_advantages
 from glasslab.posttrain.rewards import RewardTask, Scores
+from glasslab.posttrain.stream import EpochStream
 from glasslab.train.config import OptimizerConfig, ScheduleConfig, TrainConfig
 
 ROLE = "rl"
-STATE_VERSION = 1
 PASS = 1.0
 """A completion passes when its reward reaches this (full marks on the built-in tasks)."""
 
@@ -93,15 +94,18 @@ def default_rl_train() -> TrainConfig:
                        eval_interval=20, sample_prompts=("",), sample_max_new_tokens=12, checkpoint_interval=20)
 
 
-class Rollouts:
+class Rollouts(EpochStream):
     """The trainer's loader for RL: each ``next_batch`` answers the next prompts ``group_size`` times with the
-    policy and scores the answers. Prompts are served in epochs, each in an order drawn from (seed, epoch)."""
+    policy and scores the answers. The items of its stream (:mod:`glasslab.posttrain.stream`) are the
+    prompts, each epoch in an order drawn from (seed, epoch); its state adds the sampler's RNG state."""
+
+    name = "rl"
 
     def __init__(self, policy: nn.Module, records: list[dict], encoder: ChatEncoder, task: RewardTask,
                  rl: RLConfig, prompts_per_step: int, seq_len: int, seed: int,
                  device: torch.device | str = "cpu") -> None:
+        super().__init__(prompts_per_step, seed, rank=0, world_size=1)
         self.policy, self.records, self.encoder, self.task, self.rl = policy, records, encoder, task, rl
-        self.prompts_per_step, self.seed = prompts_per_step, seed
         self.prompt_ids = [encoder.prompt_ids([{"role": "user", "content": r["prompt"]}]) for r in records]
         longest = max(len(p) for p in self.prompt_ids) + rl.max_new_tokens
         if longest > seq_len + 1:
@@ -109,23 +113,13 @@ class Rollouts:
                             f"(--seq-len) to at least {longest - 1}")
         self.pad_id = encoder.tokenizer.token_to_id(PAD)
         self.generator = torch.Generator(device=device).manual_seed(seed)
-        self.epoch, self.row, self.step = 0, 0, 0
         self.failures_said = 0
 
-    def _draw(self) -> list[int]:
-        chosen: list[int] = []
-        while len(chosen) < self.prompts_per_step:
-            order = np.random.default_rng([self.seed, self.epoch]).permutation(len(self.records))
-            take = order[self.row : self.row + self.prompts_per_step - len(chosen)].tolist()
-            chosen += take
-            self.row += len(take)
-            if self.row >= len(order):
-                self.epoch, self.row = self.epoch + 1, 0
-        self.step += 1
-        return chosen
+    def items_of_epoch(self, epoch: int) -> list[int]:
+        return np.random.default_rng([self.seed, epoch]).permutation(len(self.records)).tolist()
 
     def next_batch(self):
-        chosen = [i for i in self._draw() for _ in range(self.rl.group_size)]
+        chosen = [i for i in self.draw() for _ in range(self.rl.group_size)]
         prompts = [self.prompt_ids[i] for i in chosen]
         completions = generate_batch(self.policy, prompts, self.rl.max_new_tokens, self.rl.temperature,
                                      generator=self.generator, eos_id=self.encoder.im_end_id)
@@ -133,7 +127,7 @@ class Rollouts:
         self._say(scores)
         advantages, no_spread = group_advantages(scores.values, self.rl.group_size)
         batch = collate_rollouts(prompts, completions, advantages, self.pad_id, self.rl.normalise)
-        batch.stats = rollout_stats(scores, no_spread, completions, self.prompts_per_step)
+        batch.stats = rollout_stats(scores, no_spread, completions, self.global_batch)
         return batch
 
     def _say(self, scores: Scores) -> None:
@@ -142,29 +136,16 @@ class Rollouts:
             print(f"[rl] reward failed, sample left out of its group: {failure}", file=sys.stderr, flush=True)
         self.failures_said += len(scores.failures)
 
-    def skip(self, n_steps: int) -> None:
-        """Advance past ``n_steps`` steps' prompts without answering them (the sampler's RNG stays)."""
-        for _ in range(n_steps):
-            self._draw()
-
-    def weights_at(self, step: int) -> dict[str, float]:
-        return {}
-
-    def epochs(self) -> dict[str, float]:
-        return {"rl": self.epoch + self.row / len(self.records)}
+    def identity(self) -> dict[str, Any]:
+        return {**super().identity(), "prompts": len(self.records), "group_size": self.rl.group_size}
 
     def state_dict(self) -> dict:
+        # A skipped step (a rollback's window) advances the prompts only: the sampler's RNG stays where it is.
         rng = base64.b64encode(self.generator.get_state().numpy().tobytes()).decode("ascii")
-        return {"version": STATE_VERSION, "epoch": self.epoch, "row": self.row, "step": self.step, "seed": self.seed,
-                "prompts": len(self.records), "global_batch": self.prompts_per_step * self.rl.group_size,
-                "sampler_rng": rng}
+        return {**super().state_dict(), "sampler_rng": rng}
 
     def load_state_dict(self, state: dict) -> None:
-        mine = self.state_dict()
-        for key in ("seed", "prompts", "global_batch"):
-            if state.get(key) != mine[key]:
-                raise UserError(f"RL loader state: {key}={state.get(key)!r} does not match this run's {mine[key]!r}")
-        self.epoch, self.row, self.step = int(state["epoch"]), int(state["row"]), int(state["step"])
+        super().load_state_dict(state)
         rng = np.frombuffer(base64.b64decode(state["sampler_rng"]), dtype=np.uint8).copy()
         self.generator.set_state(torch.from_numpy(rng))
 
