@@ -101,7 +101,7 @@ class Rollouts(EpochStream):
 
     name = "rl"
 
-    def __init__(self, policy: nn.Module, records: list[dict], encoder: ChatEncoder, task: RewardTask,
+    def __init__(self, policy: nn.Module | None, records: list[dict], encoder: ChatEncoder, task: RewardTask,
                  rl: RLConfig, prompts_per_step: int, seq_len: int, seed: int,
                  device: torch.device | str = "cpu") -> None:
         super().__init__(prompts_per_step, seed, rank=0, world_size=1)

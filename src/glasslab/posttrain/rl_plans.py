@@ -10,11 +10,11 @@ from pathlib import Path
 from glasslab.errors import UserError
 from glasslab.lab import Step
 from glasslab.posttrain.base import find_base
-from glasslab.posttrain.plans import BUILTIN, _export, _sources, base_name
+from glasslab.posttrain.plans import BUILTIN, _sources, _tuning_steps
 from glasslab.posttrain.records import file_hashes
 from glasslab.posttrain.rewards import BUILTIN_PREFIX
 from glasslab.posttrain.rl_prompts import PromptsConfig, builtin_sha256, prompts_step
-from glasslab.posttrain.rl_step import RLStepConfig, rl_step
+from glasslab.posttrain.rl_step import RLStepConfig
 
 
 def rl_steps(base: str, prompts: Sequence[str], lab: str | Path, *, heldout: Sequence[str] = (),
@@ -36,6 +36,4 @@ def rl_steps(base: str, prompts: Sequence[str], lab: str | Path, *, heldout: Seq
         reward = str(Path(reward).resolve())
         cfg = dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl, reward=reward,
                                                               reward_sha256=file_hashes([reward])[reward]))
-    config = dataclasses.replace(cfg, base=base_name(source, lab), base_sha256=source.sha256, prompts_from=data.name)
-    tuned = Step("rl", rl_step, config, deps=(data,))
-    return [data, tuned, *_export(tuned, source, cfg.train.total_steps)]
+    return _tuning_steps("rl", dataclasses.replace(cfg, prompts_from=data.name), data, source, lab)
