@@ -37,6 +37,7 @@ HEADLINES = {
                              "wide_live_first_chart_s", "wide_static_first_chart_s", "wide_live_search_keypress_ms",
                              "wide_static_search_keypress_ms", "wide_live_js_heap_mb", "wide_static_js_heap_mb"],
     "reproduce_bench.py": ["reproduce_bit_identical_checkpoints", "reproduce_train_seconds_ratio"],
+    "rl_bench.py": ["rl_heldout_pass_at_1_gain_points", "rl_rollout_tokens_per_s_vs_trl", "rl_minutes_demo"],
     "screenshot.py": ["pages_shot"],
     "sft_bench.py": ["sft_packed_vs_padded_tokens_per_s_ratio", "sft_heldout_loss_drop_percent",
                      "dpo_heldout_pref_accuracy_gain_points", "chat_page_vs_cli_first_token_ratio",

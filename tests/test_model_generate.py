@@ -69,3 +69,36 @@ def test_top_p_keeps_only_the_nucleus():
     assert probs[top] > 0.5
     draws = {generate(model, [7], max_new_tokens=1, top_p=0.5, seed=s)[0] for s in range(20)}
     assert draws == {top}
+
+
+PROMPTS = [[3, 1, 4, 1, 5, 9, 2], [6], [5, 3, 5], [8, 9, 7, 9]]
+
+
+@pytest.mark.parametrize("name", sorted(CFGS))
+def test_batched_greedy_equals_unbatched_token_for_token(name):
+    from glasslab.model.generate import generate_batch
+
+    torch.manual_seed(0)
+    model = Transformer(CFGS[name])
+    alone = [generate(model, p, max_new_tokens=10, temperature=0.0) for p in PROMPTS]
+    together = generate_batch(model, PROMPTS, max_new_tokens=10, temperature=0.0)
+    assert together == alone
+    stop = alone[0][2]  # rows stop at different positions; a stopped row must not disturb the others
+    alone_stopped = [generate(model, p, max_new_tokens=10, temperature=0.0, eos_id=stop) for p in PROMPTS]
+    assert generate_batch(model, PROMPTS, max_new_tokens=10, temperature=0.0, eos_id=stop) == alone_stopped
+    assert len(alone_stopped[0]) <= 3 < len(alone[0])
+
+
+def test_padding_is_not_routed_or_counted_by_an_moe():
+    torch.manual_seed(0)
+    model = Transformer(CFGS["moe"]).train()
+    tokens = torch.randint(0, 50, (2, 6))
+    real = torch.tensor([[True] * 6, [True] * 3 + [False] * 3])  # row 1 right-padded
+    logits = model(tokens, real_BT=real)
+    pending = model.blocks[0].ffn.pending
+    assert int(pending.tokens) == 9 and int(pending.counts_E.sum()) == 9 * 2
+    model.blocks[0].ffn.pending.zero_()
+    model.blocks[1].ffn.pending.zero_()
+    alone = model(tokens[1:, :3])
+    torch.testing.assert_close(logits[1:, :3], alone, atol=1e-5, rtol=1e-5)
+    assert int(pending.tokens) == 3

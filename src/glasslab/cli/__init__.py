@@ -23,7 +23,7 @@ from glasslab import __version__
 from glasslab.errors import SystemFailure, UserError
 
 # Subcommand modules, in the order `glasslab --help` lists them.
-COMMANDS = ("demo", "data", "train", "sft", "dpo", "run", "ladder", "export", "eval", "chat", "serve", "publish",
+COMMANDS = ("demo", "data", "train", "sft", "dpo", "rl", "run", "ladder", "export", "eval", "chat", "serve", "publish",
             "reproduce", "batch", "trace", "note", "card")
 
 

@@ -14,7 +14,7 @@ import sys
 
 from glasslab.cli.options import add_lab_option
 
-TUNED_ROLES = ("sft", "dpo")
+TUNED_ROLES = ("sft", "dpo", "rl")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

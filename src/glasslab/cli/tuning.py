@@ -61,7 +61,7 @@ def step_config(cls: type, args: argparse.Namespace, overrides: list[str]) -> An
         train["max_steps"] = args.steps
     values["device"] = args.device
     values["command"] = shlex.join(["glasslab", *args.argv])  # for the run page's Reproduce box
-    allowed = {f"{key}." for key in ("train", "sft", "dpo") if key in values}
+    allowed = {f"{key}." for key in ("train", "sft", "dpo", "rl") if key in values}
     for item in overrides:
         if not any(item.startswith(prefix) for prefix in allowed):
             raise UserError(f"{item!r}: expected an override of {' or '.join(sorted(p + '…' for p in allowed))}")

@@ -35,10 +35,11 @@ class RMSNorm(nn.Module):
 
 
 def rope_rotations(positions_T: torch.Tensor, head_dim: int, theta: float) -> torch.Tensor:
-    """Unit complex rotations (T, 1, head_dim / 2), pair i turning at theta^(-2i / head_dim) per position."""
+    """Unit complex rotations (T, 1, head_dim / 2), pair i turning at theta^(-2i / head_dim) per position;
+    positions (B, T) give (B, T, 1, head_dim / 2), one row's positions each."""
     inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=positions_T.device).float() / head_dim))
-    angles_TH = positions_T.float()[:, None] * inv_freq[None, :]
-    return torch.polar(torch.ones_like(angles_TH), angles_TH)[:, None, :]
+    angles_TH = positions_T.float()[..., None] * inv_freq
+    return torch.polar(torch.ones_like(angles_TH), angles_TH).unsqueeze(-2)
 
 
 def apply_rope(x_BTND: torch.Tensor, rotations_T1H: torch.Tensor) -> torch.Tensor:
@@ -53,7 +54,10 @@ def apply_rope(x_BTND: torch.Tensor, rotations_T1H: torch.Tensor) -> torch.Tenso
 class LayerKVCache:
     """Preallocated keys and values of one attention layer for incremental decoding."""
 
-    def __init__(self, batch: int, n_kv_heads: int, max_len: int, head_dim: int, like: torch.Tensor):
+    def __init__(self, batch: int, n_kv_heads: int, max_len: int, head_dim: int, like: torch.Tensor,
+                 pad_B: torch.Tensor | None = None):
+        self.pad_B = pad_B
+        """Left padding of each row (positions), or None; the model hides those keys and shifts positions."""
         shape = (batch, n_kv_heads, max_len, head_dim)
         # Plain tensors even when ``like`` is an FSDP2-sharded parameter (a DTensor between forwards):
         # the keys written into the cache during a forward are plain tensors.
@@ -96,8 +100,9 @@ class Attention(nn.Module):
         cache: LayerKVCache | None = None,
         mask_B1TT: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """``mask_B1TT`` (bool, True = may attend) replaces the causal mask, e.g. a block-diagonal causal
-        mask that keeps packed documents apart; it is not combined with a cache."""
+        """``mask_B1TT`` (bool, True = may attend; keys over everything cached so far) replaces the causal
+        mask, e.g. a block-diagonal causal mask that keeps packed documents apart, or one that hides a
+        batch's left padding from decoding queries."""
         B, T, _ = x_BTD.shape
         H, K, hd = self.n_heads, self.n_kv_heads, self.head_dim
         qkv_BTND = self.qkv_proj(x_BTD).view(B, T, H + 2 * K, hd)
@@ -117,7 +122,7 @@ class Attention(nn.Module):
             past = cache.length
             k_BKTD, v_BKTD = cache.append(k_BKTD, v_BKTD)
         mask = mask_B1TT
-        if past > 0 and T > 1:
+        if mask is None and past > 0 and T > 1:
             # A chunk after a cached prefix: each query sees the whole prefix and its causal part.
             q_pos = torch.arange(past, past + T, device=x_BTD.device)
             mask = q_pos[:, None] >= torch.arange(past + T, device=x_BTD.device)[None, :]

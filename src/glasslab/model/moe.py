@@ -210,17 +210,26 @@ class MoEFeedForward(nn.Module):
             return None
         return math.ceil(self.moe.capacity_factor * num_tokens * self.moe.top_k / self.moe.num_experts)
 
-    def forward(self, x_BTD: torch.Tensor) -> torch.Tensor:
+    def forward(self, x_BTD: torch.Tensor, real_BT: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, T, D) -> (B, T, D). ``real_BT`` (bool): only those tokens are routed and counted; the others
+        (padding) get a zero output and take no capacity (one host sync, for the number of real tokens)."""
         B, T, D = x_BTD.shape
-        x_TD = x_BTD.reshape(B * T, D)
+        if real_BT is None:
+            return self._routed(x_BTD.reshape(B * T, D)).view(B, T, D)
+        keep_N = real_BT.reshape(-1).nonzero()[:, 0]
+        out_TD = x_BTD.new_zeros(B * T, D)
+        out_TD = out_TD.index_copy(0, keep_N, self._routed(x_BTD.reshape(B * T, D).index_select(0, keep_N)))
+        return out_TD.view(B, T, D)
+
+    def _routed(self, x_TD: torch.Tensor) -> torch.Tensor:
         routing = self.router(x_TD)
-        plan = plan_dispatch(routing.expert_TK, self.moe.num_experts, self.capacity(B * T))
+        plan = plan_dispatch(routing.expert_TK, self.moe.num_experts, self.capacity(x_TD.shape[0]))
         y_ND = self.experts(dispatch(x_TD, plan, self.moe.top_k), plan.ends_E)
         out_TD = combine(y_ND, routing.gate_TK, plan)
         if self.shared is not None:
             out_TD = out_TD + self.shared(x_TD)
         self._after_routing(routing, plan)
-        return out_TD.view(B, T, D)
+        return out_TD
 
     def _after_routing(self, routing: Routing, plan: DispatchPlan) -> None:
         """Auxiliary losses for this forward and, in training, the balancer's pending statistics."""

@@ -35,8 +35,11 @@ class Block(nn.Module):
         rotations_T1H: torch.Tensor,
         cache: LayerKVCache | None = None,
         mask_B1TT: torch.Tensor | None = None,
+        real_BT: torch.Tensor | None = None,
     ) -> torch.Tensor:
         x_BTD = x_BTD + self.attn(self.attn_norm(x_BTD), rotations_T1H, cache, mask_B1TT)
+        if real_BT is not None and isinstance(self.ffn, MoEFeedForward):
+            return x_BTD + self.ffn(self.ffn_norm(x_BTD), real_BT)
         return x_BTD + self.ffn(self.ffn_norm(x_BTD))
 
 
@@ -75,8 +78,15 @@ class Transformer(nn.Module):
         return self.embed.weight if self.lm_head is None else self.lm_head.weight
 
     def forward(self, tokens_BT: torch.Tensor, caches: list[LayerKVCache] | None = None,
-                doc_ids_BT: torch.Tensor | None = None, targets_BT: torch.Tensor | None = None) -> torch.Tensor:
-        """Logits (B, T, vocab) in fp32. With ``caches`` (generation), positions continue after them.
+                doc_ids_BT: torch.Tensor | None = None, targets_BT: torch.Tensor | None = None,
+                real_BT: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits (B, T, vocab) in fp32. With ``caches`` (generation), positions continue after them; caches
+        made with left padding (``new_kv_caches(..., pad_B)``) start each row's positions at its first real
+        token and hide the padding keys from every query.
+
+        ``real_BT`` (bool, False = padding): an MoE layer routes only the real tokens (padding takes no
+        expert capacity and counts in no routing statistic; its feed-forward output is zero). Attention is
+        not changed by it: left padding is hidden by the caches, right padding by causality.
 
         ``doc_ids_BT`` (packed sequences): a token attends only to earlier tokens with the same id, so
         documents packed into one row do not see each other. Positions are not reset per document: RoPE
@@ -91,14 +101,20 @@ class Transformer(nn.Module):
         x_BTD = self.embed(tokens_BT)
         start = caches[0].length if caches else 0
         positions_T = torch.arange(start, start + T, device=tokens_BT.device)
-        rotations_T1H = rope_rotations(positions_T, self.cfg.attn_head_dim, self.cfg.rope_theta)
         mask_B1TT = None
+        if caches and caches[0].pad_B is not None:
+            pad_B = caches[0].pad_B
+            positions_T = positions_T[None, :] - pad_B[:, None]  # (B, T): each row counts from its first real token
+            keys_S = torch.arange(start + T, device=tokens_BT.device)
+            mask_B1TT = ((keys_S[None, None, :] <= (start + torch.arange(T, device=tokens_BT.device))[None, :, None])
+                         & (keys_S[None, None, :] >= pad_B[:, None, None]))[:, None]
+        rotations_T1H = rope_rotations(positions_T, self.cfg.attn_head_dim, self.cfg.rope_theta)
         if doc_ids_BT is not None:
             if caches:
                 raise ValueError("doc_ids_BT and caches do not combine: decode one document at a time")
             mask_B1TT = document_causal_mask(doc_ids_BT)
         for i, block in enumerate(self.blocks):
-            x_BTD = block(x_BTD, rotations_T1H, caches[i] if caches else None, mask_B1TT)
+            x_BTD = block(x_BTD, rotations_T1H, caches[i] if caches else None, mask_B1TT, real_BT)
         h_BTD = self.final_norm(x_BTD)
         with_z = self.training and self.cfg.logit_z_loss_coef > 0
         self._logit_z_loss = None
@@ -126,10 +142,11 @@ class Transformer(nn.Module):
             return torch.zeros((), device=self.embed.weight.device)
         return torch.stack(losses).sum()
 
-    def new_kv_caches(self, batch: int, max_len: int) -> list[LayerKVCache]:
-        """Empty per-layer KV caches for decoding up to ``max_len`` positions."""
+    def new_kv_caches(self, batch: int, max_len: int, pad_B: torch.Tensor | None = None) -> list[LayerKVCache]:
+        """Empty per-layer KV caches for decoding up to ``max_len`` positions; ``pad_B``: how many positions
+        of each row's prompt are left padding (None: none)."""
         cfg, like = self.cfg, self.embed.weight
-        return [LayerKVCache(batch, cfg.kv_heads, max_len, cfg.attn_head_dim, like) for _ in self.blocks]
+        return [LayerKVCache(batch, cfg.kv_heads, max_len, cfg.attn_head_dim, like, pad_B) for _ in self.blocks]
 
     def param_groups(self) -> dict[str, list[tuple[str, nn.Parameter]]]:
         """Parameters by group (``embed, attn, mlp, experts, router, norm, lm_head``); a tied LM head is

@@ -1,4 +1,4 @@
-"""The run page's pieces for a post-training run (SFT, DPO): its panels, and what its chat panel may talk to.
+"""The run page's pieces for a post-training run (SFT, DPO, RL): its panels, and what its chat panel may talk to.
 
 The run page's sections draw the rest: ``static/run-posttrain.js`` what became of the data (from
 ``run.json``: the counts of conversations cut or left out, of pairs left out) and the base's metrics
@@ -11,15 +11,17 @@ from __future__ import annotations
 from glasslab.layout import EXPORT_MANIFEST
 from glasslab.observatory.relations import Relations
 
-TUNED_ROLES = ("sft", "dpo")
+TUNED_ROLES = ("sft", "dpo", "rl")
 POSTTRAIN_PANELS = (
     ("DPO loss (train, held out)", lambda k: k in ("dpo/loss", "eval/dpo/loss"), False),
     ("DPO reward margin β·Δlog-ratio (train, held out)", lambda k: k in ("dpo/reward_margin", "eval/dpo/reward_margin"),
      False),
     ("Preference accuracy (margin > 0; held-out log π(chosen) > log π(rejected))",
      lambda k: k in ("dpo/accuracy", "eval/dpo/accuracy", "eval/dpo/pref_accuracy"), False),
+    ("RL reward (mean and spread over the step's rollouts)", lambda k: k in ("rl/reward_mean", "rl/reward_std"), False),
+    ("Held-out pass rate (pass@1 greedy, pass@G sampled)", lambda k: k.startswith("eval/rl/pass_at_"), False),
 )
-"""The run page's panels for DPO's metrics, placed before the others (first match wins)."""
+"""The run page's panels for DPO's and RL's metrics, placed before the others (first match wins)."""
 
 
 def chat_models(relations: Relations, run_id: str) -> dict[str, list[dict[str, str]]] | None:

@@ -194,7 +194,7 @@ def batch_index_file(run_id: str) -> str:
 def has_batches(record: dict[str, Any]) -> bool:
     """Whether the run's batches can be rebuilt: pretraining runs (post-training ones are not drawn by the
     pretraining loader) with a dataset."""
-    return bool(record.get("dataset")) and record.get("role") not in ("sft", "dpo")
+    return bool(record.get("dataset")) and record.get("role") not in ("sft", "dpo", "rl")
 
 
 def pack_chunks(encoded: dict[str, str], budget: int) -> list[list[str]]:

@@ -11,9 +11,10 @@ from glasslab.layout import RESULT_FILE, read_json
 from glasslab.posttrain.samples import turn_text
 from glasslab.track import RunReader, read_record
 
-HEADLINE = {"sft": "eval/sft/loss", "dpo": "eval/dpo/pref_accuracy"}
+HEADLINE = {"sft": "eval/sft/loss", "dpo": "eval/dpo/pref_accuracy", "rl": "eval/rl/pass_at_1"}
 """The metric each role is judged by: held-out SFT loss (nats per assistant token), held-out preference
-accuracy (share of pairs whose chosen reply the model finds likelier)."""
+accuracy (share of pairs whose chosen reply the model finds likelier), held-out pass@1 (greedy answers
+that earn full reward)."""
 
 
 def outcome(run_dir: str | Path) -> dict[str, Any]:
@@ -35,5 +36,5 @@ def outcome(run_dir: str | Path) -> dict[str, Any]:
     tasks = {k.split("/")[2]: (base["metrics"][k], result[k]) for k in sorted(keys, key=lambda k: (k == MACRO_ACC, k))}
     return {"key": key, "before": before, "after": after,
             "relative": (after - before) / before if before and after is not None else None,
-            "tasks": tasks, "counts": record.get("conversations") or record.get("pairs") or {},
+            "tasks": tasks, "counts": record.get("conversations") or record.get("pairs") or record.get("prompts") or {},
             "prompt": prompt, "base_reply": base_reply, "reply": turn_text(last[0]["text"]) if last else ""}

@@ -44,7 +44,7 @@ from glasslab.track.step_record import by_step, step_record
 from glasslab.train.run_config import RunConfig
 from glasslab.train.steps import TrainingPreempted, TrainStepConfig, train_step
 
-POST_TRAINING_ROLES = ("sft", "dpo")
+POST_TRAINING_ROLES = ("sft", "dpo", "rl")
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-/* A post-training run's (SFT, DPO) first section: what became of its data (conversations cut or left
+/* A post-training run's (SFT, DPO, RL) first section: what became of its data (conversations cut or left
  * out, pairs left out) and its base's numbers, measured before step 0, beside its own latest (read
  * from the series source as the charts are, kept current by the live deltas). Left out for any other
  * run. */
@@ -6,8 +6,9 @@
   "use strict";
   const G = window.Glasslab;
   const { el, fmt, table } = G;
-  const ROLES = { sft: "supervised fine-tuning", dpo: "preference tuning (DPO)" };
-  const HEADLINE = { sft: "eval/sft/loss", dpo: "eval/dpo/pref_accuracy" };
+  const ROLES = { sft: "supervised fine-tuning", dpo: "preference tuning (DPO)",
+                  rl: "RL with verifiable rewards (GRPO)" };
+  const HEADLINE = { sft: "eval/sft/loss", dpo: "eval/dpo/pref_accuracy", rl: "eval/rl/pass_at_1" };
 
   function countsTable(rec) {
     if (rec.role === "sft" && rec.conversations) {
@@ -24,6 +25,11 @@
         ["train", "heldout"].filter((k) => p[k]).map((k) => [k === "train" ? "training" : "held out",
           p[k].pairs, p[k].kept, p[k].left_out_long]),
         { class: "counts", units: [null, "count", "count", "count"] });
+    }
+    if (rec.role === "rl" && rec.prompts) {
+      const p = rec.prompts;
+      return table(["prompts", "used"], ["train", "heldout"].filter((k) => p[k]).map((k) =>
+        [k === "train" ? "training" : "held out", p[k].prompts]), { class: "counts", units: [null, "count"] });
     }
     return null;
   }
@@ -57,7 +63,11 @@
       const redraw = () => { slot.textContent = ""; slot.append(beforeAfter(before, keys, now)); };
       if (keys.length) { body.append(slot); redraw(); }
       if (rec.beta != null) body.append(el("p", { class: "muted" }, `β = ${rec.beta}; the reference is the base.`));
-      if (!keys.length) return counts || rec.beta != null ? null : false;
+      if (rec.reward != null) {
+        body.append(el("p", { class: "muted" }, `reward: ${rec.reward}; ${rec.group_size} answers per prompt; the KL ` +
+                       "reference is the base."));
+      }
+      if (!keys.length) return counts || rec.beta != null || rec.reward != null ? null : false;
       // A downsampled point carries its bucket's last value, so an overview's last point is the latest.
       const ready = G.source.scalars(d.id, keys, G.source.OVERVIEW).then((series) => {
         for (const [k, s] of Object.entries(series)) {

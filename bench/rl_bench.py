@@ -1,0 +1,128 @@
+"""RL with verifiable rewards in numbers: what GRPO buys on the built-in arithmetic task, and what it costs.
+
+A base (``--base RUN[@STEP]`` in ``--lab``, else a small dense model trained here on the demo's data) is first tuned
+briefly on the arithmetic task's training problems as conversations (question -> answer): a *task SFT*, so
+that the RL run starts where the issue fixes it, between 10% and 50% held-out pass@1 (the SFT steps,
+``--sft-steps``, set that start; the line ``rl_start_pass_at_1`` says where it landed). Then
+``glasslab rl SFT builtin --reward builtin:arithmetic`` runs as steps in the lab (found cached when they are
+there), and the RL run's held-out pass@1 (greedy, held-out problems none of the training prompts ask) before
+and after is the headline, in points.
+
+``rl_minutes_demo`` is the wall time of the RL step (the demo would add it). ``rl_rollout_tokens_per_s_vs_trl``
+needs TRL's ``GRPOTrainer`` on the same exported model; it is not measured here yet, and the line says so
+(and whether TRL is installed).
+
+    python bench/rl_bench.py [--smoke] [--lab LAB] [--base RUN] [--base-steps 150] [--sft-steps 300]
+                              [--rl-steps 60] [--rl-lr 1e-4] [--threads 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import importlib.util
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from glasslab.experiments.demo import QUICK, VOCAB_SIZE, data_step
+from glasslab.lab import Step, run_one_step
+from glasslab.posttrain.outcome import outcome
+from glasslab.posttrain.plans import sft_steps
+from glasslab.posttrain.rewards_builtin import arithmetic_problems, split_problems
+from glasslab.posttrain.rl_plans import rl_steps
+from glasslab.posttrain.rl_step import RLStepConfig
+from glasslab.posttrain.sft import SFTStepConfig
+
+
+def base_step(smoke: bool, steps: int) -> Step:
+    """A dense base trained here on the demo's quick data: 2 layers of width 32 for ``--smoke``, else 4 of 64
+    (dense: on a shared 2-core machine a tiny MoE's grouped matmuls cost most of its time)."""
+    from glasslab.config import from_dict
+    from glasslab.train.run_config import RunConfig
+    from glasslab.train.steps import TrainStepConfig, train_step
+
+    data = data_step(QUICK)
+    width, layers = (32, 2) if smoke else (64, 4)
+    model = {"vocab_size": VOCAB_SIZE, "d_model": width, "n_layers": layers, "n_heads": 4, "n_kv_heads": 4,
+             "d_ff": 2 * width}
+    run = from_dict(RunConfig, {
+        "model": model,
+        "data": {"mixture": {"weights": {"code": 0.75, "prose": 0.18, "reference": 0.07}}},
+        "train": {"seq_len": 128, "global_batch_tokens": 128 * 16, "max_steps": steps, "checkpoint_interval": steps,
+                  "sample_prompts": [], "eval_max_tokens": 256 if smoke else 1024, "optimizer": {"lr": 3e-3}}})
+    return Step("rl-bench-base", train_step, TrainStepConfig(run=run, data_from=data.name), deps=(data,))
+
+
+def task_sft_file(lab: Path, smoke: bool) -> Path:
+    """The arithmetic task's training problems as conversations (the held-out ones are never among them; a
+    few hundred for ``--smoke``)."""
+    path = lab / "rl-bench-arithmetic-sft.jsonl"
+    train_set, _ = split_problems(arithmetic_problems())
+    train_set = train_set[:400] if smoke else train_set
+    lines = [json.dumps({"messages": [{"role": "user", "content": p["prompt"]},
+                                      {"role": "assistant", "content": p["answer"]}]}) for p in train_set]
+    lab.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def task_sft(lab: Path, base: str, steps: int, threads: int, smoke: bool) -> Path:
+    cfg = SFTStepConfig(threads=threads)
+    cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, seq_len=32, global_batch_tokens=32 * 32,
+                                                             max_steps=steps, checkpoint_interval=steps,
+                                                             eval_max_tokens=256, sample_max_new_tokens=8),
+                              sft=dataclasses.replace(cfg.sft, eval_max_conversations=32 if smoke else 256))
+    plan = sft_steps(base, [str(task_sft_file(lab, smoke))], lab, cfg=cfg)
+    return run_one_step(plan[1], lab).folder
+
+
+def rl_run(lab: Path, sft: Path, steps: int, lr: float, threads: int, smoke: bool) -> tuple[Path, float]:
+    cfg = RLStepConfig(threads=threads)
+    train = dataclasses.replace(cfg.train, seq_len=40, max_steps=steps, checkpoint_interval=steps,
+                                optimizer=dataclasses.replace(cfg.train.optimizer, lr=lr),
+                                eval_interval=max(1, steps // 3), global_batch_tokens=40 * (16 if smoke else 64),
+                                eval_max_tokens=256)
+    rl = dataclasses.replace(cfg.rl, group_size=4 if smoke else 8, max_new_tokens=5,
+                             eval_max_prompts=8 if smoke else 200)
+    plan = rl_steps(str(sft), ["builtin"], lab, cfg=dataclasses.replace(cfg, train=train, rl=rl))
+    started = time.perf_counter()
+    done = run_one_step(plan[1], lab)
+    return done.folder, time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="a tiny base and a few steps: checks the bench runs")
+    parser.add_argument("--lab", default=None, help="the lab (default: a temp folder)")
+    parser.add_argument("--base", default=None, help="a run in the lab to start from (default: train one here)")
+    parser.add_argument("--base-steps", type=int, default=150, help="pretraining steps of the base trained here")
+    parser.add_argument("--sft-steps", type=int, default=300, help="task SFT steps before RL")
+    parser.add_argument("--rl-steps", type=int, default=60, help="GRPO steps")
+    parser.add_argument("--rl-lr", type=float, default=1e-4, help="GRPO's peak learning rate")
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    base_count, sft_count, rl_count = (20, 4, 3) if args.smoke else (args.base_steps, args.sft_steps, args.rl_steps)
+    with contextlib.ExitStack() as stack:
+        lab = Path(args.lab) if args.lab else Path(stack.enter_context(tempfile.TemporaryDirectory())) / "lab"
+        base = args.base or run_one_step(base_step(args.smoke, base_count), lab).folder.name
+        sft = task_sft(lab, base, sft_count, args.threads, args.smoke)
+        run_dir, seconds = rl_run(lab, sft, rl_count, args.rl_lr, args.threads, args.smoke)
+        out = outcome(run_dir)
+        print(f"RL run {run_dir.name}: {out['key']} {out['before']:.3f} -> {out['after']:.3f} in {rl_count} steps")
+    print(f"rl_start_pass_at_1: {100 * out['before']:.1f}  (after the task SFT; target 10-50)")
+    print(f"rl_heldout_pass_at_1_gain_points: {100 * (out['after'] - out['before']):+.1f}  (builtin:arithmetic, "
+          "held-out problems, greedy; target >= +20)")
+    trl = "installed" if importlib.util.find_spec("trl") else "not installed"
+    print(f"rl_rollout_tokens_per_s_vs_trl: not measured  (TRL {trl}; the side-by-side run is not written yet)")
+    print(f"rl_minutes_demo: {seconds / 60:.2f}  (the RL step's wall time; 0 when found cached; target <= 2)")
+
+
+if __name__ == "__main__":
+    main()
