@@ -188,16 +188,21 @@ def predict_endpoint(points: EndPoints, target: tuple[float, float], *, level: f
     point = float(law(*target))
     lo, hi = (float(x[0]) for x in percentile_interval(predicted_B[:, None], level))
     E_lo, E_hi = (float(x[0]) for x in percentile_interval(replicates[:, [0]], level))
-    top_n = float(points.params_n.max())
-    top = (top_n, float(points.tokens_n[points.params_n == top_n].max()))
+    top = top_point(points)
     other = float(fit_endpoint_law(points, BOUNDED_LEAST_SQUARES)(*target))
     difference = difference_check(points, law)
     gate = gate_endpoint_fit(law, point=point, low=min(lo, point), high=max(hi, point), other_point=other,
                              floor_interval=(E_lo, E_hi), lowest_loss=float(points.loss_n.min()),
-                             size_span=top_n / float(points.params_n.min()), top=top,
+                             size_span=top[0] / float(points.params_n.min()), top=top,
                              hero=target, beta_difference=difference["beta"])
     return EndpointPrediction(law, noise, replicates, point, min(lo, point), max(hi, point), level, predicted_B,
                               difference, gate)
+
+
+def top_point(points: EndPoints) -> tuple[float, float]:
+    """The grid's largest point (N, D): the top width at its most tokens."""
+    top_n = float(points.params_n.max())
+    return top_n, float(points.tokens_n[points.params_n == top_n].max())
 
 
 def difference_check(points: EndPoints, law: EndpointLaw) -> dict:
