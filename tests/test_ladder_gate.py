@@ -13,7 +13,7 @@ from glasslab.errors import UserError
 from glasslab.lab import registry
 from glasslab.ladder.gate import gate_compute_fit, gate_endpoint_fit
 from glasslab.ladder.gate_sim import draw_points
-from glasslab.ladder.grid_ends import EndpointLaw, points_of
+from glasslab.ladder.grid_ends import GRID_FLOOR, EndpointLaw, points_of
 from glasslab.ladder.hero_floor import EarlierHero, floor_from_heroes, predict_with_heroes
 from glasslab.ladder.preregister import register_hero_prediction
 from glasslab.layout import PREDICTIONS_FILE, append_json_line
@@ -133,7 +133,7 @@ def test_earlier_heroes_set_the_floor_of_a_grid_too_narrow_to_place_its_own():
     target = (12 * top_n, 20 * top_d)
     truth = float(KNOWN(*target))
     alone = predict_with_heroes(points, target, (), num_bootstrap=200, rng=np.random.default_rng(1))
-    assert "span of N" in refused_by(alone.gate) and alone.gate["floor"]["source"] == "the grid (free fit)"
+    assert "span of N" in refused_by(alone.gate) and alone.gate["floor"]["source"] == GRID_FLOOR
 
     heroes = (hero_of("h1", 6 * top_n, 8 * top_d, +0.003), hero_of("h2", 9 * top_n, 12 * top_d, -0.003))
     floor = floor_from_heroes(points, heroes)
@@ -154,7 +154,7 @@ def test_a_hero_the_grid_contradicts_and_heroes_that_contradict_each_other_are_r
     agreeing = predict_with_heroes(points, target, (hero_of("h1", 2 * top_n, 3 * top_d),), num_bootstrap=200,
                                    rng=np.random.default_rng(1))
     assert agreeing.gate["registered"], agreeing.gate["reasons"]
-    assert agreeing.gate["floor"]["source"] == "the grid (free fit)"  # an identified grid keeps its own floor
+    assert agreeing.gate["floor"]["source"] == GRID_FLOOR  # an identified grid keeps its own floor
 
     off = predict_with_heroes(points, target, (hero_of("off", 2 * top_n, 3 * top_d, +0.05),), num_bootstrap=200,
                               rng=np.random.default_rng(1))

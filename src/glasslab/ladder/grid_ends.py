@@ -38,6 +38,7 @@ MIN_POINTS = 6
 EXPONENT_BOUNDS = (0.01, 3.0)
 BOUNDED_LEAST_SQUARES = 10.0
 """A Huber δ no relative residual reaches: the fit is then least squares, the gate's second objective."""
+GRID_FLOOR = "the grid (free fit)"
 EXPONENTS = tuple(float(x) for x in np.round(np.geomspace(0.02, 3.0, 40), 4))
 """α and β on the fit's coarse grid and the bootstrap's: 40 values over the fit's range, evenly in log
 (steps of 13%)."""
@@ -180,7 +181,8 @@ def predict_endpoint(points: EndPoints, target: tuple[float, float], *, level: f
                      num_bootstrap: int = 1000, rng: np.random.Generator) -> EndpointPrediction:
     """Fit the end-point law to ``points``, predict one run at ``target`` (N, D) with a ``level`` interval,
     and gate the fit (``glasslab.ladder.gate``): exponents, the floor in its interval, least squares
-    against Huber, the size term's share of the drop to the target, the difference check."""
+    against Huber, the size term's share of the drop to the target, the difference check. The gate record's
+    ``floor`` says where the floor came from: :data:`GRID_FLOOR`, with its interval."""
     law = fit_endpoint_law(points)
     noise = endpoint_noise(points, law)
     replicates, (predicted_B,) = bootstrap_endpoint_law(points, law, noise, [target], level=level,
@@ -195,6 +197,7 @@ def predict_endpoint(points: EndPoints, target: tuple[float, float], *, level: f
                              floor_interval=(E_lo, E_hi), lowest_loss=float(points.loss_n.min()),
                              size_span=top[0] / float(points.params_n.min()), top=top,
                              hero=target, beta_difference=difference["beta"])
+    gate["floor"] = {"source": GRID_FLOOR, "value": law.E, "low": E_lo, "high": E_hi}
     return EndpointPrediction(law, noise, replicates, point, min(lo, point), max(hi, point), level, predicted_B,
                               difference, gate)
 

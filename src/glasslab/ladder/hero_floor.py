@@ -199,18 +199,17 @@ def predict_with_heroes(points: EndPoints, target: tuple[float, float], heroes: 
     interval: the pinned law's predictions at the heroes' floor interval's ends, widened by the grid's run
     noise (one run of the target). The gate record's ``floor`` says where the floor came from."""
     ends = predict_endpoint(points, target, level=level, num_bootstrap=num_bootstrap, rng=rng)
-    E_lo, E_hi = (float(x[0]) for x in percentile_interval(ends.replicates[:, [0]], level))
-    grid_floor = {"source": "the grid (free fit)", "value": ends.law.E, "low": E_lo, "high": E_hi}
+    grid_floor = ends.gate["floor"]
     if not heroes:
         return replace(ends, gate={**ends.gate, "floor": {**grid_floor, "note": "no earlier hero of this recipe"}})
-    free = extended(ends.gate, hero_checks(ends, heroes))
+    free = {**extended(ends.gate, hero_checks(ends, heroes)), "floor": grid_floor}
     if free["registered"]:
-        return replace(ends, gate={**free, "floor": grid_floor})
+        return replace(ends, gate=free)
     floor = floor_from_heroes(points, heroes)
     if floor is None:
         return replace(ends, gate={**free, "floor": {**grid_floor, "note": "no floor in [0, lowest loss) "
                                                      "reconciles the earlier heroes with the grid"}})
-    return pinned_prediction(points, target, ends, floor, (E_lo, E_hi), heroes, free)
+    return pinned_prediction(points, target, ends, floor, (grid_floor["low"], grid_floor["high"]), heroes, free)
 
 
 def pinned_band(points: EndPoints, at: tuple[float, float], floor: HeroFloor) -> tuple[float, float, float]:
