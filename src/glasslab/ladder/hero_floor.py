@@ -6,7 +6,7 @@ those heroes (``docs/ladder.md``, "The long ladder"). This module does that cali
 law: for each earlier hero of the same recipe (same data manifest, which fixes the tokenizer, and the same
 context length), the floor ``E`` at which the law refitted to the grid with ``E`` pinned passes through the
 hero's measured loss, and the floors at which it passes through that loss ± the run-to-run noise
-(``Z_90`` standard deviations). The floor is the mean of the heroes' floors; its interval spans every
+(``HERO_NOISE_Z`` standard deviations). The floor is the mean of the heroes' floors; its interval spans every
 hero's, so heroes that disagree widen it rather than average it away.
 
 Its counterpart in the gate (``glasslab.ladder.gate``): the free fit's prediction at each earlier hero
@@ -26,6 +26,7 @@ from scipy.optimize import brentq, minimize, nnls
 
 from glasslab.errors import UserError
 from glasslab.ladder.gate import (
+    HERO_NOISE_Z,
     ND_EXPONENT_RANGE,
     Check,
     difference_beta_check,
@@ -49,8 +50,6 @@ from glasslab.ladder.grid_ends import (
 )
 from glasslab.ladder.uncertainty import percentile_interval
 
-Z_90 = 1.645
-"""Standard normal quantile of a two-sided 90% interval: the registry's level."""
 FLOOR_MARGIN = 1e-3
 """Nats: the pinned floor stays this far below the grid's lowest loss (the reducible part must be > 0)."""
 
@@ -152,7 +151,7 @@ class HeroFloor:
 
 def floor_from_heroes(points: EndPoints, heroes: Sequence[EarlierHero]) -> HeroFloor | None:
     """Calibrate the floor on ``heroes`` (already of the grid's recipe); None when there are none or no hero
-    can be reconciled. A hero's interval is the floors through its loss ± ``Z_90`` × its noise; the edges
+    can be reconciled. A hero's interval is the floors through its loss ± ``HERO_NOISE_Z`` × its noise; the edges
     that no floor reaches are clamped to [0, lowest loss)."""
     ceiling = float(points.loss_n.min()) - FLOOR_MARGIN
     per_hero, unreachable = {}, []
@@ -161,7 +160,7 @@ def floor_from_heroes(points: EndPoints, heroes: Sequence[EarlierHero]) -> HeroF
         if centre is None:
             unreachable.append(hero.name)
             continue
-        spread = Z_90 * hero.noise * hero.loss
+        spread = HERO_NOISE_Z * hero.noise * hero.loss
         # A higher hero loss needs a higher floor (the law falls towards E); unreachable edges are clamped.
         low = floor_through(points, hero, hero.loss - spread)
         high = floor_through(points, hero, hero.loss + spread)
@@ -175,7 +174,7 @@ def floor_from_heroes(points: EndPoints, heroes: Sequence[EarlierHero]) -> HeroF
 
 
 def hero_checks(ends: EndpointPrediction, heroes: Sequence[EarlierHero]) -> list[Check]:
-    """Item 1 of the gate: each earlier hero's measured loss inside the free fit's bootstrap band at that
+    """The free fit against each earlier hero: its measured loss inside the fit's bootstrap band at that
     hero's (N, D), widened by its run noise."""
     checks = []
     for hero in heroes:
@@ -240,7 +239,7 @@ def pinned_prediction(points: EndPoints, target: tuple[float, float], ends: Endp
     fit's refused gate (``free_gate``) is kept beside it under ``free_fit``."""
     law = pinned_fit(points, floor.value)
     point, low, high = pinned_band(points, target, floor)
-    spread = Z_90 * ends.noise.sigma * point
+    spread = HERO_NOISE_Z * ends.noise.sigma * point
     low, high = low - spread, high + spread
     optional = (size_share_check(law, top_point(points), target),
                 difference_beta_check(difference_check(points, law)["beta"], law.beta))

@@ -53,7 +53,9 @@ def fit_points_law(rungs: Sequence[Rung], *, ladder: str, target_size: tuple[flo
         "L_inf": {**floor, "text": floor_text(floor)},
         "rungs": [rung_record(r) for r in rungs],
         "law": {"form": law.form, "params": law.params,
-                "param_se": {k: float(np.std(ends.replicates[:, i], ddof=1)) for i, k in enumerate(law.params)},
+                # The bootstrap's replicates are the free fit's: no standard errors for a law on the heroes' floor.
+                "param_se": {k: float(np.std(ends.replicates[:, i], ddof=1)) for i, k in enumerate(law.params)}
+                if floor["mode"] == "grid" else {},
                 "noise": ends.noise.to_dict(), "fitted_on": [r.name for r in rungs], "points": len(rows),
                 "tokens": "the points file's tokens column"},
         "sweep_table": [],
