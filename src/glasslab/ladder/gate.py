@@ -155,14 +155,13 @@ def difference_beta_check(beta_difference: float | None, beta_law: float) -> Che
                  f"expected a ratio in [{low:.2g}, {high:g}]")
 
 
-def earlier_hero_check(name: str, measured: float, noise: float, low: float, high: float,
-                       on_fail: Literal["refuses", "flags"] = "refuses") -> Check:
+def earlier_hero_check(name: str, measured: float, noise: float, low: float, high: float) -> Check:
     """An earlier hero of the same recipe (measured final loss ``measured``, relative run noise ``noise``)
     inside the law's interval [``low``, ``high``] at that hero's (N, D), widened by :data:`HERO_NOISE_Z`
     run-to-run standard deviations of its loss."""
     spread = HERO_NOISE_Z * noise * measured
     inside = low - spread <= measured <= high + spread
-    return Check(f"consistent with earlier hero {name}", on_fail, inside,
+    return Check(f"consistent with earlier hero {name}", "refuses", inside,
                  f"measured {measured:.4f}, the law's band there [{low:.4f}, {high:.4f}]",
                  f"expected inside the band widened by ±{spread:.4f} ({HERO_NOISE_Z:g} × its run noise "
                  f"{noise:.2%})")

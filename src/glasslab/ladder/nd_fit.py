@@ -18,7 +18,7 @@ import numpy as np
 
 from glasslab.errors import UserError
 from glasslab.ladder.fit import TARGET_METRIC, floor_text, rung_record
-from glasslab.ladder.grid_ends import points_of
+from glasslab.ladder.grid_ends import GRID_FLOOR, points_of
 from glasslab.ladder.hero_floor import EarlierHero, predict_with_heroes
 from glasslab.ladder.points import DENSE_FLOPS_PER_PARAM_TOKEN
 from glasslab.ladder.rungs import Rung
@@ -43,7 +43,7 @@ def fit_points_law(rungs: Sequence[Rung], *, ladder: str, target_size: tuple[flo
     ends = predict_with_heroes(points, target_size, heroes, level=level, num_bootstrap=num_bootstrap,
                                rng=np.random.default_rng(seed))
     law, source = ends.law, ends.gate["floor"]
-    floor = {"mode": "heroes" if "heroes" in source else "grid", "value": law.E, "lo": source["low"],
+    floor = {"mode": "grid" if source["source"] == GRID_FLOOR else "heroes", "value": law.E, "lo": source["low"],
              "hi": source["high"], "level": level, "sweep": [], "prior": None, "heroes": list(source.get("heroes", {}))}
     flops = DENSE_FLOPS_PER_PARAM_TOKEN * target_size[0] * target_size[1]
     prediction = {"flops": flops, "point": ends.point, "lo": ends.lo, "hi": ends.hi, "level": level}
