@@ -196,3 +196,6 @@ def test_the_nd_fit_reads_heroes_and_says_where_its_floor_came_from(tmp_path, ca
                  "--target-tokens", "1.28e8", "--heroes", str(tmp_path / "bad.csv"), "--lab", str(tmp_path / "lab"),
                  "--out", str(tmp_path / "bad-fit")]) == 2
     assert "bad.csv:2: loss='two'; expected a positive number" in capsys.readouterr().err
+    assert main(["ladder", "fit", str(tmp_path / "narrow.csv"), "--L-inf", "1.0", "--heroes",
+                 str(tmp_path / "heroes.csv"), "--lab", str(tmp_path / "lab"), "--out", str(tmp_path / "c-fit")]) == 2
+    assert "expected --law nd" in capsys.readouterr().err

@@ -107,6 +107,8 @@ def run_fit(args: argparse.Namespace) -> int:
 
     if args.law == "nd":
         return run_points_law(args)
+    if args.heroes:
+        raise UserError(f"--heroes {args.heroes}: earlier heroes set the end-point law's floor; expected --law nd")
     if args.L_inf is None:
         raise UserError("--L-inf: required with --law c; expected a number of nats per token or 'free'")
     L_inf = parse_asymptote(args.L_inf)
