@@ -66,7 +66,7 @@ from glasslab.ladder.approach3 import Approach3Law, fit_approach3
 from glasslab.ladder.compute_law import ComputeLaw
 from glasslab.ladder.fit import fit_ladder, read_fit
 from glasslab.ladder.gate_sim import DESIGNS, gate_figures, simulate_grid
-from glasslab.ladder.grid_ends import EndpointLaw
+from glasslab.ladder.grid_ends import GRID_FLOOR, EndpointLaw
 from glasslab.ladder.grid_law import GridLaw
 from glasslab.ladder.grid_sim import TRUE_LAW, interval_coverage
 from glasslab.ladder.predict import CURVE_FRACTIONS, predict
@@ -632,6 +632,34 @@ def gate_report(grids: int, seed: int = 0) -> None:
     print(f"interval_coverage_90: {figures['interval_coverage_90']:.3f}  (target 0.85-0.95; one hero run's loss, "
           "registered grids)")
     print(f"median_abs_error_registered_pct: {figures['median_abs_error_registered_pct']:.2f}  (registered grids)")
+    hero_floor_report(outcomes, grids, seed)
+
+
+def hero_floor_report(plain: list, grids: int, seed: int) -> None:
+    """The same grids (same seed) with an earlier hero of the same recipe in the registry (``gate_sim``,
+    ``hero_floor``): how many register, how well, and what the heroes' floor does for the grids the gate
+    refused on their own."""
+    rng, hero_rng = np.random.default_rng(seed), np.random.default_rng(seed + 1)
+    start = time.perf_counter()
+    outcomes = [simulate_grid(rng, design, hero_rng=hero_rng) for _, design in zip(range(grids),
+                                                                                  itertools.cycle(DESIGNS))]
+    seconds = time.perf_counter() - start
+    registered = [o for o in outcomes if o.registered]
+    rescued = [o for o, alone in zip(outcomes, plain, strict=True) if o.registered and not alone.registered]
+    refused_alone = sum(not o.registered for o in plain)
+    pinned = sum(o.floor_source != GRID_FLOOR for o in registered)
+    figures = gate_figures(outcomes)
+    rescued_error = gate_figures(rescued)["median_abs_error_registered_pct"]
+    print(f"with an earlier hero: {len(registered)} of {len(outcomes)} registered ({pinned} on the heroes' floor); "
+          f"{seconds / len(outcomes):.2f} s a grid")
+    print(f"hero_floor_registered_share: {len(registered) / len(outcomes):.3f}  (context: without the hero "
+          f"{sum(o.registered for o in plain) / len(plain):.3f})")
+    print(f"hero_floor_rescued_share: {len(rescued) / max(refused_alone, 1):.3f}  (of the {refused_alone} grids "
+          f"refused alone; their median |error| {rescued_error:.2f}%)")
+    print(f"hero_floor_interval_coverage_90: {figures['interval_coverage_90']:.3f}  (target 0.85-0.95; registered "
+          "grids)")
+    print(f"hero_floor_median_abs_error_registered_pct: {figures['median_abs_error_registered_pct']:.2f}  "
+          "(registered grids)")
 
 
 PROTOCOL_B_LAW = EndpointLaw(E=0.0, A=4.72e6, alpha=1.87, B=10.09, beta=0.076)

@@ -13,7 +13,8 @@ from glasslab.errors import UserError
 from glasslab.lab import registry
 from glasslab.ladder.gate import gate_compute_fit, gate_endpoint_fit
 from glasslab.ladder.gate_sim import draw_points
-from glasslab.ladder.grid_ends import EndpointLaw
+from glasslab.ladder.grid_ends import GRID_FLOOR, EndpointLaw, points_of
+from glasslab.ladder.hero_floor import EarlierHero, floor_from_heroes, predict_with_heroes
 from glasslab.ladder.preregister import register_hero_prediction
 from glasslab.layout import PREDICTIONS_FILE, append_json_line
 from glasslab.track import read_lab_events
@@ -115,3 +116,86 @@ def test_a_refusal_is_recorded_and_stops_the_hero_unless_forced_and_old_entries_
     entry = register_hero_prediction(tmp_path / "other", fit_record(True), target="g-hero", source="g-fit",
                                      forced=True)
     assert (entry["kind"], entry["forced"]) == ("prediction", False)  # forcing an identified fit marks nothing
+
+
+def hero_of(name: str, params: float, tokens: float, shift: float = 0.0, noise: float = 0.005) -> EarlierHero:
+    """An earlier hero of KNOWN's recipe: its measured loss the truth, moved by ``shift`` (relative)."""
+    return EarlierHero(name, params, tokens, float(KNOWN(params, tokens)) * (1 + shift), noise)
+
+
+def grid_points(sizes: tuple[float, ...], seed: int = 0):
+    return points_of(*draw_points(KNOWN, sizes, (0.5, 1, 2, 4), 0.004, np.random.default_rng(seed)))
+
+
+def test_earlier_heroes_set_the_floor_of_a_grid_too_narrow_to_place_its_own():
+    points = grid_points((1.0, 1.6, 2.5, 4.0))
+    top_n, top_d = float(points.params_n.max()), float(points.tokens_n.max())
+    target = (12 * top_n, 20 * top_d)
+    truth = float(KNOWN(*target))
+    alone = predict_with_heroes(points, target, (), num_bootstrap=200, rng=np.random.default_rng(1))
+    assert "span of N" in refused_by(alone.gate) and alone.gate["floor"]["source"] == GRID_FLOOR
+
+    heroes = (hero_of("h1", 6 * top_n, 8 * top_d, +0.003), hero_of("h2", 9 * top_n, 12 * top_d, -0.003))
+    floor = floor_from_heroes(points, heroes)
+    assert floor.low <= KNOWN.E <= floor.high and floor.value == pytest.approx(KNOWN.E, abs=0.1)
+    ends = predict_with_heroes(points, target, heroes, num_bootstrap=200, rng=np.random.default_rng(1))
+    assert ends.gate["registered"], ends.gate["reasons"]
+    assert ends.gate["floor"]["source"] == "earlier heroes of the same recipe"
+    assert not ends.gate["free_fit"]["registered"]  # the free fit stays on record beside the pinned one
+    assert ends.law.E == pytest.approx(floor.value)
+    assert ends.lo <= truth <= ends.hi and ends.point == pytest.approx(truth, rel=0.01)
+    assert abs(alone.point / truth - 1) > 0.03  # what the heroes bought: the free fit missed by > 3%
+
+
+def test_a_hero_the_grid_contradicts_and_heroes_that_contradict_each_other_are_refused():
+    points = grid_points((1.0, 2.5, 6.0, 15.0, 40.0))
+    top_n, top_d = float(points.params_n.max()), float(points.tokens_n.max())
+    target = (4 * top_n, 8 * top_d)
+    agreeing = predict_with_heroes(points, target, (hero_of("h1", 2 * top_n, 3 * top_d),), num_bootstrap=200,
+                                   rng=np.random.default_rng(1))
+    assert agreeing.gate["registered"], agreeing.gate["reasons"]
+    assert agreeing.gate["floor"]["source"] == GRID_FLOOR  # an identified grid keeps its own floor
+
+    off = predict_with_heroes(points, target, (hero_of("off", 2 * top_n, 3 * top_d, +0.05),), num_bootstrap=200,
+                              rng=np.random.default_rng(1))
+    assert "consistent with earlier hero off" in refused_by(off.gate["free_fit"])
+    assert refused_by(off.gate) == {"the grid holds the heroes' floor"}  # its floor lies above the grid's
+    far = predict_with_heroes(points, target, (hero_of("far", 2 * top_n, 3 * top_d, +0.15),), num_bootstrap=200,
+                              rng=np.random.default_rng(1))
+    assert refused_by(far.gate) == {"consistent with earlier hero far"}
+    assert far.gate["floor"]["note"] == "no floor in [0, lowest loss) reconciles the earlier heroes with the grid"
+
+    narrow = grid_points((1.0, 1.6, 2.5, 4.0))
+    top_n, top_d = float(narrow.params_n.max()), float(narrow.tokens_n.max())
+    split = (hero_of("low", 6 * top_n, 8 * top_d, -0.04), hero_of("high", 9 * top_n, 12 * top_d, +0.04))
+    torn = predict_with_heroes(narrow, (12 * top_n, 20 * top_d), split, num_bootstrap=200,
+                               rng=np.random.default_rng(1))
+    assert {"consistent with earlier hero low", "consistent with earlier hero high"} <= refused_by(torn.gate)
+
+
+def test_the_nd_fit_reads_heroes_and_says_where_its_floor_came_from(tmp_path, capsys):
+    from glasslab.observatory.ladder_page import gate_line
+
+    write_points(tmp_path / "narrow.csv", (1.0, 1.6, 2.5, 4.0))
+    (tmp_path / "heroes.csv").write_text("name,params,tokens,loss,noise\n"
+                                         f"h1,480000,51200000,{float(KNOWN(4.8e5, 5.12e7)) * 1.003:.5f},0.005\n")
+    from glasslab.cli import main
+
+    out = tmp_path / "fit"
+    assert main(["ladder", "fit", str(tmp_path / "narrow.csv"), "--law", "nd", "--target-params", "9.6e5",
+                 "--target-tokens", "1.28e8", "--bootstrap", "200", "--heroes", str(tmp_path / "heroes.csv"),
+                 "--lab", str(tmp_path / "lab"), "--out", str(out)]) == 0
+    fit = json.loads((out / "fit.json").read_text())
+    assert fit["gate"]["registered"], fit["gate"]["reasons"]
+    assert fit["L_inf"]["text"].startswith("calibrated on earlier heroes of the same recipe (h1): E = ")
+    assert "the floor from earlier heroes of the same recipe" in gate_line(fit, None)["text"]
+    assert fit["prediction"]["point"] == pytest.approx(float(KNOWN(9.6e5, 1.28e8)), rel=0.01)
+
+    (tmp_path / "bad.csv").write_text("name,params,tokens,loss,noise\nh1,480000,51200000,two,0.005\n")
+    assert main(["ladder", "fit", str(tmp_path / "narrow.csv"), "--law", "nd", "--target-params", "9.6e5",
+                 "--target-tokens", "1.28e8", "--heroes", str(tmp_path / "bad.csv"), "--lab", str(tmp_path / "lab"),
+                 "--out", str(tmp_path / "bad-fit")]) == 2
+    assert "bad.csv:2: loss='two'; expected a positive number" in capsys.readouterr().err
+    assert main(["ladder", "fit", str(tmp_path / "narrow.csv"), "--L-inf", "1.0", "--heroes",
+                 str(tmp_path / "heroes.csv"), "--lab", str(tmp_path / "lab"), "--out", str(tmp_path / "c-fit")]) == 2
+    assert "expected --law nd" in capsys.readouterr().err

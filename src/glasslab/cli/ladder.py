@@ -52,6 +52,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                      help="--law nd: the target run's parameters (non-embedding active, as the points' params)")
     fit.add_argument("--target-tokens", type=float, default=None, metavar="D",
                      help="--law nd: the target run's tokens (or forward area, as the points' tokens)")
+    fit.add_argument("--heroes", default=None, metavar="CSV",
+                     help="--law nd: earlier heroes of the same recipe (name, params, tokens, loss, noise), whose "
+                     "losses the prediction must agree with and which set the floor when the grid cannot")
     fit.add_argument("--sweep", nargs="+", type=float, default=[], metavar="NATS",
                      help="assumed asymptotes to tabulate; their span is the range a pinned L-inf is spread "
                      "over for the interval (default without a sweep: pinned value ± 0.3 nats)")
@@ -104,6 +107,8 @@ def run_fit(args: argparse.Namespace) -> int:
 
     if args.law == "nd":
         return run_points_law(args)
+    if args.heroes:
+        raise UserError(f"--heroes {args.heroes}: earlier heroes set the end-point law's floor; expected --law nd")
     if args.L_inf is None:
         raise UserError("--L-inf: required with --law c; expected a number of nats per token or 'free'")
     L_inf = parse_asymptote(args.L_inf)
@@ -143,6 +148,7 @@ def run_fit(args: argparse.Namespace) -> int:
 def run_points_law(args: argparse.Namespace) -> int:
     """``--law nd``: the end-point law on one points file, predicting the target run, through the gate."""
     from glasslab.cli.train import step_name
+    from glasslab.ladder.hero_floor import read_heroes
     from glasslab.ladder.points import is_points_file, read_points
     from glasslab.ladder.steps import PointsLawConfig, points_law_step
 
@@ -156,7 +162,9 @@ def run_points_law(args: argparse.Namespace) -> int:
         print(note, file=sys.stderr)
     ladder = args.ladder or step_name(Path(args.runs[0]).stem)
     target = (args.target_params, args.target_tokens)
-    _fit_and_report(args, ladder, points_law_step, PointsLawConfig(ladder, tuple(rungs), target, args.bootstrap))
+    heroes = read_heroes(args.heroes) if args.heroes else ()
+    _fit_and_report(args, ladder, points_law_step,
+                    PointsLawConfig(ladder, tuple(rungs), target, args.bootstrap, heroes))
     return 0
 
 

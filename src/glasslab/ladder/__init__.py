@@ -18,4 +18,6 @@ Modules, one idea each (imported directly; this package imports nothing so ``fit
   ``varpro`` (variable projection: exponents on a grid, coefficients in closed form, many data sets at
   once), ``grid_law`` (``L(N, S1, S2)``, its fit and family bootstrap), ``grid_fit`` (its ``fit.json``: the
   floor, the hero's whole curve, the back-test and checks), ``grid_sim`` (synthetic grids: coverage).
+- ``gate``: the registration gate's checks; ``hero_floor``: the floor calibrated on earlier heroes of the
+  same recipe and the end-point prediction on it; ``gate_sim``: synthetic grids for the gate.
 """

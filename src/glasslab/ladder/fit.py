@@ -106,8 +106,12 @@ def free_floor_interval(rungs: Sequence[Rung], prediction: Prediction, *, num_bo
 
 def floor_text(floor: dict[str, Any], se: float | None = None) -> str:
     """Where a fit's floor came from, as the page and the card say it, from its ``fit.json`` ``L_inf``
-    record: estimated from the rungs (floor mode ``grid``), pinned by the user, or fitted freely by L(C)."""
+    record: estimated from the rungs (floor mode ``grid``), calibrated on earlier heroes of the same recipe
+    (``heroes``), pinned by the user, or fitted freely by L(C)."""
     value = floor.get("value")
+    if floor.get("mode") == "heroes":
+        return (f"calibrated on earlier heroes of the same recipe ({', '.join(floor.get('heroes') or [])}): "
+                f"E = {value:.3f} [{floor['lo']:.3f}, {floor['hi']:.3f}] ({floor.get('level', 0.9):.0%})")
     if floor.get("mode") == "grid":
         return (f"estimated from the rungs: E = {value:.3f} [{floor['lo']:.3f}, {floor['hi']:.3f}] "
                 f"({floor.get('level', 0.9):.0%})")

@@ -42,6 +42,10 @@ WIDE_INTERVAL = 0.05
 tell a hit from a miss larger than the 3% that makes a grid ill-posed in the synthetic bench. On 240 of
 its grids this rule took the gate from refusing 71% of the ill-posed and keeping 83% of the well-posed
 to 84% and 76%; a stricter 3% gave 92% and 55% (``docs/LOG.md``, 2026-12-04)."""
+HERO_NOISE_Z = 1.645
+"""How many of an earlier hero's run-to-run standard deviations widen the law's 90% interval at that hero
+before the hero's measured loss must lie inside it: one run of the hero is one draw, so a law whose band
+holds the truth can still miss that draw by the run noise; 1.645 keeps the widened band at ~90% too."""
 DIFFERENCE_RATIO = (1 / 3, 3.0)
 """The difference check's β (which no floor or size term can bend) and the law's β may differ by this
 factor either way; (b): 0.010 against 0.076, a factor 7.6."""
@@ -61,6 +65,10 @@ class Check:
         return {"name": self.name, "outcome": "pass" if self.passed else self.on_fail, "on_fail": self.on_fail,
                 "value": self.value, "rule": self.rule}
 
+    @classmethod
+    def from_dict(cls, record: dict[str, Any]) -> Check:
+        return cls(record["name"], record["on_fail"], record["outcome"] == "pass", record["value"], record["rule"])
+
 
 def verdict(checks: Sequence[Check]) -> dict[str, Any]:
     """The gate record of ``checks``: registered unless one that refuses failed; the failures as text."""
@@ -69,6 +77,11 @@ def verdict(checks: Sequence[Check]) -> dict[str, Any]:
             "reasons": [f"{c.name}: {c.value} ({c.rule})" for c in failed if c.on_fail == "refuses"],
             "flags": [f"{c.name}: {c.value} ({c.rule})" for c in failed if c.on_fail == "flags"],
             "checks": [c.to_dict() for c in checks]}
+
+
+def extended(gate: dict[str, Any], checks: Sequence[Check]) -> dict[str, Any]:
+    """The gate record ``gate`` with ``checks`` added, its verdict taken again over all of them."""
+    return verdict([*(Check.from_dict(c) for c in gate["checks"]), *checks])
 
 
 def exponent_check(name: str, value: float, bounds: tuple[float, float]) -> Check:
@@ -140,6 +153,29 @@ def difference_beta_check(beta_difference: float | None, beta_law: float) -> Che
     return Check("difference check's β", "refuses", low <= ratio <= high,
                  f"β {beta_difference:.3f} from differences against the law's {beta_law:.3f}",
                  f"expected a ratio in [{low:.2g}, {high:g}]")
+
+
+def earlier_hero_check(name: str, measured: float, noise: float, low: float, high: float) -> Check:
+    """An earlier hero of the same recipe (measured final loss ``measured``, relative run noise ``noise``)
+    inside the law's interval [``low``, ``high``] at that hero's (N, D), widened by :data:`HERO_NOISE_Z`
+    run-to-run standard deviations of its loss."""
+    spread = HERO_NOISE_Z * noise * measured
+    inside = low - spread <= measured <= high + spread
+    return Check(f"consistent with earlier hero {name}", "refuses", inside,
+                 f"measured {measured:.4f}, the law's band there [{low:.4f}, {high:.4f}]",
+                 f"expected inside the band widened by ±{spread:.4f} ({HERO_NOISE_Z:g} × its run noise "
+                 f"{noise:.2%})")
+
+
+def hero_floor_check(floor: tuple[float, float, float], grid_floor: tuple[float, float]) -> Check:
+    """The floor calibrated on earlier heroes ``(value, low, high)`` against the grid's own free floor
+    interval ``(low, high)``: the grid checks the heroes' floor; disjoint intervals mean the heroes and
+    the grid are not the same law (another recipe in disguise, or a broken grid)."""
+    value, low, high = floor
+    overlap = low <= grid_floor[1] and grid_floor[0] <= high
+    return Check("the grid holds the heroes' floor", "refuses", overlap,
+                 f"heroes' floor {value:.3f} [{low:.3f}, {high:.3f}], the grid's [{grid_floor[0]:.3f}, "
+                 f"{grid_floor[1]:.3f}]", "expected overlapping intervals")
 
 
 def gate_compute_fit(*, alpha: float, point: float, low: float, high: float, other_point: float,

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from glasslab.ladder.grid_ends import EndpointLaw, points_of, predict_endpoint
+from glasslab.ladder.grid_ends import EndpointLaw, points_of
+from glasslab.ladder.hero_floor import EarlierHero, predict_with_heroes
 
 ILL_POSED_PCT = 3.0
 WELL_POSED_PCT = 1.5
@@ -30,6 +31,9 @@ DESIGNS = {
 SMALLEST_PARAMS = 2e4
 TOKENS_PER_PARAM = 20.0
 SEEDS = 2
+EARLIER_HERO_SHARE = 0.5
+"""The earlier hero of the same recipe, when a grid has one: this share of the new hero's N, at 20 tokens a
+parameter (the last hero before this one, half its size)."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,7 @@ class GridOutcome:
     reasons: tuple[str, ...]
     halfwidth_pct: float
     """The 90% interval's half-width, % of the point."""
+    floor_source: str
 
     @property
     def label(self) -> str:
@@ -77,18 +82,30 @@ def draw_points(law: EndpointLaw, sizes: tuple[float, ...], multiples: tuple[flo
     return tuple(list(column) for column in zip(*rows, strict=True))
 
 
-def simulate_grid(rng: np.random.Generator, design: str, *, num_bootstrap: int = 400) -> GridOutcome:
-    """Draw a law, a noise level and a grid of ``design``; fit, gate and score it against the truth."""
+def simulate_grid(rng: np.random.Generator, design: str, *, num_bootstrap: int = 400,
+                  hero_rng: np.random.Generator | None = None) -> GridOutcome:
+    """Draw a law, a noise level and a grid of ``design``; fit, gate and score it against the truth. With
+    ``hero_rng``, the registry also holds an earlier hero of the same recipe (:data:`EARLIER_HERO_SHARE`),
+    its one run's loss drawn from ``hero_rng``, so that the same ``rng`` seed gives the same grid either way."""
     sizes, multiples = DESIGNS[design]
     law, noise = draw_law(rng), rng.uniform(0.003, 0.01)
     hero_n = SMALLEST_PARAMS * sizes[-1] * rng.uniform(5.0, 14.0)
     hero = (hero_n, TOKENS_PER_PARAM * hero_n)
     points = points_of(*draw_points(law, sizes, multiples, noise, rng))
-    fit = predict_endpoint(points, hero, num_bootstrap=num_bootstrap, rng=rng)
+    heroes = () if hero_rng is None else (earlier_hero(law, EARLIER_HERO_SHARE * hero_n, noise, hero_rng),)
+    fit = predict_with_heroes(points, hero, heroes, num_bootstrap=num_bootstrap, rng=rng)
     truth = float(law(*hero))
     measured = truth * (1 + noise * rng.standard_normal())
     return GridOutcome(design, noise, 100.0 * (fit.point - truth) / truth, fit.gate["registered"],
-                       fit.lo <= measured <= fit.hi, tuple(fit.gate["reasons"]), 50.0 * (fit.hi - fit.lo) / fit.point)
+                       fit.lo <= measured <= fit.hi, tuple(fit.gate["reasons"]), 50.0 * (fit.hi - fit.lo) / fit.point,
+                       fit.gate["floor"]["source"])
+
+
+def earlier_hero(law: EndpointLaw, params: float, noise: float, rng: np.random.Generator) -> EarlierHero:
+    """One finished run of ``law`` at ``params`` and 20 tokens a parameter, with relative run noise ``noise``."""
+    tokens = TOKENS_PER_PARAM * params
+    return EarlierHero("earlier", params, tokens, float(law(params, tokens)) * (1 + noise * rng.standard_normal()),
+                       noise)
 
 
 def gate_figures(outcomes: list[GridOutcome]) -> dict[str, float]:

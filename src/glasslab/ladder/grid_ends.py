@@ -38,6 +38,7 @@ MIN_POINTS = 6
 EXPONENT_BOUNDS = (0.01, 3.0)
 BOUNDED_LEAST_SQUARES = 10.0
 """A Huber δ no relative residual reaches: the fit is then least squares, the gate's second objective."""
+GRID_FLOOR = "the grid (free fit)"
 EXPONENTS = tuple(float(x) for x in np.round(np.geomspace(0.02, 3.0, 40), 4))
 """α and β on the fit's coarse grid and the bootstrap's: 40 values over the fit's range, evenly in log
 (steps of 13%)."""
@@ -180,7 +181,8 @@ def predict_endpoint(points: EndPoints, target: tuple[float, float], *, level: f
                      num_bootstrap: int = 1000, rng: np.random.Generator) -> EndpointPrediction:
     """Fit the end-point law to ``points``, predict one run at ``target`` (N, D) with a ``level`` interval,
     and gate the fit (``glasslab.ladder.gate``): exponents, the floor in its interval, least squares
-    against Huber, the size term's share of the drop to the target, the difference check."""
+    against Huber, the size term's share of the drop to the target, the difference check. The gate record's
+    ``floor`` says where the floor came from: :data:`GRID_FLOOR`, with its interval."""
     law = fit_endpoint_law(points)
     noise = endpoint_noise(points, law)
     replicates, (predicted_B,) = bootstrap_endpoint_law(points, law, noise, [target], level=level,
@@ -188,16 +190,22 @@ def predict_endpoint(points: EndPoints, target: tuple[float, float], *, level: f
     point = float(law(*target))
     lo, hi = (float(x[0]) for x in percentile_interval(predicted_B[:, None], level))
     E_lo, E_hi = (float(x[0]) for x in percentile_interval(replicates[:, [0]], level))
-    top_n = float(points.params_n.max())
-    top = (top_n, float(points.tokens_n[points.params_n == top_n].max()))
+    top = top_point(points)
     other = float(fit_endpoint_law(points, BOUNDED_LEAST_SQUARES)(*target))
     difference = difference_check(points, law)
     gate = gate_endpoint_fit(law, point=point, low=min(lo, point), high=max(hi, point), other_point=other,
                              floor_interval=(E_lo, E_hi), lowest_loss=float(points.loss_n.min()),
-                             size_span=top_n / float(points.params_n.min()), top=top,
+                             size_span=top[0] / float(points.params_n.min()), top=top,
                              hero=target, beta_difference=difference["beta"])
+    gate["floor"] = {"source": GRID_FLOOR, "value": law.E, "low": E_lo, "high": E_hi}
     return EndpointPrediction(law, noise, replicates, point, min(lo, point), max(hi, point), level, predicted_B,
                               difference, gate)
+
+
+def top_point(points: EndPoints) -> tuple[float, float]:
+    """The grid's largest point (N, D): the top width at its most tokens."""
+    top_n = float(points.params_n.max())
+    return top_n, float(points.tokens_n[points.params_n == top_n].max())
 
 
 def difference_check(points: EndPoints, law: EndpointLaw) -> dict:

@@ -18,16 +18,18 @@ import numpy as np
 
 from glasslab.errors import UserError
 from glasslab.ladder.fit import TARGET_METRIC, floor_text, rung_record
-from glasslab.ladder.grid_ends import points_of, predict_endpoint
+from glasslab.ladder.grid_ends import GRID_FLOOR, points_of
+from glasslab.ladder.hero_floor import EarlierHero, predict_with_heroes
 from glasslab.ladder.points import DENSE_FLOPS_PER_PARAM_TOKEN
 from glasslab.ladder.rungs import Rung
-from glasslab.ladder.uncertainty import percentile_interval
 
 
 def fit_points_law(rungs: Sequence[Rung], *, ladder: str, target_size: tuple[float, float], level: float = 0.9,
-                   num_bootstrap: int = 1000, seed: int = 0) -> dict[str, Any]:
+                   num_bootstrap: int = 1000, seed: int = 0, heroes: Sequence[EarlierHero] = ()) -> dict[str, Any]:
     """Fit ``E + A·N^−α + B·D^−β`` to ``rungs`` (each with ``params_active`` N and ``tokens`` D, a loss per
-    seed) and predict one run of ``target_size`` (N, D); returns the ``fit.json`` dict with its ``gate``."""
+    seed) and predict one run of ``target_size`` (N, D), with the floor from ``heroes`` (earlier heroes of
+    the same recipe) when the grid's own is refused (``hero_floor``); returns the ``fit.json`` dict with its
+    ``gate`` (whose ``floor`` says where the floor came from)."""
     missing = [r.name for r in rungs if not (r.params_active > 0 and r.tokens > 0)]
     if missing:
         raise UserError(f"--law nd: point {missing[0]} has no params or tokens; expected both columns (or one and "
@@ -38,11 +40,11 @@ def fit_points_law(rungs: Sequence[Rung], *, ladder: str, target_size: tuple[flo
     rows = [(r.params_active, r.tokens, loss, (f"N{r.params_active:.4g}", k))
             for r in rungs for k, loss in enumerate(r.losses)]
     points = points_of(*zip(*rows, strict=True))
-    ends = predict_endpoint(points, target_size, level=level, num_bootstrap=num_bootstrap,
-                            rng=np.random.default_rng(seed))
-    law = ends.law
-    E_lo, E_hi = (float(x[0]) for x in percentile_interval(ends.replicates[:, [0]], level))
-    floor = {"mode": "grid", "value": law.E, "lo": E_lo, "hi": E_hi, "level": level, "sweep": [], "prior": None}
+    ends = predict_with_heroes(points, target_size, heroes, level=level, num_bootstrap=num_bootstrap,
+                               rng=np.random.default_rng(seed))
+    law, source = ends.law, ends.gate["floor"]
+    floor = {"mode": "grid" if source["source"] == GRID_FLOOR else "heroes", "value": law.E, "lo": source["low"],
+             "hi": source["high"], "level": level, "sweep": [], "prior": None, "heroes": list(source.get("heroes", {}))}
     flops = DENSE_FLOPS_PER_PARAM_TOKEN * target_size[0] * target_size[1]
     prediction = {"flops": flops, "point": ends.point, "lo": ends.lo, "hi": ends.hi, "level": level}
     return {
@@ -51,7 +53,9 @@ def fit_points_law(rungs: Sequence[Rung], *, ladder: str, target_size: tuple[flo
         "L_inf": {**floor, "text": floor_text(floor)},
         "rungs": [rung_record(r) for r in rungs],
         "law": {"form": law.form, "params": law.params,
-                "param_se": {k: float(np.std(ends.replicates[:, i], ddof=1)) for i, k in enumerate(law.params)},
+                # The bootstrap's replicates are the free fit's: no standard errors for a law on the heroes' floor.
+                "param_se": {k: float(np.std(ends.replicates[:, i], ddof=1)) for i, k in enumerate(law.params)}
+                if floor["mode"] == "grid" else {},
                 "noise": ends.noise.to_dict(), "fitted_on": [r.name for r in rungs], "points": len(rows),
                 "tokens": "the points file's tokens column"},
         "sweep_table": [],

@@ -27,6 +27,7 @@ from glasslab.ladder.curves import read_grid_runs
 from glasslab.ladder.figures import draw_fit
 from glasslab.ladder.fit import fit_ladder, read_fit, write_fit
 from glasslab.ladder.grid_fit import fit_grid_ladder
+from glasslab.ladder.hero_floor import EarlierHero
 from glasslab.ladder.nd_fit import fit_points_law
 from glasslab.ladder.plan import LadderPlan, PlannedRung, rung_record_extra
 from glasslab.ladder.preregister import (
@@ -216,19 +217,23 @@ def fit_step(ctx: StepContext) -> dict[str, Any]:
 @dataclass(frozen=True)
 class PointsLawConfig:
     """``glasslab ladder fit POINTS --law nd``: the end-point law ``E + A·N^−α + B·D^−β`` on a points file's
-    rungs (each with N and D), predicting one run of ``target_size`` (N, D)."""
+    rungs (each with N and D), predicting one run of ``target_size`` (N, D); ``heroes``: earlier heroes of the
+    same recipe, whose losses the prediction must agree with and which set the floor when the grid's own is
+    refused (``hero_floor``)."""
 
     ladder: str
     rungs: tuple[Rung, ...]
     target_size: tuple[float, float]
     num_bootstrap: int = 1000
+    heroes: tuple[EarlierHero, ...] = ()
 
 
 def points_law_step(ctx: StepContext) -> dict[str, Any]:
     """Fit and gate the end-point law on the config's points (``nd_fit``); write fit.json; return the
     prediction."""
     cfg: PointsLawConfig = ctx.config
-    fit = fit_points_law(cfg.rungs, ladder=cfg.ladder, target_size=cfg.target_size, num_bootstrap=cfg.num_bootstrap)
+    fit = fit_points_law(cfg.rungs, ladder=cfg.ladder, target_size=cfg.target_size, num_bootstrap=cfg.num_bootstrap,
+                         heroes=cfg.heroes)
     write_fit(ctx.output_dir / FIT_FILE, fit)
     return fit["prediction"]
 

@@ -88,8 +88,10 @@ def gate_line(fit: dict[str, Any], prediction: Any) -> dict[str, Any] | None:
     text = ("registered: every check passed" if gate.get("registered")
             else "REFUSED: " + "; ".join(gate.get("reasons") or []) + ("; the hero ran FORCED" if forced else ""))
     flags = "; ".join(gate.get("flags") or [])
+    floor = gate.get("floor") if isinstance(gate.get("floor"), dict) else {}
+    source = f"; the floor from {floor['source']}" if isinstance(floor.get("source"), str) else ""
     return {"registered": bool(gate.get("registered")), "forced": forced,
-            "text": text + (f" (flags: {flags})" if flags else "")}
+            "text": text + source + (f" (flags: {flags})" if flags else "")}
 
 
 def law_line(fit: dict[str, Any], hero_flops: float | None) -> list[dict[str, float]]:
