@@ -391,7 +391,7 @@ def main() -> None:
     )
     parser.add_argument("--compile", action="store_true",
                         help="also time our models under torch.compile (train.compile=true; compiles first)")
-    parser.add_argument("--smoke", action="store_true", help="tiny models, two rounds: check that the bench runs")
+    parser.add_argument("--smoke", action="store_true", help="tiny models, one step: check that the bench runs")
     parser.add_argument("--gpu-only", action="store_true", help="only the CUDA section (bench/gpu_check.sh)")
     parser.add_argument("--device", default="cuda",
                         help="the device of the GPU section (cpu with --smoke: walk it on tiny sizes)")
@@ -403,7 +403,7 @@ def main() -> None:
         profile_moe_step(args.smoke)
         return
     if args.smoke:
-        args.steps = 2
+        args.steps = 1
     with LoadWatch():
         if not args.gpu_only:
             print("\n".join(cpu_section(args.steps, args.compile, args.smoke)), flush=True)

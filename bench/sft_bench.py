@@ -261,7 +261,7 @@ def main() -> None:
     with contextlib.ExitStack() as stack:
         stack.enter_context(LoadWatch())
         if args.smoke:
-            packing_bench(True, 2, 128, 4)
+            packing_bench(True, 1, 128, 4)
         else:
             packing_bench(False, args.steps, args.seq_len, args.rows)
         lab = Path(args.lab) if args.lab else Path(stack.enter_context(tempfile.TemporaryDirectory())) / "lab"
