@@ -2,8 +2,8 @@
 
 1. Speed: one exported model (the demo's hero architecture; a tiny one with ``--smoke``) and one
    built-in task, scored in this process by lm-eval (``simple_evaluate`` on the folder) and by
-   glasslab (``glasslab eval``'s path: load the folder, tokenize, score), end to end, one after the
-   other; items per second of each and their ratio. Our scorer on our own model in memory (what
+   glasslab (``glasslab eval``'s path: load the folder, tokenize, score), end to end, interleaved over 5
+   rounds (1 in a smoke); items per second of each and the median of the rounds' ratios. Our scorer on our own model in memory (what
    the trainer runs) is printed beside it. Every item's answer is compared too.
 2. Cost: for every run of the demo (rungs with their seeds, and the hero), the time of one training
    step and of one scoring of the demo's tasks, on the demo's data; at the demo's cadence
@@ -19,15 +19,18 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import torch
+from interleave import LoadWatch, headline, interleaved, paired_ratios
 
 from glasslab.data.build import build_dataset
 from glasslab.data.tokenizer import EOT, load_tokenizer
@@ -43,8 +46,9 @@ from glasslab.train.evals import tasks_due
 from glasslab.train.loop import Trainer
 
 
-def speed(dataset: Path, work: Path, size: DemoSize) -> dict:
-    """Items per second of lm-eval and of glasslab on the same exported model and task."""
+def speed(dataset: Path, work: Path, size: DemoSize, repeats: int) -> dict:
+    """Items per second of lm-eval and of glasslab (the export through transformers, and our own model) on the
+    same exported model and task, the three interleaved over ``repeats`` rounds (bench/interleave.py)."""
     from glasslab.evals.harness import lm_eval_items
 
     quick = size is QUICK
@@ -58,22 +62,34 @@ def speed(dataset: Path, work: Path, size: DemoSize) -> dict:
     (task,) = load_tasks([dataclasses.replace(TASKS[0], max_items=200 if quick else 0)], dataset)
     tokenizer = load_tokenizer(dataset)
 
-    started = time.perf_counter()
-    hf_model, hf_tokenizer, prefix_id, _, _ = load_model(EvalStepConfig(model=str(export), tasks=(TASKS[0],)))
-    _, (ours_hf,) = TaskScorer([task], hf_tokenizer, prefix_id)(hf_model)
-    ours_hf_s = time.perf_counter() - started
-    started = time.perf_counter()
-    _, (ours,) = TaskScorer([task], tokenizer, tokenizer.token_to_id(EOT))(model)
-    ours_native_s = time.perf_counter() - started
-    started = time.perf_counter()
-    theirs = lm_eval_items(export, task, work / "lm-eval", batch_size=64)
-    lm_eval_s = time.perf_counter() - started
+    n = len(task.items)
+    scored: dict = {}
+    lm_eval_runs = itertools.count()
 
+    def items_per_second(name: str, score: Callable[[], object]) -> Callable[[], float]:
+        def rate() -> float:
+            started = time.perf_counter()
+            scored[name] = score()
+            return n / (time.perf_counter() - started)
+        return rate
+
+    def score_hf():  # loading the export is part of an eval step's time, as it is of lm-eval's
+        hf_model, hf_tokenizer, prefix_id, _, _ = load_model(EvalStepConfig(model=str(export), tasks=(TASKS[0],)))
+        return TaskScorer([task], hf_tokenizer, prefix_id)(hf_model)[1][0]
+
+    rounds = interleaved({
+        "ours_hf": items_per_second("ours_hf", score_hf),
+        "ours_native": items_per_second("ours", lambda: TaskScorer([task], tokenizer, tokenizer.token_to_id(EOT))(
+            model)[1][0]),
+        "lm_eval": items_per_second("theirs", lambda: lm_eval_items(  # a fresh folder: no datasets cache
+            export, task, work / f"lm-eval-{next(lm_eval_runs)}", batch_size=64)),
+    }, repeats)
+    ours_hf, ours, theirs = scored["ours_hf"], scored["ours"], scored["theirs"]
     agree = sum(int(np.argmax(lls) == item.answer) == t["acc"]
                 for item, lls, t in zip(task.items, ours_hf.loglikelihoods, theirs, strict=True))
-    n = len(task.items)
-    return {"items": n, "model": hero.size_name, "ours_hf_items_per_second": n / ours_hf_s,
-            "ours_native_items_per_second": n / ours_native_s, "lm_eval_items_per_second": n / lm_eval_s,
+    return {"items": n, "model": hero.size_name, "rounds_items_per_second": rounds,
+            "ours_hf_vs_lm_eval": paired_ratios(rounds["ours_hf"], rounds["lm_eval"]),
+            "ours_native_vs_lm_eval": paired_ratios(rounds["ours_native"], rounds["lm_eval"]),
             "items_same_answer": f"{agree}/{n}", "native_acc": ours.acc, "hf_acc": ours_hf.acc,
             "lm_eval_acc": float(np.mean([t["acc"] for t in theirs]))}
 
@@ -128,7 +144,7 @@ def backtest(lab: Path) -> float | None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--smoke", action="store_true", help="the quick demo's sizes and a 200-item task")
+    parser.add_argument("--smoke", action="store_true", help="the quick demo's sizes, a 200-item task, 1 round")
     parser.add_argument("--lab", type=Path, default=None, help="a lab where the demo ran (for the back-test)")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     parser.add_argument("--steps", type=int, default=None, help="training steps timed per run")
@@ -138,19 +154,18 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         dataset = build_dataset(dataclasses.replace(build_config(size), num_workers=1), work / "data", progress=False)
-        measured = speed(dataset, work, size)
+        measured = speed(dataset, work, size, repeats=1 if args.smoke else 5)  # a smoke as fast as before
         spent = cost(dataset, size, args.steps or (5 if args.smoke else 20))
     error = backtest(args.lab) if args.lab else None
     print(json.dumps({"speed": measured, "cost": spent}, indent=1), file=sys.stderr)
     print(f"items_same_answer_as_lm_eval: {measured['items_same_answer']}")
-    print(f"ours_native_items_per_second_ratio_vs_lm_eval: "
-          f"{measured['ours_native_items_per_second'] / measured['lm_eval_items_per_second']:.2f}")
-    print(f"eval_items_per_second_ratio_vs_lm_eval: "
-          f"{measured['ours_hf_items_per_second'] / measured['lm_eval_items_per_second']:.2f}  (target >= 1)")
+    print(f"ours_native_items_per_second_ratio_vs_lm_eval: {headline(measured['ours_native_vs_lm_eval'], 'context')}")
+    print(f"eval_items_per_second_ratio_vs_lm_eval: {headline(measured['ours_hf_vs_lm_eval'], 'target >= 1')}")
     print(f"eval_cost_fraction_of_training: {spent['fraction']:.3f}  (target <= 0.1)")
     print("eval_task_backtest_abs_error_points: "
           + (f"{error:.2f}" if error is not None else "not measured (pass --lab LAB, a lab where the demo ran)"))
 
 
 if __name__ == "__main__":
-    main()
+    with LoadWatch():
+        main()
