@@ -3,8 +3,8 @@
 1. Speed: one exported model (the demo's hero architecture; a tiny one with ``--smoke``) and one
    built-in task, scored in this process by lm-eval (``simple_evaluate`` on the folder) and by
    glasslab (``glasslab eval``'s path: load the folder, tokenize, score), end to end, interleaved over 5
-   rounds (1 in a smoke); items per second of each and the median of the rounds' ratios. Our scorer on our own model in memory (what
-   the trainer runs) is printed beside it. Every item's answer is compared too.
+   rounds (1 in a smoke); items per second of each and the median of the rounds' ratios. Our scorer on
+   our own model in memory (what the trainer runs) is printed beside it. Every item's answer is compared too.
 2. Cost: for every run of the demo (rungs with their seeds, and the hero), the time of one training
    step and of one scoring of the demo's tasks, on the demo's data; at the demo's cadence
    (``DemoSize.task_eval_every``: every 5th of 20 evaluations in the full demo, i.e. every 25% of
