@@ -228,8 +228,8 @@ def cpu_section(steps: int, compile: bool, smoke: bool) -> list[str]:
         f"{headline(round_frac['moe'], 'target >= 0.50; the trainer default path')}",
         f"cpu_moe_train_speedup_vs_qwen3moe_grouped_mm_experts: {headline(speedups, 'target >= 1.35x')}",
         f"cpu_dense_model_flops_fraction_of_matmul: {headline(round_frac['dense'], 'target >= 0.51, must not drop')}",
-        f"cpu_moe_vs_dense_model_flops_fraction_ratio: {frac[path['moe']] / frac[path['dense']]:.2f}  "
-        "(target 1.0: an MoE step as efficient as a dense one)",
+        "cpu_moe_vs_dense_model_flops_fraction_ratio: "
+        f"{headline(paired_ratios(round_frac['moe'], round_frac['dense']), 'target 1.0: MoE as efficient as dense')}",
         f"cpu_moe_eager_model_flops_fraction_of_matmul: {frac['moe']:.2f}  (context: train.compile=false)",
         f"cpu_dense_eager_model_flops_fraction_of_matmul: {frac['dense']:.2f}  (context: train.compile=false)",
         f"cpu_moe_matmul_ceiling_fraction_of_matmul: {ceiling['moe']:.2f}  (context: its weight matmuls alone)",
