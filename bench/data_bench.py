@@ -446,14 +446,14 @@ def build_rounds(corpus: Path, max_bytes: int, workers: int, repeats: int, work:
     worker processes and, ``with_ray``, as many Ray tasks, interleaved ``repeats`` times (bench/interleave.py);
     every build must give the same dataset. Returns each side's seconds by round, the 1-worker build's
     record (build.json) and its median CPU seconds."""
-    records, hashes, cpu_one = {}, set(), []
+    records, hashes, cpu = {}, set(), {}
 
     def side(name: str, **kwargs) -> Callable[[], float]:
         def seconds() -> float:
             before = resource.getrusage(resource.RUSAGE_SELF)
             wall, records[name], digest = timed_build(corpus_config(corpus, max_bytes, **kwargs), work / name)
             after = resource.getrusage(resource.RUSAGE_SELF)
-            cpu_one.append((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime))
+            cpu.setdefault(name, []).append((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime))
             hashes.add(digest)
             return wall
         return seconds
@@ -463,7 +463,7 @@ def build_rounds(corpus: Path, max_bytes: int, workers: int, repeats: int, work:
         sides["ray"] = side("ray", num_workers=workers, backend="ray")
     rounds = interleaved(sides, repeats)
     assert len(hashes) == 1, f"the builds ({', '.join(sides)}) built {len(hashes)} different datasets"
-    return rounds, records["one"], statistics.median(cpu_one[::len(sides)])
+    return rounds, records["one"], statistics.median(cpu["one"])
 
 
 def start_ray(workers: int) -> bool:

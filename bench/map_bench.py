@@ -10,6 +10,8 @@ a dataset first (one domain, a 4096-token BPE; not timed).
    the reference does not make, are printed beside), and the speed-up; the two maps must be identical
    (``documents.parquet``). The CPU-bound control (a pure Python loop on 1 and 2 processes) and the load
    average are printed beside the speed-up: on a shared machine 2 workers cannot give 2x whatever the map does.
+   The two maps and the reference (2.) run interleaved over ``--repeats`` rounds (5; 2 in a smoke), each map
+   in a fresh lab; each ratio is the median of the rounds' ratios, printed with its spread.
 2. The reference, single-process, BLAS on one thread like the map: decode every document the same way, then
    scikit-learn ``TfidfVectorizer`` (fitted on all) → ``TruncatedSVD`` (randomized, the same dims, fitted on
    the same sample size) → ``MiniBatchKMeans`` at the same fine K (fitted on the sample) → every document
