@@ -13,7 +13,9 @@ shared, noisy CPU (absolute numbers are not):
   alone at the step's shapes (:func:`matmul_ceiling`). The headline is the trainer's
   default path: eager or compiled as ``train.compile=null`` chooses (``train/compile_rule.py``) for a
   run of that model on 20 tokens per parameter; eager figures follow as context, and with
-  ``--compile`` the compiled ones too;
+  ``--compile`` the compiled ones too. The headlines (the speed-up and the fractions) are the median of
+  the ``--steps`` rounds' figures, each round's step over the matmul or transformers' step timed beside
+  it, printed with their spread (``bench/interleave.py``); the context lines are the best round's;
 - the trainer's own step (``Trainer.train_step``), compiled, for a dense and an MoE model, with and
   without activation checkpointing: how often a step waits for the device (``host_syncs_per_step``,
   ``train/host_syncs.py``) and whether anything compiles again after step 1
