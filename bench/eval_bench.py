@@ -8,7 +8,8 @@
 2. Cost: for every run of the demo (rungs with their seeds, and the hero), the time of one training
    step and of one scoring of the demo's tasks, on the demo's data; at the demo's cadence
    (``DemoSize.task_eval_every``: every 5th of 20 evaluations in the full demo, i.e. every 25% of
-   training, and at the end) the task evals' share of training time, summed over the demo's runs.
+   training, and at the end) the task evals' share of training time, summed over the demo's runs; the
+   steps and the scorings interleaved over 5 rounds (1 in a smoke), the share the median of the rounds'.
 3. Back-test: with ``--lab LAB`` (a lab where ``glasslab demo`` ran), the accuracy prediction's
    leave-last-rung-out error in points, from the ladder's fit.json.
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import itertools
 import json
 import statistics
@@ -94,11 +96,14 @@ def speed(dataset: Path, work: Path, size: DemoSize, repeats: int) -> dict:
             "lm_eval_acc": float(np.mean([t["acc"] for t in theirs]))}
 
 
-def cost(dataset: Path, size: DemoSize, timed_steps: int) -> dict:
-    """Task evals' share of training time over the demo's runs at the demo's task cadence."""
+def cost(dataset: Path, size: DemoSize, timed_steps: int, repeats: int) -> dict:
+    """Task evals' share of training time over the demo's runs at the demo's task cadence: per run, a
+    training step's median time and one scoring of the tasks, interleaved over ``repeats`` rounds
+    (``timed_steps`` steps in all; bench/interleave.py). Returns each round's share and the last round's
+    figures per run."""
     recipe = train_recipe(size)
     demo = plan(size)
-    eval_s = train_s = 0.0
+    eval_s, train_s = [0.0] * repeats, [0.0] * repeats
     per_run = {}
     for rung in [*demo.rungs, demo.hero]:
         run_cfg = run_config_for(rung, 0, MIXTURE, recipe)
@@ -107,26 +112,41 @@ def cost(dataset: Path, size: DemoSize, timed_steps: int) -> dict:
         parts = build_parts(run_cfg, DistContext())
         with tempfile.TemporaryDirectory() as run_dir:
             trainer = Trainer(cfg, parts, None, Path(run_dir), DistContext(), {}, peak_flops=1e12)
-            times = []
-            for _ in range(timed_steps + 2):
-                started = time.perf_counter()
+            for _ in range(2):  # warm-up
                 trainer.train_step()
-                times.append(time.perf_counter() - started)
-            step_s = statistics.median(times[2:])
-            started = time.perf_counter()
-            parts.evaluate(trainer.model, cfg.total_steps)  # held-out loss and the tasks (due at the end)
-            with_tasks = time.perf_counter() - started
-            started = time.perf_counter()
-            parts.evaluate(trainer.model, 1)  # held-out loss only
-            task_s = max(with_tasks - (time.perf_counter() - started), 0.0)
+            rounds = interleaved({"step_s": functools.partial(step_seconds, trainer, max(1, timed_steps // repeats)),
+                                  "task_s": functools.partial(task_seconds, parts, trainer.model, cfg.total_steps)},
+                                 repeats)
         eval_steps = range(cfg.eval_interval, cfg.total_steps, cfg.eval_interval)
         task_evals = sum(tasks_due(s, cfg) for s in eval_steps) + 1
         seeds = len(rung.seeds) if rung.role == "rung" else 1
-        eval_s += seeds * task_evals * task_s
-        train_s += seeds * cfg.total_steps * step_s
+        for r in range(repeats):
+            eval_s[r] += seeds * task_evals * rounds["task_s"][r]
+            train_s[r] += seeds * cfg.total_steps * rounds["step_s"][r]
+        step_s, task_s = rounds["step_s"][-1], rounds["task_s"][-1]
         per_run[rung.name] = {"step_s": step_s, "task_eval_s": task_s, "task_evals": task_evals,
                               "fraction": task_evals * task_s / (cfg.total_steps * step_s)}
-    return {"fraction": eval_s / train_s, "per_run": per_run}
+    return {"fractions": [e / t for e, t in zip(eval_s, train_s, strict=True)], "per_run": per_run}
+
+
+def step_seconds(trainer: Trainer, steps: int) -> float:
+    """The median seconds of ``steps`` training steps."""
+    times = []
+    for _ in range(steps):
+        started = time.perf_counter()
+        trainer.train_step()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def task_seconds(parts, model, last_step: int) -> float:
+    """Seconds of one scoring of the tasks: an evaluation with them (due at ``last_step``) less one without."""
+    started = time.perf_counter()
+    parts.evaluate(model, last_step)  # held-out loss and the tasks (due at the end)
+    with_tasks = time.perf_counter() - started
+    started = time.perf_counter()
+    parts.evaluate(model, 1)  # held-out loss only
+    return max(with_tasks - (time.perf_counter() - started), 0.0)
 
 
 def backtest(lab: Path) -> float | None:
@@ -147,21 +167,22 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="the quick demo's sizes, a 200-item task, 1 round")
     parser.add_argument("--lab", type=Path, default=None, help="a lab where the demo ran (for the back-test)")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
-    parser.add_argument("--steps", type=int, default=None, help="training steps timed per run")
+    parser.add_argument("--steps", type=int, default=None, help="training steps timed per run, over the rounds")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     size = QUICK if args.smoke else FULL
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         dataset = build_dataset(dataclasses.replace(build_config(size), num_workers=1), work / "data", progress=False)
-        measured = speed(dataset, work, size, repeats=1 if args.smoke else 5)  # a smoke as fast as before
-        spent = cost(dataset, size, args.steps or (5 if args.smoke else 20))
+        repeats = 1 if args.smoke else 5  # a smoke as fast as before
+        measured = speed(dataset, work, size, repeats)
+        spent = cost(dataset, size, args.steps or (5 if args.smoke else 20), repeats)
     error = backtest(args.lab) if args.lab else None
     print(json.dumps({"speed": measured, "cost": spent}, indent=1), file=sys.stderr)
     print(f"items_same_answer_as_lm_eval: {measured['items_same_answer']}")
     print(f"ours_native_items_per_second_ratio_vs_lm_eval: {headline(measured['ours_native_vs_lm_eval'], 'context')}")
     print(f"eval_items_per_second_ratio_vs_lm_eval: {headline(measured['ours_hf_vs_lm_eval'], 'target >= 1')}")
-    print(f"eval_cost_fraction_of_training: {spent['fraction']:.3f}  (target <= 0.1)")
+    print(f"eval_cost_fraction_of_training: {headline(spent['fractions'], 'target <= 0.1', digits=3)}")
     print("eval_task_backtest_abs_error_points: "
           + (f"{error:.2f}" if error is not None else "not measured (pass --lab LAB, a lab where the demo ran)"))
 
