@@ -90,7 +90,7 @@ def main() -> None:
         print(f"original training {original_s:.1f} s, replay {replay_s:.1f} s ({name})")
     same, total = sum(r[2] for r in rounds), sum(r[3] for r in rounds)
     ratios = [replay_s / original_s for original_s, replay_s, *_ in rounds]
-    print(f"reproduce_bit_identical_checkpoints: {same}/{total}  (target all; over {len(rounds)} rounds)")
+    print(f"reproduce_bit_identical_checkpoints: {same}/{total}  (target all; rounds: {len(rounds)})")
     print(f"reproduce_train_seconds_ratio: {headline(ratios, 'target <= 1.1', digits=3)}")
 
 
