@@ -7,7 +7,8 @@ Everything is measured side by side in one run, on a real corpus nobody here wro
 1. The build end to end (read → shards) with 1 worker, 2 workers, and 2 Ray tasks at once on a local Ray
    (started before the clock): MB/s of input per core, the 2-worker speed-up (it needs 2 idle cores:
    the load average is printed beside it), Ray's throughput over processes', and each stage's MB/s per
-   core. The three builds must give the same manifest hash.
+   core. The three builds run interleaved (1, 2, Ray, 1, 2, Ray … over ``--repeats`` rounds; each ratio is
+   the median of the rounds' ratios, printed with its spread) and must give the same manifest hash.
 2. datatrove, stage by stage on identical inputs: the corpus as JSONL files of at most 4 MB (one task
    each on both sides), each stage fed all of it — Gopher quality + repetition filters (our ``prose``
    rules: the same thresholds, the same whitespace words), exact dedup, MinHash near-dedup (the same
@@ -25,7 +26,7 @@ Everything is measured side by side in one run, on a real corpus nobody here wro
 5. The demo's data build, end to end (its seconds are quoted in the docs).
 
 Run: ``python bench/data_bench.py [--corpus DIR] [--max-mb N] [--datatrove-python PATH]``. ``--smoke`` (2 MB
-of the corpus, a tiny planted corpus, 0.3 MB x 10 for memory, the quick demo data) only checks that the
+of the corpus, 1 round, a tiny planted corpus, 0.3 MB x 10 for memory, the quick demo data) only checks that the
 bench still runs, and never needs datatrove.
 """
 
@@ -38,17 +39,23 @@ import os
 import random
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import sysconfig
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+
+from interleave import LoadWatch, headline, interleaved, paired_ratios
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 JSONL_FILE_BYTES = 4_000_000
 """Stage-comparison inputs per JSONL file: one read task on our side (``inputs.TASK_BYTES``), one task on
 datatrove's."""
+DATATROVE_STAGES = ("filters", "exact", "near", "tokenize")
+"""The stages timed against datatrove's, in the order each round runs them."""
 
 
 # --- datatrove's side (runs in datatrove's own interpreter: no glasslab imports here) -------------------
@@ -433,6 +440,70 @@ def machine_scaling(n: int = 10_000_000) -> float:
     return serial / parallel
 
 
+def build_rounds(corpus: Path, max_bytes: int, workers: int, repeats: int, work: Path,
+                 with_ray: bool) -> tuple[dict[str, list[float]], dict, float]:
+    """The build end to end with 1 worker (in this process, so its CPU time is this process's), ``workers``
+    worker processes and, ``with_ray``, as many Ray tasks, interleaved ``repeats`` times (bench/interleave.py);
+    every build must give the same dataset. Returns each side's seconds by round, the 1-worker build's
+    record (build.json) and its median CPU seconds."""
+    records, hashes, cpu = {}, set(), {}
+
+    def side(name: str, **kwargs) -> Callable[[], float]:
+        def seconds() -> float:
+            before = resource.getrusage(resource.RUSAGE_SELF)
+            wall, records[name], digest = timed_build(corpus_config(corpus, max_bytes, **kwargs), work / name)
+            after = resource.getrusage(resource.RUSAGE_SELF)
+            cpu.setdefault(name, []).append((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime))
+            hashes.add(digest)
+            return wall
+        return seconds
+
+    sides = {"one": side("one", num_workers=1), "many": side("many", num_workers=workers)}
+    if with_ray:
+        sides["ray"] = side("ray", num_workers=workers, backend="ray")
+    rounds = interleaved(sides, repeats)
+    assert len(hashes) == 1, f"the builds ({', '.join(sides)}) built {len(hashes)} different datasets"
+    return rounds, records["one"], statistics.median(cpu["one"])
+
+
+def start_ray(workers: int) -> bool:
+    """A local Ray of ``workers`` CPUs started (before any clock), or False when Ray is not installed."""
+    try:
+        import ray
+    except ImportError:
+        return False
+    from glasslab.lab.local_backend import user_pythonpath
+
+    ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": user_pythonpath()}})
+    return True
+
+
+def datatrove_rounds(python: str, inputs: Path, work: Path, workers: int, repeats: int, bands: int,
+                     rows: int) -> tuple[list[float], dict[str, list[float]], dict[str, list[float]]]:
+    """Our four stages and datatrove's on the same inputs, interleaved ``repeats`` times. Returns each round's
+    ratio (datatrove's seconds over ours, all stages), then each side's seconds by stage and round."""
+    ours: dict[str, list[float]] = {stage: [] for stage in DATATROVE_STAGES}
+    theirs: dict[str, list[float]] = {stage: [] for stage in DATATROVE_STAGES}
+    tokenizer: list[Path] = []
+
+    def run_ours() -> float:
+        measured = our_stage_seconds(inputs, work / f"ours-{len(tokenizer)}", workers)
+        tokenizer.append(Path(measured["tokenizer_json"]))
+        for stage in DATATROVE_STAGES:
+            ours[stage].append(measured[stage])
+        return sum(measured[stage] for stage in DATATROVE_STAGES)
+
+    def run_theirs() -> float:
+        for stage in DATATROVE_STAGES:
+            theirs[stage].append(datatrove_seconds(python, stage, inputs, work / "datatrove" / stage, workers,
+                                                   tokenizer[-1], bands, rows))
+        return sum(theirs[stage][-1] for stage in DATATROVE_STAGES)
+
+    rounds = interleaved({"ours": run_ours, "theirs": run_theirs}, repeats)
+    return paired_ratios(rounds["theirs"], rounds["ours"]), ours, theirs
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpus", default=sysconfig.get_paths()["purelib"],
@@ -442,7 +513,9 @@ def main() -> None:
     parser.add_argument("--scale", type=int, default=10, help="the memory check's larger corpus, in multiples")
     parser.add_argument("--datatrove-python", default=os.environ.get("DATATROVE_PYTHON", ""),
                         help="an interpreter with datatrove installed (default: $DATATROVE_PYTHON)")
-    parser.add_argument("--smoke", action="store_true", help="tiny sizes: check that the bench runs")
+    parser.add_argument("--repeats", type=int, default=5,
+                        help="interleaved rounds of each side of a ratio (the headline is their median)")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, 1 round: check that the bench runs")
     parser.add_argument("--datatrove-child", nargs=7, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--rss-child", nargs=3, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -453,6 +526,14 @@ def main() -> None:
     if args.rss_child:
         rss_child(args.rss_child[0], args.rss_child[1], int(args.rss_child[2]))
         return
+    if args.smoke:
+        args.repeats = 1  # the smoke checks that the bench runs: a second round of 3 builds would add ~10 s
+    with LoadWatch():
+        run_bench(args)
+
+
+def run_bench(args: argparse.Namespace) -> None:
+    """Sections 1-5 of the module's docstring, then the headline lines."""
     sys.path.insert(0, str(SRC))
     from glasslab.data import dedup
     from glasslab.data.config import DedupConfig
@@ -464,53 +545,42 @@ def main() -> None:
     print(f"corpus {corpus}: {len(files)} files, {sum(p.stat().st_size for p in files) / 1e6:.1f} MB; "
           f"workers={args.workers} cpus={os.cpu_count()} python={sys.version.split()[0]} load={loadavg()}")
 
-    # 1. End to end: 1 worker (in this process, so its CPU time is this process's), N workers, Ray.
-    cpu_before = resource.getrusage(resource.RUSAGE_SELF)
-    one_s, one, reference = timed_build(corpus_config(corpus, max_bytes, num_workers=1), tmp / "one")
-    cpu_after = resource.getrusage(resource.RUSAGE_SELF)
-    one_cpu_s = (cpu_after.ru_utime - cpu_before.ru_utime) + (cpu_after.ru_stime - cpu_before.ru_stime)
+    # 1. End to end: 1 worker, N workers, Ray, interleaved.
     load_before, control_before = loadavg(), machine_scaling(2_000_000 if args.smoke else 10_000_000)
-    many_s, many, many_hash = timed_build(corpus_config(corpus, max_bytes, num_workers=args.workers), tmp / "many")
-    load_after, control_after = loadavg(), machine_scaling(2_000_000 if args.smoke else 10_000_000)
-    raw_bytes = one["funnel"][0]["bytes"]
-    ray_line = "skipped (Ray is not installed)"
-    try:
+    with_ray = start_ray(args.workers)
+    rounds, one, one_cpu_s = build_rounds(corpus, max_bytes, args.workers, args.repeats, tmp, with_ray)
+    if with_ray:
         import ray
 
-        from glasslab.lab.local_backend import user_pythonpath
-
-        ray.init(num_cpus=args.workers, include_dashboard=False, log_to_driver=False,
-                 runtime_env={"env_vars": {"PYTHONPATH": user_pythonpath()}})
-        ray_s, _, ray_hash = timed_build(corpus_config(corpus, max_bytes, num_workers=args.workers, backend="ray"),
-                                         tmp / "ray")
-        ray.shutdown()
-        assert ray_hash == reference, "Ray built another dataset"
-        ray_line = f"{many_s / ray_s:.2f}  (target >= 0.8)"
-    except ImportError:
-        pass
-    assert many_hash == reference, "2 workers built another dataset than 1"
+        ray.shutdown()  # before the control's fork: a forked Ray driver reports its pool's SIGTERM
+    load_after, control_after = loadavg(), machine_scaling(2_000_000 if args.smoke else 10_000_000)
+    one_s, many_s = statistics.median(rounds["one"]), statistics.median(rounds["many"])
+    raw_bytes = one["funnel"][0]["bytes"]
+    scaling = paired_ratios(rounds["one"], rounds["many"])
+    ray_line = (headline(paired_ratios(rounds["many"], rounds["ray"]), "target >= 0.8") if with_ray
+                else "skipped (Ray is not installed)")
     print("stages, 1 worker (MB/s of each stage's input): " + ", ".join(
         f"{s['stage']}={s['mb_per_s']:.1f}" for s in one["stages"]))
     print("funnel: " + ", ".join(f"{f['stage']} {f['documents']}/{f['bytes'] / 1e6:.1f}MB" for f in one["funnel"]))
 
-    # 2. datatrove stage by stage.
+    # 2. datatrove stage by stage, interleaved with ours.
     inputs = tmp / "jsonl"
     stage_bytes = write_stage_inputs(files, inputs)
-    ours = our_stage_seconds(inputs, tmp / "ours", args.workers)
     bands, rows = dedup.lsh_bands(DedupConfig().num_perm, DedupConfig().threshold)
     datatrove_line = "skipped (no --datatrove-python; datatrove is a bench-only comparison)"
     if args.datatrove_python and not args.smoke:
-        theirs = {stage: datatrove_seconds(args.datatrove_python, stage, inputs, tmp / "datatrove" / stage,
-                                           args.workers, Path(ours["tokenizer_json"]), bands, rows)
-                  for stage in ("filters", "exact", "near", "tokenize")}
-        for stage, seconds in theirs.items():
-            print(f"stage {stage}: ours {stage_bytes / 1e6 / ours[stage] / args.workers:.2f} MB/s per core, "
-                  f"datatrove {stage_bytes / 1e6 / seconds / args.workers:.2f}; ratio {seconds / ours[stage]:.2f}")
-        total = sum(theirs.values()) / sum(ours[s] for s in theirs)
-        datatrove_line = f"{total:.2f}  (target >= 1.0, goal >= 1.5; {bands} bands x {rows} rows)"
+        totals, ours, theirs = datatrove_rounds(args.datatrove_python, inputs, tmp / "stages", args.workers,
+                                                args.repeats, bands, rows)
+        for stage in DATATROVE_STAGES:
+            mine, their = statistics.median(ours[stage]), statistics.median(theirs[stage])
+            print(f"stage {stage}: ours {stage_bytes / 1e6 / mine / args.workers:.2f} MB/s per core, "
+                  f"datatrove {stage_bytes / 1e6 / their / args.workers:.2f}; ratio "
+                  f"{headline(paired_ratios(theirs[stage], ours[stage]), 'datatrove seconds / ours')}")
+        datatrove_line = headline(totals, f"target >= 1.0, goal >= 1.5; {bands} bands x {rows} rows")
     else:
+        ours = our_stage_seconds(inputs, tmp / "ours", args.workers)
         print("stages (ours, MB/s per core): " + ", ".join(
-            f"{s}={stage_bytes / 1e6 / ours[s] / args.workers:.2f}" for s in ("filters", "exact", "near", "tokenize")))
+            f"{s}={stage_bytes / 1e6 / ours[s] / args.workers:.2f}" for s in DATATROVE_STAGES))
 
     # 3. Near-dedup quality on a planted corpus.
     threshold = DedupConfig().threshold
@@ -539,11 +609,11 @@ def main() -> None:
     print(f"load average (1/5/15 min) around the {args.workers}-worker build: {load_before} -> {load_after}; "
           f"a CPU-bound loop's 2-process speed-up then: {control_before:.2f} -> {control_after:.2f} (2.0 when idle)")
     print(f"data_build_mb_per_s_per_core: {raw_bytes / 1e6 / one_s:.2f}  (1 worker, {raw_bytes / 1e6:.1f} MB, "
-          f"{one_s:.1f} s)")
+          f"median {one_s:.1f} s)")
     print(f"data_build_mb_per_cpu_second: {raw_bytes / 1e6 / one_cpu_s:.2f}  (1 worker; per second of CPU time "
           f"used, which a loaded machine does not shrink: {one_cpu_s:.1f} s of CPU in {one_s:.1f} s)")
-    print(f"data_build_scaling_2_workers: {one_s / many_s:.2f}  (target >= 1.7 on 2 idle cores; "
-          f"{args.workers} workers {many_s:.1f} s)")
+    print(f"data_build_scaling_2_workers: "
+          f"{headline(scaling, f'target >= 1.7 on 2 idle cores; {args.workers} workers median {many_s:.1f} s')}")
     print(f"data_build_ray_vs_processes: {ray_line}")
     print(f"data_build_vs_datatrove_per_core: {datatrove_line}")
     print(f"near_dedup_precision: {precision:.3f}  (target >= 0.98)")

@@ -54,11 +54,13 @@ import itertools
 import json
 import os
 import shutil
+import statistics
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+from interleave import LoadWatch, headline, interleaved, paired_ratios
 from scipy.optimize import least_squares
 
 from glasslab import track
@@ -130,25 +132,32 @@ def time_chinchilla() -> float | None:
     return time.perf_counter() - start
 
 
-def bootstrap_speedup(rungs: list[Rung], replicates: int = 300) -> tuple[float, float]:
-    """Seconds per replicate: the vectorised refit vs a scipy least-squares fit per replicate."""
+def bootstrap_speedup(rungs: list[Rung], replicates: int = 300, repeats: int = 5) -> dict[str, list[float]]:
+    """Seconds per replicate: the vectorised refit (``vectorised``) vs a scipy least-squares fit per replicate
+    (``looped``), ``replicates`` of each in ``repeats`` interleaved rounds (bench/interleave.py); by round."""
     from glasslab.ladder.compute_law import fit_compute_law
 
     law = fit_compute_law(rungs, 1.8)
     noise = estimate_noise(rungs, law)
     rng = np.random.default_rng(0)
-    start = time.perf_counter()
-    bootstrap_laws(rungs, law, noise, num_bootstrap=replicates, rng=rng)
-    vectorised = (time.perf_counter() - start) / replicates
     log_c = np.log([r.flops for r in rungs])
     fitted = np.asarray(law(np.exp(log_c)))
-    start = time.perf_counter()
-    for _ in range(replicates):
-        loss = fitted * np.exp(noise.sigma * rng.standard_normal(len(rungs)))
-        residual = lambda p, loss=loss: np.log(1.8 + np.exp(p[0] - p[1] * log_c)) - np.log(loss)
-        least_squares(residual, x0=[np.log(law.A), law.alpha])
-    looped = (time.perf_counter() - start) / replicates
-    return vectorised, looped
+    chunk = replicates // repeats
+
+    def vectorised() -> float:
+        start = time.perf_counter()
+        bootstrap_laws(rungs, law, noise, num_bootstrap=chunk, rng=rng)
+        return (time.perf_counter() - start) / chunk
+
+    def looped() -> float:
+        start = time.perf_counter()
+        for _ in range(chunk):
+            loss = fitted * np.exp(noise.sigma * rng.standard_normal(len(rungs)))
+            residual = lambda p, loss=loss: np.log(1.8 + np.exp(p[0] - p[1] * log_c)) - np.log(loss)
+            least_squares(residual, x0=[np.log(law.A), law.alpha])
+        return (time.perf_counter() - start) / chunk
+
+    return interleaved({"vectorised": vectorised, "looped": looped}, repeats)
 
 
 # --- trained ladders ------------------------------------------------------------------------------
@@ -559,7 +568,8 @@ def main() -> None:
     rungs = synthetic_ladder(np.random.default_rng(0))
     full_fit = time_full_fit(rungs)
     chinchilla = None if args.smoke else time_chinchilla()
-    vectorised, looped = bootstrap_speedup(rungs, replicates=30 if args.smoke else 300)
+    refit = bootstrap_speedup(rungs, replicates=30 if args.smoke else 300, repeats=2 if args.smoke else 5)
+    vectorised, looped = statistics.median(refit["vectorised"]), statistics.median(refit["looped"])
     coverage_exact = coverage("exact", replicates)
     coverage_free = coverage("free", replicates // 5)
     coverage_misspecified = coverage("misspecified", replicates)
@@ -574,11 +584,12 @@ def main() -> None:
     grid_seconds = time.perf_counter() - start
 
     print(f"bootstrap refit: {vectorised * 1e6:.0f} us/replicate vectorised, {looped * 1e6:.0f} us/replicate "
-          "with one scipy least_squares per replicate")
+          "with one scipy least_squares per replicate (medians)")
     print(f"ladder_full_fit_seconds: {full_fit:.2f}  (target < 10; 5 rungs, 20 curve points, 1000 bootstrap)")
     if chinchilla is not None:
         print(f"ladder_approach3_chinchilla_seconds: {chinchilla:.2f}  (target: seconds, not minutes)")
-    print(f"ladder_bootstrap_vectorised_speedup: {looped / vectorised:.0f}  (vs one scipy fit per replicate)")
+    speedups = paired_ratios(refit["looped"], refit["vectorised"])
+    print(f"ladder_bootstrap_vectorised_speedup: {headline(speedups, 'vs one scipy fit per replicate', digits=0)}")
     print(f"ladder_interval_coverage_pinned: {coverage_exact:.3f}  (target 0.85-0.95; L∞ known exactly; "
           f"{replicates} ladders)")
     print(f"ladder_interval_coverage_free: {coverage_free:.3f}  (target 0.85-0.95; {replicates // 5} ladders)")
@@ -719,4 +730,5 @@ def _print_selfcal_headlines(selfcal: dict[str, dict]) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with LoadWatch():
+        main()

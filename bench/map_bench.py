@@ -10,6 +10,8 @@ a dataset first (one domain, a 4096-token BPE; not timed).
    the reference does not make, are printed beside), and the speed-up; the two maps must be identical
    (``documents.parquet``). The CPU-bound control (a pure Python loop on 1 and 2 processes) and the load
    average are printed beside the speed-up: on a shared machine 2 workers cannot give 2x whatever the map does.
+   The two maps and the reference (2.) run interleaved over ``--repeats`` rounds (5; 2 in a smoke), each map
+   in a fresh lab; each ratio is the median of the rounds' ratios, printed with its spread.
 2. The reference, single-process, BLAS on one thread like the map: decode every document the same way, then
    scikit-learn ``TfidfVectorizer`` (fitted on all) → ``TruncatedSVD`` (randomized, the same dims, fitted on
    the same sample size) → ``MiniBatchKMeans`` at the same fine K (fitted on the sample) → every document
@@ -32,6 +34,7 @@ import argparse
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import sysconfig
@@ -45,6 +48,7 @@ import numpy as np
 SRC = Path(__file__).resolve().parents[1] / "src"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from data_bench import corpus_config, loadavg, machine_scaling  # noqa: E402
+from interleave import LoadWatch, headline, interleaved, paired_ratios  # noqa: E402
 
 
 def package_files(corpus: Path) -> dict[str, list[Path]]:
@@ -165,7 +169,9 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--k", type=int, default=40)
     parser.add_argument("--scale", type=int, default=10, help="the memory check's smaller corpus: 1/scale")
-    parser.add_argument("--smoke", action="store_true", help="tiny sizes: check that the bench runs")
+    parser.add_argument("--repeats", type=int, default=5,
+                        help="interleaved rounds of each side of a ratio (the headline is their median)")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, 2 rounds: check that the bench runs")
     parser.add_argument("--rss-child", nargs=3, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.rss_child:
@@ -173,7 +179,7 @@ def main() -> None:
         return
     sys.path.insert(0, str(SRC))
     if args.smoke:
-        args.max_mb, args.k, args.scale = 0.3, 4, 2
+        args.max_mb, args.k, args.scale, args.repeats = 0.3, 4, 2, 2
     tmp = Path(tempfile.mkdtemp(prefix="map_bench_"))
     corpus, max_bytes = Path(args.corpus), int(args.max_mb * 1e6) or 1 << 62
     packages = package_files(corpus)
@@ -183,25 +189,55 @@ def main() -> None:
     print(f"corpus {corpus}: {len(packages)} packages, {all_mb:.0f} MB of .py; read {files} files, {read / 1e6:.1f} "
           f"MB, a file per package in turn; workers={args.workers} cpus={os.cpu_count()} load={loadavg()}", flush=True)
     dataset, small = build(tmp / "corpus", tmp / "data"), build(tmp / "corpus-small", tmp / "data-small")
-    report(args, tmp, dataset, small, read / 1e6, all_mb)
+    with LoadWatch():
+        report(args, tmp, dataset, small, read / 1e6, all_mb)
 
 
-def report(args, tmp: Path, dataset: Path, small: Path, read_mb: float, all_mb: float) -> None:
+def map_rounds(args, tmp: Path, dataset: Path) -> tuple[dict[str, list[float]], dict, Path, float]:
+    """The map on 1 worker, on ``--workers`` and the reference pipeline, interleaved ``--repeats`` times
+    (bench/interleave.py), each map in a lab of its own (a lab would find the step cached). Returns by side
+    each round's figure (the maps' wall seconds, ``rate_vs_reference``: ours over the reference's documents
+    per CPU second), the last 1-worker map's summary and folder, and its CPU seconds."""
     import pyarrow.parquet as pq
-    import sklearn.cluster  # noqa: F401  (imported before the clocks start, as a long-lived worker has it)
-    import sklearn.decomposition  # noqa: F401
 
     from glasslab.data.map import DOCUMENTS_FILE, read_map
 
-    one_wall, one_cpu, one = timed_map(dataset, tmp / "lab-1", 1, args.k)
-    many_wall, _, many = timed_map(dataset, tmp / f"lab-{args.workers}", args.workers, args.k)
-    assert pq.read_table(one / DOCUMENTS_FILE).equals(pq.read_table(many / DOCUMENTS_FILE)), "maps differ"
-    summary = read_map(one, dataset)
+    last: dict = {"round": -1}
+
+    def one() -> float:
+        last["round"] += 1
+        wall, last["cpu"], last["one"] = timed_map(dataset, tmp / f"lab-1-{last['round']}", 1, args.k)
+        last["summary"] = read_map(last["one"], dataset)
+        return wall
+
+    def many() -> float:
+        wall, _, folder = timed_map(dataset, tmp / f"lab-{args.workers}-{last['round']}", args.workers, args.k)
+        assert pq.read_table(last["one"] / DOCUMENTS_FILE).equals(pq.read_table(folder / DOCUMENTS_FILE)), \
+            "maps differ"
+        return wall
+
+    def reference() -> float:
+        summary = last["summary"]
+        ref_cpu, ref_documents = reference_cpu_seconds(dataset, summary["settings"]["dims"], summary["fine_k"],
+                                                       summary["settings"]["sample"])
+        cpu = summary["process_cpu_seconds"]  # 1 worker: every task ran in this process
+        ours_rate = (summary["documents"] + summary["heldout_documents"]) / (cpu["fit"] + cpu["assign"])
+        return ours_rate / (ref_documents / ref_cpu)
+
+    rounds = interleaved({"one": one, "many": many, "rate_vs_reference": reference}, args.repeats)
+    return rounds, last["summary"], last["one"], last["cpu"]
+
+
+def report(args, tmp: Path, dataset: Path, small: Path, read_mb: float, all_mb: float) -> None:
+    import sklearn.cluster  # noqa: F401  (imported before the clocks start, as a long-lived worker has it)
+    import sklearn.decomposition  # noqa: F401
+
+    rounds, summary, one, one_cpu = map_rounds(args, tmp, dataset)
     documents = summary["documents"] + summary["heldout_documents"]
-    ref_cpu, ref_documents = reference_cpu_seconds(dataset, summary["settings"]["dims"], summary["fine_k"],
-                                                   summary["settings"]["sample"])
-    cpu = summary["process_cpu_seconds"]  # 1 worker: every task ran in this process
-    ours_rate, ref_rate = documents / (cpu["fit"] + cpu["assign"]), ref_documents / ref_cpu
+    cpu = summary["process_cpu_seconds"]
+    one_wall, many_wall = statistics.median(rounds["one"]), statistics.median(rounds["many"])
+    ours_rate = documents / (cpu["fit"] + cpu["assign"])
+    ref_rate = ours_rate / rounds["rate_vs_reference"][-1]
     control = machine_scaling()
     nmi, nmi_random, packages = package_agreement(dataset, one)
     rss_small, rss_large = peak_rss_mb(small, tmp / "lab-rss-small", args.k), peak_rss_mb(dataset, tmp / "lab-rss",
@@ -210,16 +246,17 @@ def report(args, tmp: Path, dataset: Path, small: Path, read_mb: float, all_mb: 
           f"K {summary['k']} from fine K {summary['fine_k']}; 1 worker: CPU s {cpu} ({one_cpu:.1f} in all)")
     print(f"packages: {len(packages)}; most files: "
           + ", ".join(f"{name} {count}" for name, count in packages.most_common(12)))
-    print(f"ours {ours_rate:.1f} docs/CPU-s, reference {ref_rate:.1f} docs/CPU-s ({ref_cpu:.1f} CPU-s); "
+    print(f"last round: ours {ours_rate:.1f} docs/CPU-s, reference {ref_rate:.1f} docs/CPU-s; medians: "
           f"1 worker {one_wall:.1f} s, {args.workers} workers {many_wall:.1f} s; control {control:.2f}x, "
           f"load {loadavg()}; peak RSS {rss_small:.0f} MB at 1/{args.scale}, {rss_large:.0f} MB at 1x")
     for cluster in summary["clusters"][:8]:
         print(f"  {cluster['share']:6.1%}  {', '.join(w for w, _ in cluster['terms'][:6])}")
     minutes = many_wall / 60 * (all_mb / read_mb)
-    print(f"map_docs_per_s_per_core_vs_reference: {ours_rate / ref_rate:.2f}  (target >= 0.8; ours {ours_rate:.0f} "
-          "docs/s per core)")
-    print(f"map_scaling_2_workers: {one_wall / many_wall:.2f}  (target >= 1.6 on idle cores; CPU-bound control "
-          f"{control:.2f})")
+    print("map_docs_per_s_per_core_vs_reference: "
+          f"{headline(rounds['rate_vs_reference'], f'target >= 0.8; ours {ours_rate:.0f} docs/s per core')}")
+    scaling = paired_ratios(rounds["one"], rounds["many"])
+    note = f"target >= 1.6 on idle cores; CPU-bound control {control:.2f}"
+    print(f"map_scaling_2_workers: {headline(scaling, note)}")
     print(f"map_peak_rss_growth_10x: {rss_large / rss_small:.2f}  (target <= 1.2; {args.scale}x the corpus)")
     print(f"map_nmi_vs_package: {nmi:.3f}  (target >= 0.5 at K=40; random assignment {nmi_random:.3f})")
     print(f"map_minutes_site_packages: {minutes:.1f}  (on {args.workers} workers; measured on {read_mb:.0f} of "

@@ -13,7 +13,9 @@ shared, noisy CPU (absolute numbers are not):
   alone at the step's shapes (:func:`matmul_ceiling`). The headline is the trainer's
   default path: eager or compiled as ``train.compile=null`` chooses (``train/compile_rule.py``) for a
   run of that model on 20 tokens per parameter; eager figures follow as context, and with
-  ``--compile`` the compiled ones too;
+  ``--compile`` the compiled ones too. The headlines (the speed-up and the fractions) are the median of
+  the ``--steps`` rounds' figures, each round's step over the matmul or transformers' step timed beside
+  it, printed with their spread (``bench/interleave.py``); the context lines are the best round's;
 - the trainer's own step (``Trainer.train_step``), compiled, for a dense and an MoE model, with and
   without activation checkpointing: how often a step waits for the device (``host_syncs_per_step``,
   ``train/host_syncs.py``) and whether anything compiles again after step 1
@@ -59,6 +61,8 @@ from glasslab.train.loop import RunParts, Trainer
 from glasslab.train.throughput import matmul_flops_per_s, synchronize
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from interleave import LoadWatch, headline, interleaved, paired_ratios  # noqa: E402
+
 from train_fakes import SyntheticLoader  # noqa: E402
 
 SEQ, BATCH = 256, 8
@@ -78,20 +82,23 @@ SMOKE_MOE = ModelConfig(vocab_size=512, d_model=64, n_layers=2, n_heads=2, d_ff=
 SMOKE_DENSE = ModelConfig(vocab_size=512, d_model=64, n_layers=2, n_heads=2, d_ff=192)
 
 
-def best_seconds(fns: dict, repeats: int, device: str) -> dict:
-    """Seconds of each ``fn()`` after one warm-up call each: best of ``repeats`` timed calls, taken
-    round-robin so that load from others on a shared machine hits every entry alike."""
+def round_robin_seconds(fns: dict, repeats: int, device: str) -> dict[str, list[float]]:
+    """Seconds of each ``fn()`` after one warm-up call each: ``repeats`` timed calls of each, taken
+    round-robin (bench/interleave.py) so that load from others on a shared machine hits every entry
+    alike. Returns each entry's seconds in round order."""
     for fn in fns.values():
         fn()
-    best = dict.fromkeys(fns, float("inf"))
-    for _ in range(repeats):
-        for name, fn in fns.items():
+
+    def timed(fn: Callable[[], object]) -> Callable[[], float]:
+        def seconds() -> float:
             synchronize(device)
             t0 = time.perf_counter()
             fn()
             synchronize(device)
-            best[name] = min(best[name], time.perf_counter() - t0)
-    return best
+            return time.perf_counter() - t0
+        return seconds
+
+    return interleaved({name: timed(fn) for name, fn in fns.items()}, repeats)
 
 
 def ours_step_fn(cfg: ModelConfig, batch: int, seq: int, device: str, autocast: bool = False,
@@ -199,7 +206,8 @@ def cpu_section(steps: int, compile: bool, smoke: bool) -> list[str]:
     ceiling_flops = {}
     for name, cfg in cfgs.items():
         timed[f"{name}_ceiling"], ceiling_flops[name] = matmul_ceiling(cfg, batch, seq)
-    seconds = best_seconds(timed, steps, "cpu")
+    rounds = round_robin_seconds(timed, steps, "cpu")
+    seconds = {name: min(samples) for name, samples in rounds.items()}  # best of: the context lines
     peak = 2 * matmul**3 / seconds["matmul"]
     rate = {name: batch * seq / seconds[name] for name in models}
     ceiling = {name: flops / seconds[f"{name}_ceiling"] / peak for name, flops in ceiling_flops.items()}
@@ -213,14 +221,17 @@ def cpu_section(steps: int, compile: bool, smoke: bool) -> list[str]:
         print(f"  the trainer's default path for it: {path[name].removeprefix(name).strip('_') or 'eager'} "
               f"({default[name].reason})")
     print(f"transformers Qwen3-MoE, experts 'grouped_mm' (its default), eager: {rate['hf']:.0f} tok/s")
+    # The headlines: one figure per round, each step over the matmul or transformers' step beside it.
+    round_frac = {name: [cfg.flops_per_token(seq) * batch * seq / (2 * matmul**3) * r
+                         for r in paired_ratios(rounds["matmul"], rounds[path[name]])] for name, cfg in cfgs.items()}
+    speedups = paired_ratios(rounds["hf"], rounds[path["moe"]])
     lines = [
-        f"cpu_moe_model_flops_fraction_of_matmul: {frac[path['moe']]:.2f}  "
-        "(target >= 0.50; the trainer's default path)",
-        f"cpu_moe_train_speedup_vs_qwen3moe_grouped_mm_experts: {rate[path['moe']] / rate['hf']:.2f}x  "
-        "(target >= 1.35x)",
-        f"cpu_dense_model_flops_fraction_of_matmul: {frac[path['dense']]:.2f}  (target >= 0.51, must not drop)",
-        f"cpu_moe_vs_dense_model_flops_fraction_ratio: {frac[path['moe']] / frac[path['dense']]:.2f}  "
-        "(target 1.0: an MoE step as efficient as a dense one)",
+        "cpu_moe_model_flops_fraction_of_matmul: "
+        f"{headline(round_frac['moe'], 'target >= 0.50; the trainer default path')}",
+        f"cpu_moe_train_speedup_vs_qwen3moe_grouped_mm_experts: {headline(speedups, 'target >= 1.35x')}",
+        f"cpu_dense_model_flops_fraction_of_matmul: {headline(round_frac['dense'], 'target >= 0.51, must not drop')}",
+        "cpu_moe_vs_dense_model_flops_fraction_ratio: "
+        f"{headline(paired_ratios(round_frac['moe'], round_frac['dense']), 'target 1.0: MoE as efficient as dense')}",
         f"cpu_moe_eager_model_flops_fraction_of_matmul: {frac['moe']:.2f}  (context: train.compile=false)",
         f"cpu_dense_eager_model_flops_fraction_of_matmul: {frac['dense']:.2f}  (context: train.compile=false)",
         f"cpu_moe_matmul_ceiling_fraction_of_matmul: {ceiling['moe']:.2f}  (context: its weight matmuls alone)",
@@ -257,7 +268,7 @@ def emit(line: str, lines: list[str]) -> None:
 
 def tokens_per_second(step: Callable[[], None], tokens: int, steps: int, device: str) -> float:
     """Tokens/s of ``step``: the best of ``steps`` timed calls after one warm-up call."""
-    return tokens / best_seconds({"step": step}, steps, device)["step"]
+    return tokens / min(round_robin_seconds({"step": step}, steps, device)["step"])
 
 
 def gpu_section(steps: int, smoke: bool, compile: bool, device: str = "cuda",
@@ -377,7 +388,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--steps", type=int, default=10,
-        help="timed rounds (best of, round-robin); a compiled step reaches its speed only after a few"
+        help="timed rounds (round-robin; headlines the median, context lines the best); a compiled step "
+             "reaches its speed only after a few"
     )
     parser.add_argument("--compile", action="store_true",
                         help="also time our models under torch.compile (train.compile=true; compiles first)")
@@ -394,14 +406,15 @@ def main() -> None:
         return
     if args.smoke:
         args.steps = 1
-    if not args.gpu_only:
-        print("\n".join(cpu_section(args.steps, args.compile, args.smoke)), flush=True)
-        print("\n".join(trainer_check_lines("cpu", "aot_eager")), flush=True)
-    if args.device == "cuda" and not torch.cuda.is_available():
-        if args.gpu_only:
-            raise SystemExit("model_bench --gpu-only: torch.cuda.is_available() is False")
-        return
-    gpu_section(args.steps, args.smoke, args.compile, args.device, args.compile_backend)
+    with LoadWatch():
+        if not args.gpu_only:
+            print("\n".join(cpu_section(args.steps, args.compile, args.smoke)), flush=True)
+            print("\n".join(trainer_check_lines("cpu", "aot_eager")), flush=True)
+        if args.device == "cuda" and not torch.cuda.is_available():
+            if args.gpu_only:
+                raise SystemExit("model_bench --gpu-only: torch.cuda.is_available() is False")
+            return
+        gpu_section(args.steps, args.smoke, args.compile, args.device, args.compile_backend)
 
 
 if __name__ == "__main__":

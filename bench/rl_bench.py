@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 import torch
+from interleave import LoadWatch
 
 from glasslab.experiments.demo import QUICK, VOCAB_SIZE, data_step
 from glasslab.lab import Step, run_one_step
@@ -125,4 +126,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with LoadWatch():
+        main()

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from interleave import LoadWatch
 
 from glasslab.config import from_dict
 from glasslab.data.build import build_dataset
@@ -120,4 +121,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with LoadWatch():
+        main()
