@@ -84,7 +84,8 @@ CARD = ExperimentCard(
            "asymptote, swept; the hero's prediction registered in the lab's registry; the hero trained and "
            "watched against its band; the hero exported for transformers, then fine-tuned (SFT) on the "
            "built-in instruction set into a chat model, exported with its chat template, and preference-tuned "
-           "(DPO) on built-in pairs (the right docstring summary over another module's).",
+           "(DPO) on built-in pairs (the right docstring summary over another module's, the right arithmetic answer "
+           "over another problem's).",
     expectations=(
         Expectation("hero final eval loss", prediction=f"{LADDER}/hero/eval/macro/loss"),
         Expectation("hero macro task accuracy", prediction=f"{LADDER}/hero/task/macro"),

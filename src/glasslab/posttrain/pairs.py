@@ -8,9 +8,15 @@ replies, the preferred one first::
      "chosen": {"role": "assistant", "content": "..."},
      "rejected": {"role": "assistant", "content": "..."}}
 
-The built-in pairs come from the built-in instruction set's ``describe`` conversations ("What does
-`json.dumps` do?"): chosen is the right docstring summary, rejected the summary of a function of another
-module. Made from a conversations folder (the demo's, the SFT run's), they keep its split: pairs from its
+The built-in pairs are of two kinds. From the built-in arithmetic task (``arithmetic``, on by default;
+:mod:`glasslab.posttrain.rewards_builtin`): "What is 7 + 12?", chosen the right answer, rejected the answer
+to another problem of the same operator; they keep the task's split, so no held-out pair asks a problem a
+training pair (or an RL run's training prompt) asks. These teach: a small model starts near chance on them
+and DPO raises its held-out preference (docs/LOG.md, 2026-12-05). From the built-in instruction set's
+``describe`` conversations ("What does `json.dumps` do?"): chosen is the right docstring summary, rejected
+the summary of a function of another module; a held-out one asks about a function never trained on, which
+no amount of tuning on the others teaches (DPO moved the demo's accuracy on them by +0.0 points). Made
+from a conversations folder (the demo's, the SFT run's), they keep its split: pairs from its
 training conversations train, pairs from its held-out ones are held out, so the held-out pairs ask about
 functions neither SFT nor DPO trained on. Otherwise the pairs are held out as conversations are: the
 ``heldout_files`` when given, else a seeded hash of each pair.
@@ -43,6 +49,7 @@ from glasslab.posttrain.records import (
     say_skipped,
     write_split_folder,
 )
+from glasslab.posttrain.rewards_builtin import ARITHMETIC_LIMITS, arithmetic_problems, split_problems
 
 FORMAT = "glasslab-pairs/1"
 _SUBJECT = re.compile(r"`([^`]+)`")
@@ -56,6 +63,8 @@ class PairsConfig(RecordSources):
     section: ClassVar[str] = "pairs"
     conversations_from: str = ""
     """A dependency whose output folder is a conversations folder: the built-in pairs are made from it."""
+    arithmetic: bool = True
+    """With ``builtin``: add the built-in arithmetic task's pairs (the right answer over another problem's)."""
 
 
 def problem_with(record: object) -> str | None:
@@ -95,10 +104,42 @@ def builtin_pairs(conversations: list[dict], seed: int) -> tuple[list[dict], int
         else:
             unpaired += 1
             continue
-        pairs.append({"prompt": record["messages"][:-1], "chosen": record["messages"][-1],
-                      "rejected": {"role": "assistant", "content": describe[j]["messages"][-1]["content"]},
-                      "kind": "builtin"})
+        pairs.append(
+            {
+                "prompt": record["messages"][:-1],
+                "chosen": record["messages"][-1],
+                "rejected": {"role": "assistant", "content": describe[j]["messages"][-1]["content"]},
+                "kind": "builtin",
+            }
+        )
     return pairs, unpaired
+
+
+def arithmetic_pairs(seed: int) -> tuple[list[dict], list[dict]]:
+    """(training, held-out) pairs of the built-in arithmetic task, split as the task splits its problems:
+    each problem's right answer as chosen, the answer of another problem of the same operator as rejected."""
+    rng = np.random.default_rng(seed)
+    split = split_problems(arithmetic_problems())
+    answers = {
+        op: sorted({p["answer"] for part in split for p in part if f" {op} " in p["prompt"]})
+        for op in ARITHMETIC_LIMITS
+    }
+    made = []
+    for part in split:
+        pairs = []
+        for problem in part:
+            op = next(op for op in ARITHMETIC_LIMITS if f" {op} " in problem["prompt"])
+            wrong = [a for a in answers[op] if a != problem["answer"]]
+            pairs.append(
+                {
+                    "prompt": [{"role": "user", "content": problem["prompt"]}],
+                    "chosen": {"role": "assistant", "content": problem["answer"]},
+                    "rejected": {"role": "assistant", "content": wrong[int(rng.integers(len(wrong)))]},
+                    "kind": "arithmetic",
+                }
+            )
+        made.append(pairs)
+    return made[0], made[1]
 
 
 def _module(record: dict) -> str:
@@ -112,8 +153,9 @@ def pair_text(record: dict) -> str:
     return json.dumps([record["prompt"], record["chosen"], record["rejected"]], ensure_ascii=False, sort_keys=True)
 
 
-def build_pairs(cfg: PairsConfig, out_dir: str | Path, conversations: str | Path | None = None,
-                progress: bool = True) -> Path:
+def build_pairs(
+    cfg: PairsConfig, out_dir: str | Path, conversations: str | Path | None = None, progress: bool = True
+) -> Path:
     """Write ``train.jsonl``, ``heldout.jsonl``, ``report.json`` and ``manifest.json`` into ``out_dir``;
     the built-in pairs from ``conversations`` (a conversations folder) when given."""
     out_dir = Path(out_dir)
@@ -138,18 +180,29 @@ def build_pairs(cfg: PairsConfig, out_dir: str | Path, conversations: str | Path
             sources.append("builtin")
         (made_train, lone_train), (made_heldout, lone_heldout) = (builtin_pairs(part, cfg.seed) for part in split)
         train, heldout, unpaired = train + made_train, heldout + made_heldout, lone_train + lone_heldout
+        if cfg.arithmetic:
+            task_train, task_heldout = arithmetic_pairs(cfg.seed)
+            train, heldout = train + task_train, heldout + task_heldout
+            sources.append("builtin:arithmetic")
     say_skipped(problems, "pairs", out_dir / REPORT_FILE)
-    say(unpaired > 0, "pairs", f"{unpaired} built-in question(s) gave no pair (no other module's "
-        "answer to reject)")
+    say(unpaired > 0, "pairs", f"{unpaired} built-in question(s) gave no pair (no other module's answer to reject)")
     if not train:
-        raise UserError(f"no valid training pairs in {', '.join(sources) or 'the sources'}"
-                        + (f" ({problems.count} bad record(s), first: {problems.listed[0]})" if problems.count else ""))
+        raise UserError(
+            f"no valid training pairs in {', '.join(sources) or 'the sources'}"
+            + (f" ({problems.count} bad record(s), first: {problems.listed[0]})" if problems.count else "")
+        )
     if not heldout:
         raise no_heldout(len(train) + len(heldout), "pairs", cfg.heldout_files)
-    report = {"sources": sources, "heldout_sources": list(cfg.heldout_files) or None,
-              "pairs": len(train) + len(heldout), "train": len(train), "heldout": len(heldout),
-              "builtin_unpaired": unpaired,
-              "bad_records": problems.as_dict(), "config": to_dict(cfg)}
+    report = {
+        "sources": sources,
+        "heldout_sources": list(cfg.heldout_files) or None,
+        "pairs": len(train) + len(heldout),
+        "train": len(train),
+        "heldout": len(heldout),
+        "builtin_unpaired": unpaired,
+        "bad_records": problems.as_dict(),
+        "config": to_dict(cfg),
+    }
     write_split_folder(out_dir, FORMAT, train, heldout, report)
     say(progress, "pairs", f"{len(train)} training and {len(heldout)} held-out pairs in {out_dir}")
     return out_dir
