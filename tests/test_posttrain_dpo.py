@@ -47,7 +47,8 @@ class Bigram(nn.Module):
 POLICY = [[0.1, 0.5, -0.3, 0.0], [0.2, -0.1, 0.4, 0.3], [-0.5, 0.2, 0.1, 0.6], [0.3, 0.3, -0.2, -0.4]]
 REFERENCE = [[0.0, 0.2, 0.1, -0.1], [0.5, 0.0, -0.2, 0.1], [0.1, 0.1, 0.3, -0.3], [-0.2, 0.4, 0.0, 0.2]]
 # Two pairs; each side is (tokens, index where its response starts): a shared prompt, then the response.
-PAIRS = [(([0, 1, 2, 3], 2), ([0, 1, 3, 3], 2)), (([2, 0, 1], 1), ([2, 3, 0], 1))]
+PAIRS = [(([0, 1, 2, 3], 2), ([0, 1, 3, 3], 2)),
+         (([2, 0, 1], 1), ([2, 3, 0], 1))]
 
 
 def _batch() -> PairBatch:
@@ -83,14 +84,12 @@ def test_dpo_loss_and_gradients_equal_values_worked_out_by_hand():
 
     margins, hand_loss = [], 0.0
     hand_grad = [[0.0] * V for _ in range(V)]
-    for chosen, rejected in PAIRS:
-        z = BETA * (
-            (_logp(POLICY, *chosen) - _logp(REFERENCE, *chosen))
-            - (_logp(POLICY, *rejected) - _logp(REFERENCE, *rejected))
-        )
+    for (chosen, rejected) in PAIRS:
+        z = BETA * ((_logp(POLICY, *chosen) - _logp(REFERENCE, *chosen))
+                    - (_logp(POLICY, *rejected) - _logp(REFERENCE, *rejected)))
         margins.append(z)
         hand_loss += math.log1p(math.exp(-z)) / len(PAIRS)  # −log σ(z)
-        weight = BETA / (1 + math.exp(z)) / len(PAIRS)  # −∂loss/∂log π(chosen) = ∂loss/∂log π(rejected)
+        weight = BETA / (1 + math.exp(z)) / len(PAIRS)      # −∂loss/∂log π(chosen) = ∂loss/∂log π(rejected)
         for sign, (ids, start) in ((-1.0, chosen), (1.0, rejected)):
             for t in range(start, len(ids)):  # ∂log softmax(row)[y]/∂row[k] = 1[k = y] − softmax(row)[k]
                 probs = _softmax(POLICY[ids[t - 1]])
@@ -109,25 +108,20 @@ def test_dpo_loss_and_gradients_equal_values_worked_out_by_hand():
     assert (same.nats(policy, batch, contextlib.nullcontext) / 2).item() == pytest.approx(math.log(2), rel=1e-6)
 
 
-PAIR = {
-    "prompt": [{"role": "user", "content": "What does `f` do?"}],
-    "chosen": {"role": "assistant", "content": "It returns one."},
-    "rejected": {"role": "assistant", "content": "No."},
-}
+PAIR = {"prompt": [{"role": "user", "content": "What does `f` do?"}],
+        "chosen": {"role": "assistant", "content": "It returns one."},
+        "rejected": {"role": "assistant", "content": "No."}}
 
 
-@pytest.mark.parametrize(
-    ("record", "problem"),
-    [
-        ({"prompt": PAIR["prompt"], "chosen": PAIR["chosen"]}, "expected 'prompt', 'chosen' and 'rejected'"),
-        ({**PAIR, "prompt": []}, "'prompt' is empty"),
-        ({**PAIR, "prompt": PAIR["prompt"] + [PAIR["chosen"]]}, "expected 'prompt' to end with a user message"),
-        ({**PAIR, "chosen": "It returns one."}, "chosen is str"),
-        ({**PAIR, "rejected": {"role": "user", "content": "x"}}, "rejected.role='user': expected 'assistant'"),
-        ({**PAIR, "rejected": PAIR["chosen"]}, "chosen and rejected are the same reply"),
-        ({**PAIR, "chosen": {"role": "assistant", "content": "a <|im_end|>"}}, "reserved token"),
-    ],
-)
+@pytest.mark.parametrize(("record", "problem"), [
+    ({"prompt": PAIR["prompt"], "chosen": PAIR["chosen"]}, "expected 'prompt', 'chosen' and 'rejected'"),
+    ({**PAIR, "prompt": []}, "'prompt' is empty"),
+    ({**PAIR, "prompt": PAIR["prompt"] + [PAIR["chosen"]]}, "expected 'prompt' to end with a user message"),
+    ({**PAIR, "chosen": "It returns one."}, "chosen is str"),
+    ({**PAIR, "rejected": {"role": "user", "content": "x"}}, "rejected.role='user': expected 'assistant'"),
+    ({**PAIR, "rejected": PAIR["chosen"]}, "chosen and rejected are the same reply"),
+    ({**PAIR, "chosen": {"role": "assistant", "content": "a <|im_end|>"}}, "reserved token"),
+])
 def test_bad_pairs_are_named_in_one_line(record, problem):
     assert problem_with(PAIR) is None
     found = problem_with(record)
@@ -138,9 +132,8 @@ def test_pair_files_skip_and_count_bad_records_and_hold_out_the_given_file(tmp_p
     mine, held = tmp_path / "pairs.jsonl", tmp_path / "held.jsonl"
     mine.write_text(json.dumps(PAIR) + "\n{oops\n" + json.dumps({**PAIR, "rejected": PAIR["chosen"]}) + "\n")
     held.write_text(json.dumps(PAIR) + "\n")
-    out = build_pairs(
-        PairsConfig(builtin=False, files=(str(mine),), heldout_files=(str(held),)), tmp_path / "p", progress=False
-    )
+    out = build_pairs(PairsConfig(builtin=False, files=(str(mine),), heldout_files=(str(held),)), tmp_path / "p",
+                      progress=False)
     report = json.loads((out / "report.json").read_text())
     assert (report["train"], report["heldout"], report["bad_records"]["count"]) == (1, 1, 2)
     assert report["bad_records"]["listed"][0].startswith(f"{mine}:2: malformed JSON")
@@ -149,34 +142,22 @@ def test_pair_files_skip_and_count_bad_records_and_hold_out_the_given_file(tmp_p
 
 def test_thirty_pairs_six_too_long_train_on_those_that_fit_and_the_error_names_the_cause(tmp_path, capsys):
     long_prompt = "Read this and say what it does: " + "value = value + 1; " * 60
-    records = [
-        {
-            **PAIR,
-            "prompt": [{"role": "user", "content": (long_prompt if i < 6 else "") + f"What is {i}?"}],
-            "chosen": {"role": "assistant", "content": f"It is {i}."},
-        }
-        for i in range(30)
-    ]
+    records = [{**PAIR, "prompt": [{"role": "user", "content": (long_prompt if i < 6 else "") + f"What is {i}?"}],
+                "chosen": {"role": "assistant", "content": f"It is {i}."}} for i in range(30)]
     path = tmp_path / "pairs.jsonl"
-    path.write_text(
-        "".join(json.dumps(r) + "\n" for r in records) + json.dumps({**PAIR, "rejected": PAIR["chosen"]}) + "\n"
-    )
+    path.write_text("".join(json.dumps(r) + "\n" for r in records) + json.dumps({**PAIR, "rejected": PAIR["chosen"]})
+                    + "\n")
     folder = build_pairs(PairsConfig(builtin=False, files=(str(path),)), tmp_path / "p", progress=False)
     report = json.loads((folder / "report.json").read_text())
     assert (report["train"], report["heldout"]) == (24, 6)  # not 1 and 29: a fifth of a small file at most
     assert f"skipped 1 bad record(s); the first: {path}:31: chosen and rejected are the same reply" in (
-        capsys.readouterr().err
-    )
+        capsys.readouterr().err)
     dataset = build_tiny_dataset(tmp_path)
 
     def recipe(seq_len: int) -> DPORecipe:
         train_cfg = dataclasses.replace(default_dpo_train(), seq_len=seq_len)
-        config = DPORunConfig(
-            model=ModelConfig(vocab_size=512, d_model=32, n_layers=2, n_heads=2, d_ff=64),
-            data=BaseData(path=str(dataset)),
-            train=train_cfg,
-            dpo=DPOConfig(pairs=str(folder)),
-        )
+        config = DPORunConfig(model=ModelConfig(vocab_size=512, d_model=32, n_layers=2, n_heads=2, d_ff=64),
+                              data=BaseData(path=str(dataset)), train=train_cfg, dpo=DPOConfig(pairs=str(folder)))
         return DPORecipe(config, base=None)  # the pairs are read, encoded and fitted before any model is needed
 
     fitted = recipe(128)
@@ -184,9 +165,8 @@ def test_thirty_pairs_six_too_long_train_on_those_that_fit_and_the_error_names_t
     assert fitted.train_counts["kept"] + fitted.heldout_counts["kept"] == 24  # the six long ones, left out
     with pytest.raises(UserError) as err:
         recipe(8)
-    assert str(err.value).startswith(
-        "no training preference pair fits a row of train.seq_len + 1 = 9 tokens (24 training pairs: 0 kept, 24 left out"
-    )
+    assert str(err.value).startswith("no training preference pair fits a row of train.seq_len + 1 = 9 tokens "
+                                     "(24 training pairs: 0 kept, 24 left out")
 
 
 def test_builtin_pairs_prefer_the_right_summary_over_another_modules(tmp_path):
@@ -209,9 +189,8 @@ def test_builtin_pairs_prefer_the_right_summary_over_another_modules(tmp_path):
 
 def test_arithmetic_pairs_prefer_the_right_answer_and_keep_the_tasks_held_out_problems(tmp_path):
     folder = build_pairs(PairsConfig(builtin_max_modules=3), tmp_path / "p", progress=False)
-    split = {
-        part: [p for p in read_pair_split(folder, part) if p["kind"] == "arithmetic"] for part in ("train", "heldout")
-    }
+    split = {part: [p for p in read_pair_split(folder, part) if p["kind"] == "arithmetic"]
+             for part in ("train", "heldout")}
     train_problems, heldout_problems = split_problems(arithmetic_problems())
     for part, problems in (("train", train_problems), ("heldout", heldout_problems)):
         answers = {p["prompt"]: p["answer"] for p in problems}
@@ -232,40 +211,23 @@ def lab(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("dpo")
     dataset = build_tiny_dataset(root)
     train(from_dict(RunConfig, tiny_run_config(dataset, max_steps=30, checkpoint_interval=30)), root / "base")
-    conversations = build_conversations(
-        ConversationsConfig(builtin_max_modules=40), root / "conversations", progress=False
-    )
+    conversations = build_conversations(ConversationsConfig(builtin_max_modules=40), root / "conversations",
+                                        progress=False)
     return {"root": root, "base": root / "base", "conversations": conversations}
 
 
 @pytest.mark.slow
 def test_glasslab_dpo_starts_at_ln2_widens_the_margin_and_records_the_bases_preference(lab, tmp_path):
-    pairs = {
-        split: builtin_pairs(read_conversation_split(lab["conversations"], split), seed=0)[0]
-        for split in ("train", "heldout")
-    }
+    pairs = {split: builtin_pairs(read_conversation_split(lab["conversations"], split), seed=0)[0]
+             for split in ("train", "heldout")}
     files = {}
     for split, records in pairs.items():
         files[split] = tmp_path / f"{split}.jsonl"
         files[split].write_text("".join(json.dumps(r) + "\n" for r in records))
-    done = run_cli(
-        "dpo",
-        str(lab["base"]),
-        str(files["train"]),
-        "--heldout",
-        str(files["heldout"]),
-        "--steps",
-        "12",
-        "--seq-len",
-        "96",
-        "train.optimizer.lr=3e-3",
-        "train.checkpoint_interval=12",
-        "train.sample_max_new_tokens=8",
-        "train.eval_max_tokens=256",
-        "--lab",
-        str(tmp_path / "lab"),
-        timeout=600,
-    )
+    done = run_cli("dpo", str(lab["base"]), str(files["train"]), "--heldout", str(files["heldout"]), "--steps", "12",
+                   "--seq-len", "96", "train.optimizer.lr=3e-3", "train.checkpoint_interval=12",
+                   "train.sample_max_new_tokens=8", "train.eval_max_tokens=256", "--lab", str(tmp_path / "lab"),
+                   timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     (run_dir,) = (tmp_path / "lab").glob("dpo-*")
     record = read_record(run_dir)

@@ -15,7 +15,7 @@ training pair (or an RL run's training prompt) asks. These teach: a small model 
 and DPO raises its held-out preference (docs/LOG.md, 2026-12-05). From the built-in instruction set's
 ``describe`` conversations ("What does `json.dumps` do?"): chosen is the right docstring summary, rejected
 the summary of a function of another module; a held-out one asks about a function never trained on, which
-no amount of tuning on the others teaches (DPO moved the demo's accuracy on them by +0.0 points). Made
+tuning on the others hardly teaches (DPO moved the demo's accuracy on them by +0.0 points). Made
 from a conversations folder (the demo's, the SFT run's), they keep its split: pairs from its
 training conversations train, pairs from its held-out ones are held out, so the held-out pairs ask about
 functions neither SFT nor DPO trained on. Otherwise the pairs are held out as conversations are: the
@@ -104,14 +104,9 @@ def builtin_pairs(conversations: list[dict], seed: int) -> tuple[list[dict], int
         else:
             unpaired += 1
             continue
-        pairs.append(
-            {
-                "prompt": record["messages"][:-1],
-                "chosen": record["messages"][-1],
-                "rejected": {"role": "assistant", "content": describe[j]["messages"][-1]["content"]},
-                "kind": "builtin",
-            }
-        )
+        pairs.append({"prompt": record["messages"][:-1], "chosen": record["messages"][-1],
+                      "rejected": {"role": "assistant", "content": describe[j]["messages"][-1]["content"]},
+                      "kind": "builtin"})
     return pairs, unpaired
 
 
@@ -120,24 +115,18 @@ def arithmetic_pairs(seed: int) -> tuple[list[dict], list[dict]]:
     each problem's right answer as chosen, the answer of another problem of the same operator as rejected."""
     rng = np.random.default_rng(seed)
     split = split_problems(arithmetic_problems())
-    answers = {
-        op: sorted({p["answer"] for part in split for p in part if f" {op} " in p["prompt"]})
-        for op in ARITHMETIC_LIMITS
-    }
+    answers = {op: sorted({p["answer"] for part in split for p in part if f" {op} " in p["prompt"]})
+               for op in ARITHMETIC_LIMITS}
     made = []
     for part in split:
         pairs = []
         for problem in part:
             op = next(op for op in ARITHMETIC_LIMITS if f" {op} " in problem["prompt"])
             wrong = [a for a in answers[op] if a != problem["answer"]]
-            pairs.append(
-                {
-                    "prompt": [{"role": "user", "content": problem["prompt"]}],
-                    "chosen": {"role": "assistant", "content": problem["answer"]},
-                    "rejected": {"role": "assistant", "content": wrong[int(rng.integers(len(wrong)))]},
-                    "kind": "arithmetic",
-                }
-            )
+            pairs.append({"prompt": [{"role": "user", "content": problem["prompt"]}],
+                          "chosen": {"role": "assistant", "content": problem["answer"]},
+                          "rejected": {"role": "assistant", "content": wrong[int(rng.integers(len(wrong)))]},
+                          "kind": "arithmetic"})
         made.append(pairs)
     return made[0], made[1]
 
@@ -153,9 +142,8 @@ def pair_text(record: dict) -> str:
     return json.dumps([record["prompt"], record["chosen"], record["rejected"]], ensure_ascii=False, sort_keys=True)
 
 
-def build_pairs(
-    cfg: PairsConfig, out_dir: str | Path, conversations: str | Path | None = None, progress: bool = True
-) -> Path:
+def build_pairs(cfg: PairsConfig, out_dir: str | Path, conversations: str | Path | None = None,
+                progress: bool = True) -> Path:
     """Write ``train.jsonl``, ``heldout.jsonl``, ``report.json`` and ``manifest.json`` into ``out_dir``;
     the built-in pairs from ``conversations`` (a conversations folder) when given."""
     out_dir = Path(out_dir)
@@ -185,24 +173,17 @@ def build_pairs(
             train, heldout = train + task_train, heldout + task_heldout
             sources.append("builtin:arithmetic")
     say_skipped(problems, "pairs", out_dir / REPORT_FILE)
-    say(unpaired > 0, "pairs", f"{unpaired} built-in question(s) gave no pair (no other module's answer to reject)")
+    say(unpaired > 0, "pairs", f"{unpaired} built-in question(s) gave no pair (no other module's "
+        "answer to reject)")
     if not train:
-        raise UserError(
-            f"no valid training pairs in {', '.join(sources) or 'the sources'}"
-            + (f" ({problems.count} bad record(s), first: {problems.listed[0]})" if problems.count else "")
-        )
+        raise UserError(f"no valid training pairs in {', '.join(sources) or 'the sources'}"
+                        + (f" ({problems.count} bad record(s), first: {problems.listed[0]})" if problems.count else ""))
     if not heldout:
         raise no_heldout(len(train) + len(heldout), "pairs", cfg.heldout_files)
-    report = {
-        "sources": sources,
-        "heldout_sources": list(cfg.heldout_files) or None,
-        "pairs": len(train) + len(heldout),
-        "train": len(train),
-        "heldout": len(heldout),
-        "builtin_unpaired": unpaired,
-        "bad_records": problems.as_dict(),
-        "config": to_dict(cfg),
-    }
+    report = {"sources": sources, "heldout_sources": list(cfg.heldout_files) or None,
+              "pairs": len(train) + len(heldout), "train": len(train), "heldout": len(heldout),
+              "builtin_unpaired": unpaired,
+              "bad_records": problems.as_dict(), "config": to_dict(cfg)}
     write_split_folder(out_dir, FORMAT, train, heldout, report)
     say(progress, "pairs", f"{len(train)} training and {len(heldout)} held-out pairs in {out_dir}")
     return out_dir
