@@ -13,7 +13,8 @@ needs TRL's ``GRPOTrainer`` on the same exported model; it is not measured here 
 (and whether TRL is installed).
 
     python bench/rl_bench.py [--smoke] [--lab LAB] [--base RUN] [--base-steps 150] [--sft-steps 300]
-                              [--rl-steps 60] [--rl-lr 1e-4] [--threads 0]
+                              [--rl-steps 60] [--rl-lr 1e-4] [--rl-temperature 1.0]
+                              [--group-size 8] [--threads 0]
 """
 
 from __future__ import annotations
@@ -82,13 +83,14 @@ def task_sft(lab: Path, base: str, steps: int, threads: int, smoke: bool) -> Pat
     return run_one_step(plan[1], lab).folder
 
 
-def rl_run(lab: Path, sft: Path, steps: int, lr: float, threads: int, smoke: bool) -> tuple[Path, float]:
+def rl_run(lab: Path, sft: Path, steps: int, lr: float, threads: int, smoke: bool, temperature: float = 1.0,
+           group: int = 8) -> tuple[Path, float]:
     cfg = RLStepConfig(threads=threads)
     train = dataclasses.replace(cfg.train, seq_len=40, max_steps=steps, checkpoint_interval=steps,
                                 optimizer=dataclasses.replace(cfg.train.optimizer, lr=lr),
-                                eval_interval=max(1, steps // 3), global_batch_tokens=40 * (16 if smoke else 64),
+                                eval_interval=max(1, steps // 3), global_batch_tokens=40 * (16 if smoke else 8 * group),
                                 eval_max_tokens=256)
-    rl = dataclasses.replace(cfg.rl, group_size=4 if smoke else 8, max_new_tokens=5,
+    rl = dataclasses.replace(cfg.rl, group_size=4 if smoke else group, max_new_tokens=5, temperature=temperature,
                              eval_max_prompts=8 if smoke else 200)
     plan = rl_steps(str(sft), ["builtin"], lab, cfg=dataclasses.replace(cfg, train=train, rl=rl))
     started = time.perf_counter()
@@ -105,6 +107,8 @@ def main() -> None:
     parser.add_argument("--sft-steps", type=int, default=300, help="task SFT steps before RL")
     parser.add_argument("--rl-steps", type=int, default=60, help="GRPO steps")
     parser.add_argument("--rl-lr", type=float, default=1e-4, help="GRPO's peak learning rate")
+    parser.add_argument("--rl-temperature", type=float, default=1.0, help="the rollouts' sampling temperature")
+    parser.add_argument("--group-size", type=int, default=8, help="rollouts per prompt (8 prompts per step)")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
     args = parser.parse_args()
     if args.threads:
@@ -114,7 +118,8 @@ def main() -> None:
         lab = Path(args.lab) if args.lab else Path(stack.enter_context(tempfile.TemporaryDirectory())) / "lab"
         base = args.base or run_one_step(base_step(args.smoke, base_count), lab).folder.name
         sft = task_sft(lab, base, sft_count, args.threads, args.smoke)
-        run_dir, seconds = rl_run(lab, sft, rl_count, args.rl_lr, args.threads, args.smoke)
+        run_dir, seconds = rl_run(lab, sft, rl_count, args.rl_lr, args.threads, args.smoke, args.rl_temperature,
+                                  args.group_size)
         out = outcome(run_dir)
         print(f"RL run {run_dir.name}: {out['key']} {out['before']:.3f} -> {out['after']:.3f} in {rl_count} steps")
     print(f"rl_start_pass_at_1: {100 * out['before']:.1f}  (after the task SFT; target 10-50)")

@@ -65,6 +65,8 @@ class PairsConfig(RecordSources):
     """A dependency whose output folder is a conversations folder: the built-in pairs are made from it."""
     arithmetic: bool = True
     """With ``builtin``: add the built-in arithmetic task's pairs (the right answer over another problem's)."""
+    describe: bool = True
+    """With ``builtin``: add the pairs of the instruction set's ``describe`` conversations."""
 
 
 def problem_with(record: object) -> str | None:
@@ -157,7 +159,7 @@ def build_pairs(cfg: PairsConfig, out_dir: str | Path, conversations: str | Path
         train, heldout = cfg.split(given, [pair_text(r) for r in given])
     sources = [str(p) for p in cfg.files]
     unpaired = 0
-    if cfg.builtin:
+    if cfg.builtin and cfg.describe:
         if conversations is not None:
             split = read_conversation_split(conversations, "train"), read_conversation_split(conversations, "heldout")
             sources.append(f"builtin (from {Path(conversations).name})")
@@ -168,10 +170,10 @@ def build_pairs(cfg: PairsConfig, out_dir: str | Path, conversations: str | Path
             sources.append("builtin")
         (made_train, lone_train), (made_heldout, lone_heldout) = (builtin_pairs(part, cfg.seed) for part in split)
         train, heldout, unpaired = train + made_train, heldout + made_heldout, lone_train + lone_heldout
-        if cfg.arithmetic:
-            task_train, task_heldout = arithmetic_pairs(cfg.seed)
-            train, heldout = train + task_train, heldout + task_heldout
-            sources.append("builtin:arithmetic")
+    if cfg.builtin and cfg.arithmetic:
+        task_train, task_heldout = arithmetic_pairs(cfg.seed)
+        train, heldout = train + task_train, heldout + task_heldout
+        sources.append("builtin:arithmetic")
     say_skipped(problems, "pairs", out_dir / REPORT_FILE)
     say(unpaired > 0, "pairs", f"{unpaired} built-in question(s) gave no pair (no other module's "
         "answer to reject)")
