@@ -6,6 +6,7 @@ to the same numbers bit for bit."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import signal
 import subprocess
@@ -172,3 +173,35 @@ def test_glasslab_rl_with_a_users_reward_logs_its_metrics_and_a_sigkill_resumes_
     resumed = run_cli(*_rl_args(base, lab), timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert _series(killed_dir) == whole  # the same rollouts, rewards and losses, bit for bit
+
+
+def _tiny_base_step(ctx) -> Path:
+    """A lab step that trains a tiny base into its folder (stands in for the demo's DPO model)."""
+    dataset = build_tiny_dataset(Path(ctx.output_dir) / "data")
+    train(from_dict(RunConfig, tiny_run_config(dataset, max_steps=4, checkpoint_interval=4)), ctx.output_dir)
+    return Path(ctx.output_dir)
+
+
+def test_the_demos_rl_stage_tunes_its_base_on_the_arithmetic_task_and_the_table_shows_pass_at_1(tmp_path):
+    from glasslab.cli.demo import posttrain_table
+    from glasslab.experiments.demo import QUICK, RL_STEP, posttrain_steps, rl_stage
+    from glasslab.lab import Step, run_one_step
+    from glasslab.posttrain.outcome import outcome
+
+    steps = {s.name: s for s in posttrain_steps(QUICK, Step("data", _tiny_base_step), Step("hero", _tiny_base_step))}
+    assert [d.name for d in steps[RL_STEP].deps] == ["demo-dpo", "demo-prompts"]
+    assert steps["demo-pairs"].config.describe is False and steps["demo-pairs"].config.arithmetic is True
+    stage = rl_stage(dataclasses.replace(QUICK, rl_steps=2), Step("tiny-base", _tiny_base_step))
+    rl = run_one_step(stage[-1], tmp_path / "lab").folder
+    record, out = read_record(rl), outcome(rl)
+    assert record["role"] == "rl" and record["reward"] == "builtin:arithmetic" and record["group_size"] == 8
+    assert record["prompts"]["heldout"]["prompts"] == len(split_problems(arithmetic_problems())[1])
+    assert out["key"] == "eval/rl/pass_at_1" and out["before"] is not None and out["after"] is not None
+    with RunReader(rl) as reader:
+        assert len(reader.scalars("rl/reward_mean")[1]) == 2
+    # The demo's table: the RL row beside SFT's and DPO's (the tiny base stands in for both here).
+    from rich.console import Console
+
+    console = Console(width=300, record=True)
+    console.print(posttrain_table(rl, rl, rl))
+    assert "held-out arithmetic pass@1 (DPO -> RL)" in console.export_text()

@@ -39,7 +39,17 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from glasslab.cli.run import print_verdict
-    from glasslab.experiments.demo import CARD, DPO_STEP, EXPORT_STEP, FULL, LADDER, QUICK, SFT_STEP, demo_steps
+    from glasslab.experiments.demo import (
+        CARD,
+        DPO_STEP,
+        EXPORT_STEP,
+        FULL,
+        LADDER,
+        QUICK,
+        RL_STEP,
+        SFT_STEP,
+        demo_steps,
+    )
     from glasslab.lab import Executor
     from glasslab.ladder.summary import summary_tables
     from glasslab.observatory.app import BackgroundServer
@@ -70,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
                for planned in report.plan.steps if planned.name == EXPORT_STEP}
     for table in summary_tables(folders[f"{LADDER}-fit"], folders[f"{LADDER}-hero"]):
         console.print(table)
-    console.print(posttrain_table(folders[SFT_STEP], folders[DPO_STEP]))
+    console.print(posttrain_table(folders[SFT_STEP], folders[DPO_STEP], folders[RL_STEP]))
     console.print(f"the hero for transformers (with a model card): {exports[f'{LADDER}-hero']}")
     console.print(f"its chat model (SFT), with the chat template: {exports[SFT_STEP]}  "
                   f"(glasslab chat {exports[SFT_STEP].name} --lab {lab})")
@@ -104,17 +114,18 @@ def index_and_map_hero_data(hero: Path, lab: Path, map_k: int, console) -> None:
                   f"(glasslab data map {hero.name} --lab {lab})")
 
 
-def posttrain_table(sft_folder: Path, dpo_folder: Path):
+def posttrain_table(sft_folder: Path, dpo_folder: Path, rl_folder: Path):
     """The demo table's last rows: held-out SFT loss and task accuracies (plain and in chat form) of the hero
-    before and after SFT with one reply of each, then the held-out preference accuracy of the SFT model before
-    and after DPO with one reply of each."""
+    before and after SFT with one reply of each, the held-out preference accuracy of the SFT model before
+    and after DPO with one reply of each, then the DPO model's held-out pass@1 before and after RL."""
     from rich.table import Table
 
     from glasslab.posttrain.outcome import outcome
 
-    sft, dpo = outcome(sft_folder), outcome(dpo_folder)
+    sft, dpo, rl = outcome(sft_folder), outcome(dpo_folder), outcome(rl_folder)
     table = Table(title=f"SFT of the hero ({sft_folder.name}): held-out loss on assistant tokens (nats/token), "
-                        f"task accuracy; DPO of the SFT model ({dpo_folder.name}): held-out preference accuracy")
+                        f"task accuracy; DPO of the SFT model ({dpo_folder.name}): held-out preference accuracy; "
+                        f"RL of the DPO model ({rl_folder.name}): held-out pass@1")
     for column in ("", "before", "after", "change"):
         table.add_column(column)
     change = f"{sft['relative']:+.1%}" if sft["relative"] is not None else ""
@@ -122,11 +133,16 @@ def posttrain_table(sft_folder: Path, dpo_folder: Path):
     for task, (before, after) in sft["tasks"].items():
         table.add_row(f"{task} accuracy", _num(before), _num(after), f"{100 * (after - before):+.1f} points")
     table.add_row(f"reply to {sft['prompt']!r}", sft["base_reply"], sft["reply"], "")
-    gain = (f"{100 * (dpo['after'] - dpo['before']):+.1f} points"
-            if dpo["before"] is not None and dpo["after"] is not None else "")
-    table.add_row("held-out preference accuracy (SFT -> DPO)", _num(dpo["before"]), _num(dpo["after"]), gain)
+    table.add_row("held-out preference accuracy (SFT -> DPO)", _num(dpo["before"]), _num(dpo["after"]), _points(dpo))
     table.add_row(f"reply to {dpo['prompt']!r}", dpo["base_reply"], dpo["reply"], "")
+    table.add_row("held-out arithmetic pass@1 (DPO -> RL)", _num(rl["before"]), _num(rl["after"]), _points(rl))
     return table
+
+
+def _points(out: dict) -> str:
+    """An outcome's change in points (``+20.5 points``), or nothing when a side is missing."""
+    before, after = out["before"], out["after"]
+    return f"{100 * (after - before):+.1f} points" if before is not None and after is not None else ""
 
 
 def _num(value) -> str:
