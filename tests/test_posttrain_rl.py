@@ -203,5 +203,5 @@ def test_the_demos_rl_stage_tunes_its_base_on_the_arithmetic_task_and_the_table_
     from rich.console import Console
 
     console = Console(width=300, record=True)
-    console.print(posttrain_table(rl, rl, rl))
+    console.print(posttrain_table({"demo-sft": rl, "demo-dpo": rl, RL_STEP: rl}))
     assert "held-out arithmetic pass@1 (DPO -> RL)" in console.export_text()

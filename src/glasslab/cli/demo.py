@@ -39,17 +39,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from glasslab.cli.run import print_verdict
-    from glasslab.experiments.demo import (
-        CARD,
-        DPO_STEP,
-        EXPORT_STEP,
-        FULL,
-        LADDER,
-        QUICK,
-        RL_STEP,
-        SFT_STEP,
-        demo_steps,
-    )
+    from glasslab.experiments.demo import CARD, EXPORT_STEP, FULL, LADDER, QUICK, SFT_STEP, demo_steps
     from glasslab.lab import Executor
     from glasslab.ladder.summary import summary_tables
     from glasslab.observatory.app import BackgroundServer
@@ -80,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
                for planned in report.plan.steps if planned.name == EXPORT_STEP}
     for table in summary_tables(folders[f"{LADDER}-fit"], folders[f"{LADDER}-hero"]):
         console.print(table)
-    console.print(posttrain_table(folders[SFT_STEP], folders[DPO_STEP], folders[RL_STEP]))
+    console.print(posttrain_table(folders))
     console.print(f"the hero for transformers (with a model card): {exports[f'{LADDER}-hero']}")
     console.print(f"its chat model (SFT), with the chat template: {exports[SFT_STEP]}  "
                   f"(glasslab chat {exports[SFT_STEP].name} --lab {lab})")
@@ -114,14 +104,17 @@ def index_and_map_hero_data(hero: Path, lab: Path, map_k: int, console) -> None:
                   f"(glasslab data map {hero.name} --lab {lab})")
 
 
-def posttrain_table(sft_folder: Path, dpo_folder: Path, rl_folder: Path):
+def posttrain_table(folders: dict[str, Path]):
     """The demo table's last rows: held-out SFT loss and task accuracies (plain and in chat form) of the hero
     before and after SFT with one reply of each, the held-out preference accuracy of the SFT model before
-    and after DPO with one reply of each, then the DPO model's held-out pass@1 before and after RL."""
+    and after DPO with one reply of each, then the DPO model's held-out pass@1 before and after RL
+    (``folders``: each step's folder by its name)."""
     from rich.table import Table
 
+    from glasslab.experiments.demo import DPO_STEP, RL_STEP, SFT_STEP
     from glasslab.posttrain.outcome import outcome
 
+    sft_folder, dpo_folder, rl_folder = folders[SFT_STEP], folders[DPO_STEP], folders[RL_STEP]
     sft, dpo, rl = outcome(sft_folder), outcome(dpo_folder), outcome(rl_folder)
     table = Table(title=f"SFT of the hero ({sft_folder.name}): held-out loss on assistant tokens (nats/token), "
                         f"task accuracy; DPO of the SFT model ({dpo_folder.name}): held-out preference accuracy; "
