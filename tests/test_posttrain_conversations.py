@@ -22,7 +22,6 @@ from glasslab.posttrain.conversations import (
     read_conversations,
 )
 from glasslab.posttrain.instructions import instruction_conversations
-from glasslab.posttrain.rewards_builtin import arithmetic_problems, split_problems
 
 GOOD = {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi?"},
                      {"role": "assistant", "content": "Hello."}]}
@@ -154,20 +153,3 @@ def test_heldout_split_is_stable_and_decontamination_drops_overlaps(tmp_path):
     assert quotes == [] and report["decontaminated"] == 2 - sum(
         r["messages"][0]["content"] == "Quote it." for r in heldout)
     assert report["train"] == len(train) and report["decontaminated_against"] == str(dataset)
-
-
-def test_arithmetic_conversations_keep_the_tasks_held_out_problems_out_of_training(tmp_path):
-    path = tmp_path / "mine.jsonl"
-    path.write_text("".join(json.dumps({"messages": [{"role": "user", "content": f"q{i}"},
-                                                     {"role": "assistant", "content": f"a{i}"}]}) + "\n"
-                            for i in range(40)))
-    plain = build_conversations(ConversationsConfig(builtin=False, files=(str(path),)), tmp_path / "plain",
-                                progress=False)
-    folder = build_conversations(ConversationsConfig(builtin=False, files=(str(path),), arithmetic=True),
-                                 tmp_path / "c", progress=False)
-    train_problems, heldout_problems = split_problems(arithmetic_problems())
-    for split, problems in (("train", train_problems), ("heldout", heldout_problems)):
-        task = [r for r in read_conversation_split(folder, split) if r.get("kind") == "arithmetic"]
-        assert [[m["content"] for m in r["messages"]] for r in task] == [[p["prompt"], p["answer"]] for p in problems]
-        assert len(read_conversation_split(folder, split)) == len(read_conversation_split(plain, split)) + len(task)
-    assert "builtin:arithmetic" in json.loads((folder / "report.json").read_text())["sources"]

@@ -224,7 +224,7 @@ def posttrain_steps(size: DemoSize, data: Step, hero: Step, device: str = "cpu",
     """The hero's post-training: the instruction set, SFT of the hero's last checkpoint and its export, the
     built-in pairs and DPO of the SFT model, then the arithmetic task's prompts and RL of the DPO model."""
     conversations = Step(CONVERSATIONS_STEP, conversations_step,
-                         ConversationsConfig(builtin_max_modules=size.sft_max_modules, arithmetic=True), deps=(data,))
+                         ConversationsConfig(builtin_max_modules=size.sft_max_modules), deps=(data,))
     train = dataclasses.replace(default_sft_train(), seq_len=size.sft_seq_len, max_steps=size.sft_steps,
                                 global_batch_tokens=size.sft_seq_len * 16, checkpoint_interval=size.sft_steps,
                                 eval_tasks=sft_tasks(size))

@@ -42,7 +42,6 @@ from glasslab.posttrain.records import (
     say_skipped,
     write_split_folder,
 )
-from glasslab.posttrain.rewards_builtin import arithmetic_problems, split_problems
 
 MIN_SHORT_WORDS = 4
 """Messages of fewer words are too generic ("Show me its code.") to count as overlap on their own."""
@@ -57,9 +56,6 @@ class ConversationsConfig(RecordSources):
     section: ClassVar[str] = "conversations"
     decontaminate: str = ""
     """A dataset folder (``glasslab data build``) whose eval split training conversations must not overlap."""
-    arithmetic: bool = False
-    """Add the built-in arithmetic task's problems as question -> answer conversations, split as the task
-    splits them (so an RL run on the task starts from a model that answers some; the demo's SFT does)."""
 
 
 def problem_with(record: object) -> str | None:
@@ -73,15 +69,6 @@ def problem_with(record: object) -> str | None:
 def read_conversations(path: str | Path, problems: RecordProblems, strict: bool = False):
     """Valid conversations of a JSONL file, in order; a bad one is recorded in ``problems``."""
     return read_records(path, problem_with, problems, strict, what="conversations")
-
-
-def arithmetic_conversations() -> tuple[list[dict], list[dict]]:
-    """(training, held-out) conversations of the built-in arithmetic task (kind ``arithmetic``): each problem
-    asked and answered, the held-out ones the task's held-out problems."""
-    train, heldout = ([{"messages": [{"role": "user", "content": p["prompt"]},
-                                     {"role": "assistant", "content": p["answer"]}], "kind": "arithmetic"}
-                       for p in part] for part in split_problems(arithmetic_problems()))
-    return train, heldout
 
 
 def conversation_text(record: dict) -> str:
@@ -112,10 +99,6 @@ def build_conversations(cfg: ConversationsConfig, out_dir: str | Path, progress:
         train, heldout = records, given_heldout
     else:
         train, heldout = split_conversations(records, cfg)
-    if cfg.arithmetic:
-        task_train, task_heldout = arithmetic_conversations()
-        train, heldout = train + task_train, heldout + task_heldout
-        sources.append("builtin:arithmetic")
     contaminated = 0
     if cfg.decontaminate:
         overlap = HeldoutOverlap(cfg.decontaminate)
