@@ -14,6 +14,7 @@ import pytest
 from cli_runner import run_cli
 from glasslab.layout import EXPORT_MANIFEST, MODEL_CARD
 from glasslab.posttrain.outcome import outcome
+from glasslab.posttrain.pairs import read_pair_split
 
 pytestmark = pytest.mark.slow  # the session's demo lab takes about a minute and a half to build
 
@@ -260,3 +261,7 @@ def test_demo_preference_tunes_its_sft_model_on_the_builtin_pairs(demo_lab):
     # On the held-out pairs (the last training batch's accuracy is 16 pairs' worth of noise)
     assert result["eval/dpo/reward_margin"] > 0 and result["eval/dpo/accuracy"] > 0.5
     assert "held-out preference accuracy (SFT -> DPO)" in demo_lab.stdout
+    assert {p["kind"] for p in read_pair_split(only(lab, "demo-pairs-*"), "heldout")} == {"arithmetic"}
+    rl = json.loads((only(lab, "demo-rl-*") / "run.json").read_text())  # GRPO of the DPO model, last
+    assert rl["role"] == "rl" and rl["parent"]["run"] == dpo.name and rl["reward"] == "builtin:arithmetic"
+    assert "held-out arithmetic pass@1 (DPO -> RL)" in demo_lab.stdout
