@@ -9,8 +9,11 @@ there), and the RL run's held-out pass@1 (greedy, held-out problems none of the 
 and after is the headline, in points.
 
 ``rl_minutes_demo`` is the wall time of the RL step (the demo would add it). ``rl_rollout_tokens_per_s_vs_trl``
-needs TRL's ``GRPOTrainer`` on the same exported model; it is not measured here yet, and the line says so
-(and whether TRL is installed).
+is ours over TRL's: completion tokens per second of whole GRPO steps (rollouts, rewards and the update;
+ours from each step's ``throughput/tokens_per_second``, which times the loader's rollouts too) when TRL's
+``GRPOTrainer`` (the ``bench`` extra: ``pip install -e ".[bench]"``) runs the same number of steps on the
+task-SFT model's export, with the same task, batch (8 prompts × G), answer length, temperature, LR and β;
+without TRL the line says so.
 
     python bench/rl_bench.py [--smoke] [--lab LAB] [--base RUN] [--base-steps 150] [--sft-steps 300]
                               [--rl-steps 60] [--rl-lr 1e-4] [--rl-temperature 1.0]
@@ -39,6 +42,7 @@ from glasslab.posttrain.rewards_builtin import arithmetic_problems, split_proble
 from glasslab.posttrain.rl_plans import rl_steps
 from glasslab.posttrain.rl_step import RLStepConfig
 from glasslab.posttrain.sft import SFTStepConfig
+from glasslab.track import RunReader
 
 
 def base_step(smoke: bool, steps: int) -> Step:
@@ -73,14 +77,13 @@ def task_sft_file(lab: Path, smoke: bool) -> Path:
     return path
 
 
-def task_sft(lab: Path, base: str, steps: int, threads: int, smoke: bool) -> Path:
+def task_sft(lab: Path, base: str, steps: int, threads: int, smoke: bool) -> list[Step]:
     cfg = SFTStepConfig(threads=threads)
     cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, seq_len=32, global_batch_tokens=32 * 32,
                                                              max_steps=steps, checkpoint_interval=steps,
                                                              eval_max_tokens=256, sample_max_new_tokens=8),
                               sft=dataclasses.replace(cfg.sft, eval_max_conversations=32 if smoke else 256))
-    plan = sft_steps(base, [str(task_sft_file(lab, smoke))], lab, cfg=cfg)
-    return run_one_step(plan[1], lab).folder
+    return sft_steps(base, [str(task_sft_file(lab, smoke))], lab, cfg=cfg)[1:]
 
 
 def rl_run(lab: Path, sft: Path, steps: int, lr: float, threads: int, smoke: bool, temperature: float = 1.0,
@@ -96,6 +99,54 @@ def rl_run(lab: Path, sft: Path, steps: int, lr: float, threads: int, smoke: boo
     started = time.perf_counter()
     done = run_one_step(plan[1], lab)
     return done.folder, time.perf_counter() - started
+
+
+def ours_tokens_per_s(run_dir: Path, rollouts: int, step_tokens: int) -> float:
+    """Completion tokens per second over the RL run's steps: each step's ``rollouts`` × mean answer length
+    over its time (``step_tokens`` / its ``throughput/tokens_per_second``)."""
+    with RunReader(run_dir) as reader:
+        lengths, speeds = reader.scalars("rl/completion_tokens")[1], reader.scalars("throughput/tokens_per_second")[1]
+    return rollouts * sum(lengths) / sum(step_tokens / v for v in speeds)
+
+
+def trl_tokens_per_s(export: Path, steps: int, args: argparse.Namespace, rows: int, group: int) -> float:
+    """Completion tokens per second of TRL's ``GRPOTrainer`` over ``steps`` steps on ``export`` (the clock
+    around ``train()``: its rollouts, rewards and updates)."""
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    train_set, _ = split_problems(arithmetic_problems())
+    data = Dataset.from_list([{"prompt": [{"role": "user", "content": p["prompt"]}], "answer": p["answer"]}
+                              for p in train_set])
+
+    def reward(completions, answer, **_):
+        return [float(c[0]["content"].strip() == a) for c, a in zip(completions, answer, strict=True)]
+
+    with tempfile.TemporaryDirectory() as out:
+        cfg = GRPOConfig(output_dir=out, per_device_train_batch_size=rows, num_generations=group,
+                         max_completion_length=5, max_steps=steps, use_cpu=True, logging_steps=1, report_to=[],
+                         learning_rate=args.rl_lr, beta=0.02, temperature=args.rl_temperature, save_strategy="no")
+        trainer = GRPOTrainer(model=str(export), reward_funcs=reward, args=cfg, train_dataset=data,
+                              processing_class=AutoTokenizer.from_pretrained(export))
+        started = time.perf_counter()
+        trainer.train()
+        seconds = time.perf_counter() - started
+    lengths = [h["completions/mean_length"] for h in trainer.state.log_history if "completions/mean_length" in h]
+    return rows * sum(lengths) / seconds
+
+
+def trl_line(lab: Path, sft_plan: list[Step], run_dir: Path, steps: int, args: argparse.Namespace) -> str:
+    """The ``rl_rollout_tokens_per_s_vs_trl`` line: ours over TRL's, or why it is not measured."""
+    if importlib.util.find_spec("trl") is None:
+        return "not measured  (TRL not installed: pip install -e \".[bench]\")"
+    if len(sft_plan) < 2:
+        return "not measured  (the base has no transformers export for TRL to load)"
+    export = run_one_step(sft_plan[-1], lab).folder
+    rows, group = (16, 4) if args.smoke else (8 * args.group_size, args.group_size)
+    ours = ours_tokens_per_s(run_dir, rows, 40 * rows)
+    theirs = trl_tokens_per_s(export, steps, args, rows, group)
+    return f"{ours / theirs:.2f}  (ours {ours:,.0f}, TRL {theirs:,.0f} completion tokens/s of whole GRPO steps)"
 
 
 def main() -> None:
@@ -117,16 +168,17 @@ def main() -> None:
     with contextlib.ExitStack() as stack:
         lab = Path(args.lab) if args.lab else Path(stack.enter_context(tempfile.TemporaryDirectory())) / "lab"
         base = args.base or run_one_step(base_step(args.smoke, base_count), lab).folder.name
-        sft = task_sft(lab, base, sft_count, args.threads, args.smoke)
+        sft_plan = task_sft(lab, base, sft_count, args.threads, args.smoke)
+        sft = run_one_step(sft_plan[0], lab).folder
         run_dir, seconds = rl_run(lab, sft, rl_count, args.rl_lr, args.threads, args.smoke, args.rl_temperature,
                                   args.group_size)
         out = outcome(run_dir)
         print(f"RL run {run_dir.name}: {out['key']} {out['before']:.3f} -> {out['after']:.3f} in {rl_count} steps")
+        trl = trl_line(lab, sft_plan, run_dir, rl_count, args)
     print(f"rl_start_pass_at_1: {100 * out['before']:.1f}  (after the task SFT; target 10-50)")
     print(f"rl_heldout_pass_at_1_gain_points: {100 * (out['after'] - out['before']):+.1f}  (builtin:arithmetic, "
           "held-out problems, greedy; target >= +20)")
-    trl = "installed" if importlib.util.find_spec("trl") else "not installed"
-    print(f"rl_rollout_tokens_per_s_vs_trl: not measured  (TRL {trl}; the side-by-side run is not written yet)")
+    print(f"rl_rollout_tokens_per_s_vs_trl: {trl}  (target >= 1)")
     print(f"rl_minutes_demo: {seconds / 60:.2f}  (the RL step's wall time; 0 when found cached; target <= 2)")
 
 
