@@ -131,7 +131,7 @@ def _rl_args(base: Path, lab: Path, steps: int = 6) -> list[str]:
     prompts, reward = _user_task(lab.parent)
     return ["rl", str(base), str(prompts), "--reward", str(reward), "--group-size", "4", "--steps", str(steps),
             "--seq-len", "40", "train.global_batch_tokens=320", "rl.max_new_tokens=5", "rl.eval_max_prompts=6",
-            "train.checkpoint_interval=2", "train.eval_interval=3", "train.eval_max_tokens=64",
+            "train.checkpoint_interval=2", "train.keep_last=10", "train.eval_interval=3", "train.eval_max_tokens=64",
             "train.optimizer.lr=3e-3", "--lab", str(lab)]
 
 
@@ -163,7 +163,7 @@ def test_glasslab_rl_with_a_users_reward_logs_its_metrics_and_a_sigkill_resumes_
                                start_new_session=True)
     deadline = time.monotonic() + 300
     while not list(lab.glob("rl-*/checkpoints/step-0000002")) and time.monotonic() < deadline:
-        time.sleep(0.2)
+        time.sleep(0.05)
     import os
 
     os.killpg(process.pid, signal.SIGKILL)
