@@ -1,7 +1,8 @@
 """RL with verifiable rewards in numbers: what GRPO buys on the built-in arithmetic task, and what it costs.
 
 A base (``--base RUN[@STEP]`` in ``--lab``, else a small dense model trained here on the demo's data) is first tuned
-briefly on the arithmetic task's training problems as conversations (question -> answer): a *task SFT*, so
+briefly on the arithmetic task's training problems as conversations (question -> answer; ``glasslab sft BASE
+builtin:arithmetic``): a *task SFT*, so
 that the RL run starts where the issue fixes it, between 10% and 50% held-out pass@1 (the SFT steps,
 ``--sft-steps``, set that start; the line ``rl_start_pass_at_1`` says where it landed). Then
 ``glasslab rl SFT builtin --reward builtin:arithmetic`` runs as steps in the lab (found cached when they are
@@ -26,7 +27,6 @@ import argparse
 import contextlib
 import dataclasses
 import importlib.util
-import json
 import tempfile
 import time
 from pathlib import Path
@@ -64,26 +64,13 @@ def base_step(smoke: bool, steps: int) -> Step:
     return Step("rl-bench-base", train_step, TrainStepConfig(run=run, data_from=data.name), deps=(data,))
 
 
-def task_sft_file(lab: Path, smoke: bool) -> Path:
-    """The arithmetic task's training problems as conversations (the held-out ones are never among them; a
-    few hundred for ``--smoke``)."""
-    path = lab / "rl-bench-arithmetic-sft.jsonl"
-    train_set, _ = split_problems(arithmetic_problems())
-    train_set = train_set[:400] if smoke else train_set
-    lines = [json.dumps({"messages": [{"role": "user", "content": p["prompt"]},
-                                      {"role": "assistant", "content": p["answer"]}]}) for p in train_set]
-    lab.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
 def task_sft(lab: Path, base: str, steps: int, threads: int, smoke: bool) -> list[Step]:
     cfg = SFTStepConfig(threads=threads)
     cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, seq_len=32, global_batch_tokens=32 * 32,
                                                              max_steps=steps, checkpoint_interval=steps,
                                                              eval_max_tokens=256, sample_max_new_tokens=8),
                               sft=dataclasses.replace(cfg.sft, eval_max_conversations=32 if smoke else 256))
-    return sft_steps(base, [str(task_sft_file(lab, smoke))], lab, cfg=cfg)[1:]
+    return sft_steps(base, ["builtin:arithmetic"], lab, cfg=cfg)[1:]
 
 
 def rl_run(lab: Path, sft: Path, steps: int, lr: float, threads: int, smoke: bool, temperature: float = 1.0,

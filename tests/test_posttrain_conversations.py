@@ -153,3 +153,19 @@ def test_heldout_split_is_stable_and_decontamination_drops_overlaps(tmp_path):
     assert quotes == [] and report["decontaminated"] == 2 - sum(
         r["messages"][0]["content"] == "Quote it." for r in heldout)
     assert report["train"] == len(train) and report["decontaminated_against"] == str(dataset)
+
+
+def test_a_tasks_problems_become_conversations_held_out_as_the_task_holds_them_out(tmp_path):
+    from glasslab.config import ConfigError, config_hash
+    from glasslab.posttrain.rewards_builtin import arithmetic_problems, split_problems
+
+    assert config_hash(ConversationsConfig()) == config_hash(ConversationsConfig(task=""))  # unset: not hashed
+    assert config_hash(ConversationsConfig(task="arithmetic")) != config_hash(ConversationsConfig())
+    folder = build_conversations(ConversationsConfig(builtin=False, task="arithmetic"), tmp_path / "c", progress=False)
+    train, heldout = (read_conversation_split(folder, split) for split in ("train", "heldout"))
+    task_train, task_heldout = split_problems(arithmetic_problems())
+    assert [c["messages"][0]["content"] for c in heldout] == [p["prompt"] for p in task_heldout]
+    assert [c["messages"][1]["content"] for c in train] == [p["answer"] for p in task_train]
+    assert read_json(folder / "report.json")["kinds"] == {"task:arithmetic": len(train) + len(heldout)}
+    with pytest.raises(ConfigError, match="conversations.task='code': expected a built-in task with reference"):
+        ConversationsConfig(task="code")

@@ -11,6 +11,8 @@ Conventions for config classes:
 - Range checks go in ``__post_init__`` through :func:`require`, which raises a one-line error.
 - A field whose value must not change a step's identity (worker counts, log intervals) is declared
   with ``field(default=..., metadata=UNVERSIONED)`` and is left out of :func:`config_hash`.
+- A field added to a config that already names steps in labs is declared ``metadata=VERSIONED_WHEN_SET``:
+  left at its default it is out of the hash, so every existing step keeps its identity; set, it is hashed.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ T = TypeVar("T")
 
 UNVERSIONED = {"versioned": False}
 """Field metadata for values that do not change what a step computes (see module docstring)."""
+VERSIONED_WHEN_SET = {"versioned": "when_set"}
+"""Field metadata for a field added later: hashed only when it differs from its default (module docstring)."""
 
 SECRET_WORDS = frozenset({"token", "key", "apikey", "secret", "password", "passwd", "credential", "credentials"})
 """A key is secret when one of its words (split on ``_``, ``-``, ``.`` and case) is one of these, so
@@ -222,13 +226,18 @@ def to_dict(cfg: Any, versioned_only: bool = False) -> Any:
         return {
             f.name: to_dict(getattr(cfg, f.name), versioned_only)
             for f in dataclasses.fields(cfg)
-            if not (versioned_only and f.metadata.get("versioned", True) is False)
+            if not (versioned_only and _unhashed(f, getattr(cfg, f.name)))
         }
     if isinstance(cfg, Mapping):
         return {str(k): to_dict(v, versioned_only) for k, v in cfg.items()}
     if isinstance(cfg, (list, tuple)):
         return [to_dict(v, versioned_only) for v in cfg]
     return cfg
+
+
+def _unhashed(f: dataclasses.Field, value: Any) -> bool:
+    versioned = f.metadata.get("versioned", True)
+    return versioned is False or (versioned == "when_set" and value == f.default)
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:

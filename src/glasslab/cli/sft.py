@@ -24,7 +24,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "sft", help="fine-tune a run or an export on conversations (supervised, assistant tokens only)",
         description="Fine-tune BASE on JSONL files of {\"messages\": [...]} conversations (or 'builtin', the "
-        "built-in instruction set), the loss on the assistant's tokens only, as steps in the lab: "
+        "built-in instruction set; 'builtin:arithmetic', the RL task's training problems with their answers, "
+        "held out as RL holds them out), the loss on the assistant's tokens only, as steps in the lab: "
         "conversations, sft, export. A conversation longer than a row is cut at a turn boundary (or left out "
         "with --drop-long); every count is printed and recorded.",
     )

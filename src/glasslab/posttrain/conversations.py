@@ -21,11 +21,11 @@ words) appearing in a held-out document.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from glasslab.config import from_dict, to_dict
+from glasslab.config import VERSIONED_WHEN_SET, from_dict, require, to_dict
 from glasslab.data.decontaminate import Decontaminator
 from glasslab.data.tokenizer import CHAT_ROLES
 from glasslab.errors import UserError
@@ -43,6 +43,8 @@ from glasslab.posttrain.records import (
     write_split_folder,
 )
 
+TASKS_WITH_ANSWERS = ("arithmetic",)
+"""Built-in RL tasks whose problems carry the answer itself (``code`` has tests, not a solution)."""
 MIN_SHORT_WORDS = 4
 """Messages of fewer words are too generic ("Show me its code.") to count as overlap on their own."""
 FORMAT = "glasslab-conversations/1"
@@ -56,6 +58,18 @@ class ConversationsConfig(RecordSources):
     section: ClassVar[str] = "conversations"
     decontaminate: str = ""
     """A dataset folder (``glasslab data build``) whose eval split training conversations must not overlap."""
+    task: str = field(default="", metadata=VERSIONED_WHEN_SET)
+    """A built-in RL task with reference answers (``arithmetic``): its problems as one-turn conversations
+    (question, then the answer alone), held out exactly as the task holds out its problems, so a task SFT
+    before RL never trains on the problems RL is scored on."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(not self.task or self.task in TASKS_WITH_ANSWERS, "conversations.task", self.task,
+                f"a built-in task with reference answers: {', '.join(TASKS_WITH_ANSWERS)}")
+
+    def sources_given(self) -> bool:
+        return super().sources_given() or bool(self.task)
 
 
 def problem_with(record: object) -> str | None:
@@ -92,13 +106,15 @@ def build_conversations(cfg: ConversationsConfig, out_dir: str | Path, progress:
     records, sources = _gather(cfg, problems)
     given_heldout = [r for path in cfg.heldout_files for r in read_conversations(path, problems, cfg.strict)]
     say_skipped(problems, "conversations", out_dir / REPORT_FILE)
-    if not records:
+    task_train, task_heldout = task_conversations(cfg.task, cfg.seed) if cfg.task else ([], [])
+    if not records and not task_train:
         raise UserError(f"no valid conversations in {', '.join(sources) or 'the sources'}"
                         + (f" ({problems.count} bad record(s), first: {problems.listed[0]})" if problems.count else ""))
     if cfg.heldout_files:
         train, heldout = records, given_heldout
     else:
-        train, heldout = split_conversations(records, cfg)
+        train, heldout = split_conversations(records, cfg) if records else ([], [])
+    records, train, heldout = records + task_train + task_heldout, train + task_train, heldout + task_heldout
     contaminated = 0
     if cfg.decontaminate:
         overlap = HeldoutOverlap(cfg.decontaminate)
@@ -129,6 +145,18 @@ def build_conversations(cfg: ConversationsConfig, out_dir: str | Path, progress:
     return out_dir
 
 
+def task_conversations(task: str, seed: int) -> tuple[list[dict], list[dict]]:
+    """(training, held-out) conversations of a built-in task's problems, split as the task splits them."""
+    from glasslab.posttrain.rewards_builtin import builtin_problems, split_problems
+
+    def conversation(problem: dict) -> dict:
+        return {"messages": [{"role": "user", "content": problem["prompt"]},
+                             {"role": "assistant", "content": problem["answer"]}], "kind": f"task:{task}"}
+
+    train, heldout = split_problems(builtin_problems(task), seed)
+    return [conversation(p) for p in train], [conversation(p) for p in heldout]
+
+
 def _gather(cfg: ConversationsConfig, problems: RecordProblems) -> tuple[list[dict], list[str]]:
     records: list[dict] = []
     sources: list[str] = []
@@ -140,6 +168,8 @@ def _gather(cfg: ConversationsConfig, problems: RecordProblems) -> tuple[list[di
     for path in cfg.files:
         records.extend(read_conversations(path, problems, cfg.strict))
         sources.append(str(path))
+    if cfg.task:
+        sources.append(f"builtin:{cfg.task}")
     return records, sources
 
 

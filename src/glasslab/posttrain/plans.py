@@ -16,6 +16,7 @@ import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
+from glasslab.errors import UserError
 from glasslab.lab import Step, planned_folder_name
 from glasslab.model.export import ExportError, hf_architecture
 from glasslab.model.load import ModelSource
@@ -30,6 +31,8 @@ from glasslab.train.export_step import ExportConfig, export_step
 
 BUILTIN = "builtin"
 """Named among the data files: the built-in instruction set (SFT) or the built-in pairs (DPO)."""
+TASK_PREFIX = "builtin:"
+"""``builtin:TASK`` among SFT's conversations: a built-in RL task's training problems with their answers."""
 
 
 def base_name(source: ModelSource, lab: str | Path) -> str:
@@ -50,10 +53,13 @@ def sft_steps(base: str, conversations: Sequence[str], lab: str | Path, *, heldo
     """conversations -> sft -> export for ``glasslab sft``; ``cfg`` gives the schedule, packing and device
     (its base and dependencies are filled in here)."""
     source = find_base(base, lab)
-    builtin, files, held = _sources(conversations, heldout)
+    tasks = [c.removeprefix(TASK_PREFIX) for c in conversations if c.startswith(TASK_PREFIX)]
+    if len(tasks) > 1:
+        raise UserError(f"conversations: {len(tasks)} built-in tasks named ({', '.join(tasks)}); expected one")
+    builtin, files, held = _sources([c for c in conversations if not c.startswith(TASK_PREFIX)], heldout)
     data = Step("conversations", conversations_step,
                 ConversationsConfig(builtin=builtin, files=files, heldout_files=held,
-                                    file_hashes=file_hashes(files + held)))
+                                    file_hashes=file_hashes(files + held), task=tasks[0] if tasks else ""))
     cfg = dataclasses.replace(cfg or SFTStepConfig(), conversations_from=data.name)
     return _tuning_steps("sft", cfg, data, source, lab)
 

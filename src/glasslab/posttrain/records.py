@@ -174,12 +174,15 @@ class RecordSources:
 
     def __post_init__(self) -> None:
         name = self.section
-        require(self.builtin or bool(self.files), f"{name}.files", self.files,
-                f"at least one file when {name}.builtin is false")
+        require(self.sources_given(), f"{name}.files", self.files, f"at least one file when {name}.builtin is false")
         require(self.builtin_max_modules >= 0, f"{name}.builtin_max_modules", self.builtin_max_modules, ">= 0")
         require(0 <= self.heldout_fraction < 1, f"{name}.heldout_fraction", self.heldout_fraction, "in [0, 1)")
         require(0 <= self.heldout_min <= self.heldout_max, f"{name}.heldout_min", self.heldout_min,
                 "0 <= heldout_min <= heldout_max")
+
+    def sources_given(self) -> bool:
+        """Whether the config names any records at all."""
+        return self.builtin or bool(self.files)
 
     def split(self, records: list[dict], texts: Sequence[str]) -> tuple[list[dict], list[dict]]:
         """(train, held out): a seeded hash of each record's text (stable under reordering) chooses, at
