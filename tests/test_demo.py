@@ -13,6 +13,7 @@ import pytest
 
 from cli_runner import run_cli
 from glasslab.layout import EXPORT_MANIFEST, MODEL_CARD
+from glasslab.posttrain.conversations import read_conversation_split
 from glasslab.posttrain.outcome import outcome
 from glasslab.posttrain.pairs import read_pair_split
 
@@ -142,7 +143,8 @@ def test_every_demo_folder_is_a_succeeded_step_with_lab_events(demo_lab):
     from glasslab.track import read_lab_events
 
     folders = step_hashes(demo_lab.root)
-    assert len(folders) == 15  # data, 4 rungs, fit, hero, export, conversations, sft, export, pairs, dpo, index, map
+    assert len(folders) == 19  # data, 4 rungs, fit, hero, export, conversations, sft, export, pairs, dpo, index, map,
+    #                            task conversations, task sft, prompts, rl
     assert all(read_step_record(demo_lab.root / f)["status"] == "succeeded" for f in folders)
     succeeded = {e["subject"] for e in read_lab_events(demo_lab.root) if e["kind"] == "step_succeeded"}
     assert succeeded == set(folders)
@@ -262,6 +264,11 @@ def test_demo_preference_tunes_its_sft_model_on_the_builtin_pairs(demo_lab):
     assert result["eval/dpo/reward_margin"] > 0 and result["eval/dpo/accuracy"] > 0.5
     assert "held-out preference accuracy (SFT -> DPO)" in demo_lab.stdout
     assert {p["kind"] for p in read_pair_split(only(lab, "demo-pairs-*"), "heldout")} == {"arithmetic"}
-    rl = json.loads((only(lab, "demo-rl-*") / "run.json").read_text())  # GRPO of the DPO model, last
-    assert rl["role"] == "rl" and rl["parent"]["run"] == dpo.name and rl["reward"] == "builtin:arithmetic"
-    assert "held-out arithmetic pass@1 (DPO -> RL)" in demo_lab.stdout
+    task_sft = only(lab, "demo-task-sft-*")  # the arithmetic task's SFT of the DPO model, then GRPO of it, last
+    assert json.loads((task_sft / "run.json").read_text())["parent"]["run"] == dpo.name
+    assert {r["kind"] for r in read_conversation_split(only(lab, "demo-task-conversations-*"), "train")} == {
+        "task:arithmetic"}
+    rl = json.loads((only(lab, "demo-rl-*") / "run.json").read_text())
+    assert rl["role"] == "rl" and rl["parent"]["run"] == task_sft.name and rl["reward"] == "builtin:arithmetic"
+    assert "held-out answer loss (DPO -> task SFT)" in demo_lab.stdout
+    assert "held-out pass@1 (task SFT -> RL)" in demo_lab.stdout

@@ -184,15 +184,18 @@ def _tiny_base_step(ctx) -> Path:
 
 def test_the_demos_rl_stage_tunes_its_base_on_the_arithmetic_task_and_the_table_shows_pass_at_1(tmp_path):
     from glasslab.cli.demo import posttrain_table
-    from glasslab.experiments.demo import QUICK, RL_STEP, posttrain_steps, rl_stage
+    from glasslab.experiments.demo import QUICK, RL_STEP, TASK_SFT_STEP, posttrain_steps, rl_stage
     from glasslab.lab import Step, run_one_step
     from glasslab.posttrain.outcome import outcome
 
     steps = {s.name: s for s in posttrain_steps(QUICK, Step("data", _tiny_base_step), Step("hero", _tiny_base_step))}
-    assert [d.name for d in steps[RL_STEP].deps] == ["demo-dpo", "demo-prompts"]
+    assert [d.name for d in steps[TASK_SFT_STEP].deps] == ["demo-dpo", "demo-task-conversations"]
+    assert [d.name for d in steps[RL_STEP].deps] == [TASK_SFT_STEP, "demo-prompts"]
     assert steps["demo-pairs"].config.describe is False and steps["demo-pairs"].config.arithmetic is True
-    stage = rl_stage(dataclasses.replace(QUICK, rl_steps=2), Step("tiny-base", _tiny_base_step))
+    stage = rl_stage(dataclasses.replace(QUICK, task_sft_steps=2, rl_steps=2), Step("tiny-base", _tiny_base_step))
     rl = run_one_step(stage[-1], tmp_path / "lab").folder
+    task_sft = next((tmp_path / "lab").glob(f"{TASK_SFT_STEP}-*"))
+    assert read_record(rl)["parent"]["run"] == task_sft.name
     record, out = read_record(rl), outcome(rl)
     assert record["role"] == "rl" and record["reward"] == "builtin:arithmetic" and record["group_size"] == 8
     assert record["prompts"]["heldout"]["prompts"] == len(split_problems(arithmetic_problems())[1])
@@ -203,5 +206,6 @@ def test_the_demos_rl_stage_tunes_its_base_on_the_arithmetic_task_and_the_table_
     from rich.console import Console
 
     console = Console(width=300, record=True)
-    console.print(posttrain_table({"demo-sft": rl, "demo-dpo": rl, RL_STEP: rl}))
-    assert "held-out arithmetic pass@1 (DPO -> RL)" in console.export_text()
+    console.print(posttrain_table({"demo-sft": rl, "demo-dpo": rl, TASK_SFT_STEP: task_sft, RL_STEP: rl}))
+    text = console.export_text()
+    assert "held-out answer loss (DPO -> task SFT)" in text and "pass@1 (task SFT -> RL)" in text

@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from glasslab.cli.run import print_verdict
-    from glasslab.experiments.demo import CARD, EXPORT_STEP, FULL, LADDER, QUICK, SFT_STEP, demo_steps
+    from glasslab.experiments.demo import EXPORT_STEP, FULL, LADDER, QUICK, SFT_STEP, card, demo_steps
     from glasslab.lab import Executor
     from glasslab.ladder.summary import summary_tables
     from glasslab.observatory.app import BackgroundServer
@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
                        hero_threads=cores, sinks=sinks)
     executor = Executor(lab, backend=args.backend, jobs=args.jobs, address=args.address, retries=args.retries,
                         re_register=args.re_register, force_registration=args.force_registration, narrate=True)
-    report = executor.run(steps, experiment="demo", card=CARD)
+    report = executor.run(steps, experiment="demo", card=card(size))
     if not report.ok:
         raise UserError(f"demo: {', '.join(report.keys('failed')) or 'a step'} failed; see step.json in {lab}")
     folders = {planned.name: planned.folder for planned in report.plan.steps}
@@ -107,29 +107,35 @@ def index_and_map_hero_data(hero: Path, lab: Path, map_k: int, console) -> None:
 def posttrain_table(folders: dict[str, Path]):
     """The demo table's last rows: held-out SFT loss and task accuracies (plain and in chat form) of the hero
     before and after SFT with one reply of each, the held-out preference accuracy of the SFT model before
-    and after DPO with one reply of each, then the DPO model's held-out pass@1 before and after RL
-    (``folders``: each step's folder by its name)."""
+    and after DPO with one reply of each, the held-out arithmetic answers' loss before and after the task
+    SFT of the DPO model, then that model's held-out pass@1 before and after RL (``folders``: each step's
+    folder by its name)."""
     from rich.table import Table
 
-    from glasslab.experiments.demo import DPO_STEP, RL_STEP, SFT_STEP
+    from glasslab.experiments.demo import DPO_STEP, RL_STEP, SFT_STEP, TASK_SFT_STEP
     from glasslab.posttrain.outcome import outcome
 
     sft_folder, dpo_folder, rl_folder = folders[SFT_STEP], folders[DPO_STEP], folders[RL_STEP]
-    sft, dpo, rl = outcome(sft_folder), outcome(dpo_folder), outcome(rl_folder)
+    sft, dpo, task, rl = (outcome(folders[name]) for name in (SFT_STEP, DPO_STEP, TASK_SFT_STEP, RL_STEP))
     table = Table(title=f"SFT of the hero ({sft_folder.name}): held-out loss on assistant tokens (nats/token), "
                         f"task accuracy; DPO of the SFT model ({dpo_folder.name}): held-out preference accuracy; "
-                        f"RL of the DPO model ({rl_folder.name}): held-out pass@1")
+                        f"task SFT and RL of the DPO model ({rl_folder.name}): held-out arithmetic")
     for column in ("", "before", "after", "change"):
         table.add_column(column)
-    change = f"{sft['relative']:+.1%}" if sft["relative"] is not None else ""
-    table.add_row("held-out SFT loss (hero -> SFT)", _num(sft["before"]), _num(sft["after"]), change)
-    for task, (before, after) in sft["tasks"].items():
-        table.add_row(f"{task} accuracy", _num(before), _num(after), f"{100 * (after - before):+.1f} points")
+    table.add_row("held-out SFT loss (hero -> SFT)", _num(sft["before"]), _num(sft["after"]), _relative(sft))
+    for name, (before, after) in sft["tasks"].items():
+        table.add_row(f"{name} accuracy", _num(before), _num(after), f"{100 * (after - before):+.1f} points")
     table.add_row(f"reply to {sft['prompt']!r}", sft["base_reply"], sft["reply"], "")
     table.add_row("held-out preference accuracy (SFT -> DPO)", _num(dpo["before"]), _num(dpo["after"]), _points(dpo))
     table.add_row(f"reply to {dpo['prompt']!r}", dpo["base_reply"], dpo["reply"], "")
-    table.add_row("held-out arithmetic pass@1 (DPO -> RL)", _num(rl["before"]), _num(rl["after"]), _points(rl))
+    table.add_row("held-out answer loss (DPO -> task SFT)", _num(task["before"]), _num(task["after"]),
+                  _relative(task))
+    table.add_row("held-out pass@1 (task SFT -> RL)", _num(rl["before"]), _num(rl["after"]), _points(rl))
     return table
+
+
+def _relative(out: dict) -> str:
+    return f"{out['relative']:+.1%}" if out["relative"] is not None else ""
 
 
 def _points(out: dict) -> str:
