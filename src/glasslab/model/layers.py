@@ -100,9 +100,9 @@ class Attention(nn.Module):
         cache: LayerKVCache | None = None,
         mask_B1TT: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """``mask_B1TT`` (bool, True = may attend; keys over everything cached so far) replaces the causal
-        mask, e.g. a block-diagonal causal mask that keeps packed documents apart, or one that hides a
-        batch's left padding from decoding queries."""
+        """``mask_B1TT`` (bool, True = may attend; or additive, 0 or -inf, in the queries' dtype; keys over
+        everything cached so far) replaces the causal mask, e.g. a block-diagonal causal mask that keeps
+        packed documents apart, or one that hides a batch's left padding from decoding queries."""
         B, T, _ = x_BTD.shape
         H, K, hd = self.n_heads, self.n_kv_heads, self.head_dim
         qkv_BTND = self.qkv_proj(x_BTD).view(B, T, H + 2 * K, hd)

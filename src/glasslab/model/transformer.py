@@ -112,7 +112,7 @@ class Transformer(nn.Module):
         if doc_ids_BT is not None:
             if caches:
                 raise ValueError("doc_ids_BT and caches do not combine: decode one document at a time")
-            mask_B1TT = document_causal_mask(doc_ids_BT)
+            mask_B1TT = document_causal_mask(doc_ids_BT, attention_dtype(x_BTD))
         for i, block in enumerate(self.blocks):
             x_BTD = block(x_BTD, rotations_T1H, caches[i] if caches else None, mask_B1TT, real_BT)
         h_BTD = self.final_norm(x_BTD)
@@ -157,15 +157,23 @@ class Transformer(nn.Module):
         return groups
 
 
-def document_causal_mask(doc_ids_BT: torch.Tensor) -> torch.Tensor:
-    """Bool (B, 1, T, T): query t may attend key s when s <= t and both belong to the same document.
-
-    SDPA with this boolean mask costs about what ``is_causal`` does on CPU (docs/LOG.md, 2026-11-30);
-    ``flex_attention`` has no CPU backward.
+def document_causal_mask(doc_ids_BT: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Additive (B, 1, T, T) mask in ``dtype``: 0 where query t may attend key s (s <= t, both of the same
+    document), -inf elsewhere. Built once per batch for every layer, in the dtype attention computes in:
+    SDPA turns a boolean mask into this at every call, which made a masked SFT step cost 1.36x an unmasked
+    one on a CPU (docs/LOG.md, 2026-12-05); ``flex_attention`` has no CPU backward.
     """
     T = doc_ids_BT.shape[1]
     causal_TT = torch.ones(T, T, dtype=torch.bool, device=doc_ids_BT.device).tril()
-    return (doc_ids_BT[:, None, :, None] == doc_ids_BT[:, None, None, :]) & causal_TT
+    allowed_B1TT = (doc_ids_BT[:, None, :, None] == doc_ids_BT[:, None, None, :]) & causal_TT
+    return torch.zeros(allowed_B1TT.shape, dtype=dtype, device=doc_ids_BT.device).masked_fill_(~allowed_B1TT,
+                                                                                                float("-inf"))
+
+
+def attention_dtype(x: torch.Tensor) -> torch.dtype:
+    """The dtype attention's queries have: autocast's on ``x``'s device when it is on, else ``x``'s."""
+    device = x.device.type
+    return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
 
 
 def _group_of(name: str) -> str:
