@@ -145,3 +145,15 @@ def test_the_scaling_rule_is_named_hashed_data_a_spec_may_swap():
         assert b.learning_rate == pytest.approx(a.learning_rate / 2) and b.batch_size == a.batch_size
     with pytest.raises(ConfigError, match=r"^scaling_rule\.lr_coefficient=0"):
         load(LadderSpec, None, ["scaling_rule.lr_coefficient=0"])
+
+
+def test_grid_plan_states_its_cost_and_the_extrapolation_it_buys():
+    from glasslab.experiments import selfcal_ladder_128
+    from glasslab.ladder.plan import grid_cost
+
+    plan = plan_ladder(selfcal_ladder_128.spec())
+    line = grid_cost(plan)
+    # docs/ladder.md's protocol (b): the hero is 144× its top grid point (d24 ×4) outside the LM head
+    assert "extrapolation ×144" in line
+    trunks = sum(t.flops * len(t.seeds) for t in plan.trunks)
+    assert f"{trunks:.3g} trunks" in line and trunks < float(line.split()[2]) < trunks * 3

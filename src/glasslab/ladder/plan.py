@@ -415,4 +415,17 @@ def plan_table(plan: LadderPlan):  # -> rich.table.Table (rich is imported here 
                       str(rung.steps), f"{rung.flops:.3g}", str(len(rung.seeds)),
                       style={"hero": "bold", "trunk": "dim"}.get(rung.role))
     table.caption += "\nemb: embedding share of active parameters; head: LM head share of FLOPs per token"
+    if plan.mode == "grid":
+        table.caption += "\n" + grid_cost(plan)
     return table
+
+
+def grid_cost(plan: LadderPlan) -> str:
+    """A grid's training compute over all seeds (each trunk once, each branch from its fork) and the
+    extrapolation it buys: the hero's compute outside the LM head over the largest grid point's."""
+    trunks = sum(t.flops * len(t.seeds) for t in plan.trunks)
+    branches = sum(r.flops * (r.steps - r.fork_step) / r.steps * len(r.seeds) for r in plan.rungs)
+    reach = plan.hero.law_flops / max(r.law_flops for r in plan.rungs)
+    return (f"grid cost: {trunks + branches:.3g} training FLOPs over all seeds ({trunks:.3g} trunks, "
+            f"{branches:.3g} cooldowns); hero {plan.hero.flops:.3g} FLOPs; extrapolation ×{reach:.0f} "
+            f"(hero over the top grid point, outside the LM head)")
