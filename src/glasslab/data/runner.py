@@ -15,7 +15,7 @@ Executors (``--backend``, ``--workers N``):
   that started it: a thread in each notices when its parent is gone (a build killed with SIGKILL) and ends
   it, as the lab's step processes do; its task's folder has no marker, so the next build runs it again.
 - ``ray``: every task a Ray task asking for one CPU, at most ``N`` in flight (default: the cluster's
-  CPUs); the Ray the lab's steps use (``lab/ray_backend.py``): joined at ``--address``, or the cluster
+  CPUs); the Ray the lab's steps use, joined the one way (``lab/ray_join.py``): at ``--address``, or the cluster
   the enclosing step runs on (the lab's Ray backend names it in :data:`RAY_ADDRESS_ENV`), or a local Ray
   started here. A worker Ray loses is handled as above; Ray itself failing (its raylet lost, say) ends the
   build with one line, a :class:`~glasslab.errors.SystemFailure`, keeping the finished tasks for the next
@@ -30,7 +30,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import threading
 import time
 from collections import deque
@@ -305,56 +304,7 @@ class _RayTasks:
 
 
 def _join_ray(address: str, workers: int) -> _RayTasks:
-    """Join the Ray cluster at ``address`` (checked first, so a wrong one is one line, not a minute of
-    retries), the one this process is already in, or a local one started here."""
-    try:
-        import ray
-    except ImportError:
-        raise UserError("--backend ray: Ray is not installed; pip install 'glasslab[ray]'") from None
-    if ray.is_initialized():
-        return _RayTasks(started_here=False)
-    from glasslab.lab.local_backend import user_pythonpath
+    """Join Ray the lab's one way (``lab/ray_join.py``) and submit this build's tasks there."""
+    from glasslab.lab.ray_join import join_ray
 
-    runtime_env = {"env_vars": {"PYTHONPATH": user_pythonpath()}}
-    if address:
-        _check_reachable(address)
-        try:
-            with _quiet_stderr():
-                ray.init(address=address, runtime_env=runtime_env, log_to_driver=False)
-        except (ConnectionError, ValueError, RuntimeError) as exc:
-            raise UserError(f"--address {address}: cannot join a Ray cluster there ({exc})") from None
-    else:
-        with _quiet_stderr():
-            ray.init(num_cpus=workers or available_cpus(), include_dashboard=False, runtime_env=runtime_env,
-                     log_to_driver=False)
-    return _RayTasks(started_here=True)
-
-
-def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
-    host, _, port = address.rpartition(":")
-    if address == "auto" or not port.isdigit():
-        return  # "auto" and Ray's own address forms: ray.init says what is wrong
-    try:
-        socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout=timeout_s).close()
-    except OSError as exc:
-        raise UserError(f"--address {address}: no Ray cluster reachable there "
-                        f"({exc.strerror or type(exc).__name__}); start one with `ray start --head` "
-                        "or drop --address to start a local Ray") from None
-
-
-class _quiet_stderr:
-    """Ray's C++ core prints retry warnings straight to file descriptor 2 while it connects; what went wrong
-    is said in one line instead."""
-
-    def __enter__(self) -> None:
-        import sys
-
-        sys.stderr.flush()
-        self._saved = os.dup(2)
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, 2)
-        os.close(devnull)
-
-    def __exit__(self, *exc: object) -> None:
-        os.dup2(self._saved, 2)
-        os.close(self._saved)
+    return _RayTasks(started_here=join_ray(address, workers or available_cpus()))

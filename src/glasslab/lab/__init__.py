@@ -30,9 +30,9 @@ in a lab has a ``step.json``, a lock and lab events, whoever made it.
 Modules, in import order: modules.py (experiment files as modules), retry.py, step.py (identity and
 hashing), status.py (``step.json``), lock.py (one executor per step, takeover of dead holders),
 plan.py (DAG checks and what runs), outcome.py (what became of each step), attempt.py and worker.py
-(the step process), local_backend.py, ray_backend.py, inline_backend.py, display.py (terminal
-tables), executor.py, one_step.py, experiment.py (``steps()`` files and built-ins), registry.py (the
-lab's pre-registered predictions).
+(the step process), local_backend.py, ray_backend.py, ray_join.py (the one way to join Ray, for the
+steps and the data build), inline_backend.py, display.py (terminal tables), executor.py, one_step.py,
+experiment.py (``steps()`` files and built-ins), registry.py (the lab's pre-registered predictions).
 """
 
 from glasslab.lab.executor import Executor

@@ -28,9 +28,9 @@ from typing import Any
 
 import ray
 
-from glasslab.errors import UserError
 from glasslab.lab.attempt import RAY_ADDRESS_ENV, AttemptResult, WorkerSpec, one_line_error
-from glasslab.lab.local_backend import finish_result, start_worker, user_pythonpath
+from glasslab.lab.local_backend import finish_result, start_worker
+from glasslab.lab.ray_join import join_ray
 from glasslab.lab.step import Resources
 
 STEP_TERM_GRACE_S = 60.0
@@ -72,20 +72,9 @@ class RayBackend:
     name = "ray"
 
     def __init__(self, address: str | None = None, min_cpus: float = 1, min_gpus: float = 0) -> None:
-        self.started_here = not ray.is_initialized()
-        if self.started_here:
-            runtime_env = {"env_vars": {"PYTHONPATH": user_pythonpath()}}
-            if address:
-                try:
-                    ray.init(address=address, runtime_env=runtime_env, log_to_driver=False)
-                except (ConnectionError, ValueError, RuntimeError) as exc:
-                    raise UserError(f"--address {address}: cannot join a Ray cluster there ({exc})") from None
-            else:
-                # A local Ray sized so that the largest step fits (logical CPUs may exceed cores).
-                ray.init(
-                    num_cpus=max(os.cpu_count() or 1, int(min_cpus + 0.999)), num_gpus=int(min_gpus + 0.999),
-                    include_dashboard=False, runtime_env=runtime_env, log_to_driver=False,
-                )
+        # A local Ray sized so that the largest step fits (logical CPUs may exceed cores).
+        self.started_here = join_ray(address, num_cpus=max(os.cpu_count() or 1, int(min_cpus + 0.999)),
+                                     num_gpus=int(min_gpus + 0.999))
 
     def launch(self, spec: WorkerSpec, resources: Resources) -> RayHandle:
         task = _remote_step.options(
