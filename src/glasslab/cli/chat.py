@@ -83,7 +83,7 @@ def _print_reply(session, text: str, tracer=None) -> None:
 
 def _tracer(chat, ref: str, lab: str):
     """The tracer over the training data of the model ``ref`` names; one line when its index is not built."""
-    from glasslab.data.shards import manifest_hash
+    from glasslab.data.handle import open_dataset
     from glasslab.data.text_trace import TextTracer, build_command
     from glasslab.data.token_index import built_index
     from glasslab.errors import UserError
@@ -92,7 +92,8 @@ def _tracer(chat, ref: str, lab: str):
         raise UserError(f"{ref}: the dataset it was trained on is not at hand, so there is nothing to trace against")
     index = built_index(chat.dataset, lab)
     if index is None:
-        raise UserError(f"--trace: no trace index of dataset {manifest_hash(chat.dataset)[:16]} in {lab}; build it "
+        digest = open_dataset(chat.dataset).manifest_hash
+        raise UserError(f"--trace: no trace index of dataset {digest[:16]} in {lab}; build it "
                         f"with: {build_command(str(chat.dataset), lab)}")
     return TextTracer(chat.dataset, index)
 

@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     from glasslab import config as configs
     from glasslab.cli.data_build import data_build_step
     from glasslab.cli.progress import CALLBACK
-    from glasslab.data.shards import manifest_hash
+    from glasslab.data.handle import open_dataset
     from glasslab.lab import Step, make_plan, run_one_step
     from glasslab.track import check_sinks
     from glasslab.train.build import check_inputs
@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
         data = data_build_step(run_cfg.data.build, relative_to=config_path.parent if config_path else None)
         data_deps, data_fields, dataset = (data,), {"data_from": data.name}, str(_built_dataset(data, lab))
     elif dataset:
-        data_fields = {"data_path": dataset, "data_manifest": manifest_hash(dataset)}
+        data_fields = {"data_path": dataset, "data_manifest": open_dataset(dataset).manifest_hash}
     located = dataclasses.replace(run_cfg, data=dataclasses.replace(run_cfg.data, build="", path=dataset))
     check_inputs(located)  # a bad dataset, mixture or vocabulary: one line before any folder or bar
     unplaced = dataclasses.replace(run_cfg, data=dataclasses.replace(run_cfg.data, build="", path=""))

@@ -40,7 +40,12 @@ def token_dtype(vocab_size: int) -> np.dtype:
 
 def read_manifest(dataset_dir: str | Path) -> dict:
     """The dataset's manifest; a one-line error when the folder is not a finished dataset."""
-    manifest = read_json(Path(dataset_dir) / MANIFEST_FILE)
+    return checked_manifest(dataset_dir, read_json(Path(dataset_dir) / MANIFEST_FILE))
+
+
+def checked_manifest(dataset_dir: str | Path, manifest: dict | None) -> dict:
+    """``manifest`` (None: the file is absent) when it is a dataset manifest this glasslab reads; else a
+    one-line error."""
     if manifest is None:
         raise UserError(
             f"{dataset_dir}: not a built dataset (no {MANIFEST_FILE}); run `glasslab data build` first"

@@ -39,7 +39,8 @@ from dataclasses import dataclass
 import numpy as np
 from tokenizers import Tokenizer
 
-from glasslab.data.shards import manifest_hash, open_shard, read_manifest
+from glasslab.data.handle import open_dataset
+from glasslab.data.shards import open_shard
 from glasslab.data.tokenizer import load_tokenizer
 from glasslab.errors import UserError
 from glasslab.evals.task import Item
@@ -80,14 +81,14 @@ def builtin_names() -> list[str]:
 def make_builtin(dataset_dir: str, builtin: str, domain: str = "") -> BuiltinTask:
     """Build built-in task ``builtin`` from ``domain`` of the dataset (the only domain when empty)."""
     domain = resolve_domain(dataset_dir, builtin, domain)
-    return _made(str(dataset_dir), builtin, domain, manifest_hash(dataset_dir))
+    return _made(str(dataset_dir), builtin, domain, open_dataset(dataset_dir).manifest_hash)
 
 
 def resolve_domain(dataset_dir: str, builtin: str, domain: str = "") -> str:
     """The domain built-in ``builtin`` is made from; a one-line error for an unknown name or domain."""
     if builtin not in GENERATORS:
         raise UserError(f"task.builtin={builtin!r}: expected one of {', '.join(builtin_names())}")
-    manifest = read_manifest(dataset_dir)
+    manifest = open_dataset(dataset_dir).manifest
     domains = sorted(manifest["domains"])
     if not domain:
         if len(domains) != 1:
@@ -102,7 +103,7 @@ def resolve_domain(dataset_dir: str, builtin: str, domain: str = "") -> str:
 @functools.lru_cache(maxsize=16)
 def _made(dataset_dir: str, builtin: str, domain: str, manifest_sha256: str) -> BuiltinTask:
     """Make a built-in task once per process (the run record and the evaluator ask for the same one)."""
-    manifest = read_manifest(dataset_dir)
+    manifest = open_dataset(dataset_dir).manifest
     tokenizer = load_tokenizer(dataset_dir)
     held_out = HeldOut(heldout_texts(dataset_dir, domain, tokenizer, manifest),
                        heldout_scored(dataset_dir, domain, manifest))
@@ -120,7 +121,7 @@ def _made(dataset_dir: str, builtin: str, domain: str, manifest_sha256: str) -> 
 @functools.lru_cache(maxsize=2)
 def training_ngrams(dataset_dir: str, manifest_sha256: str) -> TrainingNgrams:
     """The dataset's :class:`TrainingNgrams`, built once per process (the manifest hash keys the cache)."""
-    return TrainingNgrams(dataset_dir, read_manifest(dataset_dir))
+    return TrainingNgrams(dataset_dir, open_dataset(dataset_dir).manifest)
 
 
 def heldout_texts(dataset_dir: str, domain: str, tokenizer: Tokenizer, manifest: dict) -> list[str]:

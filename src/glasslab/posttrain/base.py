@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from glasslab.data.chat import ChatEncoder
-from glasslab.data.shards import manifest_hash, read_manifest
+from glasslab.data.handle import open_dataset
 from glasslab.data.tokenizer import EOT, load_tokenizer
 from glasslab.errors import UserError
 from glasslab.evals.load import TaskScorer, load_tasks
@@ -107,7 +107,7 @@ def forgetting_evaluator(cfg: TrainConfig, data: BaseData, device: torch.device)
     dataset = dataset_of(data)
     tokenizer = load_tokenizer(data.path)
     if dataset is not None:
-        return domain_evaluator(cfg, dataset, device, tokenizer, sorted(read_manifest(dataset)["domains"]))
+        return domain_evaluator(cfg, dataset, device, tokenizer, sorted(open_dataset(dataset).domains))
     tasks = TaskEvals(cfg, TaskScorer(load_tasks(cfg.eval_tasks, None), tokenizer, tokenizer.token_to_id(EOT)),
                       device)
     return lambda model, step: tasks(model, step)
@@ -126,7 +126,7 @@ def describe_run(config: Any, source: ModelSource, role: str) -> dict[str, Any]:
         "parent": parent_of(source),
     }
     if dataset is not None:
-        digest = manifest_hash(dataset)
+        digest = open_dataset(dataset).manifest_hash
         record["dataset"] = {"folder": dataset.resolve().name, "path": str(dataset.resolve()),
                              "manifest_hash": digest}
         record["data_manifest_hash"] = digest

@@ -193,10 +193,11 @@ class HeldoutOverlap:
     """Tells whether a conversation overlaps the held-out (eval-split) documents of a pretraining dataset."""
 
     def __init__(self, dataset_dir: str | Path) -> None:
-        from glasslab.data.shards import open_shard, read_manifest
+        from glasslab.data.handle import open_dataset
+        from glasslab.data.shards import open_shard
         from glasslab.data.tokenizer import load_tokenizer
 
-        manifest = read_manifest(dataset_dir)
+        manifest = open_dataset(dataset_dir).manifest
         self.n = int(manifest["config"]["eval"]["ngram_words"])
         self._ngrams = Decontaminator(self.n)
         tokenizer = load_tokenizer(dataset_dir)

@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 from glasslab import config as configs
-from glasslab.data.shards import manifest_hash
+from glasslab.data.handle import open_dataset
 from glasslab.errors import UserError
 from glasslab.lab import Step, run_one_step
 from glasslab.layout import CHECKPOINT_LIST, MANIFEST_FILE, MODEL_STATE, checkpoint_path, code_version, read_json
@@ -116,13 +116,13 @@ def find_or_build_dataset(run: PublishedRun, lab: Path) -> Path:
     if not name or not digest:
         raise UserError(f"{run.run_id}: its record names no dataset (folder and manifest hash)")
     candidate = lab / name
-    if (candidate / MANIFEST_FILE).is_file() and manifest_hash(candidate) == digest:
+    if (candidate / MANIFEST_FILE).is_file() and open_dataset(candidate).manifest_hash == digest:
         return candidate
     if run.data_step is None:
         raise UserError(f"{run.run_id}: dataset {name} (manifest sha256 {digest[:16]}) is not in {lab} and the "
                         "step that built it is not published; put it there (or build it) first")
     built = run_one_step(Step(run.data_step["name"], run.data_step["function"], run.data_step["config"]), lab).folder
-    rebuilt = manifest_hash(built)
+    rebuilt = open_dataset(built).manifest_hash
     if rebuilt != digest:
         published = run.data_step.get("manifest")
         # Both sides as published (paths made public), so only what was built can differ.
@@ -155,7 +155,7 @@ def replay(run: PublishedRun, lab: Path, dataset: Path, until: int | None = None
     total = run_cfg.train.total_steps
     stop = until if until is not None and until < total else 0
     device = "cuda" if str(run.record.get("device", "cpu")).startswith("cuda") else "cpu"
-    step_cfg = TrainStepConfig(run=unplaced, data_path=str(dataset), data_manifest=manifest_hash(dataset),
+    step_cfg = TrainStepConfig(run=unplaced, data_path=str(dataset), data_manifest=open_dataset(dataset).manifest_hash,
                                device=device, threads=int(run.record.get("threads") or 0), stop_after=stop)
     name = f"reproduce-{run.run_id.rsplit('-', 1)[0]}"
     try:

@@ -15,9 +15,9 @@ import torch
 import torch.utils.checkpoint
 from torch import nn
 
+from glasslab.data.handle import open_dataset
 from glasslab.data.loader import Loader, eval_batches, eval_bytes_per_token
 from glasslab.data.mixture import plan_mixture
-from glasslab.data.shards import manifest_hash, read_manifest
 from glasslab.data.tokenizer import EOT, load_tokenizer
 from glasslab.errors import UserError
 from glasslab.evals.load import TaskScorer, load_tasks
@@ -42,7 +42,7 @@ def resolve_data(run_cfg: RunConfig) -> RunConfig:
                             "before the training step) builds it and trains on its folder")
         raise UserError("data.path: empty; name a data build (data.build: demo | FILE) or a folder built by "
                         "`glasslab data build`")
-    tokens = read_manifest(data.path)["vocab_size"]
+    tokens = open_dataset(data.path).vocab_size
     vocab = run_cfg.model.vocab_size
     if vocab and vocab < tokens:
         raise UserError(f"model.vocab_size={vocab}: expected at least the {tokens} tokens of the dataset's "
@@ -125,8 +125,8 @@ def describe(run_cfg: RunConfig) -> dict:
     ``data.plan_mixture`` returns — weights, tokens and epochs per domain and phase, totals), each
     task's chance level, item count and hash (``tasks``, where the page draws chance lines)."""
     cfg, data = run_cfg.train, run_cfg.data
-    digest = manifest_hash(data.path)
-    domains = read_manifest(data.path)["domains"]
+    dataset = open_dataset(data.path)
+    digest, domains = dataset.manifest_hash, dataset.domains
     record = {
         "size_name": run_cfg.model.size_name(),
         "param_counts": run_cfg.model.param_counts(),

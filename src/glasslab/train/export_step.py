@@ -28,8 +28,8 @@ import torch
 from glasslab import config as configs
 from glasslab.config import UNVERSIONED, require
 from glasslab.data.config import MixtureConfig
+from glasslab.data.handle import open_dataset
 from glasslab.data.loader import eval_batches
-from glasslab.data.shards import manifest_hash, read_manifest
 from glasslab.errors import UserError
 from glasslab.layout import (
     EXPORT_MANIFEST,
@@ -92,13 +92,14 @@ def export_step(ctx: Any) -> dict[str, Any]:
     record = read_record(run_dir) or {}
     facts = Publicizer(ctx.lab_root, [str(record.get("host") or "")]).data(export_facts(run_dir, cfg, source, record))
     dataset = source.dataset
+    digest = open_dataset(dataset).manifest_hash if dataset else None
     manifest = export_hf(
         model, source.model_config, source.tokenizer, Path(ctx.output_dir),
         check_tokens=check_tokens(dataset, source.model_config.vocab_size, source.context, cfg.check_sequences),
         record={"run": run_dir.name, "step": cfg.step, "checkpoint_sha256": source.sha256,
                 "seq_len": source.context, "role": record.get("role"),
                 "dataset": dataset.resolve().name if dataset else None,
-                "dataset_manifest_hash": manifest_hash(dataset) if dataset else None, "code": code_version()},
+                "dataset_manifest_hash": digest, "code": code_version()},
         card=lambda manifest: model_card({**facts, **manifest}),
         step_folder=True,
     )
@@ -135,7 +136,7 @@ def check_tokens(dataset: Path | None, vocab_size: int, seq_len: int, sequences:
     checks the weight mapping, which any tokens exercise."""
     if dataset is None:
         return torch.randint(vocab_size, (sequences, seq_len), generator=torch.Generator().manual_seed(0))
-    domains = sorted(read_manifest(dataset)["domains"])
+    domains = sorted(open_dataset(dataset).domains)
     per_domain = {d: next(eval_batches(dataset, d, seq_len, sequences, sequences * (seq_len + 1)))[0]
                   for d in domains[:sequences]}
     rows = [batch[i, :seq_len] for i in range(sequences) for batch in per_domain.values() if i < len(batch)]

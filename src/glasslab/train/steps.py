@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from glasslab.config import UNVERSIONED
-from glasslab.data.shards import manifest_hash
+from glasslab.data.handle import open_dataset
 from glasslab.errors import UserError
 from glasslab.lab.step import FunctionRef
 from glasslab.track import read_record
@@ -93,7 +93,7 @@ def run_training(ctx: Any, record_extra: dict[str, Any] | None = None,
         data = dataclasses.replace(run_cfg.data, path=str(ctx.inputs[cfg.data_from]))
         run_cfg = dataclasses.replace(run_cfg, data=data)
     elif cfg.data_path:
-        if cfg.data_manifest and manifest_hash(cfg.data_path) != cfg.data_manifest:
+        if cfg.data_manifest and open_dataset(cfg.data_path).manifest_hash != cfg.data_manifest:
             raise UserError(f"{cfg.data_path}: not the dataset this run was planned on (its manifest's sha256 "
                             "differs); rebuilt or replaced since?")
         run_cfg = dataclasses.replace(run_cfg, data=dataclasses.replace(run_cfg.data, path=cfg.data_path))
