@@ -11,9 +11,17 @@ from glasslab.errors import UserError
 DEFAULT_LAB = "lab"
 
 
+def local_lab_root(value: str) -> str:
+    """A ``--lab`` value that is a local folder; a URL (``s3://…``) is refused in one line rather than
+    made into a local folder named ``s3:`` (object-storage labs are issue 44, not built yet)."""
+    if "://" in value:
+        raise argparse.ArgumentTypeError(f"{value}: a URL lab root is not supported yet; expected a local folder")
+    return value
+
+
 def add_lab_option(parser: argparse.ArgumentParser | argparse._ArgumentGroup, what: str = "lab root") -> None:
     """``--lab DIR``: the lab root, from ``$GLASSLAB_ROOT`` or ``./lab`` when not given."""
-    parser.add_argument("--lab", default=os.environ.get("GLASSLAB_ROOT", DEFAULT_LAB),
+    parser.add_argument("--lab", type=local_lab_root, default=os.environ.get("GLASSLAB_ROOT", DEFAULT_LAB),
                         help=f"{what} (default: $GLASSLAB_ROOT or ./{DEFAULT_LAB})")
 
 
