@@ -160,8 +160,9 @@ class Transformer(nn.Module):
 def document_causal_mask(doc_ids_BT: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """Additive (B, 1, T, T) mask in ``dtype``: 0 where query t may attend key s (s <= t, both of the same
     document), -inf elsewhere. Built once per batch for every layer, in the dtype attention computes in:
-    SDPA turns a boolean mask into this at every call, which made a masked SFT step cost 1.36x an unmasked
-    one on a CPU (docs/LOG.md, 2026-12-05); ``flex_attention`` has no CPU backward.
+    SDPA would turn a boolean mask into this at every call (attention alone at the demo hero's shapes: 41 ms
+    with this mask, 67 with the boolean one; the whole SFT step costs 1.04x an unmasked one either way:
+    docs/LOG.md, 2026-12-05); ``flex_attention`` has no CPU backward.
     """
     T = doc_ids_BT.shape[1]
     causal_TT = torch.ones(T, T, dtype=torch.bool, device=doc_ids_BT.device).tril()
