@@ -169,9 +169,7 @@ class ProcessPool:
     def _lost(self, handle: _Running) -> Outcome:
         handle.process.join()
         self._forget(handle)
-        code = handle.process.exitcode
-        how = signal.Signals(-code).name if code is not None and code < 0 else f"exit status {code}"
-        return Outcome(lost=f"a worker process died ({how})", host=socket.gethostname(), pid=handle.process.pid)
+        return Outcome(lost="a worker process died", host=socket.gethostname(), pid=handle.process.pid)
 
     def _forget(self, handle: _Running) -> None:
         handle.conn.close()
