@@ -24,6 +24,7 @@ from glasslab.config import to_dict
 from glasslab.data import inputs as inputs_module
 from glasslab.data.build import WORK_PREFIX, build_dataset
 from glasslab.data.config import SourceConfig
+from glasslab.data.filters import PROSE_FILTERS
 from glasslab.data.provenance import document_provenance
 from glasslab.data.runner import KILL_TASK_ENV
 from glasslab.data.shards import manifest_hash
@@ -46,6 +47,16 @@ def test_three_workers_and_small_tasks_build_the_same_dataset(reference, tmp_pat
     assert manifest_hash(three) == expected and (three / REPORT_FILE).read_bytes() == report
     record = json.loads((three / BUILD_RECORD).read_text())
     assert record["workers"] == 3 and record["backend"] == "local" and record["reruns"] == []
+    # The read stage is a chain of blocks, each counting what came in and what went on to the next.
+    blocks = {b["block"]: b for b in record["read_blocks"]}
+    names = list(blocks)
+    assert names == ["normalize", *(f"filter:{n}" for n in PROSE_FILTERS), "store", "digest", "minhash"]
+    for before, after in zip(names, names[1:], strict=False):
+        assert blocks[before]["documents_out"] == blocks[after]["documents_in"], (before, after)
+    read = next(stage for stage in record["stages"] if stage["stage"] == "read")
+    assert blocks["normalize"]["documents_in"] == read["documents_in"] > blocks["minhash"]["documents_out"] > 0
+    for name, dropped in record["filters"].items():  # no source cap here: the funnel's drops are the blocks'
+        assert blocks[f"filter:{name}"]["documents_in"] - blocks[f"filter:{name}"]["documents_out"] == dropped
     # Cut into ~16 KB byte ranges: every JSONL file is many tasks, each reading the lines that start in it.
     monkeypatch.setattr(inputs_module, "TASK_BYTES", 16_000)
     small = build_dataset(dataclasses.replace(cfg, num_workers=2), tmp_path / "small")
