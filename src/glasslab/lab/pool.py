@@ -15,12 +15,13 @@ Kinds:
 
 - ``inline``: the call runs in this process, to its end, at ``submit`` (its exception is kept whole, so a
   one-step command can raise it again; its output reaches the terminal, its signal handlers stay in charge).
-- ``local``: each call is a process forked from this one, in a session of its own (a Ctrl-C in the
-  terminal reaches only the caller, which decides), that sends its result back through a pipe and ends.
-  ``terminate`` raises ``KeyboardInterrupt`` in the call (SIGTERM); ``kill`` SIGKILLs its process group
-  (the step process and torchrun's ranks with it). A call never outlives its caller: a thread in each
-  notices when its parent is gone (a driver killed with SIGKILL) and stops the call the same way, then ends
-  the process after :data:`ORPHAN_GRACE_S` whatever the call does.
+- ``local``: each call runs in a worker process forked from this one and reused from call to call, in a
+  session of its own (a Ctrl-C in the terminal reaches only the caller, which decides); calls and results go
+  through a pipe. ``terminate`` raises ``KeyboardInterrupt`` in the call (SIGTERM); ``kill`` SIGKILLs the
+  worker's process group (the step process and torchrun's ranks with it); a worker that dies loses only
+  its call. A worker never outlives its caller: a thread in each notices when its parent is gone (a driver
+  killed with SIGKILL) and stops the call the same way, then ends the process after
+  :data:`ORPHAN_GRACE_S` whatever the call does.
 - ``ray``: each call is a Ray task asking for its CPUs and GPUs (``pool_ray.py``), Ray joined the one way
   (``ray_join.py``).
 """
@@ -43,7 +44,7 @@ from glasslab.errors import UserError
 
 KINDS = ("inline", "local", "ray")
 PARENT_CHECK_S = 0.5
-"""How often a pool process looks whether the process that started it is still alive."""
+"""How often a pool worker looks whether the process that started it is still alive."""
 ORPHAN_GRACE_S = 90.0
 """How long an orphaned call has to stop (a step passes SIGTERM on and waits 60 s) before its process ends."""
 
@@ -109,91 +110,118 @@ class InlinePool:
 
 
 @dataclass(eq=False)
-class _Running:
+class _Worker:
     process: multiprocessing.process.BaseProcess
     conn: Connection
+
+
+@dataclass(eq=False)
+class _Call:
+    worker: _Worker
     outcome: Outcome | None = None
 
 
 class ProcessPool:
-    """Runs each call in a forked process of its own; the caller keeps at most ``size`` in flight."""
+    """Runs calls on forked worker processes, one call at a time each, reused from call to call (so what a
+    worker caches, a tokenizer or MinHash permutations, serves its next calls); the caller keeps at most
+    ``size`` calls in flight, so there are at most ``size`` workers."""
 
     kind = "local"
 
     def __init__(self, size: int) -> None:
         self.size = size
-        self._running: set[_Running] = set()
+        self._idle: list[_Worker] = []
+        self._calls: set[_Call] = set()
 
-    def submit(self, fn: Callable, *args: Any, cpus: float = 1, gpus: float = 0, name: str = "") -> _Running:
-        # fork, not spawn: no re-import of the caller's __main__, and a call starts in milliseconds
+    def submit(self, fn: Callable, *args: Any, cpus: float = 1, gpus: float = 0, name: str = "") -> _Call:
+        worker = self._idle.pop() if self._idle else self._start_worker()
+        worker.conn.send((fn, args))
+        call = _Call(worker)
+        self._calls.add(call)
+        return call
+
+    def _start_worker(self) -> _Worker:
+        # fork, not spawn: no re-import of the caller's __main__, and a worker starts in milliseconds
         context = multiprocessing.get_context("fork")
-        receive, send = context.Pipe(duplex=False)
-        process = context.Process(target=_call_in_child, args=(send, os.getpid(), fn, args), daemon=True,
-                                  name=name or None)
+        mine, theirs = context.Pipe()
+        process = context.Process(target=_worker_loop, args=(theirs, os.getpid()), daemon=True)
         process.start()
-        send.close()
-        handle = _Running(process, receive)
-        self._running.add(handle)
-        return handle
+        theirs.close()
+        return _Worker(process, mine)
 
-    def pid(self, handle: _Running) -> int | None:
-        return handle.process.pid
+    def pid(self, handle: _Call) -> int | None:
+        return handle.worker.process.pid
 
-    def wait(self, handles: Sequence[_Running], timeout_s: float) -> list[_Running]:
-        waiting = {h.conn: h for h in handles if h.outcome is None} | {
-            h.process.sentinel: h for h in handles if h.outcome is None}
+    def wait(self, handles: Sequence[_Call], timeout_s: float) -> list[_Call]:
+        waiting = {h.worker.conn: h for h in handles if h.outcome is None} | {
+            h.worker.process.sentinel: h for h in handles if h.outcome is None}
         ready = wait_ready(list(waiting), timeout_s) if waiting else []
         done = {waiting[r] for r in ready} | {h for h in handles if h.outcome is not None}
         return [h for h in handles if h in done]
 
-    def poll(self, handle: _Running) -> Outcome | None:
+    def poll(self, handle: _Call) -> Outcome | None:
         if handle.outcome is None:
-            if handle.conn.poll():
+            worker = handle.worker
+            if worker.conn.poll():
                 handle.outcome = self._receive(handle)
-            elif handle.process.exitcode is not None:  # ended without a word (re-checked: it may just have sent)
-                handle.outcome = self._receive(handle) if handle.conn.poll() else self._lost(handle)
+            elif wait_ready([worker.process.sentinel], 0):  # it ended (its exit status may still be on the way)
+                worker.process.join()
+                handle.outcome = self._receive(handle) if worker.conn.poll() else self._lost(handle)
         return handle.outcome
 
-    def _receive(self, handle: _Running) -> Outcome:
+    def _receive(self, handle: _Call) -> Outcome:
         try:
-            kind, payload = handle.conn.recv()
+            kind, payload = handle.worker.conn.recv()
         except (EOFError, OSError):
             return self._lost(handle)
-        handle.process.join()
-        self._forget(handle)
-        pid = handle.process.pid
-        if kind == "value":
-            return Outcome(value=payload, host=socket.gethostname(), pid=pid)
-        return Outcome(error=payload, host=socket.gethostname(), pid=pid)
+        self._calls.discard(handle)
+        self._idle.append(handle.worker)
+        where = {"host": socket.gethostname(), "pid": handle.worker.process.pid}
+        return Outcome(value=payload, **where) if kind == "value" else Outcome(error=payload, **where)
 
-    def _lost(self, handle: _Running) -> Outcome:
-        handle.process.join()
-        self._forget(handle)
-        return Outcome(lost="a worker process died", host=socket.gethostname(), pid=handle.process.pid)
+    def _lost(self, handle: _Call) -> Outcome:
+        self._calls.discard(handle)
+        _retire(handle.worker, signal.SIGKILL)
+        return Outcome(lost="a worker process died", host=socket.gethostname(), pid=handle.worker.process.pid)
 
-    def _forget(self, handle: _Running) -> None:
-        handle.conn.close()
-        self._running.discard(handle)
+    def terminate(self, handle: _Call) -> None:
+        """SIGTERM the call's worker: the call sees ``KeyboardInterrupt`` (a step passes SIGTERM on)."""
+        if handle.outcome is None and handle.worker.process.exitcode is None:
+            _signal(handle.worker.process.pid, signal.SIGTERM, group=False)
 
-    def terminate(self, handle: _Running) -> None:
-        """SIGTERM the call's process: the call sees ``KeyboardInterrupt`` (a step passes SIGTERM on)."""
-        if handle.outcome is None and handle.process.exitcode is None:
-            _signal(handle.process.pid, signal.SIGTERM, group=False)
-
-    def kill(self, handle: _Running) -> None:
-        """SIGKILL the call's whole process group and wait for its process to end."""
+    def kill(self, handle: _Call) -> None:
+        """SIGKILL the call's worker with its whole process group, and wait for it to end."""
         if handle.outcome is None:
-            _signal(handle.process.pid, signal.SIGKILL, group=True)
-            handle.process.join()
+            _signal(handle.worker.process.pid, signal.SIGKILL, group=True)
+            handle.worker.process.join()
 
     def close(self, wait: bool = True) -> None:
-        """End the calls still in flight: let them finish (``wait``) or kill them."""
-        for handle in list(self._running):
+        """End the workers; the calls still in flight finish first (``wait``) or are killed."""
+        for call in list(self._calls):
             if wait:
-                handle.process.join()
+                while self.poll(call) is None:
+                    self.wait([call], PARENT_CHECK_S)
             else:
-                self.kill(handle)
-            self._forget(handle)
+                self.kill(call)
+                self.poll(call)
+        for worker in self._idle:
+            _retire(worker, None)
+        self._idle = []
+
+
+def _retire(worker: _Worker, signum: int | None) -> None:
+    """End ``worker``: told to stop when idle (its pipe never reads as closed: the workers forked after it hold
+    its other end too), or sent ``signum`` with its process group."""
+    if signum is not None:
+        if worker.process.exitcode is None:
+            _signal(worker.process.pid, signum, group=True)
+    else:
+        try:
+            worker.conn.send(None)
+        except OSError:  # it is gone already
+            pass
+    worker.conn.close()
+    worker.process.join()
 
 
 def _signal(pid: int, signum: int, group: bool) -> None:
@@ -207,22 +235,33 @@ def _raise_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
-def _call_in_child(conn: Connection, parent_pid: int, fn: Callable, args: tuple) -> None:
-    """A pool process: run ``fn(*args)`` in a session of its own and send back what it returned or raised."""
+def _worker_loop(conn: Connection, parent_pid: int) -> None:
+    """A pool worker: in a session of its own, run each call it is sent and send back what it returned or
+    raised, until its input is closed."""
     os.setsid()
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _raise_interrupt)
     threading.Thread(target=_stop_when_orphaned, args=(parent_pid,), name="parent-watch", daemon=True).start()
-    try:
-        message = ("value", fn(*args))
-    except BaseException as exc:  # noqa: B036 — sent to the caller, which decides
-        message = ("error", exc)
-    try:
-        conn.send(message)
-    except (OSError, ValueError):  # the caller is gone
-        pass
-    except Exception as exc:  # the value or the exception does not pickle: its line is what counts
-        conn.send(("error", RuntimeError(f"{type(exc).__name__}: {exc}; the call's own result: {message[1]!r:.300}")))
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError, KeyboardInterrupt):
+            return
+        if message is None:  # the pool is closing
+            return
+        fn, args = message
+        try:
+            message = ("value", fn(*args))
+        except BaseException as exc:  # noqa: B036 — sent to the caller, which decides
+            message = ("error", exc)
+        try:
+            conn.send(message)
+        except (OSError, ValueError):  # the caller is gone
+            return
+        except Exception as exc:  # the value or the exception does not pickle: its line is what counts
+            conn.send(("error", RuntimeError(f"{type(exc).__name__}: {exc}; the call's result: {message[1]!r:.300}")))
+        if os.getppid() != parent_pid:  # orphaned during the call (which took the guard's signal): end now
+            return
 
 
 def _stop_when_orphaned(parent_pid: int) -> None:
