@@ -7,7 +7,7 @@ the data build's tasks alike.
         outcome = pool.poll(done)        # Outcome: value, or error (what fn raised), or lost (the worker died)
 
 It is used at two sizes: a lab step (a call that starts the step process and waits for it, ``step_task.py``)
-and a data task (a call that reads one shard, ``data/runner.py``). The pool never retries: what a failure
+and a data task (a call that reads one input slice, say, ``data/runner.py``). The pool never retries: what a failure
 means is the caller's (a step follows its :class:`~glasslab.lab.retry.RetryPolicy`; a data task lost
 with its worker is rerun under the same policy, ``data/runner.py``).
 
@@ -20,7 +20,7 @@ Kinds:
   through a pipe. ``terminate`` raises ``KeyboardInterrupt`` in the call (SIGTERM); ``kill`` SIGKILLs the
   worker's process group (the step process and torchrun's ranks with it); a worker that dies loses only
   its call. A worker never outlives its caller: a thread in each notices when its parent is gone (a driver
-  killed with SIGKILL) and stops the call the same way, then ends the process after
+  killed with SIGKILL) and stops the call the same way; the worker ends when the call returns, or after
   :data:`ORPHAN_GRACE_S` whatever the call does.
 - ``ray``: each call is a Ray task asking for its CPUs and GPUs (``pool_ray.py``), Ray joined the one way
   (``ray_join.py``).
