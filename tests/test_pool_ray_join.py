@@ -7,7 +7,9 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import os
+import signal
 import socket
+import time
 from pathlib import Path
 
 import pytest
@@ -66,6 +68,46 @@ def test_the_lab_and_the_data_build_run_on_one_pool(tmp_path, monkeypatch):
         assert importlib.util.find_spec(old) is None, f"{old} is a second mechanism beside the pool"
     source = inspect.getsource(runner)
     assert "ProcessPoolExecutor" not in source and "ray.init" not in source and "import ray" not in source
+
+
+def fails(why: str) -> None:
+    raise ValueError(why)
+
+
+def dies() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def sleeps(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+def _outcome(pool: ProcessPool, handle):
+    while not pool.wait([handle], 5.0):
+        pass
+    return pool.poll(handle)
+
+
+def test_the_local_pool_reuses_its_workers_and_says_how_each_call_ended():
+    pool = ProcessPool(1)
+    first = _outcome(pool, pool.submit(os.getpid))
+    assert first.ok and first.value != os.getpid() and first.value == first.pid
+    assert _outcome(pool, pool.submit(os.getpid)).value == first.value, "the worker is reused"
+    failed = _outcome(pool, pool.submit(fails, "bad input"))
+    assert isinstance(failed.error, ValueError) and str(failed.error) == "bad input" and failed.lost is None
+    lost = _outcome(pool, pool.submit(dies))
+    assert lost.lost == "a worker process died" and lost.error is None
+    fresh = _outcome(pool, pool.submit(os.getpid))
+    assert fresh.ok and fresh.value != first.value, "a dead worker is replaced"
+    started = time.monotonic()
+    stopped = pool.submit(sleeps, 60)
+    time.sleep(0.3)
+    pool.terminate(stopped)  # the call sees KeyboardInterrupt, as a step's call passes SIGTERM on
+    assert isinstance(_outcome(pool, stopped).error, KeyboardInterrupt) and time.monotonic() - started < 10
+    last = _outcome(pool, pool.submit(os.getpid)).value
+    pool.close()
+    with pytest.raises(ProcessLookupError):  # closing ends the workers
+        os.kill(last, 0)
 
 
 @pytest.mark.parametrize("command", ["run", "data build"])
