@@ -8,7 +8,8 @@ without a marker is wiped before its task runs. A stage never knows which pool r
 
 Pools (``--backend``, ``--workers N``), the same pool the lab's steps run on:
 
-- ``local``: ``N`` tasks at once, each in a forked process (``N == 1``: the ``inline`` pool, this process).
+- ``local``: ``N`` forked worker processes, reused from task to task (``N == 1``: the ``inline`` pool, this
+  process).
   A worker that dies mid-task (killed, out of memory) loses only its task, which is rerun, said once on the
   console and recorded (``build.json``: ``reruns``); a task lost :data:`MAX_ATTEMPTS` times fails the build
   naming it (:data:`LOST_TASK_RETRY`, the lab's one retry policy). A worker never outlives the build that
