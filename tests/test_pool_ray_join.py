@@ -9,6 +9,7 @@ import inspect
 import os
 import signal
 import socket
+import sys
 import time
 from pathlib import Path
 
@@ -20,8 +21,9 @@ from data_helpers import small_build_config
 from glasslab.config import to_dict
 from glasslab.data import runner
 from glasslab.data.progress import Progress
+from glasslab.errors import UserError
 from glasslab.lab import Executor, Step, read_step_record
-from glasslab.lab.pool import ProcessPool
+from glasslab.lab.pool import ProcessPool, open_pool
 
 EXPERIMENT = '''
 from glasslab.lab import Step
@@ -108,6 +110,13 @@ def test_the_local_pool_reuses_its_workers_and_says_how_each_call_ended():
     pool.close()
     with pytest.raises(ProcessLookupError):  # closing ends the workers
         os.kill(last, 0)
+
+
+def test_ray_not_installed_is_one_user_error(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # what an interpreter without Ray gives
+    monkeypatch.delitem(sys.modules, "glasslab.lab.pool_ray", raising=False)
+    with pytest.raises(UserError, match=r"--backend ray: Ray is not installed .*pip install 'glasslab\[ray\]'"):
+        open_pool("ray", 2)
 
 
 @pytest.mark.parametrize("command", ["run", "data build"])

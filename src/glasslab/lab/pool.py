@@ -288,6 +288,8 @@ def open_pool(kind: str, size: int, address: str | None = None, local_cpus: int 
         return InlinePool()
     if kind == "local":
         return ProcessPool(size)
-    from glasslab.lab.pool_ray import RayPool
-
+    try:
+        from glasslab.lab.pool_ray import RayPool
+    except ImportError as exc:
+        raise UserError(f"--backend ray: Ray is not installed ({exc}); pip install 'glasslab[ray]'") from None
     return RayPool(size, address, local_cpus, local_gpus)
