@@ -15,9 +15,9 @@ import torch
 import torch.utils.checkpoint
 from torch import nn
 
+from glasslab.data.buckets import planned_mixture
 from glasslab.data.handle import open_dataset
 from glasslab.data.loader import Loader, eval_batches, eval_bytes_per_token
-from glasslab.data.mixture import plan_mixture
 from glasslab.data.tokenizer import EOT, load_tokenizer
 from glasslab.errors import UserError
 from glasslab.evals.load import TaskScorer, load_tasks
@@ -134,8 +134,8 @@ def describe(run_cfg: RunConfig) -> dict:
         "data_manifest_hash": digest,
         "dataset": {"folder": Path(data.path).resolve().name, "path": str(Path(data.path).resolve()),
                     "manifest_hash": digest},
-        "mixture": plan_mixture(data.mixture, {d: e["train"]["tokens"] for d, e in domains.items()},
-                                cfg.total_steps * cfg.global_batch_tokens, cfg.global_batch_tokens),
+        "mixture": planned_mixture(data, {d: e["train"]["tokens"] for d, e in domains.items()},
+                                   cfg.total_steps * cfg.global_batch_tokens, cfg.global_batch_tokens, cfg.seq_len + 1),
     }
     if run_cfg.train.eval_tasks:
         record["tasks"] = {t.name: t.describe() for t in load_tasks(run_cfg.train.eval_tasks, run_cfg.data.path)}

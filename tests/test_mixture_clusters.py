@@ -1,0 +1,171 @@
+"""Mixtures by content cluster: buckets inside the domain streams, drawn deterministically, resumed exactly,
+rebuilt by ``glasslab batch``; the tokens a run read per cluster recomputed exactly; a mixture without cluster
+keys hashes and draws as before."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from glasslab.config import config_hash, from_dict, to_dict
+from glasslab.data.batches import rebuild_batch
+from glasslab.data.buckets import map_clusters
+from glasslab.data.cluster_reads import tokens_per_cluster
+from glasslab.data.config import DataConfig, MixtureConfig
+from glasslab.data.loader import Loader
+from glasslab.data.map import map_plan
+from glasslab.errors import UserError
+from glasslab.lab import run_one_step
+from glasslab.track import RunReader
+from glasslab.train.callbacks import StopAfter
+from glasslab.train.run import train
+from glasslab.train.run_config import RunConfig
+from observatory_lab import chromium_path, serve_lab
+from train_data import build_tiny_dataset, tiny_run_config
+
+
+@pytest.fixture(scope="module")
+def mapped(tmp_path_factory) -> tuple[Path, Path]:
+    """The tiny training dataset and a map of it into 4 content clusters, beside it in one lab."""
+    root = tmp_path_factory.mktemp("mix-clusters")
+    dataset = build_tiny_dataset(root)
+    done = run_one_step(map_plan(dataset, k=4, num_workers=1, progress=False), root)
+    return dataset, done.folder
+
+
+def _data(dataset: Path, folder: Path, **mixture) -> DataConfig:
+    return DataConfig(path=str(dataset), map=folder.name, mixture=MixtureConfig(**mixture))
+
+
+def _draw(loader: Loader, steps: int) -> list[torch.Tensor]:
+    return [loader.next_batch() for _ in range(steps)]
+
+
+def test_a_mixture_without_cluster_keys_hashes_and_draws_as_before(mapped):
+    dataset, _ = mapped
+    plain = DataConfig(path=str(dataset), mixture=MixtureConfig(weights={"code": 0.5, "prose": 0.5}))
+    hashed = to_dict(plain, versioned_only=True)
+    assert "map" not in hashed and "clusters" not in hashed["mixture"]  # no existing run's identity moves
+    assert config_hash(plain) != config_hash(replace(plain, map="map-x", mixture=replace(
+        plain.mixture, clusters={"*": 1.0})))
+    loader = Loader(plain, seq_len=32, global_batch=8, prefetch=False)
+    assert [b.name for b in loader.buckets.buckets] == ["code", "prose"] and not loader.buckets.left_out
+
+
+def test_uniform_over_clusters_draws_each_bucket_from_its_cluster_and_resumes_exactly(mapped):
+    dataset, folder = mapped
+    cfg = _data(dataset, folder, clusters={"*": 1.0})
+    clusters = map_clusters(cfg)
+    loader = Loader(cfg, seq_len=32, global_batch=8)
+    names = [b.name for b in loader.buckets.buckets]
+    assert len(names) >= 4 and all("/" in n for n in names) and loader.domains == ["code", "prose"]
+    # Uniform over clusters: each cluster's weights sum to 1/K over the domains holding it.
+    per_cluster: dict[int, float] = {}
+    for bucket in loader.buckets.buckets:
+        per_cluster[bucket.cluster] = per_cluster.get(bucket.cluster, 0.0) + loader.buckets.weights_at(0)[bucket.name]
+    assert sorted(per_cluster) == list(range(4)) and all(w == pytest.approx(0.25) for w in per_cluster.values())
+    seen = set()
+    for _ in range(20):
+        for bucket, position in loader.next_plan():
+            domain, cluster = bucket.split("/")
+            documents = [d for d, _, _ in loader.row_documents(bucket, position)]
+            assert set(clusters.cluster_of[domain][documents]) == {int(cluster)}
+            seen.add(bucket)
+        loader.skip(1)
+    assert seen == set(names)  # every bucket is drawn
+    first = Loader(cfg, seq_len=32, global_batch=8)
+    _draw(first, 5)
+    state = json.loads(json.dumps(first.state_dict()))
+    expected = _draw(first, 40)
+    resumed = Loader(cfg, seq_len=32, global_batch=8)
+    resumed.load_state_dict(state)
+    assert all(torch.equal(a, b) for a, b in zip(expected, _draw(resumed, 40), strict=True))
+
+
+def test_clusters_within_domains_keep_the_domain_weights(mapped):
+    dataset, folder = mapped
+    cfg = _data(dataset, folder, weights={"code": 0.75, "prose": 0.25}, clusters={"0": 3.0, "*": 1.0})
+    loader = Loader(cfg, seq_len=32, global_batch=8, prefetch=False)
+    assert loader.weights_at(0) == pytest.approx({"code": 0.75, "prose": 0.25})
+    weights = loader.buckets.weights_at(0)
+    code = {b.cluster: weights[b.name] for b in loader.buckets.buckets if b.domain == "code"}
+    if 0 in code and len(code) > 1:
+        other = next(w for c, w in code.items() if c != 0)
+        assert code[0] == pytest.approx(3 * other)
+
+
+def test_the_tokens_read_per_document_are_exactly_the_windows_drawn(mapped):
+    dataset, folder = mapped
+    for mixture in ({"weights": {"code": 0.5, "prose": 0.5}}, {"clusters": {"*": 1.0}}):
+        loader = Loader(_data(dataset, folder, **mixture), seq_len=32, global_batch=8, prefetch=False)
+        counted = {d: np.zeros(len(loader.tokens_read()[d]), np.int64) for d in loader.domains}
+        for _ in range(60):  # past an epoch of the smaller buckets
+            for bucket, position in loader.next_plan():
+                for document, _, tokens in loader.row_documents(bucket, position):
+                    counted[loader.domain_of(bucket)][document] += len(tokens)
+            loader.skip(1)
+        read = loader.tokens_read()
+        for domain in loader.domains:
+            assert np.array_equal(read[domain], counted[domain]), domain
+        assert sum(int(r.sum()) for r in read.values()) == 60 * 8 * 33
+
+
+def test_bad_cluster_keys_are_one_line(mapped):
+    dataset, folder = mapped
+    with pytest.raises(UserError, match=r"data.mixture.clusters: 'no-such-thing' names no cluster"):
+        Loader(_data(dataset, folder, clusters={"no-such-thing": 1.0}), seq_len=32, global_batch=8)
+    with pytest.raises(UserError, match=r"both name cluster 1"):
+        name = map_clusters(_data(dataset, folder)).summary["clusters"][1]["name"]
+        Loader(_data(dataset, folder, clusters={"1": 1.0, name: 2.0}), seq_len=32, global_batch=8)
+    with pytest.raises(UserError, match=r"data.map='map-gone'"):
+        Loader(DataConfig(path=str(dataset), map="map-gone", mixture=MixtureConfig(clusters={"*": 1.0})), 32, 8)
+    with pytest.raises(UserError, match=r"data.mixture.clusters.*a data.map"):
+        from_dict(DataConfig, {"path": str(dataset), "mixture": {"clusters": {"*": 1}}})
+
+
+@pytest.fixture(scope="module")
+def runs(mapped) -> dict[str, Path]:
+    """A run by cluster (uniform over clusters) trained whole, and again stopped at step 4 and resumed, in
+    the map's lab."""
+    dataset, folder = mapped
+    config = tiny_run_config(dataset, max_steps=8, checkpoint_interval=4, sample_prompts=[], eval_interval=0)
+    config["data"] = {"path": str(dataset), "map": folder.name, "mixture": {"clusters": {"*": 1.0}}}
+    run_cfg = from_dict(RunConfig, config)
+    whole, halves = folder.parent / "whole", folder.parent / "halves"
+    train(run_cfg, whole)
+    train(run_cfg, halves, callbacks=[StopAfter(4)])
+    train(run_cfg, halves, resume=True)
+    return {"whole": whole, "halves": halves, "map": folder}
+
+
+def test_a_run_by_cluster_resumes_bit_for_bit_and_its_batches_and_cluster_tokens_are_rebuilt(runs):
+    losses = []
+    for run in (runs["whole"], runs["halves"]):
+        with RunReader(run) as reader:
+            losses.append(reader.scalars("train/loss")[1])
+    assert len(losses[0]) == 8 and losses[0] == losses[1]
+    assert all(rebuild_batch(runs["halves"], step).matches for step in range(1, 9))
+    record = json.loads((runs["whole"] / "run.json").read_text())
+    assert set(record["mixture"]["total"]["tokens"]) == {b for b in record["mixture"]["phases"][0]["weights"]}
+    read = tokens_per_cluster(runs["halves"], runs["map"])
+    assert read["step"] == 8 and read["total"] == 8 * 8 * 33 and len(read["tokens"]) == 4
+    assert read == tokens_per_cluster(runs["whole"], runs["map"]) | {"run": "halves"}
+
+
+@pytest.mark.skipif(chromium_path() is None, reason="chromium is not installed")
+def test_the_data_page_shows_the_tokens_each_run_read_per_cluster(runs, page):
+    read = tokens_per_cluster(runs["whole"], runs["map"])
+    with serve_lab(runs["map"].parent) as server:
+        page.goto(f"{server.url}/data/data")
+        page.wait_for_selector("body[data-ready='1']")
+        table = page.locator(".map-run-table")
+        assert table.locator("tr[data-run]").count() == 2
+        assert f"{read['total']:,}" in table.locator("tr[data-run='whole']").inner_text()
+        page.locator(".map-disc[data-cluster='0']").dispatch_event("click")
+        row = page.locator("#map-detail .map-runs tr[data-run='whole']")
+        assert f"{read['tokens'][0]:,}" in row.inner_text()
