@@ -4,7 +4,9 @@ keys hashes and draws as before."""
 
 from __future__ import annotations
 
+import io
 import json
+import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -15,6 +17,7 @@ import torch
 from glasslab.config import config_hash, from_dict, to_dict
 from glasslab.data.batches import rebuild_batch
 from glasslab.data.buckets import map_clusters
+from glasslab.data.cluster_heldout import MIN_HELDOUT_TOKENS, cluster_heldout
 from glasslab.data.cluster_reads import tokens_per_cluster
 from glasslab.data.config import DataConfig, MixtureConfig
 from glasslab.data.loader import Loader
@@ -130,10 +133,11 @@ def test_bad_cluster_keys_are_one_line(mapped):
 
 @pytest.fixture(scope="module")
 def runs(mapped) -> dict[str, Path]:
-    """A run by cluster (uniform over clusters) trained whole, and again stopped at step 4 and resumed, in
-    the map's lab."""
+    """A run by cluster (uniform over clusters; its held-out loss measured per cluster too) trained whole, and
+    again stopped at step 4 and resumed, in the map's lab."""
     dataset, folder = mapped
-    config = tiny_run_config(dataset, max_steps=8, checkpoint_interval=4, sample_prompts=[], eval_interval=0)
+    config = tiny_run_config(dataset, max_steps=8, checkpoint_interval=4, sample_prompts=[], eval_interval=2,
+                             eval_max_tokens=4096)
     config["data"] = {"path": str(dataset), "map": folder.name, "mixture": {"clusters": {"*": 1.0}}}
     run_cfg = from_dict(RunConfig, config)
     whole, halves = folder.parent / "whole", folder.parent / "halves"
@@ -169,3 +173,47 @@ def test_the_data_page_shows_the_tokens_each_run_read_per_cluster(runs, page):
         page.locator(".map-disc[data-cluster='0']").dispatch_event("click")
         row = page.locator("#map-detail .map-runs tr[data-run='whole']")
         assert f"{read['tokens'][0]:,}" in row.inner_text()
+
+
+def test_the_held_out_loss_is_measured_per_cluster_and_small_clusters_are_skipped_and_said(runs):
+    record = json.loads((runs["whole"] / "run.json").read_text())["cluster_evals"]
+    assert record["map"] == runs["map"].name and record["min_tokens"] == MIN_HELDOUT_TOKENS
+    measured = sorted(int(c) for c in record["clusters"])
+    assert measured and all(n >= MIN_HELDOUT_TOKENS for n in record["clusters"].values())
+    assert sorted(measured + [int(c) for c in record["skipped"]]) == list(range(4))
+    heldout = cluster_heldout(runs["map"].parent / "data", runs["map"], 32, 4096)
+    with RunReader(runs["whole"]) as reader:
+        for cluster in measured:
+            steps, losses = reader.scalars(f"eval/cluster/{cluster}/loss")
+            _, bpb = reader.scalars(f"eval/cluster/{cluster}/bpb")
+            assert steps == [2, 4, 6, 8] and losses[-1] < losses[0]  # it learns
+            assert bpb[-1] == pytest.approx(losses[-1] / math.log(2) / heldout.bytes_per_token[cluster])
+        assert not reader.scalars(f"eval/cluster/{max(measured) + 4}/loss")[0]
+        macro = reader.scalars("eval/macro/loss")[1][-1]
+        domains = [reader.scalars(f"eval/{d}/loss")[1][-1] for d in ("code", "prose")]
+        assert macro == pytest.approx(sum(domains) / 2)  # the ladder's target leaves the clusters out
+    everything_skipped = cluster_heldout(runs["map"].parent / "data", runs["map"], 32, 4096, min_tokens=10**9)
+    assert not everything_skipped.windows and sorted(everything_skipped.skipped) == list(range(4))
+
+
+@pytest.mark.skipif(chromium_path() is None, reason="chromium is not installed")
+def test_the_run_page_draws_a_cluster_by_step_heatmap(runs, page):
+    title = "Held-out loss per content cluster (the data map)"
+    with serve_lab(runs["map"].parent) as server:
+        page.goto(f"{server.url}/run/whole")
+        page.wait_for_selector("body[data-ready='1']")
+        card = page.locator(f"[data-panel='{title}']")
+        card.scroll_into_view_if_needed()
+        heat = card.locator(".heat")
+        heat.wait_for()
+        assert heat.locator(".heat-ytitle").inner_text() == "cluster"
+        assert page.evaluate("t => window.GLASSLAB_HEATMAPS[t].steps", title) == [2, 4, 6, 8]
+        png = heat.locator("canvas.heat-cells").screenshot()
+    from PIL import Image
+
+    with Image.open(io.BytesIO(png)) as image:
+        rgb = image.convert("RGB").tobytes()
+    pixels = [rgb[i : i + 3] for i in range(0, len(rgb), 3)]
+    distinct, inked = len(set(pixels)), sum(p != b"\xff\xff\xff" for p in pixels) / len(pixels)
+    assert distinct >= 4 and inked > 0.9, (distinct, inked)  # a colour per cell, the plot filled
+

@@ -87,7 +87,7 @@
         const rows = this.spec.family.rows.filter((_, i) => this.keys.includes(this.spec.keys[i]));
         const { steps, values } = familyColumns(series, this.smooth);
         this.chart = new Heatmap(this.node, { title: this.spec.title, key: this.spec.id, steps, values, bare: true,
-          rowName: "layer", rowLabels: rows, extremes: true, log: this.spec.logy, onHover: (step) => v.hoverLines(step) });
+          rowName: this.spec.family.row || "layer", rowLabels: rows, extremes: true, log: this.spec.logy, onHover: (step) => v.hoverLines(step) });
         G.heatmaps[this.spec.id] = this.chart;
       } else {
         const lines = this.keys.map((k, i) => {
@@ -175,7 +175,9 @@
     }
 
     mode(keys) {
-      if (keys.length <= GROUP_LINES_MAX || this.view.ws.state.lines.includes(this.spec.id)) return "lines";
+      if (this.view.ws.state.lines.includes(this.spec.id)) return "lines";
+      if (this.spec.family && this.spec.family.row === "cluster") return "heat";  // cluster × step, however few
+      if (keys.length <= GROUP_LINES_MAX) return "lines";
       return this.spec.family ? "heat" : "multiples";
     }
 
