@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+from glasslab import track
 from glasslab.config import config_hash, from_dict, to_dict
 from glasslab.data.batches import rebuild_batch
 from glasslab.data.buckets import map_clusters
@@ -24,6 +25,8 @@ from glasslab.data.loader import Loader
 from glasslab.data.map import map_plan
 from glasslab.errors import UserError
 from glasslab.lab import run_one_step
+from glasslab.observatory.lab_scan import Lab
+from glasslab.observatory.ladder_page import ladder_page
 from glasslab.track import RunReader
 from glasslab.train.callbacks import StopAfter
 from glasslab.train.run import train
@@ -217,3 +220,35 @@ def test_the_run_page_draws_a_cluster_by_step_heatmap(runs, page):
     distinct, inked = len(set(pixels)), sum(p != b"\xff\xff\xff" for p in pixels) / len(pixels)
     assert distinct >= 4 and inked > 0.9, (distinct, inked)  # a colour per cell, the plot filled
 
+
+
+@pytest.mark.skipif(chromium_path() is None, reason="chromium is not installed")
+def test_the_ladder_page_draws_each_clusters_loss_against_compute(tmp_path, page):
+    """Two rungs (the small one with two seeds) that measured three clusters: cluster 2 improves with
+    scale, cluster 1 stays flat; the page says so in its chart and its table."""
+    lab = tmp_path / "lab"
+    losses = {"rung-s-a1": {0: 4.0, 1: 3.0, 2: 5.0}, "rung-s-a2": {0: 4.2, 1: 3.0, 2: 5.2},
+              "rung-m-b1": {0: 3.6, 1: 3.0, 2: 4.0}}
+    for name, by_cluster in losses.items():
+        run = track.init(lab / name, {"name": name}, record_extra={"cluster_evals": {"map": "map-0000aaaa"}})
+        run.log({"train/loss": 5.0, **{f"eval/cluster/{c}/loss": v + 1 for c, v in by_cluster.items()}}, 1)
+        run.log({"train/loss": 4.0, **{f"eval/cluster/{c}/loss": v for c, v in by_cluster.items()}}, 2)
+        run.finish()
+    (lab / "map-0000aaaa").mkdir()
+    (lab / "map-0000aaaa" / "map.json").write_text(json.dumps({"clusters": [
+        {"id": 0, "name": "def · self"}, {"id": 1, "name": "table · row"}, {"id": 2, "name": "the · of"}]}))
+    (lab / "ladder-cccc3333").mkdir()
+    (lab / "ladder-cccc3333" / "fit.json").write_text(json.dumps({"ladder": "demo", "rungs": [
+        {"name": "rung-s", "run_ids": ["rung-s-a1", "rung-s-a2"], "flops": 1e12, "losses": [4.0, 4.1]},
+        {"name": "rung-m", "run_ids": ["rung-m-b1"], "flops": 4e12, "losses": [3.7]}]}))
+    data = ladder_page(Lab(lab), "ladder-cccc3333")["clusters"]
+    assert data["names"] == {"0": "def · self", "1": "table · row", "2": "the · of"}  # JSON's keys
+    assert data["rungs"][0]["losses"] == pytest.approx({"0": 4.1, "1": 3.0, "2": 5.1})  # the mean over two seeds
+    assert data["rungs"][1]["losses"] == pytest.approx({"0": 3.6, "1": 3.0, "2": 4.0})
+    with serve_lab(lab) as server:
+        page.goto(f"{server.url}/ladder/ladder-cccc3333")
+        page.wait_for_selector("body[data-ready='1']")
+        rows = page.locator("table.cluster-scaling tbody tr")
+        assert rows.evaluate_all("rs => rs.map(r => r.dataset.cluster)") == ["2", "0", "1"]  # most improved first
+        assert rows.nth(0).inner_text().endswith("-21.6%") and rows.nth(2).inner_text().endswith("0.0%")
+        assert page.evaluate("() => window.GLASSLAB_CHARTS.clusters.series.length") == 4  # x and 3 clusters
