@@ -7,10 +7,13 @@ from __future__ import annotations
 import io
 import json
 import math
+import shutil
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 import torch
 
@@ -22,11 +25,12 @@ from glasslab.data.cluster_heldout import MIN_HELDOUT_TOKENS, cluster_heldout
 from glasslab.data.cluster_reads import tokens_per_cluster
 from glasslab.data.config import DataConfig, MixtureConfig
 from glasslab.data.loader import Loader
-from glasslab.data.map import map_plan
+from glasslab.data.map import DOCUMENTS_FILE, map_plan
 from glasslab.errors import UserError
 from glasslab.lab import run_one_step
 from glasslab.observatory.lab_scan import Lab
 from glasslab.observatory.ladder_page import ladder_page
+from glasslab.reproduce.replay import find_or_make_map
 from glasslab.track import RunReader
 from glasslab.train.callbacks import StopAfter
 from glasslab.train.run import train
@@ -162,6 +166,19 @@ def test_a_run_by_cluster_resumes_bit_for_bit_and_its_batches_and_cluster_tokens
     read = tokens_per_cluster(runs["halves"], runs["map"])
     assert read["step"] == 8 and read["total"] == 8 * 8 * 33 and len(read["tokens"]) == 4
     assert read == tokens_per_cluster(runs["whole"], runs["map"]) | {"run": "halves"}
+
+
+def test_reproduce_maps_the_dataset_again_for_a_run_by_cluster(runs, tmp_path):
+    record = json.loads((runs["whole"] / "run.json").read_text())
+    assert record["data_map"]["folder"] == runs["map"].name and record["data_map"]["config"]["k"] == 4
+    dataset = tmp_path / "lab" / "data"
+    shutil.copytree(runs["map"].parent / "data", dataset)  # a lab that has the dataset but not its map
+    find_or_make_map(SimpleNamespace(record=record, run_id="whole"), dataset)
+    again = dataset.parent / runs["map"].name
+    assert pq.read_table(again / DOCUMENTS_FILE).equals(pq.read_table(runs["map"] / DOCUMENTS_FILE))
+    buckets = [Loader(_data(d, folder, clusters={"*": 1.0}), 32, 8, prefetch=False).buckets.buckets
+               for d, folder in ((dataset, again), (runs["map"].parent / "data", runs["map"]))]
+    assert [(b.name, b.tokens) for b in buckets[0]] == [(b.name, b.tokens) for b in buckets[1]]
 
 
 @pytest.mark.skipif(chromium_path() is None, reason="chromium is not installed")

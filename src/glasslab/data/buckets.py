@@ -159,6 +159,17 @@ def map_folder(data_cfg: DataConfig) -> Path:
                     "(glasslab data map DATASET makes one)")
 
 
+def map_record(data_cfg: DataConfig) -> dict:
+    """What a run by cluster records of its map (``data_map``: its folder name and the versioned config of the
+    step that made it, which ``glasslab reproduce`` maps the dataset again with), or nothing without one."""
+    if not data_cfg.map:
+        return {}
+    from glasslab.layout import STEP_RECORD, read_json
+
+    folder = map_folder(data_cfg)
+    return {"data_map": {"folder": folder.name, "config": (read_json(folder / STEP_RECORD) or {}).get("config")}}
+
+
 def map_clusters(data_cfg: DataConfig) -> MapClusters:
     """The clusters of ``data.map``, refused unless it maps ``data.path``'s dataset as it is now."""
     from glasslab.data.map import read_map

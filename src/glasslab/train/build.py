@@ -15,7 +15,7 @@ import torch
 import torch.utils.checkpoint
 from torch import nn
 
-from glasslab.data.buckets import planned_mixture
+from glasslab.data.buckets import map_record, planned_mixture
 from glasslab.data.handle import open_dataset
 from glasslab.data.loader import Loader, eval_batches, eval_bytes_per_token
 from glasslab.data.tokenizer import EOT, load_tokenizer
@@ -142,7 +142,7 @@ def describe(run_cfg: RunConfig) -> dict:
         "mixture": planned_mixture(data, {d: e["train"]["tokens"] for d, e in domains.items()},
                                    cfg.total_steps * cfg.global_batch_tokens, cfg.global_batch_tokens, cfg.seq_len + 1),
     }
-    record |= cluster_evals_record(run_cfg)
+    record |= map_record(run_cfg.data) | cluster_evals_record(run_cfg)
     if run_cfg.train.eval_tasks:
         record["tasks"] = {t.name: t.describe() for t in load_tasks(run_cfg.train.eval_tasks, run_cfg.data.path)}
     return record
