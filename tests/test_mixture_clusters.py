@@ -230,6 +230,9 @@ def test_the_run_page_draws_a_cluster_by_step_heatmap(runs, page):
         heat = card.locator(".heat")
         heat.wait_for()
         assert heat.locator(".heat-ytitle").inner_text() == "cluster"
+        measured = int(min(json.loads((runs["whole"] / "run.json").read_text())["cluster_evals"]["clusters"]))
+        name = map_clusters(_data(runs["map"].parent / "data", runs["map"])).summary["clusters"][measured]["name"]
+        assert f"{measured} {name}" in heat.locator(".heat-yaxis").inner_text()  # rows named by their top terms
         assert page.evaluate("t => window.GLASSLAB_HEATMAPS[t].steps", title) == [2, 4, 6, 8]
         png = heat.locator("canvas.heat-cells").screenshot()
     from PIL import Image
