@@ -146,7 +146,7 @@ def runs(mapped) -> dict[str, Path]:
     """A run by cluster (uniform over clusters; its held-out loss measured per cluster too) trained whole, and
     again stopped at step 4 and resumed, in the map's lab."""
     dataset, folder = mapped
-    config = tiny_run_config(dataset, max_steps=8, checkpoint_interval=4, sample_prompts=[], eval_interval=2,
+    config = tiny_run_config(dataset, max_steps=8, checkpoint_interval=4, sample_prompts=[], eval_interval=4,
                              eval_max_tokens=4096)
     config["data"] = {"path": str(dataset), "map": folder.name, "mixture": {"clusters": {"*": 1.0}}}
     run_cfg = from_dict(RunConfig, config)
@@ -209,7 +209,7 @@ def test_the_held_out_loss_is_measured_per_cluster_and_small_clusters_are_skippe
         for cluster in measured:
             steps, losses = reader.scalars(f"eval/cluster/{cluster}/loss")
             _, bpb = reader.scalars(f"eval/cluster/{cluster}/bpb")
-            assert steps == [2, 4, 6, 8] and losses[-1] < losses[0]  # it learns
+            assert steps == [4, 8] and losses[-1] < losses[0]  # it learns
             assert bpb[-1] == pytest.approx(losses[-1] / math.log(2) / heldout.bytes_per_token[cluster])
         assert not reader.scalars(f"eval/cluster/{max(measured) + 4}/loss")[0]
         macro = reader.scalars("eval/macro/loss")[1][-1]
@@ -233,7 +233,7 @@ def test_the_run_page_draws_a_cluster_by_step_heatmap(runs, page):
         measured = int(min(json.loads((runs["whole"] / "run.json").read_text())["cluster_evals"]["clusters"]))
         name = map_clusters(_data(runs["map"].parent / "data", runs["map"])).summary["clusters"][measured]["name"]
         assert f"{measured} {name}" in heat.locator(".heat-yaxis").inner_text()  # rows named by their top terms
-        assert page.evaluate("t => window.GLASSLAB_HEATMAPS[t].steps", title) == [2, 4, 6, 8]
+        assert page.evaluate("t => window.GLASSLAB_HEATMAPS[t].steps", title) == [4, 8]
         png = heat.locator("canvas.heat-cells").screenshot()
     from PIL import Image
 
@@ -241,7 +241,7 @@ def test_the_run_page_draws_a_cluster_by_step_heatmap(runs, page):
         rgb = image.convert("RGB").tobytes()
     pixels = [rgb[i : i + 3] for i in range(0, len(rgb), 3)]
     distinct, inked = len(set(pixels)), sum(p != b"\xff\xff\xff" for p in pixels) / len(pixels)
-    assert distinct >= 4 and inked > 0.9, (distinct, inked)  # a colour per cell, the plot filled
+    assert distinct >= 2 and inked > 0.9, (distinct, inked)  # a colour per cell, the plot filled
 
 
 
