@@ -237,7 +237,9 @@ def to_dict(cfg: Any, versioned_only: bool = False) -> Any:
 
 def _unhashed(f: dataclasses.Field, value: Any) -> bool:
     versioned = f.metadata.get("versioned", True)
-    return versioned is False or (versioned == "when_set" and value == f.default)
+    if versioned != "when_set":
+        return versioned is False
+    return value == (f.default_factory() if f.default is dataclasses.MISSING else f.default)  # type: ignore[misc]
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:

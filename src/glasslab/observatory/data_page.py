@@ -7,6 +7,7 @@ content domains, ``glasslab data map``)."""
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 import sqlite3
@@ -14,7 +15,16 @@ import time
 from typing import Any
 
 from glasslab import sources
-from glasslab.layout import BUILD_PROGRESS, BUILD_RECORD, MANIFEST_FILE, REPORT_FILE, RUN_RECORD, STEP_RECORD
+from glasslab.errors import UserError
+from glasslab.layout import (
+    BUILD_PROGRESS,
+    BUILD_RECORD,
+    MANIFEST_FILE,
+    METRICS_DB,
+    REPORT_FILE,
+    RUN_RECORD,
+    STEP_RECORD,
+)
 from glasslab.observatory.lab_scan import Lab
 from glasslab.observatory.relations import Relations
 from glasslab.observatory.runs import open_run, run_status
@@ -137,6 +147,33 @@ def dataset_map(lab: Lab, folder) -> dict[str, Any] | None:
     return summary | {"folder": found[0].name} if summary else None
 
 
+def cluster_reads(lab: Lab, map_folder, run_ids: list[str]) -> list[dict[str, Any]]:
+    """Per run that trained on the mapped dataset, the tokens it read from each cluster, recomputed from its
+    draws (``data/cluster_reads.py``; cached until its store or the map changes), or the line saying why not."""
+    reads = []
+    for run_id in run_ids:
+        folder = lab.index().runs[run_id]
+        stamps = tuple(_mtime(folder / name) for name in (METRICS_DB, METRICS_DB + "-wal"))
+        try:
+            read = _tokens_per_cluster(str(folder), str(map_folder), stamps + (_mtime(map_folder / "map.json"),))
+        except (UserError, OSError) as exc:
+            read = {"error": str(exc).replace(str(lab.root.resolve()), "<lab>")}
+        if read is not None:
+            reads.append(read | {"run": run_id})
+    return reads
+
+
+def _mtime(path) -> int:
+    return path.stat().st_mtime_ns if path.exists() else 0
+
+
+@functools.lru_cache(maxsize=64)
+def _tokens_per_cluster(run_folder: str, map_folder: str, stamps: tuple) -> dict[str, Any] | None:
+    from glasslab.data.cluster_reads import tokens_per_cluster
+
+    return tokens_per_cluster(run_folder, map_folder)
+
+
 def data_page(lab: Lab, report_id: str) -> dict[str, Any] | None:
     folder = lab.index().reports.get(report_id)
     if folder is None:
@@ -150,7 +187,10 @@ def data_page(lab: Lab, report_id: str) -> dict[str, Any] | None:
     if built_by is not None:  # and what it built: a rebuild that differs is told which file first
         built_by["manifest"] = lab.json(folder / MANIFEST_FILE)
     build = build_stages(lab, folder)
+    mapped = dataset_map(lab, folder)
+    if mapped is not None:
+        mapped["runs"] = cluster_reads(lab, lab.root / mapped["folder"], Relations(lab).runs_using(report_id))
     return clean({"page": "data", "id": report_id, "title": f"Data {report_id}", "report": report,
                   "build": build, "sources": data_sources(lab, folder, build), "runs": runs,
-                  "warnings": warnings(report or {}, runs), "map": dataset_map(lab, folder),
+                  "warnings": warnings(report or {}, runs), "map": mapped,
                   "built_by": built_by, "watch": []})

@@ -9,7 +9,8 @@
    uncommitted changes the run was not trained with (with ``allow_dirty`` every line of the report says so);
 2. finds the dataset in the lab by folder name and manifest hash, else builds it again with the step the
    site published (its function and config) and refuses when the rebuilt manifest's sha256 differs,
-   naming the first entry (and file) of the published manifest that the rebuild does not match;
+   naming the first entry (and file) of the published manifest that the rebuild does not match; a run by
+   content cluster finds its data map beside the dataset, else maps it again from the recorded map config;
 3. trains the recorded config as a ``glasslab train`` step in the lab on the recorded device and CPU
    threads, up to ``until`` (the schedule stays
    the whole run's: it stops as a preemption does, and the same command without ``until`` resumes);
@@ -146,9 +147,29 @@ def first_difference(published: Any, rebuilt: Any, where: str = "") -> str | Non
     return None if published == rebuilt else where or "the manifest"
 
 
+def find_or_make_map(run: PublishedRun, dataset: Path) -> None:
+    """For a run by cluster, its data map beside ``dataset``: found, else made again from the map step's recorded
+    config (a map is a function of the dataset and its settings: the same folder, the same clusters). One line
+    when the record names no config, its embedder is not fitted on the corpus, or the map made is another."""
+    recorded = run.record.get("data_map")
+    if not recorded or (dataset.parent / recorded["folder"] / "map.json").is_file():
+        return
+    from glasslab.data.map import STEP_NAME, MapConfig, map_step
+
+    config = recorded.get("config") or {}
+    if config.get("embedder", "tfidf") != "tfidf":
+        raise UserError(f"{run.run_id}: its data map {recorded['folder']} used the embedder {config['embedder']!r}; "
+                        f"map {dataset} with it again (glasslab data map) before reproducing")
+    map_cfg = configs.from_dict(MapConfig, {**config, "dataset": str(dataset), "progress": False})
+    made = run_one_step(Step(STEP_NAME, map_step, map_cfg), dataset.parent)
+    if made.folder.name != recorded["folder"]:
+        raise UserError(f"{run.run_id}: mapping its dataset again made {made.folder.name}, not {recorded['folder']}")
+
+
 def replay(run: PublishedRun, lab: Path, dataset: Path, until: int | None = None) -> Path:
     """Train the run's recorded config on ``dataset`` as a step in ``lab`` (stopping after ``until`` steps);
-    returns the replay's folder."""
+    returns the replay's folder. A run by cluster finds or makes its data map first."""
+    find_or_make_map(run, dataset)
     config = configs.apply_overrides(run.record["config"], [f"data.path={dataset}"])
     run_cfg = configs.from_dict(RunConfig, config)
     unplaced = dataclasses.replace(run_cfg, data=dataclasses.replace(run_cfg.data, build="", path=""))

@@ -15,13 +15,14 @@ import torch
 import torch.utils.checkpoint
 from torch import nn
 
+from glasslab.data.buckets import map_record, planned_mixture
 from glasslab.data.handle import open_dataset
 from glasslab.data.loader import Loader, eval_batches, eval_bytes_per_token
-from glasslab.data.mixture import plan_mixture
 from glasslab.data.tokenizer import EOT, load_tokenizer
 from glasslab.errors import UserError
 from glasslab.evals.load import TaskScorer, load_tasks
 from glasslab.model import Transformer, generate
+from glasslab.train.cluster_evals import cluster_evals_record, with_cluster_evals
 from glasslab.train.config import TrainConfig
 from glasslab.train.distributed import DistContext
 from glasslab.train.evals import TaskEvals, evaluate
@@ -52,9 +53,12 @@ def resolve_data(run_cfg: RunConfig) -> RunConfig:
 
 def check_inputs(run_cfg: RunConfig) -> None:
     """Raise a one-line UserError for a run config its dataset cannot train (missing dataset, a
-    mixture naming an unknown domain, a vocabulary smaller than the tokenizer's), building nothing:
+    mixture naming an unknown domain, a vocabulary smaller than the tokenizer's, a map of another dataset),
+    building nothing:
     what :func:`build_parts` checks first, for a command to call before it makes a folder or draws."""
-    _loader_and_tokenizer(resolve_data(run_cfg), DistContext())
+    resolved = resolve_data(run_cfg)
+    _loader_and_tokenizer(resolved, DistContext())
+    cluster_evals_record(resolved)  # a map that is gone or of another dataset: one line now
 
 
 def _loader_and_tokenizer(run_cfg: RunConfig, ctx: DistContext):
@@ -95,7 +99,8 @@ def build_parts(run_cfg: RunConfig, ctx: DistContext) -> RunParts:
 
     return RunParts(model=model, balancer=model.balancer, loader=loader,
                     flops_per_token=run_cfg.model.flops_per_token(cfg.seq_len),
-                    evaluate=domain_evaluator(cfg, run_cfg.data.path, ctx.device, tokenizer, loader.domains),
+                    evaluate=with_cluster_evals(domain_evaluator(cfg, run_cfg.data.path, ctx.device, tokenizer,
+                                                                 loader.domains), run_cfg, ctx.device),
                     sample=sample)
 
 
@@ -134,9 +139,10 @@ def describe(run_cfg: RunConfig) -> dict:
         "data_manifest_hash": digest,
         "dataset": {"folder": Path(data.path).resolve().name, "path": str(Path(data.path).resolve()),
                     "manifest_hash": digest},
-        "mixture": plan_mixture(data.mixture, {d: e["train"]["tokens"] for d, e in domains.items()},
-                                cfg.total_steps * cfg.global_batch_tokens, cfg.global_batch_tokens),
+        "mixture": planned_mixture(data, {d: e["train"]["tokens"] for d, e in domains.items()},
+                                   cfg.total_steps * cfg.global_batch_tokens, cfg.global_batch_tokens, cfg.seq_len + 1),
     }
+    record |= map_record(run_cfg.data) | cluster_evals_record(run_cfg)
     if run_cfg.train.eval_tasks:
         record["tasks"] = {t.name: t.describe() for t in load_tasks(run_cfg.train.eval_tasks, run_cfg.data.path)}
     return record
