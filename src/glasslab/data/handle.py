@@ -18,13 +18,23 @@ from glasslab.data.shards import checked_manifest
 from glasslab.layout import MANIFEST_FILE, UnreadableFile
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class DatasetHandle:
-    """A built dataset: its folder, its manifest and the manifest's sha256 (read together, once)."""
+    """A built dataset: its folder, its manifest and the manifest's sha256 (read together, once). Two handles
+    are equal (and hash alike, so a cache may key on one) when they name the same folder and manifest hash."""
 
     path: Path
     manifest: dict[str, Any]
     manifest_hash: str
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, DatasetHandle) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def _key(self) -> tuple[str, str]:
+        return str(self.path), self.manifest_hash
 
     @property
     def vocab_size(self) -> int:
@@ -49,6 +59,19 @@ def open_dataset(ref: str | Path) -> DatasetHandle:
         data = None
     manifest = checked_manifest(path, None if data is None else _parsed(path / MANIFEST_FILE, data))
     return DatasetHandle(path, manifest, hashlib.sha256(data).hexdigest())
+
+
+def as_dataset(ref: str | Path | DatasetHandle) -> DatasetHandle:
+    """``ref`` itself when it is a handle already, else :func:`open_dataset` of it: for a function that a caller
+    holding the handle should not make read the manifest again."""
+    return ref if isinstance(ref, DatasetHandle) else open_dataset(ref)
+
+
+def find_dataset(ref: str | Path) -> DatasetHandle | None:
+    """The dataset built in folder ``ref``, or None where the folder holds no ``manifest.json`` (a reader that
+    only looks, such as a published run whose dataset was not kept); a manifest that is there but unreadable is
+    still a one-line error."""
+    return open_dataset(ref) if (Path(ref) / MANIFEST_FILE).is_file() else None
 
 
 def _parsed(manifest_file: Path, data: bytes) -> dict:
