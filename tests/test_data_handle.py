@@ -51,7 +51,8 @@ def test_no_module_outside_data_reads_a_dataset_manifest_itself():
     assert reading == set(), f"read a dataset manifest without data.open_dataset: {sorted(reading)}"
 
 
-MANIFEST_READ = re.compile(r"(read_json|file_sha256|json\.loads|\.json|read_text|read_bytes|open)\([^)\n]*MANIFEST_FILE")
+MANIFEST_READ = re.compile(
+    r"(read_json|file_sha256|json\.loads|\.json|read_text|read_bytes|open)\([^)\n]*MANIFEST_FILE")
 """A call that reads or hashes a file at ``... / MANIFEST_FILE`` (``manifest.json``)."""
 OTHER_MANIFESTS = {
     ("layout.py", "(path / MANIFEST_FILE)"),  # a checkpoint's files and checksums

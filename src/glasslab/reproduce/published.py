@@ -17,8 +17,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from glasslab.errors import UserError
 from glasslab.data.handle import find_dataset
+from glasslab.errors import UserError
 from glasslab.layout import CHECKPOINT_LIST, RUN_RECORD, STEP_RECORD, read_json
 from glasslab.reproduce.replay import PublishedRun
 from glasslab.track import RunReader
