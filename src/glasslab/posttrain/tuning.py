@@ -35,6 +35,7 @@ from glasslab.posttrain.base import (
     step_base,
 )
 from glasslab.posttrain.samples import CHAT_PROMPTS, chat_sampler
+from glasslab.track import check_sinks
 from glasslab.train.config import OptimizerConfig, ScheduleConfig, TrainConfig
 from glasslab.train.distributed import DistContext
 from glasslab.train.loop import RunParts
@@ -72,6 +73,7 @@ class TuningRecipe:
     """``run.json`` ``role``: ``sft``, ``dpo``."""
 
     def __init__(self, config: Any, base: ModelSource) -> None:
+        check_sinks(config.train.sinks)  # a missing sink package: one line before the data is read
         self.config = config
         self.base = base
         self.encoder = chat_encoder(config.data.path, config.data.path)

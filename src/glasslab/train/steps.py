@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from glasslab.config import UNVERSIONED
-from glasslab.data.handle import open_dataset
 from glasslab.errors import UserError
 from glasslab.lab.step import FunctionRef
 from glasslab.track import read_record
+from glasslab.train.build import Pretraining
 from glasslab.train.callbacks import Callback, StopAfter
 from glasslab.train.fork import ForkPoint
 from glasslab.train.recipe import Recipe
@@ -93,16 +93,14 @@ def run_training(ctx: Any, record_extra: dict[str, Any] | None = None,
         data = dataclasses.replace(run_cfg.data, path=str(ctx.inputs[cfg.data_from]))
         run_cfg = dataclasses.replace(run_cfg, data=data)
     elif cfg.data_path:
-        if cfg.data_manifest and open_dataset(cfg.data_path).manifest_hash != cfg.data_manifest:
-            raise UserError(f"{cfg.data_path}: not the dataset this run was planned on (its manifest's sha256 "
-                            "differs); rebuilt or replaced since?")
         run_cfg = dataclasses.replace(run_cfg, data=dataclasses.replace(run_cfg.data, path=cfg.data_path))
+    recipe = Pretraining(run_cfg, cfg.data_manifest)  # the run's one look at its sinks, dataset and vocabulary
     fork = _fork_from_inputs(cfg.fork, ctx) if cfg.fork is not None else None
     record_extra = dict(cfg.record_extra if record_extra is None else record_extra)
     every_callback = [_make_callback(ref) for ref in cfg.hooks] + list(callbacks)
     if cfg.stop_after:
         every_callback.append(StopAfter(cfg.stop_after))
-    return train_in_folder(run_cfg, ctx.output_dir, device=cfg.device, record_extra=record_extra,
+    return train_in_folder(recipe, ctx.output_dir, device=cfg.device, record_extra=record_extra,
                            callbacks=every_callback, fork=fork)
 
 
