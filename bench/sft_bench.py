@@ -125,7 +125,7 @@ def posttrain_folders(lab: Path, demo: str, smoke: bool, threads: int) -> dict[s
 def smoke_steps(size) -> list:
     """The demo's post-training on a tiny base trained here instead of the ladder's hero (smoke only)."""
     from glasslab.config import from_dict
-    from glasslab.lab import Step
+    from glasslab.lab import Step, output_of
     from glasslab.train.run_config import RunConfig
     from glasslab.train.steps import TrainStepConfig, train_step
 
@@ -135,7 +135,7 @@ def smoke_steps(size) -> list:
         "data": {"mixture": {"weights": {"code": 0.75, "prose": 0.18, "reference": 0.07}}},
         "train": {"seq_len": 64, "global_batch_tokens": 64 * 8, "max_steps": 30, "checkpoint_interval": 30,
                   "sample_prompts": [], "eval_max_tokens": 256}})
-    base = Step("bench-base", train_step, TrainStepConfig(run=run, data_from=data.name), deps=(data,))
+    base = Step("bench-base", train_step, TrainStepConfig(run=run, data_from=output_of(data)))
     return [data, base, *posttrain_steps(size, data, base)]
 
 

@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     from glasslab.cli.progress import CALLBACK
     from glasslab.data.handle import open_dataset
     from glasslab.data.mixture import check_mixture
-    from glasslab.lab import Step, make_plan, run_one_step
+    from glasslab.lab import Step, make_plan, output_of, run_one_step
     from glasslab.train.run import check_fresh
     from glasslab.train.run_config import RunConfig
     from glasslab.train.steps import TrainingPreempted, TrainStepConfig, has_started, train_step
@@ -72,11 +72,11 @@ def run(args: argparse.Namespace) -> int:
     # folder's manifest hash; the path as written stays out of the step's hash. Everything else about the
     # run (sinks, dataset, mixture, vocabulary, a resume's config) the step checks, once, before its first
     # folder write or bar: a folder the refusal leaves with only the step's record is removed again.
-    data_deps, data_fields = (), {}
+    data_fields = {}
     if run_cfg.data.build:
         data = data_build_step(run_cfg.data.build, relative_to=config_path.parent if config_path else None)
         _check_built_under_torchrun(data, lab)
-        data_deps, data_fields = (data,), {"data_from": data.name}
+        data_fields = {"data_from": output_of(data)}
     elif run_cfg.data.path:
         dataset = open_dataset(run_cfg.data.path)
         check_mixture(run_cfg.data.mixture, dataset.domains)  # the commonest slip, said before the lab is made
@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     unplaced = dataclasses.replace(run_cfg, data=dataclasses.replace(run_cfg.data, build="", path=""))
     config = TrainStepConfig(run=unplaced, record_extra=record_extra, fork=fork, device=args.device, hooks=(CALLBACK,),
                              **data_fields)
-    step = Step(name, train_step, config, deps=data_deps, folder=run_dir)
+    step = Step(name, train_step, config, folder=run_dir)
     folder = make_plan([step], lab).steps[-1].folder
     if args.resume and not has_started(folder):
         raise UserError(f"{folder}: nothing to resume (no run.json); start it without --resume")
@@ -174,7 +174,7 @@ def _recorded_step_config(run_dir: Path):
         raise UserError(f"{run_dir}: no step.json of a `glasslab train` run to take the config from; pass CONFIG too")
     step_config = configs.from_dict(TrainStepConfig, record["config"])
     if step_config.data_from:
-        raise UserError(f"{run_dir}: its data comes from step {step_config.data_from!r}; rerun the command that "
+        raise UserError(f"{run_dir}: its data comes from step {step_config.data_from.name!r}; rerun the command that "
                         "made it (`glasslab train CONFIG` with its data.build, or `glasslab run` for an experiment)")
     return step_config
 

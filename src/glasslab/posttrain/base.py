@@ -27,6 +27,7 @@ from glasslab.data.handle import DatasetHandle, find_dataset
 from glasslab.data.tokenizer import EOT, load_tokenizer
 from glasslab.errors import UserError
 from glasslab.evals.load import TaskScorer, load_tasks
+from glasslab.lab import StepOutput
 from glasslab.model import Transformer
 from glasslab.model.load import ModelSource, find_model, load_model
 from glasslab.train.build import checkpoint_activations, domain_evaluator
@@ -61,12 +62,11 @@ def find_base(ref: str, lab: str | Path | None = None, sha256: str = "") -> Mode
     return source
 
 
-def step_base(base: str, base_sha256: str, base_from: str, inputs: dict[str, Path],
-              lab_root: Path | None) -> ModelSource:
-    """The base a post-training step names: its dependency's folder (a run: its newest checkpoint), or
-    ``base`` under the lab, checked against the sha256 it was planned on."""
+def step_base(base: str, base_sha256: str, base_from: StepOutput, lab_root: Path | None) -> ModelSource:
+    """The base a post-training step names: the folder of the step ``base_from`` refers to (a run: its newest
+    checkpoint), or ``base`` under the lab, checked against the sha256 it was planned on."""
     if base_from:
-        return find_base(str(inputs[base_from]))
+        return find_base(base_from.path)
     return find_base(base, lab_root, base_sha256)
 
 

@@ -1,8 +1,8 @@
 """The trainer as a lab step: ``Step("train", "glasslab.train.steps:train_step", config=...)``.
 
 The step's folder is the run folder, so the run id is the folder name. The config is a
-:class:`TrainStepConfig` (or a bare RunConfig); with ``data_from`` set, ``data.path`` is taken from
-that dependency's output folder (a data build step). A retried attempt — after a crash, a preemption
+:class:`TrainStepConfig` (or a bare RunConfig); with ``data_from`` set, ``data.path`` is that step's
+output folder (a data build step; the executor resolves the reference). A retried attempt — after a crash, a preemption
 or a failed worker — resumes from the folder's checkpoints, so a step only counts as done once
 training finished. ``glasslab train`` is this step, run as a one-step experiment.
 """
@@ -17,6 +17,7 @@ from typing import Any
 
 from glasslab.config import UNVERSIONED
 from glasslab.errors import UserError
+from glasslab.lab.inputs import NO_OUTPUT, StepOutput
 from glasslab.lab.step import FunctionRef
 from glasslab.track import read_record
 from glasslab.train.build import Pretraining
@@ -35,8 +36,8 @@ class TrainStepConfig:
     """The run; its ``data.path`` is filled from ``data_from`` when that is set."""
     record_extra: dict[str, Any] = field(default_factory=dict)
     """Fields the run's ``run.json`` records beyond the config (role, ladder, rung, seed, …)."""
-    data_from: str = ""
-    """Name of the dependency whose output folder is the dataset (empty: ``data_path``, else ``run.data.path``)."""
+    data_from: StepOutput = NO_OUTPUT
+    """The data build step whose output folder is the dataset (empty: ``data_path``, else ``run.data.path``)."""
     data_path: str = field(default="", metadata=UNVERSIONED)
     """A dataset folder named by path (``glasslab train`` with ``data.path``): where it lies is not what it
     is, so the step's hash covers ``data_manifest`` instead and ``run.data.path`` stays empty."""
@@ -87,11 +88,7 @@ def run_training(ctx: Any, record_extra: dict[str, Any] | None = None,
         torch.set_num_threads(cfg.threads)
     run_cfg = cfg.run
     if cfg.data_from:
-        if cfg.data_from not in ctx.inputs:
-            raise UserError(f"step {ctx.name}: data_from={cfg.data_from!r} names no dependency "
-                            f"(dependencies: {', '.join(sorted(ctx.inputs)) or 'none'})")
-        data = dataclasses.replace(run_cfg.data, path=str(ctx.inputs[cfg.data_from]))
-        run_cfg = dataclasses.replace(run_cfg, data=data)
+        run_cfg = dataclasses.replace(run_cfg, data=dataclasses.replace(run_cfg.data, path=cfg.data_from.path))
     elif cfg.data_path:
         run_cfg = dataclasses.replace(run_cfg, data=dataclasses.replace(run_cfg.data, path=cfg.data_path))
     recipe = Pretraining(run_cfg, cfg.data_manifest)  # the run's one look at its sinks, dataset and vocabulary
