@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from glasslab.data.handle import open_dataset
+from glasslab.data.handle import find_dataset, open_dataset
 from glasslab.data.shards import FORMAT, manifest_hash
 from glasslab.errors import UserError
 
@@ -49,6 +49,15 @@ def test_no_module_outside_data_reads_a_dataset_manifest_itself():
     reading = {str(p.relative_to(SRC)) for p in SRC.rglob("*.py")
                if p.parent.name != "data" and reader.search(p.read_text(encoding="utf-8"))}
     assert reading == set(), f"read a dataset manifest without data.open_dataset: {sorted(reading)}"
+
+
+def test_find_dataset_is_none_without_a_dataset_manifest_and_strict_with_one(tmp_path):
+    (tmp_path / "empty").mkdir()
+    assert find_dataset(tmp_path / "empty") is None
+    assert find_dataset(_dataset(tmp_path / "conversations", format="glasslab-conversations/1")) is None
+    assert find_dataset(_dataset(tmp_path / "data")) == open_dataset(tmp_path / "data")
+    with pytest.raises(UserError, match="glasslab-dataset/99"):
+        find_dataset(_dataset(tmp_path / "future", format="glasslab-dataset/99"))
 
 
 MANIFEST_READ = re.compile(

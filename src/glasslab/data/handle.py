@@ -14,8 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from glasslab.data.shards import checked_manifest
+from glasslab.data.shards import FORMAT, checked_manifest
 from glasslab.layout import MANIFEST_FILE, UnreadableFile
+
+DATASET_FORMAT_PREFIX = FORMAT.rsplit("/", 1)[0] + "/"
+"""What every dataset manifest's ``format`` starts with (``glasslab-dataset/``), whatever its version."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -57,8 +60,11 @@ def open_dataset(ref: str | Path) -> DatasetHandle:
         data = (path / MANIFEST_FILE).read_bytes()
     except FileNotFoundError:
         data = None
-    manifest = checked_manifest(path, None if data is None else _parsed(path / MANIFEST_FILE, data))
-    return DatasetHandle(path, manifest, hashlib.sha256(data).hexdigest())
+    return _handle(path, data, None if data is None else _parsed(path / MANIFEST_FILE, data))
+
+
+def _handle(path: Path, data: bytes | None, manifest: dict | None) -> DatasetHandle:
+    return DatasetHandle(path, checked_manifest(path, manifest), hashlib.sha256(data or b"").hexdigest())
 
 
 def as_dataset(ref: str | Path | DatasetHandle) -> DatasetHandle:
@@ -68,10 +74,19 @@ def as_dataset(ref: str | Path | DatasetHandle) -> DatasetHandle:
 
 
 def find_dataset(ref: str | Path) -> DatasetHandle | None:
-    """The dataset built in folder ``ref``, or None where the folder holds no ``manifest.json`` (a reader that
-    only looks, such as a published run whose dataset was not kept); a manifest that is there but unreadable is
-    still a one-line error."""
-    return open_dataset(ref) if (Path(ref) / MANIFEST_FILE).is_file() else None
+    """The dataset built in folder ``ref``, or None where the folder holds no dataset's ``manifest.json`` (none
+    at all, or another kind's: a conversations or pairs folder's), for a reader that only looks (a published run
+    whose dataset was not kept, the data page of any report). A dataset manifest that is unreadable or of a
+    format this glasslab does not read is still a one-line error."""
+    path = Path(ref)
+    try:
+        data = (path / MANIFEST_FILE).read_bytes()
+    except FileNotFoundError:
+        return None
+    manifest = _parsed(path / MANIFEST_FILE, data)
+    if not (isinstance(manifest, dict) and str(manifest.get("format", "")).startswith(DATASET_FORMAT_PREFIX)):
+        return None
+    return _handle(path, data, manifest)
 
 
 def _parsed(manifest_file: Path, data: bytes) -> dict:

@@ -18,12 +18,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-import torch
 from torch import nn
 
 from glasslab.config import UNVERSIONED
 from glasslab.data.tokenizer import PAD
 from glasslab.lab import NO_OUTPUT, StepOutput
+from glasslab.lab.runtime import StepRuntime
 from glasslab.model.load import ModelSource
 from glasslab.posttrain.base import (
     base_data,
@@ -114,7 +114,7 @@ class TuningRecipe:
 
 
 @dataclass(frozen=True)
-class TuningStepConfig:
+class TuningStepConfig(StepRuntime):
     """A tuning step's fields every method shares: its schedule, the base (named or a dependency), and how
     it runs. A method's subclass adds its section and its data (a reference to the step that makes it, ``…_from``).
     A ``…_from`` field keeps the name it had when it held a step's name: the name is what its hash covers."""
@@ -133,10 +133,6 @@ class TuningStepConfig:
     command: str = field(default="", metadata=UNVERSIONED)
     """The command that planned the step (``glasslab sft …``), recorded in ``run.json`` for the run page's
     Reproduce box; not part of what the step computes."""
-    device: str = field(default="cpu", metadata=UNVERSIONED)
-    """Where to train (``cpu``, ``cuda``)."""
-    threads: int = field(default=0, metadata=UNVERSIONED)
-    """torch CPU threads (0 = torch's default)."""
 
     def recipe(self, base: ModelSource) -> TuningRecipe:
         """The run's recipe: ``base``'s model and tokenizer, this step's schedule and data."""
@@ -156,8 +152,7 @@ def tune_step(ctx: Any) -> dict[str, Any]:
     """Lab step: tune the base into ``ctx.output_dir`` by ``ctx.config``'s method (resuming a failed
     attempt); return the final metrics."""
     cfg: TuningStepConfig = ctx.config
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    cfg.use_threads()
     source = step_base(cfg.base, cfg.base_sha256, cfg.base_from, getattr(ctx, "lab_root", None))
     recipe = cfg.recipe(source)
     recipe.say_counts()

@@ -18,6 +18,7 @@ from typing import Any
 from glasslab.config import UNVERSIONED
 from glasslab.errors import UserError
 from glasslab.lab.inputs import NO_OUTPUT, StepOutput
+from glasslab.lab.runtime import StepRuntime
 from glasslab.lab.step import FunctionRef
 from glasslab.track import read_record
 from glasslab.train.build import Pretraining
@@ -29,7 +30,7 @@ from glasslab.train.run_config import RunConfig
 
 
 @dataclass(frozen=True)
-class TrainStepConfig:
+class TrainStepConfig(StepRuntime):
     """One training run as a step."""
 
     run: RunConfig
@@ -47,10 +48,6 @@ class TrainStepConfig:
     """Start from another run's checkpoint (``--fork RUN@STEP``); None: from scratch. A fork without
     ``run_dir`` starts from the dependency whose folder is ``fork.run`` (a ladder's cooldown branch off
     its trunk, planned before the trunk exists)."""
-    device: str = field(default="cpu", metadata=UNVERSIONED)
-    """Where to train (``cpu``, ``cuda``): it changes where, not what, is computed."""
-    threads: int = field(default=0, metadata=UNVERSIONED)
-    """torch CPU threads for this step (0 = torch's default)."""
     hooks: tuple[str, ...] = field(default=(), metadata=UNVERSIONED)
     """Trainer callbacks (``train/callbacks.py``) as importable ``"module:name"`` factories, each called with
     no arguments in the step's process (``glasslab train`` names its progress bar here). The field keeps
@@ -82,10 +79,7 @@ def run_training(ctx: Any, record_extra: dict[str, Any] | None = None,
     are added to the config's named ones. Raises :class:`TrainingPreempted` when a SIGTERM stopped it.
     """
     cfg = ctx.config if isinstance(ctx.config, TrainStepConfig) else TrainStepConfig(run=ctx.config)
-    if cfg.threads:
-        import torch
-
-        torch.set_num_threads(cfg.threads)
+    cfg.use_threads()
     run_cfg = cfg.run
     if cfg.data_from:
         run_cfg = dataclasses.replace(run_cfg, data=dataclasses.replace(run_cfg.data, path=cfg.data_from.path))
