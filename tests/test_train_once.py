@@ -56,6 +56,7 @@ def test_one_train_run_resolves_builds_and_checks_once(tmp_path, monkeypatch, ca
     record = read_step_record(run_dir)  # an attempt that died after its last checkpoint: --resume takes it up
     write_step_record(run_dir, {**record, "status": "failed", "error": "killed"})
     calls.clear()
-    assert cli_main(["train", str(tmp_path / "run.yaml"), "--run-dir", str(run_dir), "--resume"]) == 0, \
+    assert cli_main(["train", str(tmp_path / "run.yaml"), "--run-dir", str(run_dir), "--resume"]) == 0, (
         capsys.readouterr().err
+    )
     assert calls == {"resolve_data": 1, "Loader": 1, "check_sinks": 1, "check_resumable": 1}

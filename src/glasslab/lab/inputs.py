@@ -88,12 +88,17 @@ def resolve_outputs(config: Any, folders: Mapping[str, Path], step_name: str) ->
         if not config:
             return config
         if config.name not in folders:
-            raise UserError(f"step {step_name!r}: its config refers to the output of step {config.name!r}, which is "
-                            f"not a dependency (dependencies: {', '.join(sorted(folders)) or 'none'})")
+            raise UserError(
+                f"step {step_name!r}: its config refers to the output of step {config.name!r}, which is "
+                f"not a dependency (dependencies: {', '.join(sorted(folders)) or 'none'})"
+            )
         return StepOutput(config.name, str(folders[config.name]))
     if dataclasses.is_dataclass(config) and not isinstance(config, type):
-        changed = {f.name: resolve_outputs(getattr(config, f.name), folders, step_name)
-                   for f in dataclasses.fields(config) if f.init}
+        changed = {
+            f.name: resolve_outputs(getattr(config, f.name), folders, step_name)
+            for f in dataclasses.fields(config)
+            if f.init
+        }
         if all(changed[name] is getattr(config, name) for name in changed):
             return config
         return dataclasses.replace(config, **changed)
