@@ -82,7 +82,7 @@ def run_training(ctx: Any, record_extra: dict[str, Any] | None = None,
     cfg.use_threads()
     run_cfg = cfg.run
     if cfg.data_from:
-        run_cfg = dataclasses.replace(run_cfg, data=dataclasses.replace(run_cfg.data, path=cfg.data_from.path))
+        run_cfg = dataclasses.replace(run_cfg, data=dataclasses.replace(run_cfg.data, path=str(cfg.data_from.folder)))
     elif cfg.data_path:
         run_cfg = dataclasses.replace(run_cfg, data=dataclasses.replace(run_cfg.data, path=cfg.data_path))
     recipe = Pretraining(run_cfg, cfg.data_manifest)  # the run's one look at its sinks, dataset and vocabulary
