@@ -42,7 +42,7 @@ from glasslab.experiments.demo import FULL, MIXTURE, QUICK, TASKS, DemoSize, bui
 from glasslab.ladder.steps import run_config_for
 from glasslab.layout import FIT_FILE
 from glasslab.model import export_hf
-from glasslab.train.build import build_parts
+from glasslab.train.build import Pretraining
 from glasslab.train.distributed import DistContext
 from glasslab.train.evals import tasks_due
 from glasslab.train.loop import Trainer
@@ -57,7 +57,7 @@ def speed(dataset: Path, work: Path, size: DemoSize, repeats: int, max_items: in
     hero = plan(size).hero
     run_cfg = run_config_for(hero, 0, MIXTURE, train_recipe(size))
     run_cfg = dataclasses.replace(run_cfg, data=dataclasses.replace(run_cfg.data, path=str(dataset)))
-    parts = build_parts(run_cfg, DistContext())
+    parts = Pretraining(run_cfg).build(DistContext())
     model = parts.model.eval()
     export = work / "export"
     export_hf(model, model.cfg, dataset / "tokenizer", export)
@@ -110,7 +110,7 @@ def cost(dataset: Path, size: DemoSize, timed_steps: int, repeats: int, smoke: b
         run_cfg = run_config_for(rung, 0, MIXTURE, recipe)
         run_cfg = dataclasses.replace(run_cfg, data=dataclasses.replace(run_cfg.data, path=str(dataset)))
         cfg = run_cfg.train
-        parts = build_parts(run_cfg, DistContext())
+        parts = Pretraining(run_cfg).build(DistContext())
         with tempfile.TemporaryDirectory() as run_dir:
             trainer = Trainer(cfg, parts, None, Path(run_dir), DistContext(), {}, peak_flops=1e12)
             for _ in range(2):  # warm-up

@@ -37,8 +37,9 @@ import torch
 
 from glasslab.data.buckets import plan_buckets
 from glasslab.data.config import DataConfig
+from glasslab.data.handle import DatasetHandle, open_dataset
 from glasslab.data.mixture import check_mixture, weights_at
-from glasslab.data.shards import Shard, manifest_hash, open_shard, read_manifest
+from glasslab.data.shards import Shard, open_shard
 from glasslab.errors import UserError
 
 STATE_VERSION = 1
@@ -157,14 +158,15 @@ class Loader:
     """Batches of ``(global_batch // world_size, seq_len + 1)`` token ids for one data-parallel rank.
 
     ``prefetch``: read the next step's batch in a background thread while this one trains;
-    ``pin_memory``: return batches in pinned host memory (for an asynchronous copy to a GPU; needs CUDA).
+    ``pin_memory``: return batches in pinned host memory (for an asynchronous copy to a GPU; needs CUDA);
+    ``dataset``: the handle of ``data_cfg.path`` when the caller holds it (else it is opened here).
     Raises :class:`~glasslab.errors.UserError` at construction for a missing dataset, an empty
     mixture, an unknown domain, or a batch that does not split evenly over ranks.
     """
 
     def __init__(
         self, data_cfg: DataConfig, seq_len: int, global_batch: int, rank: int = 0, world_size: int = 1,
-        *, prefetch: bool = True, pin_memory: bool = False,
+        *, prefetch: bool = True, pin_memory: bool = False, dataset: DatasetHandle | None = None,
     ) -> None:
         if not data_cfg.path:
             raise UserError("data.path: empty; point it at a folder built by `glasslab data build`")
@@ -176,9 +178,10 @@ class Loader:
             raise UserError(f"seq_len={seq_len}: expected a positive number of tokens")
         self.cfg = data_cfg
         self.path = Path(data_cfg.path)
-        manifest = read_manifest(self.path)
+        dataset = dataset if dataset is not None else open_dataset(self.path)
+        manifest = dataset.manifest
         check_mixture(data_cfg.mixture, manifest["domains"])
-        self.manifest_hash = manifest_hash(self.path)
+        self.manifest_hash = dataset.manifest_hash
         self.vocab_size: int = manifest["vocab_size"]
         self.eot_id: int = manifest["eot_id"]
         self.seq_len, self.global_batch = seq_len, global_batch

@@ -27,7 +27,8 @@ Commands are steps too: ``glasslab train``, ``data build`` and ``ladder fit`` ea
 through :func:`run_one_step` (one_step.py), in their own process (the inline pool), so every folder
 in a lab has a ``step.json``, a lock and lab events, whoever made it.
 
-Modules, in import order: modules.py (experiment files as modules), retry.py, step.py (identity and
+Modules, in import order: modules.py (experiment files as modules), retry.py, inputs.py (a config's typed
+references to other steps' outputs: the edges they add, the paths the executor fills), step.py (identity and
 hashing), status.py (``step.json``), lock.py (one executor per step, takeover of dead holders),
 plan.py (DAG checks and what runs), outcome.py (what became of each step), attempt.py and worker.py
 (the step process), ray_join.py (the one way to join Ray), pool.py and pool_ray.py (the one task pool:
@@ -38,6 +39,7 @@ experiment.py (``steps()`` files and built-ins), registry.py (the lab's pre-regi
 
 from glasslab.lab.executor import Executor
 from glasslab.lab.experiment import builtin_experiments, load_experiment
+from glasslab.lab.inputs import NO_OUTPUT, StepOutput, output_of
 from glasslab.lab.one_step import StepRun, run_one_step
 from glasslab.lab.outcome import RunReport, StepOutcome
 from glasslab.lab.plan import Plan, PlannedStep, make_plan
@@ -46,7 +48,7 @@ from glasslab.lab.status import read_step_record
 from glasslab.lab.step import Resources, Step, StepContext, folder_name, planned_folder_name, step_hash
 
 __all__ = [
-    "Executor", "Plan", "PlannedStep", "Resources", "RetryPolicy", "RunReport", "Step", "StepContext",
-    "StepOutcome", "StepRun", "builtin_experiments", "folder_name", "load_experiment", "make_plan",
-    "planned_folder_name", "read_step_record", "run_one_step", "step_hash",
+    "NO_OUTPUT", "Executor", "Plan", "PlannedStep", "Resources", "RetryPolicy", "RunReport", "Step", "StepContext",
+    "StepOutcome", "StepOutput", "StepRun", "builtin_experiments", "folder_name", "load_experiment", "make_plan",
+    "output_of", "planned_folder_name", "read_step_record", "run_one_step", "step_hash",
 ]

@@ -41,6 +41,7 @@ from glasslab.errors import UserError
 from glasslab.lab.attempt import AttemptResult, WorkerSpec
 from glasslab.lab.card import ExperimentCard, record_run
 from glasslab.lab.display import ProgressPrinter, plan_table, report_table
+from glasslab.lab.inputs import resolve_outputs
 from glasslab.lab.lock import GUARD_FILE, LOCK_FILE, StepLock, new_owner_id
 from glasslab.lab.narrate import INTERVAL_S as NARRATE_INTERVAL_S
 from glasslab.lab.narrate import Narrator
@@ -450,7 +451,8 @@ class Executor:
 
 def _pickle_config(node: PlannedStep) -> bytes:
     try:
-        return pickle.dumps(node.step.config)
+        folders = {name: dep.folder.resolve() for name, dep in node.deps.items()}
+        return pickle.dumps(resolve_outputs(node.step.config, folders, node.name))
     except Exception as exc:
         raise UserError(f"step {node.name!r}: config cannot be sent to the step process ({exc})") from None
 

@@ -31,6 +31,7 @@ from typing import Any
 
 from glasslab.errors import UserError
 from glasslab.lab.executor import Executor
+from glasslab.lab.inputs import resolve_outputs
 from glasslab.lab.lock import GUARD_FILE, LOCK_FILE
 from glasslab.lab.plan import make_plan
 from glasslab.lab.pool import InlinePool
@@ -99,8 +100,9 @@ def _run_on_other_rank(step: Step, lab_root: Path) -> StepRun:
     node = plan.steps[-1]
     if node.action == "cached":
         return StepRun(step.name, node.folder, node.hash, "cached", None, 0)
-    ctx = StepContext(name=step.name, output_dir=node.folder, config=step.config,
-                      inputs={name: dep.folder for name, dep in node.deps.items()}, lab_root=lab_root,
+    inputs = {name: dep.folder for name, dep in node.deps.items()}
+    ctx = StepContext(name=step.name, output_dir=node.folder, config=resolve_outputs(step.config, inputs, step.name),
+                      inputs=inputs, lab_root=lab_root,
                       step_hash=node.hash)
     value = node.ref.load()(ctx)
     return StepRun(step.name, node.folder, node.hash, "succeeded", value, 0)

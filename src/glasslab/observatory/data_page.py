@@ -135,14 +135,21 @@ def data_sources(lab: Lab, folder, build: dict[str, Any] | None) -> dict[str, An
             "stages": sources.read_from(lab_name, folder.name, record, "stages[<row>].documents_kept")}
 
 
+def _dataset(lab: Lab, folder):
+    """The dataset built in ``folder`` (its handle, read again only when its manifest changed), or None."""
+    from glasslab.data.handle import find_dataset
+
+    return lab.memo("dataset", str(folder), [folder / MANIFEST_FILE], lambda: find_dataset(folder))
+
+
 def dataset_map(lab: Lab, folder) -> dict[str, Any] | None:
     """The newest finished map (``glasslab data map``) of the dataset in ``folder``, with its folder's name."""
     from glasslab.data.map import MAP_FILE, maps_of
-    from glasslab.layout import file_sha256
 
-    if not (folder / MANIFEST_FILE).is_file():
+    dataset = _dataset(lab, folder)
+    if dataset is None:
         return None
-    found = maps_of(lab.root, file_sha256(folder / MANIFEST_FILE))
+    found = maps_of(lab.root, dataset.manifest_hash)
     summary = lab.json(found[0] / MAP_FILE) if found else None
     return summary | {"folder": found[0].name} if summary else None
 
@@ -185,7 +192,8 @@ def data_page(lab: Lab, report_id: str) -> dict[str, Any] | None:
     # The step that built it (its function and config): what `glasslab reproduce` builds again.
     built_by = {k: step[k] for k in ("name", "function", "config") if k in step} if "function" in step else None
     if built_by is not None:  # and what it built: a rebuild that differs is told which file first
-        built_by["manifest"] = lab.json(folder / MANIFEST_FILE)
+        dataset = _dataset(lab, folder)
+        built_by["manifest"] = dataset.manifest if dataset is not None else None
     build = build_stages(lab, folder)
     mapped = dataset_map(lab, folder)
     if mapped is not None:

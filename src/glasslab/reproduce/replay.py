@@ -34,10 +34,10 @@ from typing import Any
 import torch
 
 from glasslab import config as configs
-from glasslab.data.handle import open_dataset
+from glasslab.data.handle import find_dataset, open_dataset
 from glasslab.errors import UserError
 from glasslab.lab import Step, run_one_step
-from glasslab.layout import CHECKPOINT_LIST, MANIFEST_FILE, MODEL_STATE, checkpoint_path, code_version, read_json
+from glasslab.layout import CHECKPOINT_LIST, MODEL_STATE, checkpoint_path, code_version, read_json
 from glasslab.public import Publicizer
 from glasslab.track import RunReader
 from glasslab.track.run_record import package_versions
@@ -117,18 +117,20 @@ def find_or_build_dataset(run: PublishedRun, lab: Path) -> Path:
     if not name or not digest:
         raise UserError(f"{run.run_id}: its record names no dataset (folder and manifest hash)")
     candidate = lab / name
-    if (candidate / MANIFEST_FILE).is_file() and open_dataset(candidate).manifest_hash == digest:
+    found = find_dataset(candidate)
+    if found is not None and found.manifest_hash == digest:
         return candidate
     if run.data_step is None:
         raise UserError(f"{run.run_id}: dataset {name} (manifest sha256 {digest[:16]}) is not in {lab} and the "
                         "step that built it is not published; put it there (or build it) first")
     built = run_one_step(Step(run.data_step["name"], run.data_step["function"], run.data_step["config"]), lab).folder
-    rebuilt = open_dataset(built).manifest_hash
+    rebuilt_dataset = open_dataset(built)
+    rebuilt = rebuilt_dataset.manifest_hash
     if rebuilt != digest:
         published = run.data_step.get("manifest")
         # Both sides as published (paths made public), so only what was built can differ.
         public = Publicizer(lab)
-        first = first_difference(public.data(published), public.data(read_json(built / MANIFEST_FILE)))
+        first = first_difference(public.data(published), public.data(rebuilt_dataset.manifest))
         raise UserError(f"{built}: rebuilt dataset's manifest sha256 {rebuilt[:16]} differs from the published "
                         f"{digest[:16]}" + (f"; first at {first}" if published and first else ""))
     return built
