@@ -10,8 +10,9 @@ there), and the RL run's held-out pass@1 (greedy, held-out problems none of the 
 and after is the headline, in points.
 
 ``rl_minutes_demo`` is the wall time of the RL step (the demo would add it). ``rl_rollout_tokens_per_s_vs_trl``
-is ours over TRL's: completion tokens per second of whole GRPO steps (rollouts, rewards and the update;
-ours from each step's ``throughput/tokens_per_second``, which times the loader's rollouts too) when TRL's
+is ours over TRL's: completion tokens per second of whole GRPO steps after the first (rollouts, rewards and the
+update; ours from each step's ``throughput/tokens_per_second``, which times the loader's rollouts too, TRL's
+from a callback's clock around each step) when TRL's
 ``GRPOTrainer`` (the ``bench`` extra: ``pip install -e ".[bench]"``) runs the same number of steps on the
 task-SFT model's export, with the same task, batch (8 prompts × G), answer length, temperature, LR and β:
 each round a fresh RL run of ours (a new seed) then TRL's, ``--trl-steps`` steps a side, interleaved over
@@ -92,19 +93,30 @@ def rl_run(lab: Path, sft: Path, steps: int, lr: float, threads: int, smoke: boo
 
 
 def ours_tokens_per_s(run_dir: Path, rollouts: int, step_tokens: int) -> float:
-    """Completion tokens per second over the RL run's steps: each step's ``rollouts`` × mean answer length
-    over its time (``step_tokens`` / its ``throughput/tokens_per_second``)."""
+    """Completion tokens per second over the RL run's steps after its first (a warm-up, as on TRL's side): each
+    step's ``rollouts`` × mean answer length over its time (``step_tokens`` / its ``throughput/tokens_per_second``)."""
     with RunReader(run_dir) as reader:
         lengths, speeds = reader.scalars("rl/completion_tokens")[1], reader.scalars("throughput/tokens_per_second")[1]
-    return rollouts * sum(lengths) / sum(step_tokens / v for v in speeds)
+    return rollouts * sum(lengths[1:]) / sum(step_tokens / v for v in speeds[1:])
 
 
 def trl_tokens_per_s(export: Path, steps: int, args: argparse.Namespace, rows: int, group: int) -> float:
-    """Completion tokens per second of TRL's ``GRPOTrainer`` over ``steps`` steps on ``export`` (the clock
-    around ``train()``: its rollouts, rewards and updates)."""
+    """Completion tokens per second of TRL's ``GRPOTrainer`` over ``steps`` steps on ``export``, the first left
+    out as a warm-up: each step timed from its start to its end (its rollouts, rewards and update) by a
+    trainer callback."""
     from datasets import Dataset
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
+
+    class StepClock(TrainerCallback):
+        def __init__(self):
+            self.seconds: list[float] = []
+
+        def on_step_begin(self, *_, **__):
+            self.started = time.perf_counter()
+
+        def on_step_end(self, *_, **__):
+            self.seconds.append(time.perf_counter() - self.started)
 
     train_set, _ = split_problems(arithmetic_problems())
     data = Dataset.from_list([{"prompt": [{"role": "user", "content": p["prompt"]}], "answer": p["answer"]}
@@ -117,13 +129,12 @@ def trl_tokens_per_s(export: Path, steps: int, args: argparse.Namespace, rows: i
         cfg = GRPOConfig(output_dir=out, per_device_train_batch_size=rows, num_generations=group,
                          max_completion_length=5, max_steps=steps, use_cpu=True, logging_steps=1, report_to=[],
                          learning_rate=args.rl_lr, beta=0.02, temperature=args.rl_temperature, save_strategy="no")
+        clock = StepClock()
         trainer = GRPOTrainer(model=str(export), reward_funcs=reward, args=cfg, train_dataset=data,
-                              processing_class=AutoTokenizer.from_pretrained(export))
-        started = time.perf_counter()
+                              processing_class=AutoTokenizer.from_pretrained(export), callbacks=[clock])
         trainer.train()
-        seconds = time.perf_counter() - started
     lengths = [h["completions/mean_length"] for h in trainer.state.log_history if "completions/mean_length" in h]
-    return rows * sum(lengths) / seconds
+    return rows * sum(lengths[1:]) / sum(clock.seconds[1:])
 
 
 def trl_line(lab: Path, sft_plan: list[Step], sft: Path, args: argparse.Namespace) -> str:
