@@ -11,6 +11,7 @@ from glasslab.data.build import build_step
 from glasslab.data.config import MixtureConfig
 from glasslab.lab import Executor, Step, read_step_record, registry
 from glasslab.lab.inline_backend import InlineBackend
+from glasslab.ladder.hero_results import result_name
 from glasslab.ladder.plan import LadderSpec, ScalingRule, plan_ladder
 from glasslab.ladder.steps import ladder_steps
 from glasslab.model import ModelConfig, MoEConfig
@@ -55,6 +56,10 @@ def test_a_ladder_on_a_renamed_data_step_registers_its_prediction_and_keeps_it(t
     copy = hero_record(first)["prediction"]
     assert copy["registry"] == {"name": NAME, "seq": 1} and (copy["point"], copy["lo"]) == (entry["point"],
                                                                                             entry["low"])
+    # The finished hero's measured loss and recipe are in the registry, for later fits of its recipe.
+    (result,) = registry.history(lab, result_name("tiny"))
+    assert result["kind"] == "result" and result["low"] == result["point"] == result["high"] > 0
+    assert result["details"]["recipe"]["seq_len"] == 16 and result["details"]["recipe"]["data_manifest"]
 
     # --force on the fit reruns the fit and the hero: the same numbers again, nothing erased or added.
     again = Executor(lab, backend=InlineBackend(), echo=False).run(tiny_ladder(L_inf=1.0), force=["tiny-fit"])
