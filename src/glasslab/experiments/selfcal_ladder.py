@@ -38,6 +38,18 @@ HERO_REACH = 100.0
 SEEDS = (3,)
 """Seeds of every width's trunk (and so of each of its branches): the grid's points of one width share
 their trunk's noise, so the noise that matters is between trunks."""
+WIDE_WIDTHS = (16, 24, 32, 48)
+"""The default self-calibrating grid's widths: non-embedding N spans ×17 (active ×7.3) against (a) and (b)'s ×7.8
+(×4.1), past the gate's ×10 for a free floor, and the d88 hero stays ×6.2 the top width's N, so the size term
+is checked (≥ 5×). d16–d64 spans ×38 but puts d88 at ×2.8: a hero ×5 past d64 is d128, ~22 CPU-hours
+(``glasslab ladder plan`` prints both)."""
+WIDE_MULTIPLES = (0.5, 1.0, 2.0)
+"""Three token multiples per width, none under ×0.5: a ×0.25 branch spends most of its steps in warmup."""
+WIDE_SEEDS = (2,)
+WIDE_REACH = 0.0
+"""The reach rule revised: every width keeps every branch. ``HERO_REACH`` (points ≤ 1/100 of the hero's compute)
+dropped the widest widths' larger multiples — d40 kept ×0.25–0.5 — so the widths that say most about size had
+the fewest points. The plan prints the extrapolation instead (×14 to the d88 hero)."""
 SMOKE_MAX_SOURCE_BYTES = 200_000
 """The smoke ladder's data: each built-in corpus capped, so the build takes seconds."""
 
@@ -46,6 +58,13 @@ def spec(seq_len: int = 64, name: str = LADDER) -> LadderSpec:
     """The long ladder's widths, recipe and d88 hero as a grid at context ``seq_len``."""
     return dataclasses.replace(long_ladder.spec(), name=name, seq_len=seq_len, token_multiples=TOKEN_MULTIPLES,
                                hero_reach=HERO_REACH, seeds_per_rung=SEEDS)
+
+
+def wide_spec(seq_len: int = 64, name: str = f"{LADDER}-wide") -> LadderSpec:
+    """The default self-calibrating grid: :data:`WIDE_WIDTHS` at :data:`WIDE_MULTIPLES`, two seeds, every branch
+    kept, the long ladder's recipe and d88 hero at context ``seq_len``."""
+    return dataclasses.replace(spec(seq_len, name), widths=WIDE_WIDTHS, token_multiples=WIDE_MULTIPLES,
+                               hero_reach=WIDE_REACH, seeds_per_rung=WIDE_SEEDS)
 
 
 def card(name: str, seq_len: int) -> ExperimentCard:
