@@ -20,6 +20,7 @@ from glasslab.ladder.hero_results import recipe_of, record_hero_result, registry
 from glasslab.ladder.steps import GridTarget
 from glasslab.layout import RUN_RECORD
 from glasslab.model import ModelConfig
+from glasslab.track import read_lab_events
 
 HERO = GridTarget(params=7e5, steps=1600, batch_tokens=166 * 64, schedule=HERO_SCHEDULE)
 
@@ -69,6 +70,7 @@ def test_a_finished_hero_is_recorded_and_a_later_grid_of_its_recipe_is_gated_aga
     entry = record_hero_result(lab, fit, lab / "old-hero-1", {"eval/macro/loss": 3.1}, target="old-hero")
     assert entry["kind"] == "result" and entry["name"] == result_name("old")
     assert registry.gate_status(entry).startswith("measured")
+    assert [e["kind"] for e in read_lab_events(lab)] == ["hero_result_recorded"]  # not a registered prediction
     assert record_hero_result(lab, fit, lab / "old-hero-1", {}, target="old-hero") is None
     recipe = recipe_of(json.loads((lab / "old-hero-1" / RUN_RECORD).read_text()))
     (hero,) = registry_heroes(lab, recipe, exclude_ladder="new")

@@ -88,9 +88,9 @@ def register(lab_root: str | Path, name: str, *, metric: str, point: float, low:
                       severity="warning")
     elif current is None:
         refused = kind == "refusal"
-        log_lab_event(root, "prediction_refused" if refused else "prediction_registered", target,
-                      f"prediction {name} {({'refusal': 'refused', 'result': 'recorded'}).get(kind, 'registered')}: "
-                      f"{_describe(entry)}",
+        event, verb = {"refusal": ("prediction_refused", "refused"), "result": ("hero_result_recorded", "recorded")
+                       }.get(kind, ("prediction_registered", "registered"))
+        log_lab_event(root, event, target, f"prediction {name} {verb}: {_describe(entry)}",
                       body="; ".join((gate or {}).get("reasons", [])), severity="warning" if refused else "info")
     else:
         log_lab_event(root, "prediction_replaced", target,
