@@ -67,7 +67,7 @@ from glasslab import track
 from glasslab.ladder.approach3 import Approach3Law, fit_approach3
 from glasslab.ladder.compute_law import ComputeLaw
 from glasslab.ladder.fit import fit_ladder, read_fit
-from glasslab.ladder.gate_sim import DESIGNS, gate_figures, simulate_grid
+from glasslab.ladder.gate_sim import DESIGNS, gate_figures, simulate_grid, width_frontier
 from glasslab.ladder.grid_ends import GRID_FLOOR, EndpointLaw
 from glasslab.ladder.grid_law import GridLaw
 from glasslab.ladder.grid_sim import TRUE_LAW, interval_coverage
@@ -650,6 +650,9 @@ def gate_report(grids: int, seed: int = 0, num_bootstrap: int = 400) -> list:
     print(f"interval_coverage_90: {figures['interval_coverage_90']:.3f}  (target 0.85-0.95; one hero run's loss, "
           "registered grids)")
     print(f"median_abs_error_registered_pct: {figures['median_abs_error_registered_pct']:.2f}  (registered grids)")
+    print("gate frontier (the interval-width rule at other half-widths, every other check as it is; refuses "
+          "ill-posed / registers well-posed): " + "; ".join(f"{cut:g}%: {ill:.2f} / {well:.2f}" for cut, (ill, well)
+                                                             in width_frontier(outcomes).items()))
     hero_floor_report(outcomes, grids, seed, num_bootstrap)
     return outcomes
 
