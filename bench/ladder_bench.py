@@ -682,6 +682,10 @@ def hero_floor_report(plain: list, grids: int, seed: int, num_bootstrap: int = 4
           "grids)")
     print(f"hero_floor_median_abs_error_registered_pct: {figures['median_abs_error_registered_pct']:.2f}  "
           "(registered grids)")
+    print(f"hero_floor_gate_refuses_ill_posed: {figures['gate_refuses_ill_posed']:.3f}  (target >= 0.9; "
+          f"{figures['ill_posed_grids']:.0f} ill-posed by the error of the fit the gate judged)")
+    print(f"hero_floor_gate_registers_well_posed: {figures['gate_registers_well_posed']:.3f}  (target >= 0.9; "
+          f"{figures['well_posed_grids']:.0f} well-posed)")
 
 
 PROTOCOL_B_LAW = EndpointLaw(E=0.0, A=4.72e6, alpha=1.87, B=10.09, beta=0.076)
