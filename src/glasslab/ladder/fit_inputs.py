@@ -6,7 +6,8 @@ forward area at the end, final loss, seed, FLOPs outside the LM head, the run) a
 of the recipe took part, those heroes (:data:`HEROES_FILE`). ``fit.json``'s ``inputs`` holds the command
 that refits them; both paths build their points through one grouping (``points.rungs_of``) and one fitter
 (``hero_floor.predict_with_heroes``) with the same random seed, so the command reproduces the registered
-number, or the refusal and its reasons, exactly. The published site carries both files beside the fit.
+number, or the refusal and its reasons, exactly. An ``L(C)`` fit writes its rungs' final losses the same way
+(:func:`compute_inputs_record`). The published site carries the files beside the fit.
 """
 
 from __future__ import annotations
@@ -30,6 +31,17 @@ def inputs_record(ladder: str, target_size: tuple[float, float], num_bootstrap: 
                f"--target-tokens {target_size[1]!r} --bootstrap {num_bootstrap}"
                + (f" --heroes {HEROES_FILE}" if heroes else ""))
     return {"points": POINTS_FILE, "heroes": HEROES_FILE if heroes else None, "command": command}
+
+
+def compute_inputs_record(ladder: str, L_inf: float | None, sweep: Sequence[float], target_flops: float,
+                          num_bootstrap: int) -> dict[str, Any]:
+    """``fit.json``'s ``inputs`` of an ``L(C)`` fit: its rungs' final losses refit to the same prediction, interval
+    and gate (the curve and back-test also read the rungs' partial evals, which the file does not hold)."""
+    sweep_args = (" --sweep " + " ".join(repr(float(x)) for x in sweep)) if sweep else ""
+    command = (f"glasslab ladder fit {POINTS_FILE} --ladder {ladder} --L-inf "
+               f"{'free' if L_inf is None else repr(float(L_inf))}{sweep_args} --target-flops {target_flops!r} "
+               f"--bootstrap {num_bootstrap}")
+    return {"points": POINTS_FILE, "heroes": None, "command": command}
 
 
 def write_inputs(folder: str | Path, points: Sequence[dict[str, Any]], heroes: Sequence[EarlierHero]) -> None:

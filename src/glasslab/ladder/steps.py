@@ -26,7 +26,7 @@ from glasslab.lab import Resources, Step, StepContext, planned_folder_name
 from glasslab.ladder.curves import read_grid_runs
 from glasslab.ladder.figures import draw_fit
 from glasslab.ladder.fit import fit_ladder, read_fit, write_fit
-from glasslab.ladder.fit_inputs import rung_points, write_inputs
+from glasslab.ladder.fit_inputs import compute_inputs_record, rung_points, write_inputs
 from glasslab.ladder.grid_ends import end_point_rows
 from glasslab.ladder.grid_fit import fit_grid_ladder
 from glasslab.ladder.hero_floor import EarlierHero
@@ -215,6 +215,8 @@ def fit_step(ctx: StepContext) -> dict[str, Any]:
     fit = fit_ladder(rungs, ladder=cfg.ladder, target_flops=cfg.target_flops, L_inf=cfg.L_inf, sweep=cfg.sweep,
                      target_size=cfg.target_size, num_bootstrap=cfg.num_bootstrap,
                      tasks=read_task_points(ctx.inputs[name] for name in cfg.rung_steps))
+    fit["inputs"] = compute_inputs_record(cfg.ladder, cfg.L_inf, cfg.sweep, cfg.target_flops, cfg.num_bootstrap)
+    write_inputs(ctx.output_dir, rung_points(rungs), ())
     write_fit(ctx.output_dir / FIT_FILE, fit)
     draw_fit(fit, ctx.output_dir)
     return fit["prediction"]
