@@ -110,10 +110,12 @@ def smoke_build_config() -> BuildConfig:
 
 
 def smoke_steps(seq_len: int = 64, name: str = f"{LADDER}-smoke") -> list[Step]:
-    """:func:`smoke_spec` on the capped data with the long ladder's smoke recipe without samples, every run on
-    one thread (``bench/ladder_bench.py --selfcal --smoke``): the hero's four samples and its second thread were
-    most of the smoke's time on a busy machine (a sample 18–23 s, a step 1.1 s against a grid run's 0.05 s)."""
+    """:func:`smoke_spec` on the capped data with the long ladder's smoke recipe without samples or task evals,
+    every run on one thread (``bench/ladder_bench.py --selfcal --smoke``): the hero's four samples and its
+    second thread were most of the smoke's time on a busy machine (a sample 18–23 s, a step 1.1 s against a
+    grid run's 0.05 s), then the tasks scored at each of a run's 20 evals (48 of 101 s of training); the
+    protocol's headlines read neither."""
     data = Step(STEP_NAME, build_step, smoke_build_config())
-    recipe = dataclasses.replace(long_ladder.smoke_recipe(), sample_prompts=())
+    recipe = dataclasses.replace(long_ladder.smoke_recipe(), sample_prompts=(), eval_tasks=())
     return [data, *ladder_steps(plan_ladder(smoke_spec(seq_len, name)), data, long_ladder.MIXTURE, recipe,
                                 L_inf=None, threads=1, hero_threads=1, num_bootstrap=100)]
