@@ -563,6 +563,9 @@ def main() -> None:
         finally:
             if args.lab is None:
                 shutil.rmtree(lab, ignore_errors=True)
+        if args.smoke:  # the synthetic arms below have their own smoke (plain --smoke)
+            _print_selfcal_headlines(selfcal)
+            return
     error = None
     if args.ladder is not None:
         error = trained_ladder_report(args.lab, args.ladder, None if args.L_inf == "free" else float(args.L_inf),
