@@ -9,7 +9,8 @@ same recipe, other than its own ladder's, to the gate (:func:`registry_heroes`):
 and the floor from them when the grid cannot place its own.
 
 A recipe is what must be equal for two runs to lie on one law of N and D: the data manifest (its sha256
-covers every shard and the tokenizer), the context length, the mixture's weights and the expert layout
+covers every shard and the tokenizer), the context length, the mixture (weights, phases, epoch caps) and the
+expert layout
 (dense, or experts and top-k). Width, depth and tokens are what the law varies.
 """
 
@@ -38,11 +39,11 @@ def result_name(ladder: str) -> str:
 
 
 def recipe_of(record: dict[str, Any]) -> dict[str, Any]:
-    """The recipe of a run from its ``run.json`` record: data manifest, context, mixture weights, experts."""
+    """The recipe of a run from its ``run.json`` record: data manifest, context, mixture, experts."""
     cfg = record.get("config") or {}
     moe = (cfg.get("model") or {}).get("moe")
     return {"data_manifest": record.get("data_manifest_hash"), "seq_len": (cfg.get("train") or {}).get("seq_len"),
-            "mixture": ((cfg.get("data") or {}).get("mixture") or {}).get("weights"),
+            "mixture": (cfg.get("data") or {}).get("mixture"),
             "experts": None if not moe else {k: moe.get(k) for k in ("num_experts", "top_k", "num_shared_experts")}}
 
 
