@@ -224,12 +224,12 @@ def run_experiment(name: str, lab: Path, jobs: int, smoke: bool = False) -> tupl
     import importlib
 
     from glasslab.lab import Executor, load_experiment
-    from glasslab.lab.inline_backend import InlineBackend
+    from glasslab.lab.pool import InlinePool
 
     steps = importlib.import_module(f"glasslab.experiments.{name}").smoke_steps() if smoke else load_experiment(name)
     # A smoke's tiny grid cannot identify its law (the gate refuses it): its hero runs forced, marked so.
     # A smoke's runs are seconds each: in this process, torch is imported once instead of once a step.
-    backend = InlineBackend() if smoke else "local"
+    backend = InlinePool() if smoke else "local"
     executor = Executor(lab, backend=backend, jobs=1 if smoke else jobs, force_registration=smoke)
     start = time.perf_counter()
     report = executor.run(steps)

@@ -43,6 +43,7 @@ HEADLINES = {
     "sft_bench.py": ["sft_packed_vs_padded_tokens_per_s_ratio", "sft_heldout_loss_drop_percent",
                      "dpo_heldout_pref_accuracy_gain_points", "chat_page_vs_cli_first_token_ratio",
                      "chat_page_vs_cli_tokens_per_s_ratio"],
+    "step_hashes.py": ["step_names"],
     "track_bench.py": ["track_log_cost_fraction_of_50ms_step"],
     "trace_bench.py": ["trace_index_build_tokens_per_s_per_core", "trace_index_bytes_per_token", "trace_100_token_ms"],
     "train_bench.py": ["train_overhead_percent", "peak_rss_chunked_ce_vs_full"],

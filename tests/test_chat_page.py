@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from glasslab.config import from_dict
-from glasslab.lab import Step, run_one_step
+from glasslab.lab import Step, output_of, run_one_step
 from glasslab.observatory.app import BackgroundServer, chat_allowed
 from glasslab.observatory.chat import BUSY, MAX_NEW_TOKENS, RETRY_AFTER_S, ChatService
 from glasslab.observatory.lab_scan import Lab
@@ -42,7 +42,7 @@ def lab(tmp_path_factory) -> dict[str, Path]:
                                 optimizer=dataclasses.replace(default.optimizer, lr=1e-2),
                                 checkpoint_interval=8, sample_max_new_tokens=8, eval_max_tokens=256)
     sft = run_one_step(Step("sft", tune_step, SFTStepConfig(train=train, base=f"{base.name}@30",
-                                                            conversations_from="conversations"), deps=(data,)),
+                                                            conversations_from=output_of(data))),
                        root).folder
     return {"root": root, "base": base, "sft": sft}
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from glasslab.data.handle import open_dataset
+from glasslab.data.handle import find_dataset, open_dataset
 from glasslab.data.shards import FORMAT, manifest_hash
 from glasslab.errors import UserError
 
@@ -49,3 +49,48 @@ def test_no_module_outside_data_reads_a_dataset_manifest_itself():
     reading = {str(p.relative_to(SRC)) for p in SRC.rglob("*.py")
                if p.parent.name != "data" and reader.search(p.read_text(encoding="utf-8"))}
     assert reading == set(), f"read a dataset manifest without data.open_dataset: {sorted(reading)}"
+
+
+def test_find_dataset_is_none_without_a_dataset_manifest_and_strict_with_one(tmp_path):
+    (tmp_path / "empty").mkdir()
+    assert find_dataset(tmp_path / "empty") is None
+    assert find_dataset(_dataset(tmp_path / "conversations", format="glasslab-conversations/1")) is None
+    assert find_dataset(_dataset(tmp_path / "data")) == open_dataset(tmp_path / "data")
+    with pytest.raises(UserError, match="glasslab-dataset/99"):
+        find_dataset(_dataset(tmp_path / "future", format="glasslab-dataset/99"))
+
+
+MANIFEST_READ = re.compile(
+    r"(read_json|file_sha256|json\.loads|\.json|read_text|read_bytes|open)\([^)\n]*MANIFEST_FILE")
+"""A call that reads or hashes a file at ``... / MANIFEST_FILE`` (``manifest.json``)."""
+OTHER_MANIFESTS = {
+    ("layout.py", "(path / MANIFEST_FILE)"),  # a checkpoint's files and checksums
+    ("train/checkpoint.py", "(path / MANIFEST_FILE)"),  # a checkpoint's
+    ("model/load.py", "file_sha256(path / MANIFEST_FILE)"),  # the checkpoint a model is loaded from
+    ("posttrain/records.py", "(folder / MANIFEST_FILE)"),  # a conversations or pairs folder's
+}
+"""Reads of ``manifest.json`` files that are not a dataset's: (module, what the line reads)."""
+STILL_TO_MOVE = {("model/load.py", "file_sha256(candidate / MANIFEST_FILE)")}
+"""A dataset manifest hashed outside ``data/`` that is known and not yet moved: ``model/`` finds an export's
+dataset by its manifest hash, and ``model`` sits beside ``data`` in the layers, so it may not import the handle."""
+
+
+def test_no_module_outside_data_reads_a_dataset_manifest_file():
+    """The path reads too (``read_json(folder / MANIFEST_FILE)``), not only the readers' imports: the scan that
+    looked only for imports missed ``reproduce/published.py`` reading the manifest it publishes."""
+    found = set()
+    for path in SRC.rglob("*.py"):
+        if path.parent.name == "data":
+            continue
+        module = str(path.relative_to(SRC))
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if MANIFEST_READ.search(line):
+                known = [what for where, what in OTHER_MANIFESTS | STILL_TO_MOVE if where == module and what in line]
+                found.add((module, known[0] if known else line.strip()))
+    assert found - OTHER_MANIFESTS == STILL_TO_MOVE, f"dataset manifest read without data.open_dataset: {found}"
+
+
+def test_the_scan_sees_a_manifest_read_by_path():
+    assert MANIFEST_READ.search('data_step["manifest"] = read_json(folder.parent / dataset / MANIFEST_FILE)')
+    assert MANIFEST_READ.search("built_by['manifest'] = lab.json(folder / MANIFEST_FILE)")
+    assert not MANIFEST_READ.search("if (folder / MANIFEST_FILE).is_file():")

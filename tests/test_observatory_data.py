@@ -95,12 +95,18 @@ def test_per_layer_families_become_charts_of_their_own():
     # The panel keeps what is not per layer; the family is a chart of its own, its rows by layer number.
     assert charts["Gradient norm"]["keys"] == ["grad/norm/total", "grad/norm/attn"]
     family = charts["Gradient norm: grad/norm/layer_*/attn"]
-    assert family["family"] == {"pattern": "grad/norm/layer_*/attn", "rows": [1, 2, 10]}
+    assert family["family"] == {"pattern": "grad/norm/layer_*/attn", "rows": [1, 2, 10], "row": "layer"}
     assert family["keys"] == ["grad/norm/layer_1/attn", "grad/norm/layer_2/attn", "grad/norm/layer_10/attn"]
     assert family["logy"] is True
     # A panel that is one family keeps its title; a single layer is no family.
     assert charts["MoE load: max violation per layer"]["family"]["rows"] == [0, 1]
     assert charts["MoE routing entropy per layer"]["family"] is None
+    # Content clusters of the data map are a family too, even one alone (the run page's cluster × step heatmap).
+    assert layer_of("eval/cluster/7/loss") == ("eval/cluster/*/loss", 7)
+    clusters = {c["id"]: c for c in chart_specs(["eval/cluster/3/loss", "eval/code/loss"])}
+    assert clusters["Held-out loss per content cluster (the data map)"]["family"] == {
+        "pattern": "eval/cluster/*/loss", "rows": [3], "row": "cluster"}
+    assert clusters["Eval loss per domain"]["keys"] == ["eval/code/loss"]
 
 
 def test_what_changed_scores_the_latest_value_against_the_fifty_before(tmp_path):

@@ -20,6 +20,7 @@ from cli_runner import run_cli, start_cli
 from glasslab.config import from_dict, to_dict
 from glasslab.data.chat import ChatEncoder
 from glasslab.data.tokenizer import PAD, load_tokenizer
+from glasslab.lab import StepOutput
 from glasslab.lab.step import StepContext
 from glasslab.layout import EXPORT_MANIFEST, list_checkpoints
 from glasslab.model import ModelConfig, Transformer
@@ -130,8 +131,8 @@ def _sft_train_config(**train):
 
 @pytest.mark.slow
 def test_sft_step_fine_tunes_the_base_and_records_role_parent_and_base_replies(lab):
-    cfg = SFTStepConfig(train=_sft_train_config(), sft=SFTConfig(), base_from="base",
-                        conversations_from="conversations")
+    cfg = SFTStepConfig(train=_sft_train_config(), sft=SFTConfig(), base_from=StepOutput("base", str(lab["base"])),
+                        conversations_from=StepOutput("conversations", str(lab["conversations"])))
     out = lab["root"] / "sft-step"
     out.mkdir()
     ctx = StepContext("sft", out, cfg, {"base": lab["base"], "conversations": lab["conversations"]}, lab["root"])
@@ -240,7 +241,7 @@ def test_sft_from_an_export_with_no_dataset_at_hand_trains_exports_and_chats(lab
     manifest = read_json(given / EXPORT_MANIFEST)
     write_json_atomic(given / EXPORT_MANIFEST, {**manifest, "dataset": None, "dataset_manifest_hash": None})
     cfg = SFTStepConfig(train=_sft_train_config(max_steps=4, checkpoint_interval=4), base=str(given),
-                        conversations_from="conversations")
+                        conversations_from=StepOutput("conversations", str(lab["conversations"])))
     out = tmp_path / "lab" / "sft-from-export"
     out.mkdir(parents=True)
     result = tune_step(StepContext("sft", out, cfg, {"conversations": lab["conversations"]}, tmp_path / "lab"))

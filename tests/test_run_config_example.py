@@ -66,13 +66,13 @@ def test_vocab_size_follows_the_tokenizer_unless_set(dataset, tmp_path):
     run = tiny_run_config(dataset, max_steps=2, sample_prompts=[])
     run["model"]["vocab_size"] = 0
     cfg = configs.from_dict(RunConfig, run)
-    assert resolve_data(cfg).model.vocab_size == VOCAB
+    assert resolve_data(cfg)[0].model.vocab_size == VOCAB
     assert train(cfg, tmp_path / "run")["status"] == "finished"
     record = read_record(tmp_path / "run")
     assert record["config"]["model"]["vocab_size"] == VOCAB  # the size used, not 0
     assert record["param_counts"]["embedding"] == 2 * VOCAB * run["model"]["d_model"]
     larger = configs.replace(cfg, [f"model.vocab_size={VOCAB + 64}"])
-    assert resolve_data(larger).model.vocab_size == VOCAB + 64  # set by hand: kept (e.g. padded for GPUs)
+    assert resolve_data(larger)[0].model.vocab_size == VOCAB + 64  # set by hand: kept (e.g. padded for GPUs)
     with pytest.raises(UserError, match=f"model.vocab_size={VOCAB - 1}: expected at least the {VOCAB} tokens"):
         resolve_data(configs.replace(cfg, [f"model.vocab_size={VOCAB - 1}"]))
 

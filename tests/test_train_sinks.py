@@ -97,7 +97,8 @@ def test_a_missing_sink_package_fails_before_the_run_folder_is_touched(tmp_path,
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
-    (tmp_path / "run.yaml").write_text(yaml.safe_dump(tiny_run_config(tmp_path / "no-data")))
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(tiny_run_config(build_tiny_dataset(tmp_path))))
+    capsys.readouterr()  # the dataset build's lines
     code = cli_main(["train", str(tmp_path / "run.yaml"), "train.sinks=[wandb]", "--run-dir", str(tmp_path / "run")])
     err = capsys.readouterr().err
     assert code == 2 and "pip install 'glasslab[wandb]'" in err and err.count("\n") == 1

@@ -136,6 +136,8 @@ def _coerce(value: Any, tp: Any, path: str) -> Any:
     origin = get_origin(tp)
     if tp is Any:
         return value
+    if isinstance(tp, type) and hasattr(tp, "from_config_value"):
+        return value if isinstance(value, tp) else tp.from_config_value(value, path)
     if origin in (Union, types.UnionType):
         args = [a for a in get_args(tp) if a is not type(None)]
         if value is None and len(args) < len(get_args(tp)):
@@ -221,7 +223,11 @@ class _FrozenDict(dict):
 
 
 def to_dict(cfg: Any, versioned_only: bool = False) -> Any:
-    """Plain JSON-able data for a config (nested dataclasses, tuples as lists)."""
+    """Plain JSON-able data for a config (nested dataclasses, tuples as lists). A value whose class has
+    ``config_value()`` is written as what that returns (a typed reference to a step's output, as the name of
+    the step; its class's ``from_config_value`` reads it back)."""
+    if hasattr(type(cfg), "config_value"):
+        return cfg.config_value()
     if dataclasses.is_dataclass(cfg) and not isinstance(cfg, type):
         return {
             f.name: to_dict(getattr(cfg, f.name), versioned_only)
@@ -237,7 +243,9 @@ def to_dict(cfg: Any, versioned_only: bool = False) -> Any:
 
 def _unhashed(f: dataclasses.Field, value: Any) -> bool:
     versioned = f.metadata.get("versioned", True)
-    return versioned is False or (versioned == "when_set" and value == f.default)
+    if versioned != "when_set":
+        return versioned is False
+    return value == (f.default_factory() if f.default is dataclasses.MISSING else f.default)  # type: ignore[misc]
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:

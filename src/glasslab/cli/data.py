@@ -96,7 +96,9 @@ def add_map_parser(data_sub: argparse._SubParsersAction) -> None:
     mapping.add_argument("--k", type=int, default=40, help="content domains (coarse clusters), at most (default 40)")
     mapping.add_argument("--fine-k", type=int, default=0, metavar="N",
                          help="fine clusters (default: one per 20 sampled documents, at most 4096)")
-    mapping.add_argument("--embedder", default="tfidf", help="tfidf (default): fitted on the corpus itself")
+    mapping.add_argument("--embedder", default="tfidf",
+                         help="tfidf (default): fitted on the corpus itself; model:RUN[@STEP]: a lab model's "
+                              "mean-pooled hidden states; or a local sentence-transformers folder (.[embed] extra)")
     mapping.add_argument("--dims", type=int, default=256, help="embedding dimensions (default 256)")
     mapping.add_argument("--sample", type=int, default=20_000,
                          help="training documents the embedder and centroids are fitted on (default 20000)")
@@ -117,9 +119,15 @@ def run_map(args: argparse.Namespace) -> int:
     from glasslab.lab import run_one_step
 
     dataset = dataset_of(args.lab, args.dataset)
-    step = map_plan(dataset, k=args.k, fine_k=args.fine_k, embedder=args.embedder, dims=args.dims,
-                    sample=args.sample, min_share=args.min_share, seed=args.seed, num_workers=args.workers,
-                    backend=args.backend, progress=not args.quiet)
+    settings = {"k": args.k, "fine_k": args.fine_k, "dims": args.dims, "sample": args.sample,
+                "min_share": args.min_share, "seed": args.seed, "num_workers": args.workers,
+                "backend": args.backend, "progress": not args.quiet}
+    if args.embedder.startswith("model:"):
+        from glasslab.evals.map_model import model_map_plan
+
+        step = model_map_plan(dataset, args.embedder, args.lab, **settings)
+    else:
+        step = map_plan(dataset, embedder=args.embedder, **settings)
     done = run_one_step(step, args.lab, force=args.force)
     summary = read_map(done.folder, dataset)
     print(f"{summary['k']} content domains ({summary['fine_k']} fine clusters) over {summary['documents']:,} "

@@ -50,12 +50,11 @@ def run(args: argparse.Namespace) -> int:
     from glasslab.cli.data_build import data_build_step
     from glasslab.cli.progress import CALLBACK
     from glasslab.data.handle import open_dataset
-    from glasslab.lab import Step, make_plan, run_one_step
-    from glasslab.track import check_sinks
-    from glasslab.train.build import check_inputs
-    from glasslab.train.run import check_fresh, check_resumable
+    from glasslab.data.mixture import check_mixture
+    from glasslab.lab import Step, make_plan, output_of, run_one_step
+    from glasslab.train.run import check_fresh
     from glasslab.train.run_config import RunConfig
-    from glasslab.train.steps import TrainingPreempted, TrainStepConfig, train_step
+    from glasslab.train.steps import TrainingPreempted, TrainStepConfig, has_started, train_step
 
     if args.example:
         from glasslab.train.example import example_yaml
@@ -69,25 +68,27 @@ def run(args: argparse.Namespace) -> int:
     lab = step_lab(args.lab, run_dir)
     base, name, fork, record_extra = _starting_config(args, config_path, run_dir, lab)
     run_cfg = configs.from_dict(RunConfig, configs.apply_overrides(base, overrides))
-    check_sinks(run_cfg.train.sinks)  # a missing sink package: one line before any data is built
-    # The dataset is named by what it is: a data build (a dependency step, built first when needed) or a
-    # folder's manifest hash; the path as written stays out of the step's hash.
-    data_deps, data_fields, dataset = (), {}, run_cfg.data.path
+    # The dataset is named by what it is: a data build (a dependency step the executor builds first) or a
+    # folder's manifest hash; the path as written stays out of the step's hash. Everything else about the
+    # run (sinks, dataset, mixture, vocabulary, a resume's config) the step checks, once, before its first
+    # folder write or bar: a folder the refusal leaves with only the step's record is removed again.
+    data_fields = {}
     if run_cfg.data.build:
         data = data_build_step(run_cfg.data.build, relative_to=config_path.parent if config_path else None)
-        data_deps, data_fields, dataset = (data,), {"data_from": data.name}, str(_built_dataset(data, lab))
-    elif dataset:
-        data_fields = {"data_path": dataset, "data_manifest": open_dataset(dataset).manifest_hash}
-    located = dataclasses.replace(run_cfg, data=dataclasses.replace(run_cfg.data, build="", path=dataset))
-    check_inputs(located)  # a bad dataset, mixture or vocabulary: one line before any folder or bar
+        _check_built_under_torchrun(data, lab)
+        data_fields = {"data_from": output_of(data)}
+    elif run_cfg.data.path:
+        dataset = open_dataset(run_cfg.data.path)
+        check_mixture(run_cfg.data.mixture, dataset.domains)  # the commonest slip, said before the lab is made
+        data_fields = {"data_path": run_cfg.data.path, "data_manifest": dataset.manifest_hash}
     unplaced = dataclasses.replace(run_cfg, data=dataclasses.replace(run_cfg.data, build="", path=""))
     config = TrainStepConfig(run=unplaced, record_extra=record_extra, fork=fork, device=args.device, hooks=(CALLBACK,),
                              **data_fields)
-    step = Step(name, train_step, config, deps=data_deps, folder=run_dir)
+    step = Step(name, train_step, config, folder=run_dir)
     folder = make_plan([step], lab).steps[-1].folder
-    if args.resume:
-        check_resumable(folder, located)
-    elif run_dir is not None:
+    if args.resume and not has_started(folder):
+        raise UserError(f"{folder}: nothing to resume (no run.json); start it without --resume")
+    if not args.resume and run_dir is not None:
         check_fresh(folder)
     main_rank = int(os.environ.get("RANK", "0")) == 0
     try:
@@ -144,18 +145,16 @@ def _print_outcome(done) -> None:
           + (f", eval/macro/loss {loss:.4f}" if loss is not None else ""))
 
 
-def _built_dataset(data_step, lab: Path) -> Path:
-    """The folder of the data build ``data_step``, running it first unless it succeeded before. Under
-    torchrun every rank would build it at once, so there it must exist already."""
-    from glasslab.lab import make_plan, run_one_step
+def _check_built_under_torchrun(data_step, lab: Path) -> None:
+    """Under torchrun every rank would build the data at once (and ranks other than 0 do not run a step's
+    dependencies), so there the data build ``data_step`` must have succeeded before."""
+    from glasslab.lab import make_plan
 
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         node = make_plan([data_step], lab).steps[-1]
         if node.action != "cached":
             raise UserError(f"data.build: {node.folder} is not built yet; under torchrun build it first "
                             "(glasslab data build, or the same glasslab train without torchrun)")
-        return node.folder
-    return run_one_step(data_step, lab).folder
 
 
 def step_name(text: str) -> str:
@@ -175,7 +174,7 @@ def _recorded_step_config(run_dir: Path):
         raise UserError(f"{run_dir}: no step.json of a `glasslab train` run to take the config from; pass CONFIG too")
     step_config = configs.from_dict(TrainStepConfig, record["config"])
     if step_config.data_from:
-        raise UserError(f"{run_dir}: its data comes from step {step_config.data_from!r}; rerun the command that "
+        raise UserError(f"{run_dir}: its data comes from step {step_config.data_from.name!r}; rerun the command that "
                         "made it (`glasslab train CONFIG` with its data.build, or `glasslab run` for an experiment)")
     return step_config
 

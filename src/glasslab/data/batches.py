@@ -76,6 +76,7 @@ class Row:
     """The row's place in the global batch."""
     rank: int
     domain: str
+    """The row's domain, or its bucket (``<domain>/<cluster>``) under a mixture by cluster."""
     pieces: list[Piece] = field(default_factory=list)
 
 
@@ -137,8 +138,6 @@ def rebuild_batch(run_dir: str | Path, step: int, attempt: int | None = None, ra
     the step, a rank outside the run's world, a run without recorded batches, a dataset folder that is
     gone or holds another dataset (named by the manifest hash the run trained on).
     """
-    from glasslab.data.loader import Loader  # torch: only when a batch is rebuilt, not for trained_dataset
-
     run_dir = Path(run_dir)
     with RunReader(run_dir) as reader:
         hashes = reader.batch_hashes()
@@ -149,26 +148,33 @@ def rebuild_batch(run_dir: str | Path, step: int, attempt: int | None = None, ra
                         "not by the pretraining loader)")
     by_attempt = {(s, a): h for s, a, h in hashes}
     attempt = _attempt_of(run_dir, step, attempt, hashes, starts)
-    start_step, start = starts[attempt]
-    state, world_size = start["loader"], int(start["world_size"])
-    if "cursors" not in state:
-        raise UserError(f"{run_dir}: attempt {attempt} was not trained by the pretraining loader")
+    loader, path, world_size = attempt_loader(run_dir, starts[attempt], attempt)
     if rank is not None and not 0 <= rank < world_size:
         raise UserError(f"--rank {rank}: the run trained on {world_size} rank(s) (0..{world_size - 1})")
-
-    record = read_record(run_dir) or {}
-    path = trained_dataset(run_dir, state["manifest_hash"])
-    data_cfg = dataclasses.replace(configs.from_dict(DataConfig, record["config"]["data"], "data"),
-                                   path=str(path), build="")
-    loader = Loader(data_cfg, int(state["seq_len"]), int(state["global_batch"]), prefetch=False)
-    loader.load_state_dict(state)
-    loader.skip(step - 1 - start_step)  # the attempt's draws before this step, no tokens read
+    loader.skip(step - 1 - starts[attempt][0])  # the attempt's draws before this step, no tokens read
     plan = loader.next_plan()
     rows_per_rank = loader.global_batch // world_size
     rows, rank0 = _read_rows(loader, plan, path, rows_per_rank, rank)
     rebuilt = batch_hash(np.stack(rank0))
     return StepBatch(run_dir.name, step, attempt, reasons.get(attempt, ""), world_size, loader.seq_len, rows,
                      rebuilt, by_attempt[(step, attempt)])
+
+
+def attempt_loader(run_dir: Path, start: tuple[int, dict], attempt: int) -> tuple[Loader, Path, int]:
+    """A loader where ``attempt`` of the run began (its recorded ``loader_starts`` entry ``start``), the dataset
+    it trained on, and the attempt's world size; one line when the attempt was not the pretraining loader's."""
+    from glasslab.data.loader import Loader  # torch: only when draws are replayed, not for trained_dataset
+
+    state, world_size = start[1]["loader"], int(start[1]["world_size"])
+    if "cursors" not in state:
+        raise UserError(f"{run_dir}: attempt {attempt} was not trained by the pretraining loader")
+    record = read_record(run_dir) or {}
+    path = trained_dataset(run_dir, state["manifest_hash"])
+    data_cfg = dataclasses.replace(configs.from_dict(DataConfig, record["config"]["data"], "data"),
+                                   path=str(path), build="")
+    loader = Loader(data_cfg, int(state["seq_len"]), int(state["global_batch"]), prefetch=False)
+    loader.load_state_dict(state)
+    return loader, path, world_size
 
 
 def _attempt_of(run_dir: Path, step: int, attempt: int | None, hashes: list[tuple[int, int, str]],
@@ -197,20 +203,20 @@ def _read_rows(loader: Loader, plan: list, path: Path, rows_per_rank: int,
     tokenizer = load_tokenizer(path)
     provenance = ProvenanceIndex(path) if "provenance" in read_manifest(path) else None
     rows, rank0 = [], []
-    for index, (domain, position) in enumerate(plan):
+    for index, (bucket, position) in enumerate(plan):
         row_rank = index // rows_per_rank
         if row_rank > 0 and rank not in (None, row_rank):
             continue
-        documents = loader.row_documents(domain, position)
+        documents = loader.row_documents(bucket, position)
         if row_rank == 0:
             rank0.append(np.concatenate([tokens for _, _, tokens in documents]).astype(np.int64))
         if rank not in (None, row_rank):
             continue
-        row = Row(index, row_rank, domain)
+        row = Row(index, row_rank, bucket)
         for document, offset, tokens in documents:
             row.pieces.append(Piece(
-                document, offset, len(tokens), loader.document_tokens(domain, document),
-                provenance.record(domain, "train", document) if provenance else None,
+                document, offset, len(tokens), loader.document_tokens(bucket, document),
+                provenance.record(loader.domain_of(bucket), "train", document) if provenance else None,
                 tokenizer.decode(tokens.tolist(), skip_special_tokens=True)))
         rows.append(row)
     return rows, rank0

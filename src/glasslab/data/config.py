@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from glasslab.config import UNVERSIONED, apply_overrides, from_dict, read_file, require
+from glasslab.config import UNVERSIONED, VERSIONED_WHEN_SET, apply_overrides, from_dict, read_file, require
 from glasslab.data.builtin import corpus_names
 
 DOMAIN_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
@@ -335,9 +335,15 @@ class MixtureConfig:
     """Later weight sets, in increasing ``start_step``."""
     epoch_caps: dict[str, float] = field(default_factory=dict)
     """Domain → most epochs over its training tokens; a capped-out domain drops out of the mixture."""
+    clusters: dict[str, float] = field(default_factory=dict, metadata=VERSIONED_WHEN_SET)
+    """Content cluster of the run's data map (``data.map``) → weight, in every phase: a cluster's id (``"3"``),
+    its name or one of its top terms, or ``"*"`` for every cluster not named (``{"*": 1}``: uniform over
+    clusters). Without domain weights a cluster's weight is split over the domains holding it by its tokens
+    there; with them, each domain's weight is split over its clusters by these (``data/buckets.py``)."""
 
     def __post_init__(self) -> None:
         _check_weights(self.weights, "mixture.weights")
+        _check_weights(self.clusters, "mixture.clusters")
         starts = [p.start_step for p in self.phases]
         require(starts == sorted(set(starts)), "mixture.phases", starts, "strictly increasing start_step")
         for domain, cap in self.epoch_caps.items():
@@ -374,8 +380,13 @@ class DataConfig:
     """Domain weights, phases and epoch caps."""
     seed: int = 0
     """Seeds document order per epoch and the domain drawn for each sequence."""
+    map: str = field(default="", metadata=VERSIONED_WHEN_SET)
+    """The data map whose clusters ``mixture.clusters`` weights: a map step's folder name (``map-<hash8>``,
+    what ``glasslab data map`` prints) beside the dataset's folder, or a path to one."""
 
     def __post_init__(self) -> None:
+        require(not (self.mixture.clusters and not self.map), "data.mixture.clusters", dict(self.mixture.clusters),
+                "a data.map to take the clusters from (glasslab data map DATASET)")
         require(not (self.build and self.path), "data.build", self.build,
                 f"either data.build or data.path, not both (data.path={self.path!r})")
 

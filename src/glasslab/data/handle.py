@@ -14,17 +14,30 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from glasslab.data.shards import checked_manifest
+from glasslab.data.shards import FORMAT, checked_manifest
 from glasslab.layout import MANIFEST_FILE, UnreadableFile
 
+DATASET_FORMAT_PREFIX = FORMAT.rsplit("/", 1)[0] + "/"
+"""What every dataset manifest's ``format`` starts with (``glasslab-dataset/``), whatever its version."""
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, eq=False)
 class DatasetHandle:
-    """A built dataset: its folder, its manifest and the manifest's sha256 (read together, once)."""
+    """A built dataset: its folder, its manifest and the manifest's sha256 (read together, once). Two handles
+    are equal (and hash alike, so a cache may key on one) when they name the same folder and manifest hash."""
 
     path: Path
     manifest: dict[str, Any]
     manifest_hash: str
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, DatasetHandle) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def _key(self) -> tuple[str, str]:
+        return str(self.path), self.manifest_hash
 
     @property
     def vocab_size(self) -> int:
@@ -47,8 +60,33 @@ def open_dataset(ref: str | Path) -> DatasetHandle:
         data = (path / MANIFEST_FILE).read_bytes()
     except FileNotFoundError:
         data = None
-    manifest = checked_manifest(path, None if data is None else _parsed(path / MANIFEST_FILE, data))
-    return DatasetHandle(path, manifest, hashlib.sha256(data).hexdigest())
+    return _handle(path, data, None if data is None else _parsed(path / MANIFEST_FILE, data))
+
+
+def _handle(path: Path, data: bytes | None, manifest: dict | None) -> DatasetHandle:
+    return DatasetHandle(path, checked_manifest(path, manifest), hashlib.sha256(data or b"").hexdigest())
+
+
+def as_dataset(ref: str | Path | DatasetHandle) -> DatasetHandle:
+    """``ref`` itself when it is a handle already, else :func:`open_dataset` of it: for a function that a caller
+    holding the handle should not make read the manifest again."""
+    return ref if isinstance(ref, DatasetHandle) else open_dataset(ref)
+
+
+def find_dataset(ref: str | Path) -> DatasetHandle | None:
+    """The dataset built in folder ``ref``, or None where the folder holds no dataset's ``manifest.json`` (none
+    at all, or another kind's: a conversations or pairs folder's), for a reader that only looks (a published run
+    whose dataset was not kept, the data page of any report). A dataset manifest that is unreadable or of a
+    format this glasslab does not read is still a one-line error."""
+    path = Path(ref)
+    try:
+        data = (path / MANIFEST_FILE).read_bytes()
+    except FileNotFoundError:
+        return None
+    manifest = _parsed(path / MANIFEST_FILE, data)
+    if not (isinstance(manifest, dict) and str(manifest.get("format", "")).startswith(DATASET_FORMAT_PREFIX)):
+        return None
+    return _handle(path, data, manifest)
 
 
 def _parsed(manifest_file: Path, data: bytes) -> dict:

@@ -35,9 +35,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from glasslab.data.buckets import plan_buckets
 from glasslab.data.config import DataConfig
+from glasslab.data.handle import DatasetHandle, open_dataset
 from glasslab.data.mixture import check_mixture, weights_at
-from glasslab.data.shards import Shard, manifest_hash, open_shard, read_manifest
+from glasslab.data.shards import Shard, open_shard
 from glasslab.errors import UserError
 
 STATE_VERSION = 1
@@ -48,20 +50,24 @@ class DataExhausted(UserError):
 
 
 class DomainStream:
-    """One domain's training tokens as an endless stream, its documents reshuffled each epoch."""
+    """One bucket's training tokens as an endless stream, its documents reshuffled each epoch: a domain's
+    documents, or a subset of them (``documents``: a content cluster's, ``data/buckets.py``)."""
 
-    def __init__(self, shard: Shard, seed: int, domain: str) -> None:
+    def __init__(self, shard: Shard, seed: int, domain: str, documents: np.ndarray | None = None) -> None:
         self.shard = shard
-        self.tokens_per_epoch = shard.num_tokens
-        self._lengths = shard.lengths
-        self._starts = shard.ends - self._lengths
+        self._documents = documents
+        self.document_lengths = shard.lengths
+        """Tokens of each document of the domain's shard (end-of-text included), by index in the shard."""
+        self._starts = shard.ends - self.document_lengths
+        self._lengths = self.document_lengths if documents is None else self.document_lengths[documents]
+        self.tokens_per_epoch = shard.num_tokens if documents is None else int(self._lengths.sum())
         self._key = zlib.crc32(domain.encode())
         self._seed = seed
         self._orders: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._window_orders: dict[tuple[int, int], np.ndarray] = {}
 
     def _order(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
-        """Document permutation of ``epoch`` and the cumulative token ends in that order."""
+        """Document permutation of ``epoch`` (positions in the bucket) and the cumulative token ends in that order."""
         if epoch not in self._orders:
             if len(self._orders) >= 2:
                 self._orders.pop(min(self._orders))
@@ -69,34 +75,55 @@ class DomainStream:
             self._orders[epoch] = (perm, np.cumsum(self._lengths[perm]))
         return self._orders[epoch]
 
+    def epoch_documents(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
+        """The documents of ``epoch`` in stream order (indices in the domain's shard) and their token ends."""
+        perm, cum_ends = self._order(epoch)
+        return (perm if self._documents is None else self._documents[perm]), cum_ends
+
     def read_window(self, index: int, window: int) -> np.ndarray:
         """The ``index``-th sequence of ``window`` tokens: a window of its epoch's stream, in the epoch's
         shuffled window order."""
         return self.read(self.window_start(index, window), window)
 
-    def window_start(self, index: int, window: int) -> int:
-        """Stream position of the ``index``-th sequence of ``window`` tokens."""
-        per_epoch = self.tokens_per_epoch // window
-        epoch, rank = divmod(index, per_epoch)
+    def window_order(self, epoch: int, window: int) -> np.ndarray:
+        """The order in which ``epoch``'s whole windows of ``window`` tokens are read (window indices)."""
         key = (epoch, window)
         if key not in self._window_orders:
             if len(self._window_orders) >= 2:
                 self._window_orders.pop(min(self._window_orders))
             rng = np.random.default_rng([self._seed, self._key, epoch, window])
-            self._window_orders[key] = rng.permutation(per_epoch)
-        return epoch * self.tokens_per_epoch + int(self._window_orders[key][rank]) * window
+            self._window_orders[key] = rng.permutation(self.tokens_per_epoch // window)
+        return self._window_orders[key]
+
+    def window_start(self, index: int, window: int) -> int:
+        """Stream position of the ``index``-th sequence of ``window`` tokens."""
+        epoch, rank = divmod(index, self.tokens_per_epoch // window)
+        return epoch * self.tokens_per_epoch + int(self.window_order(epoch, window)[rank]) * window
+
+    def tokens_read(self, consumed: int, window: int) -> np.ndarray:
+        """Tokens of each document of the domain's shard (by index) held by the windows of ``window`` tokens
+        a cursor at ``consumed`` stream tokens has read: exact, from the per-epoch orders alone."""
+        per_epoch = self.tokens_per_epoch // window
+        read = np.zeros(len(self.document_lengths), np.int64)
+        windows = consumed // window
+        for epoch in range(-(-windows // per_epoch)):
+            starts = np.sort(self.window_order(epoch, window)[: min(per_epoch, windows - epoch * per_epoch)]) * window
+            documents, ends = self.epoch_documents(epoch)
+            held = _covered(ends, starts, window) - _covered(ends - self.document_lengths[documents], starts, window)
+            np.add.at(read, documents, held)
+        return read
 
     def pieces(self, position: int, count: int) -> Iterator[tuple[int, int, int]]:
         """``(document, offset in it, tokens)`` of each document the ``count`` tokens of the stream from
-        ``position`` run through, in order."""
+        ``position`` run through, in order; ``document`` is its index in the domain's shard."""
         while count > 0:
             epoch, offset = divmod(position, self.tokens_per_epoch)
             perm, cum_ends = self._order(epoch)
             k = int(np.searchsorted(cum_ends, offset, side="right"))
-            doc = int(perm[k])
-            within = offset - (int(cum_ends[k]) - int(self._lengths[doc]))
-            take = min(count, int(self._lengths[doc]) - within)
-            yield doc, within, take
+            local = int(perm[k])
+            within = offset - (int(cum_ends[k]) - int(self._lengths[local]))
+            take = min(count, int(self._lengths[local]) - within)
+            yield (local if self._documents is None else int(self._documents[local])), within, take
             count -= take
             position += take
 
@@ -109,6 +136,13 @@ class DomainStream:
             out[filled : filled + take] = self.shard.tokens[start : start + take]
             filled += take
         return out
+
+
+def _covered(positions: np.ndarray, starts: np.ndarray, window: int) -> np.ndarray:
+    """Tokens before each of ``positions`` inside the disjoint windows of ``window`` tokens at sorted ``starts``."""
+    before = np.searchsorted(starts, positions, side="left")  # windows starting before the position
+    last = starts[np.maximum(before - 1, 0)] if len(starts) else np.zeros_like(positions)
+    return np.where(before > 0, window * (before - 1) + np.minimum(positions - last, window), 0)
 
 
 @dataclass
@@ -124,14 +158,15 @@ class Loader:
     """Batches of ``(global_batch // world_size, seq_len + 1)`` token ids for one data-parallel rank.
 
     ``prefetch``: read the next step's batch in a background thread while this one trains;
-    ``pin_memory``: return batches in pinned host memory (for an asynchronous copy to a GPU; needs CUDA).
+    ``pin_memory``: return batches in pinned host memory (for an asynchronous copy to a GPU; needs CUDA);
+    ``dataset``: the handle of ``data_cfg.path`` when the caller holds it (else it is opened here).
     Raises :class:`~glasslab.errors.UserError` at construction for a missing dataset, an empty
     mixture, an unknown domain, or a batch that does not split evenly over ranks.
     """
 
     def __init__(
         self, data_cfg: DataConfig, seq_len: int, global_batch: int, rank: int = 0, world_size: int = 1,
-        *, prefetch: bool = True, pin_memory: bool = False,
+        *, prefetch: bool = True, pin_memory: bool = False, dataset: DatasetHandle | None = None,
     ) -> None:
         if not data_cfg.path:
             raise UserError("data.path: empty; point it at a folder built by `glasslab data build`")
@@ -143,42 +178,60 @@ class Loader:
             raise UserError(f"seq_len={seq_len}: expected a positive number of tokens")
         self.cfg = data_cfg
         self.path = Path(data_cfg.path)
-        manifest = read_manifest(self.path)
+        dataset = dataset if dataset is not None else open_dataset(self.path)
+        manifest = dataset.manifest
         check_mixture(data_cfg.mixture, manifest["domains"])
-        self.manifest_hash = manifest_hash(self.path)
+        self.manifest_hash = dataset.manifest_hash
         self.vocab_size: int = manifest["vocab_size"]
         self.eot_id: int = manifest["eot_id"]
         self.seq_len, self.global_batch = seq_len, global_batch
         self.rank, self.world_size = rank, world_size
         self.rows_per_rank = global_batch // world_size
-        self.domains = sorted(d for _, w in data_cfg.mixture.weight_sets() for d, v in w.items() if v > 0)
-        self.domains = sorted(set(self.domains))
-        self._streams: dict[str, DomainStream] = {}
-        for domain in self.domains:
-            shard = open_shard(self.path, domain, "train", manifest)
-            if shard.num_tokens < seq_len + 1:
-                raise UserError(
-                    f"{self.path}: domain {domain!r} has {shard.num_tokens} training tokens, "
-                    f"fewer than one sequence of {seq_len + 1}"
-                )
-            self._streams[domain] = DomainStream(shard, data_cfg.seed, domain)
+        self.buckets = plan_buckets(data_cfg, {d: e["train"]["tokens"] for d, e in manifest["domains"].items()},
+                                    seq_len + 1)
+        """The streams drawn from (a domain's documents, or a content cluster's in it: ``data/buckets.py``)."""
+        self._streams = self._open_streams(manifest)
+        self.domains = sorted({b.domain for b in self.buckets.buckets})
+        """The domains drawn from (the held-out evals' domains)."""
+        self._domain_of = {b.name: b.domain for b in self.buckets.buckets}
         self._cap_tokens = {
-            d: data_cfg.mixture.epoch_caps.get(d, float("inf")) * s.tokens_per_epoch
-            for d, s in self._streams.items()
+            b.name: data_cfg.mixture.epoch_caps.get(b.domain, float("inf")) * self._streams[b.name].tokens_per_epoch
+            for b in self.buckets.buckets
         }
         self.step = 0
-        self.cursors = dict.fromkeys(self.domains, 0)
+        self.cursors = dict.fromkeys(self._streams, 0)
+        """Stream tokens consumed, per bucket."""
         self.last_batch_domains: list[str] = []
         """Domain of each row of the last batch this rank returned."""
         self.pin_memory = pin_memory
         self._reader = ThreadPoolExecutor(1, thread_name_prefix="glasslab-loader") if prefetch else None
         self._ahead: _ReadAhead | None = None
 
+    def _open_streams(self, manifest: dict) -> dict[str, DomainStream]:
+        """A stream per bucket, in draw order; one line for a domain shorter than one sequence."""
+        streams, shards = {}, {}
+        for bucket in self.buckets.buckets:
+            if bucket.domain not in shards:
+                shards[bucket.domain] = open_shard(self.path, bucket.domain, "train", manifest)
+            shard = shards[bucket.domain]
+            if shard.num_tokens < self.seq_len + 1:
+                raise UserError(f"{self.path}: domain {bucket.domain!r} has {shard.num_tokens} training tokens, "
+                                f"fewer than one sequence of {self.seq_len + 1}")
+            streams[bucket.name] = DomainStream(shard, self.cfg.seed, bucket.name, bucket.documents)
+        return streams
+
     # --- the global stream --------------------------------------------------------------------
 
     def weights_at(self, step: int) -> dict[str, float]:
-        """Normalised mixture weights in force at optimiser step ``step`` (configured, before caps)."""
+        """Normalised domain weights in force at optimiser step ``step`` (configured, before caps); with
+        cluster weights, each domain's summed bucket weight."""
+        if self.cfg.mixture.clusters:
+            return self.buckets.domain_weights_at(step)
         return weights_at(self.cfg.mixture, step)
+
+    def domain_of(self, bucket: str) -> str:
+        """The domain a bucket's documents are in."""
+        return self._domain_of[bucket]
 
     def _draw(self) -> list[tuple[str, int]]:
         """(domain, stream position) of every sequence of the current step; advances the cursors.
@@ -193,7 +246,7 @@ class Loader:
     def _plan(self, step: int, start: dict[str, int]) -> tuple[list[tuple[str, int]], dict[str, int]]:
         """(domain, stream position) of every sequence of ``step`` from cursors ``start``, and the
         cursors after it; changes nothing."""
-        weights = self.weights_at(step)
+        weights = self.buckets.weights_at(step)
         window = self.seq_len + 1
         uniforms = np.random.default_rng([self.cfg.seed, step]).random(self.global_batch)
         active = self._active(weights, start, step)
@@ -217,7 +270,7 @@ class Loader:
     def _active(self, weights: dict[str, float], cursors: dict[str, int], step: int) -> list[str]:
         """The weighted domains with a whole window left before their cap."""
         window = self.seq_len + 1
-        active = [d for d in self.domains if weights.get(d, 0.0) > 0 and cursors[d] + window <= self._cap_tokens[d]]
+        active = [d for d in self._streams if weights.get(d, 0.0) > 0 and cursors[d] + window <= self._cap_tokens[d]]
         if not active:
             raise DataExhausted(f"data exhausted at step {step}: every weighted domain reached its "
                                 f"epoch cap ({dict(self.cfg.mixture.epoch_caps)})")
@@ -255,9 +308,19 @@ class Loader:
         return [(doc, within, np.asarray(stream.shard.document(doc)[within : within + take]))
                 for doc, within, take in pieces]
 
+    def tokens_read(self) -> dict[str, np.ndarray]:
+        """Per domain, the tokens of each training document (by index) that the stream has read so far."""
+        window = self.seq_len + 1
+        read = {}
+        for name, stream in self._streams.items():
+            mine = stream.tokens_read(self.cursors[name], window)
+            domain = self._domain_of[name]
+            read[domain] = read[domain] + mine if domain in read else mine
+        return read
+
     def document_tokens(self, domain: str, document: int) -> int:
         """Length of a training document of ``domain``, its end-of-text token included."""
-        return int(self._streams[domain]._lengths[document])
+        return int(self._streams[domain].document_lengths[document])
 
     def _read_step(self, step: int, cursors: dict[str, int]) -> tuple[torch.Tensor, list[str], dict[str, int]]:
         """This rank's batch of ``step`` from ``cursors``, its rows' domains, and the cursors after it."""
@@ -265,7 +328,7 @@ class Loader:
         mine = plan[self.rank * self.rows_per_rank : (self.rank + 1) * self.rows_per_rank]
         window = self.seq_len + 1
         batch = torch.from_numpy(np.stack([self._streams[d].read_window(pos // window, window) for d, pos in mine]))
-        return (batch.pin_memory() if self.pin_memory else batch), [d for d, _ in mine], after
+        return (batch.pin_memory() if self.pin_memory else batch), [self._domain_of[d] for d, _ in mine], after
 
     def next_batch(self) -> torch.Tensor:
         """This rank's rows of the next step: LongTensor ``(global_batch // world_size, seq_len + 1)``."""
@@ -300,7 +363,11 @@ class Loader:
 
     def epochs(self) -> dict[str, float]:
         """Passes taken over each domain's training tokens so far."""
-        return {d: self.cursors[d] / s.tokens_per_epoch for d, s in self._streams.items()}
+        read, tokens = dict.fromkeys(self.domains, 0), dict.fromkeys(self.domains, 0)
+        for name, stream in self._streams.items():
+            read[self._domain_of[name]] += self.cursors[name]
+            tokens[self._domain_of[name]] += stream.tokens_per_epoch
+        return {d: read[d] / tokens[d] for d in self.domains}
 
     # --- resume -------------------------------------------------------------------------------
 
@@ -328,7 +395,7 @@ class Loader:
                 raise UserError(f"loader state: {key}={state.get(key)!r} does not match this run's {mine!r}")
         self._take_read_ahead()
         self.step = int(state["step"])
-        self.cursors = dict.fromkeys(self.domains, 0) | {d: int(c) for d, c in state["cursors"].items()}
+        self.cursors = dict.fromkeys(self._streams, 0) | {d: int(c) for d, c in state["cursors"].items()}
 
 
 # --- evaluation -------------------------------------------------------------------------------

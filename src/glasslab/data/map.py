@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from glasslab.config import UNVERSIONED
+from glasslab.config import UNVERSIONED, VERSIONED_WHEN_SET
 from glasslab.data.map_cluster import Clusters, cluster, default_fine_k, nearest
 from glasslab.data.map_embed import TfidfEmbedder, fit_embedder
 from glasslab.data.runner import Task
@@ -46,7 +46,7 @@ MAP_FILE = "map.json"
 DOCUMENTS_FILE = "documents.parquet"
 CENTROIDS_FILE = "centroids.npz"
 STEP_NAME = "map"
-EMBEDDERS = ("tfidf",)
+EMBEDDERS = ("tfidf", "model:RUN[@STEP]", "a sentence-transformers folder")
 CHUNK_DOCUMENTS = 1024
 EMBED_TOKENS = 4096
 """Tokens of a document the embedder reads (its start): a 2 MB file says what it is about early on."""
@@ -64,8 +64,14 @@ class MapConfig:
     fine_k: int = 0
     """Fine clusters; 0: one per 20 sampled documents, at least ``k``, at most 4,096."""
     embedder: str = "tfidf"
+    """``tfidf`` (fitted on the corpus), ``model:RUN@STEP`` (a lab model's hidden states) or ``st:<name>`` (a local
+    sentence-transformers folder): ``data/map_pretrained.py``."""
+    embedder_path: str = field(default="", metadata=UNVERSIONED)
+    """Where a pretrained embedder lies (a checkpoint reference, a folder): not its identity, its hash is."""
+    embedder_hash: str = field(default="", metadata=VERSIONED_WHEN_SET)
+    """sha256 of a pretrained embedder's weights (a checkpoint's manifest, a folder's files)."""
     dims: int = 256
-    """Embedding dimensions (at most the sample's size minus one)."""
+    """Embedding dimensions of the tfidf embedder (at most the sample's size minus one); others have their own."""
     sample: int = 20_000
     """Training documents the embedder and the centroids are fitted on (all of them when fewer)."""
     min_share: float = 0.01
@@ -76,15 +82,26 @@ class MapConfig:
     progress: bool = field(default=True, metadata=UNVERSIONED)
 
 
-def map_plan(dataset_dir: str | Path, **settings) -> Step:
-    """The map step of ``dataset_dir`` with ``settings`` (MapConfig fields); bad settings are one line."""
+def map_plan(dataset_dir: str | Path, function=None, **settings) -> Step:
+    """The map step of ``dataset_dir`` with ``settings`` (MapConfig fields; an ``embedder`` that is a folder is
+    taken as a sentence-transformers model); bad settings are one line. ``function``: the step function, when
+    not :func:`map_step` (a map by a lab model: ``evals/map_model.py``)."""
+    from glasslab.data.map_pretrained import SENTENCE_TRANSFORMERS, folder_hash, is_sentence_transformers
     from glasslab.data.shards import manifest_hash
     from glasslab.lab import Step
 
     path = Path(dataset_dir).resolve()
+    embedder = settings.get("embedder", "tfidf")
+    if Path(embedder).is_dir():
+        if not is_sentence_transformers(embedder):
+            raise UserError(f"--embedder {embedder}: a folder that is not a model (a sentence-transformers folder "
+                            "holds modules.json); expected one of " + ", ".join(EMBEDDERS))
+        folder = Path(embedder).resolve()
+        settings |= {"embedder": SENTENCE_TRANSFORMERS + folder.name, "embedder_path": str(folder),
+                     "embedder_hash": folder_hash(folder)}
     cfg = MapConfig(dataset=str(path), manifest_hash=manifest_hash(path), **settings)
     check_settings(cfg, shard_counts(path))
-    return Step(STEP_NAME, map_step, cfg)
+    return Step(STEP_NAME, function or map_step, cfg)
 
 
 def shard_counts(dataset_dir: Path) -> list[tuple[str, str, int]]:
@@ -97,9 +114,9 @@ def shard_counts(dataset_dir: Path) -> list[tuple[str, str, int]]:
 
 def check_settings(cfg: MapConfig, counts: list[tuple[str, str, int]]) -> None:
     """One line for what cannot make a map: an unknown embedder, K above the documents, an empty domain."""
-    if cfg.embedder not in EMBEDDERS:
-        what = "a folder that is not a model this version loads" if Path(cfg.embedder).is_dir() else "unknown"
-        raise UserError(f"--embedder {cfg.embedder!r}: {what}; expected one of {', '.join(EMBEDDERS)}")
+    pretrained = cfg.embedder.startswith(("model:", "st:"))
+    if cfg.embedder != "tfidf" and not (pretrained and cfg.embedder_path):
+        raise UserError(f"--embedder {cfg.embedder!r}: unknown; expected one of {', '.join(EMBEDDERS)}")
     for domain, split, documents in counts:
         if split == "train" and documents == 0:
             raise UserError(f"{cfg.dataset}: domain {domain!r} has no training documents; nothing of it to map "
@@ -114,13 +131,21 @@ def check_settings(cfg: MapConfig, counts: list[tuple[str, str, int]]) -> None:
                         "sample >= k, 0 <= min_share < 1")
 
 
-def map_step(ctx) -> dict:
-    """Lab step function: map ``ctx.config.dataset`` into ``ctx.output_dir``; returns map.json's headline."""
+def map_step(ctx, pretrained=None) -> dict:
+    """Lab step function: map ``ctx.config.dataset`` into ``ctx.output_dir``; returns map.json's headline.
+    ``pretrained``: the loader (``MapConfig -> embedder``) of an embedder that is not fitted here (a lab model's,
+    handed in by ``evals/map_model.py``); a sentence-transformers folder's is this part's own."""
     from glasslab.config import from_dict
+    from glasslab.data.map_pretrained import SENTENCE_TRANSFORMERS, load_sentence_transformer
     from glasslab.data.map_summary import summarize  # it reads documents through this module
     from glasslab.data.shards import manifest_hash
 
     cfg = ctx.config if isinstance(ctx.config, MapConfig) else from_dict(MapConfig, ctx.config)
+    if cfg.embedder.startswith(SENTENCE_TRANSFORMERS):
+        pretrained = load_sentence_transformer
+    elif cfg.embedder != "tfidf" and pretrained is None:
+        raise UserError(f"embedder {cfg.embedder!r}: mapped by the step glasslab data map plans for it "
+                        "(evals.map_model), not by data.map.map_step")
     if manifest_hash(cfg.dataset) != cfg.manifest_hash:
         raise UserError(f"{cfg.dataset}: holds another dataset than manifest sha256 {cfg.manifest_hash[:16]} "
                         "(rebuilt?); map it again")
@@ -128,8 +153,8 @@ def map_step(ctx) -> dict:
     check_settings(cfg, counts)
     out = Path(ctx.output_dir)
     clock = PhaseClock()
-    clusters = clock.phase("fit", _fitted, cfg, out, counts)
-    assigned = clock.phase("assign", _assign_all, cfg, out, counts)
+    clusters = clock.phase("fit", _fitted, cfg, out, counts, pretrained)
+    assigned = clock.phase("assign", _assign_all, cfg, out, counts, pretrained)
     summary = clock.phase("summarize", summarize, cfg, out, counts, assigned, clusters)
     summary.update(clock.record())
     write_json_atomic(out / MAP_FILE, summary)
@@ -155,14 +180,18 @@ class PhaseClock:
         return {"seconds": self.wall, "process_cpu_seconds": self.cpu}
 
 
-def _fitted(cfg: MapConfig, out: Path, counts) -> Clusters:
-    """The embedder and centroids in ``out`` (fitted on the sample now, unless a killed run wrote them)."""
+def _fitted(cfg: MapConfig, out: Path, counts, pretrained) -> Clusters:
+    """The embedder and centroids in ``out`` (fitted on the sample now, unless a killed run wrote them); a
+    pretrained embedder is not fitted, only the centroids on its vectors of the sample."""
     if not (out / CENTROIDS_FILE).is_file():
         texts = decode_documents(cfg.dataset, sample_keys(counts, cfg.sample, cfg.seed))
-        embedder, vectors = fit_embedder(texts, cfg.dims, cfg.seed)
+        if pretrained is None:
+            embedder, vectors = fit_embedder(texts, cfg.dims, cfg.seed)
+            embedder.save(out)
+        else:
+            vectors = _embedder(cfg, pretrained).embed(texts)
         fine_k = cfg.fine_k or default_fine_k(len(texts), cfg.k)
         clusters = cluster(vectors, cfg.k, fine_k, cfg.min_share, cfg.seed)
-        embedder.save(out)
         with atomic_path(out / CENTROIDS_FILE) as tmp, open(tmp, "wb") as handle:
             np.savez(handle, fine=clusters.fine, fine_to_coarse=clusters.fine_to_coarse, coarse=clusters.coarse)
     return load_clusters(out)
@@ -210,13 +239,13 @@ def _opened(dataset: str, stamp: int):
     return shards, load_tokenizer(dataset)
 
 
-def _assign_all(cfg: MapConfig, out: Path, counts) -> dict[tuple[str, str], np.ndarray]:
+def _assign_all(cfg: MapConfig, out: Path, counts, pretrained) -> dict[tuple[str, str], np.ndarray]:
     """Every document's :data:`ASSIGNED` row, by shard, from tasks on the data runner."""
     from glasslab.data.progress import Progress
     from glasslab.data.runner import TaskRunner
 
     tasks = [Task(f"{domain}.{split}.{start:09d}", assign_task,
-                  (cfg.dataset, domain, split, start, min(start + CHUNK_DOCUMENTS, n), str(out)))
+                  (cfg.dataset, domain, split, start, min(start + CHUNK_DOCUMENTS, n), str(out), cfg, pretrained))
              for domain, split, n in counts for start in range(0, n, CHUNK_DOCUMENTS)]
     progress = Progress(None, cfg.progress, label="data map")
     runner = TaskRunner(out / "work", cfg.num_workers, cfg.backend or "local", progress)
@@ -235,8 +264,8 @@ ASSIGNED = np.dtype([("fine", "<u4"), ("cluster", "<u2"), ("fine_distance", "<f4
 
 def assign_task(arg: tuple, folder: Path) -> dict:
     """A runner task: embed documents ``[start, stop)`` of one shard and write their clusters (``assigned.npy``)."""
-    dataset, domain, split, start, stop, map_folder = arg
-    embedder, clusters = _fitted_in(map_folder, _stamp(Path(map_folder) / CENTROIDS_FILE))
+    dataset, domain, split, start, stop, map_folder, cfg, pretrained = arg
+    embedder, clusters = _fitted_in(map_folder, _stamp(Path(map_folder) / CENTROIDS_FILE), cfg, pretrained)
     vectors = embedder.embed(decode_documents(dataset, [(domain, split, i) for i in range(start, stop)]))
     fine, fine_distance = nearest(vectors, clusters.fine)
     coarse = clusters.fine_to_coarse[fine]
@@ -248,8 +277,15 @@ def assign_task(arg: tuple, folder: Path) -> dict:
 
 
 @functools.lru_cache(maxsize=1)
-def _fitted_in(map_folder: str, stamp: int) -> tuple[TfidfEmbedder, Clusters]:
-    return TfidfEmbedder.load(Path(map_folder)), load_clusters(Path(map_folder))
+def _fitted_in(map_folder: str, stamp: int, cfg: MapConfig, pretrained) -> tuple[TfidfEmbedder, Clusters]:
+    embedder = TfidfEmbedder.load(Path(map_folder)) if pretrained is None else _embedder(cfg, pretrained)
+    return embedder, load_clusters(Path(map_folder))
+
+
+@functools.lru_cache(maxsize=1)
+def _embedder(cfg: MapConfig, pretrained):
+    """A pretrained embedder, loaded once per process."""
+    return pretrained(cfg)
 
 
 def read_map(folder: str | Path, dataset_dir: str | Path | None = None) -> dict:

@@ -48,7 +48,8 @@ def summarize(cfg, out: Path, counts, assigned: dict, clusters) -> dict:
                  for c in range(len(clusters.coarse))]
     _add_terms(cfg.dataset, summaries)
     return {"format": FORMAT, "manifest_hash": cfg.manifest_hash,
-            "settings": {"k": cfg.k, "fine_k": len(clusters.fine), "embedder": cfg.embedder, "dims": cfg.dims,
+            "settings": {"k": cfg.k, "fine_k": len(clusters.fine), "embedder": cfg.embedder,
+                         "dims": cfg.dims if cfg.embedder == "tfidf" else int(clusters.fine.shape[1]),
                          "sample": cfg.sample, "min_share": cfg.min_share, "seed": cfg.seed},
             "k": len(clusters.coarse), "fine_k": len(clusters.fine), "documents": int(train.sum()),
             "heldout_documents": int((~train).sum()), "tokens": int(counts_by_cluster["tokens"].sum()),

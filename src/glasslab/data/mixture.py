@@ -19,7 +19,7 @@ def check_mixture(mixture: MixtureConfig, domains: Iterable[str], where: str = "
     """One-line error for an empty mixture or one naming a domain the dataset does not have."""
     known = sorted(domains)
     sets = mixture.weight_sets()
-    if not sets:
+    if not sets and not mixture.clusters:
         raise UserError(
             f"{where}.weights: empty mixture; give a weight per domain (domains: {', '.join(known)})"
         )

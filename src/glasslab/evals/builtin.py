@@ -35,11 +35,12 @@ import textwrap
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 from tokenizers import Tokenizer
 
-from glasslab.data.handle import open_dataset
+from glasslab.data.handle import DatasetHandle, as_dataset
 from glasslab.data.shards import open_shard
 from glasslab.data.tokenizer import load_tokenizer
 from glasslab.errors import UserError
@@ -78,18 +79,17 @@ def builtin_names() -> list[str]:
     return sorted(GENERATORS)
 
 
-def make_builtin(dataset_dir: str, builtin: str, domain: str = "") -> BuiltinTask:
+def make_builtin(dataset: str | Path | DatasetHandle, builtin: str, domain: str = "") -> BuiltinTask:
     """Build built-in task ``builtin`` from ``domain`` of the dataset (the only domain when empty)."""
-    domain = resolve_domain(dataset_dir, builtin, domain)
-    return _made(str(dataset_dir), builtin, domain, open_dataset(dataset_dir).manifest_hash)
+    dataset = as_dataset(dataset)
+    return _made(dataset, builtin, resolve_domain(dataset, builtin, domain))
 
 
-def resolve_domain(dataset_dir: str, builtin: str, domain: str = "") -> str:
+def resolve_domain(dataset: str | Path | DatasetHandle, builtin: str, domain: str = "") -> str:
     """The domain built-in ``builtin`` is made from; a one-line error for an unknown name or domain."""
     if builtin not in GENERATORS:
         raise UserError(f"task.builtin={builtin!r}: expected one of {', '.join(builtin_names())}")
-    manifest = open_dataset(dataset_dir).manifest
-    domains = sorted(manifest["domains"])
+    domains = sorted(as_dataset(dataset).domains)
     if not domain:
         if len(domains) != 1:
             raise UserError(f"task.builtin={builtin!r}: the dataset has domains {', '.join(domains)}; "
@@ -101,9 +101,9 @@ def resolve_domain(dataset_dir: str, builtin: str, domain: str = "") -> str:
 
 
 @functools.lru_cache(maxsize=16)
-def _made(dataset_dir: str, builtin: str, domain: str, manifest_sha256: str) -> BuiltinTask:
+def _made(dataset: DatasetHandle, builtin: str, domain: str) -> BuiltinTask:
     """Make a built-in task once per process (the run record and the evaluator ask for the same one)."""
-    manifest = open_dataset(dataset_dir).manifest
+    dataset_dir, manifest, manifest_sha256 = str(dataset.path), dataset.manifest, dataset.manifest_hash
     tokenizer = load_tokenizer(dataset_dir)
     held_out = HeldOut(heldout_texts(dataset_dir, domain, tokenizer, manifest),
                        heldout_scored(dataset_dir, domain, manifest))
@@ -112,16 +112,16 @@ def _made(dataset_dir: str, builtin: str, domain: str, manifest_sha256: str) -> 
     if not candidates:
         raise UserError(f"task {builtin} on domain {domain!r}: the held-out split has nothing to ask "
                         f"(expected {'Python functions with docstrings' if builtin == 'docstring' else 'words'})")
-    seen = training_ngrams(str(dataset_dir), manifest_sha256)
+    seen = training_ngrams(dataset)
     items = tuple(item for item in candidates if not seen.contains_answer(item, tokenizer))
     source = f"builtin:{builtin} v{GENERATOR_VERSION} of {domain} in dataset {manifest_sha256[:16]}"
     return BuiltinTask(builtin, domain, items, len(candidates) - len(items), source)
 
 
 @functools.lru_cache(maxsize=2)
-def training_ngrams(dataset_dir: str, manifest_sha256: str) -> TrainingNgrams:
-    """The dataset's :class:`TrainingNgrams`, built once per process (the manifest hash keys the cache)."""
-    return TrainingNgrams(dataset_dir, open_dataset(dataset_dir).manifest)
+def training_ngrams(dataset: DatasetHandle) -> TrainingNgrams:
+    """The dataset's :class:`TrainingNgrams`, built once per process (its folder and manifest hash key the cache)."""
+    return TrainingNgrams(str(dataset.path), dataset.manifest)
 
 
 def heldout_texts(dataset_dir: str, domain: str, tokenizer: Tokenizer, manifest: dict) -> list[str]:

@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer
 
+from glasslab.data.handle import DatasetHandle, as_dataset
 from glasslab.data.tokenizer import IM_END, IM_START
 from glasslab.errors import UserError
 from glasslab.evals.builtin import make_builtin, resolve_domain
@@ -18,22 +19,22 @@ from glasslab.evals.task import Task, TaskConfig
 MACRO_ACC = "eval/task/macro/acc"
 
 
-def check_task(cfg: TaskConfig, dataset_dir: str | Path | None = None) -> None:
+def check_task(cfg: TaskConfig, dataset_dir: str | Path | DatasetHandle | None = None) -> None:
     """Fail with one line now if ``cfg`` cannot be loaded (cheap: a built-in is not made, only named)."""
     if cfg.builtin:
         if not dataset_dir:
             raise UserError(f"task.builtin={cfg.builtin!r}: built-in tasks are made from a dataset; "
                             "expected a dataset folder (a run's data.path, or --data)")
-        resolve_domain(str(dataset_dir), cfg.builtin, cfg.domain)
+        resolve_domain(dataset_dir, cfg.builtin, cfg.domain)
     else:
         read_items(cfg.path, cfg.layout)
 
 
-def load_task(cfg: TaskConfig, dataset_dir: str | Path | None = None) -> Task:
+def load_task(cfg: TaskConfig, dataset_dir: str | Path | DatasetHandle | None = None) -> Task:
     """The task ``cfg`` names: a built-in made from ``dataset_dir`` or the items of ``cfg.path``."""
     if cfg.builtin:
         check_task(cfg, dataset_dir)
-        made = make_builtin(str(dataset_dir), cfg.builtin, cfg.domain)
+        made = make_builtin(dataset_dir, cfg.builtin, cfg.domain)
         items, template, delimiter = made.items, "{context}", ""
         name, source, dropped = cfg.name or f"{made.name}_{made.domain}", made.source, made.contaminated
     else:
@@ -59,8 +60,11 @@ def load_task(cfg: TaskConfig, dataset_dir: str | Path | None = None) -> Task:
                 source=source, dropped=dropped)
 
 
-def load_tasks(cfgs: Sequence[TaskConfig], dataset_dir: str | Path | None = None) -> list[Task]:
-    """Every configured task; names must be distinct (each names its metrics)."""
+def load_tasks(cfgs: Sequence[TaskConfig], dataset_dir: str | Path | DatasetHandle | None = None) -> list[Task]:
+    """Every configured task (the dataset's manifest read once for all its built-ins); names must be distinct
+    (each names its metrics)."""
+    if dataset_dir and any(cfg.builtin for cfg in cfgs):
+        dataset_dir = as_dataset(dataset_dir)
     tasks = [load_task(cfg, dataset_dir) for cfg in cfgs]
     names = [t.name for t in tasks]
     twice = sorted({n for n in names if names.count(n) > 1})

@@ -20,18 +20,18 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from tokenizers import Tokenizer
 
-from glasslab.config import UNVERSIONED
 from glasslab.data.tokenizer import EOT, load_tokenizer
 from glasslab.errors import UserError
 from glasslab.evals.load import MACRO_ACC, TaskScorer, load_tasks
 from glasslab.evals.task import TaskConfig
+from glasslab.lab.runtime import StepRuntime
 from glasslab.layout import (
     CHECKPOINTS_DIR,
     EXPORT_MANIFEST,
@@ -44,7 +44,7 @@ from glasslab.model import load as model_load
 
 
 @dataclass(frozen=True)
-class EvalStepConfig:
+class EvalStepConfig(StepRuntime):
     """What to score and on which model."""
 
     model: str
@@ -55,8 +55,6 @@ class EvalStepConfig:
     """The run's checkpoint step (-1: its newest intact one). Ignored for model folders."""
     data: str = ""
     """Dataset folder the built-in tasks are made from (empty: the run's ``data.path``)."""
-    device: str = field(default="cpu", metadata=UNVERSIONED)
-    """Where to run the model (``cpu``, ``cuda``)."""
 
 
 def model_kind(path: str | Path) -> str:
@@ -142,4 +140,5 @@ def run_eval(cfg: EvalStepConfig, out_dir: str | Path) -> dict[str, Any]:
 
 def eval_step(ctx: Any) -> dict[str, Any]:
     """Lab step function: :func:`run_eval` of ``ctx.config`` into ``ctx.output_dir``."""
+    ctx.config.use_threads()
     return run_eval(ctx.config, ctx.output_dir)

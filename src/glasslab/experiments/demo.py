@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from glasslab.data.build import data_step as build_data_step
 from glasslab.data.config import BuildConfig, MixtureConfig, TokenizerConfig
 from glasslab.evals.task import TaskConfig
-from glasslab.lab import Step, planned_folder_name
+from glasslab.lab import Step, output_of, planned_folder_name
 from glasslab.lab.card import Expectation, ExperimentCard
 from glasslab.ladder.plan import LadderPlan, LadderSpec, plan_ladder
 from glasslab.ladder.steps import ladder_steps
@@ -251,20 +251,21 @@ def posttrain_steps(size: DemoSize, data: Step, hero: Step, device: str = "cpu",
     """The hero's post-training: the instruction set, SFT of the hero's last checkpoint and its export, the
     built-in pairs and DPO of the SFT model, then the arithmetic task's SFT and RL of the DPO model."""
     conversations = Step(CONVERSATIONS_STEP, conversations_step,
-                         ConversationsConfig(builtin_max_modules=size.sft_max_modules), deps=(data,))
+                         ConversationsConfig(builtin_max_modules=size.sft_max_modules,
+                                             decontaminate_from=output_of(data)))
     train = dataclasses.replace(default_sft_train(), seq_len=size.sft_seq_len, max_steps=size.sft_steps,
                                 global_batch_tokens=size.sft_seq_len * 16, checkpoint_interval=size.sft_steps,
                                 eval_tasks=sft_tasks(size))
     sft = Step(SFT_STEP, tune_step, SFTStepConfig(train=train, sft=SFTConfig(eval_max_conversations=256),
-                                                 base_from=hero.name, conversations_from=CONVERSATIONS_STEP,
-                                                 device=device, threads=threads), deps=(hero, conversations))
+                                                 base_from=output_of(hero), conversations_from=output_of(conversations),
+                                                 device=device, threads=threads))
     export = Step(EXPORT_STEP, export_step, ExportConfig(run=planned_folder_name(sft), step=size.sft_steps),
                   deps=(sft,))
     pairs = Step(PAIRS_STEP, pairs_step, PairsConfig(describe=False))
     dpo_train = dataclasses.replace(default_dpo_train(), seq_len=size.sft_seq_len, max_steps=size.dpo_steps,
                                     global_batch_tokens=size.sft_seq_len * 16, checkpoint_interval=size.dpo_steps)
-    dpo = Step(DPO_STEP, tune_step, DPOStepConfig(train=dpo_train, base_from=SFT_STEP, pairs_from=PAIRS_STEP,
-                                                 device=device, threads=threads), deps=(sft, pairs))
+    dpo = Step(DPO_STEP, tune_step, DPOStepConfig(train=dpo_train, base_from=output_of(sft),
+                                                 pairs_from=output_of(pairs), device=device, threads=threads))
     return [conversations, sft, export, pairs, dpo, *rl_stage(size, dpo, device, threads)]
 
 
@@ -274,21 +275,20 @@ def rl_stage(size: DemoSize, dpo: Step, device: str = "cpu", threads: int = 0) -
     and GRPO of the task-SFT model on them (answers of up to 5 tokens, 8 prompts × 8 answers per step;
     ``docs/rl.md``). Neither trains on the task's held-out problems."""
     conversations = Step(TASK_CONVERSATIONS_STEP, conversations_step, ConversationsConfig(builtin=False, task=RL_TASK))
-    sft_cfg = SFTStepConfig(base_from=dpo.name, conversations_from=TASK_CONVERSATIONS_STEP, device=device,
+    sft_cfg = SFTStepConfig(base_from=output_of(dpo), conversations_from=output_of(conversations), device=device,
                             threads=threads)
     sft_train = dataclasses.replace(sft_cfg.train, seq_len=32, global_batch_tokens=32 * 32,
                                     max_steps=size.task_sft_steps, checkpoint_interval=size.task_sft_steps,
                                     eval_max_tokens=256, sample_max_new_tokens=8)
-    task_sft = Step(TASK_SFT_STEP, tune_step, dataclasses.replace(sft_cfg, train=sft_train),
-                    deps=(dpo, conversations))
+    task_sft = Step(TASK_SFT_STEP, tune_step, dataclasses.replace(sft_cfg, train=sft_train))
     prompts = Step(PROMPTS_STEP, prompts_step, PromptsConfig(builtin=RL_TASK, builtin_sha256=builtin_sha256(RL_TASK)))
-    cfg = RLStepConfig(base_from=task_sft.name, prompts_from=PROMPTS_STEP, device=device, threads=threads)
+    cfg = RLStepConfig(base_from=output_of(task_sft), prompts_from=output_of(prompts), device=device, threads=threads)
     train = dataclasses.replace(cfg.train, seq_len=40, global_batch_tokens=40 * 64, max_steps=size.rl_steps,
                                 checkpoint_interval=size.rl_steps, eval_interval=max(1, size.rl_steps // 2),
                                 eval_max_tokens=256)
     rl = dataclasses.replace(cfg.rl, reward=f"builtin:{RL_TASK}", max_new_tokens=5, eval_max_prompts=0)
     return [conversations, task_sft, prompts,
-            Step(RL_STEP, tune_step, dataclasses.replace(cfg, train=train, rl=rl), deps=(task_sft, prompts))]
+            Step(RL_STEP, tune_step, dataclasses.replace(cfg, train=train, rl=rl))]
 
 
 def steps() -> list[Step]:

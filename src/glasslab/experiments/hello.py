@@ -1,12 +1,23 @@
 """``glasslab run hello``: the smallest experiment, to see the lab work (two steps, no training).
 
-``greet`` writes a greeting; ``shout`` reads it from its dependency's folder and writes it in capitals.
+``greet`` writes a greeting; ``shout`` reads it from the folder of the step its config refers to and writes
+it in capitals.
 Rerun it and nothing runs; change the greeting in a copy of this file and only both steps rerun.
 """
 
 from __future__ import annotations
 
-from glasslab.lab import Step
+from dataclasses import dataclass, field
+
+from glasslab.config import UNVERSIONED
+from glasslab.lab import Step, StepOutput, output_of
+
+
+@dataclass(frozen=True)
+class ShoutConfig:
+    greeting: StepOutput = field(metadata=UNVERSIONED)
+    """The step that wrote the greeting (its identity is in shout's dependencies, so the reference itself is not
+    hashed: shout kept its name when this field replaced a lookup of its inputs by name)."""
 
 
 def greet(ctx) -> None:
@@ -14,10 +25,10 @@ def greet(ctx) -> None:
 
 
 def shout(ctx) -> None:
-    text = (ctx.inputs["greet"] / "greeting.txt").read_text(encoding="utf-8")
+    text = (ctx.config.greeting.folder / "greeting.txt").read_text(encoding="utf-8")
     (ctx.output_dir / "shout.txt").write_text(text.upper(), encoding="utf-8")
 
 
 def steps() -> list[Step]:
     hello = Step("greet", greet, config={"who": "lab"})
-    return [hello, Step("shout", shout, config={}, deps=(hello,))]
+    return [hello, Step("shout", shout, ShoutConfig(output_of(hello)))]

@@ -24,6 +24,7 @@ from typing import Any
 
 from glasslab.config import canonical_json, to_dict
 from glasslab.errors import UserError
+from glasslab.lab.inputs import step_outputs
 from glasslab.lab.modules import EXPERIMENT_FILE_ATTR, load_module_from_file
 from glasslab.lab.retry import RetryPolicy
 
@@ -83,7 +84,8 @@ class FunctionRef:
 class Step:
     """One unit of work. ``fn`` is an importable function or ``"module:function"``; it is called as
     ``fn(ctx)`` with a :class:`StepContext`. ``config`` is a frozen config dataclass or plain JSON-able
-    data. ``deps`` are Steps or step names; their output folders reach ``fn`` as ``ctx.inputs``.
+    data. ``deps`` are Steps or step names; their output folders reach ``fn`` as ``ctx.inputs``. A step named in
+    the config by a reference to its output (``lab.inputs.output_of``) is a dependency without being listed.
 
     ``folder`` pins the output folder (a command's ``--run-dir``/``--out``) instead of
     ``<lab>/<name>-<hash8>``; the hash is still computed and recorded in the folder's ``step.json``,
@@ -103,6 +105,11 @@ class Step:
                 f"step name {self.name!r}: expected letters, digits, '_', '.' and single '-' (a folder name)"
             )
         deps = (self.deps,) if isinstance(self.deps, (Step, str)) else tuple(self.deps)
+        named = {dep_name(d) for d in deps if isinstance(d, (Step, str))}
+        for ref in step_outputs(self.config):  # a reference to a step's output is an edge to that step
+            if ref.name not in named:
+                deps += (ref.step if ref.step is not None else ref.name,)
+                named.add(ref.name)
         for dep in deps:
             if not isinstance(dep, (Step, str)):
                 raise UserError(f"step {self.name!r}: dependency {dep!r} is neither a Step nor a step name")

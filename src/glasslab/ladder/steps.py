@@ -22,7 +22,7 @@ from typing import Any
 
 from glasslab.data.config import DataConfig, MixtureConfig
 from glasslab.errors import UserError
-from glasslab.lab import Resources, Step, StepContext, planned_folder_name
+from glasslab.lab import Resources, Step, StepContext, StepOutput, output_of, planned_folder_name
 from glasslab.ladder.curves import read_grid_runs
 from glasslab.ladder.figures import draw_fit
 from glasslab.ladder.fit import fit_ladder, read_fit, write_fit
@@ -62,8 +62,8 @@ class FitStepConfig:
     target_flops: float
     L_inf: float | None
     sweep: tuple[float, ...]
-    rung_steps: tuple[str, ...] = ()
-    """Names of the dependencies whose folders are rung runs (read when the step runs)."""
+    rung_steps: tuple[StepOutput, ...] = ()
+    """The rung runs' folders (read when the step runs)."""
     rungs: tuple[Rung, ...] = ()
     """Rungs given as data (read from run folders or a points file by the command): the hash covers
     the measurements themselves."""
@@ -74,8 +74,8 @@ class FitStepConfig:
     """Floor mode ``grid``: the hero's run as the grid fit needs it (``grid_fit``: the end-point law on the
     branches' final losses, the curve law on every trunk's and branch's curve); ``L_inf`` must be None.
     None: the compute law ``L(C)``."""
-    trunk_steps: tuple[str, ...] = ()
-    """Grid mode: names of the dependencies whose folders are the constant-LR trunks."""
+    trunk_steps: tuple[StepOutput, ...] = ()
+    """Grid mode: the constant-LR trunks' folders."""
 
 
 @dataclass(frozen=True)
@@ -95,8 +95,8 @@ class HeroStepConfig:
     """The hero: a training run with the fit's prediction registered before its step 0."""
 
     train: TrainStepConfig
-    fit_from: str
-    """Name of the dependency (the ladder's fit step) whose folder holds ``fit.json``."""
+    fit_from: StepOutput
+    """The ladder's fit step, whose folder holds ``fit.json``."""
 
 
 def run_config_for(rung: PlannedRung, seed: int, mixture: MixtureConfig, train: TrainConfig) -> RunConfig:
@@ -151,32 +151,32 @@ def ladder_steps(plan: LadderPlan, data_step: Step, mixture: MixtureConfig, trai
         recipe = dataclasses.replace(train, checkpoint_interval=every, keep_every=every)
         for seed in trunk.seeds:
             config = TrainStepConfig(run_config_for(trunk, seed, mixture, recipe),
-                                     rung_record_extra(trunk, seed, ladder), data_step.name, device=device,
+                                     rung_record_extra(trunk, seed, ladder), output_of(data_step), device=device,
                                      threads=threads)
             trunk_steps[trunk.name, seed] = Step(f"{ladder}-{trunk.name}-s{seed}", train_step, config,
-                                                 deps=(data_step,), resources=resources)
+                                                 resources=resources)
     rung_steps = []
     for rung in plan.rungs:
         for seed in rung.seeds:
             parent = trunk_steps.get((rung.trunk, seed))
             fork = ForkPoint(run=planned_folder_name(parent), step=rung.fork_step) if parent else None
             config = TrainStepConfig(run_config_for(rung, seed, mixture, train),
-                                     rung_record_extra(rung, seed, ladder), data_step.name, fork=fork, device=device,
-                                     threads=threads)
+                                     rung_record_extra(rung, seed, ladder), output_of(data_step), fork=fork,
+                                     device=device, threads=threads)
             rung_steps.append(Step(f"{ladder}-{rung.name}-s{seed}", train_step, config,
-                                   deps=(data_step, parent) if parent else (data_step,), resources=resources))
+                                   deps=(parent,) if parent else (), resources=resources))
     hero_cfg = run_config_for(plan.hero, 0, mixture, train)
     grid = GridTarget(float(plan.hero.model.param_counts()["active_non_embedding"]), plan.hero.steps,
                       hero_cfg.train.global_batch_tokens, hero_cfg.train.schedule) if plan.mode == "grid" else None
-    fit_config = FitStepConfig(ladder, plan.hero.law_flops, L_inf, tuple(sweep), tuple(s.name for s in rung_steps),
+    fit_config = FitStepConfig(ladder, plan.hero.law_flops, L_inf, tuple(sweep), tuple(map(output_of, rung_steps)),
                                num_bootstrap=num_bootstrap,
                                target_size=(float(plan.hero.params_active), float(plan.hero.tokens)), grid=grid,
-                               trunk_steps=tuple(s.name for s in trunk_steps.values()))
-    fit = Step(f"{ladder}-fit", fit_step, fit_config, deps=(*rung_steps, *trunk_steps.values()))
-    hero_train = TrainStepConfig(hero_cfg, rung_record_extra(plan.hero, 0, ladder), data_step.name, device=device,
+                               trunk_steps=tuple(map(output_of, trunk_steps.values())))
+    fit = Step(f"{ladder}-fit", fit_step, fit_config)
+    hero_train = TrainStepConfig(hero_cfg, rung_record_extra(plan.hero, 0, ladder), output_of(data_step), device=device,
                                  threads=hero_threads)
     hero_resources = dataclasses.replace(resources, cpus=max(1, hero_threads))
-    hero = Step(f"{ladder}-hero", hero_step, HeroStepConfig(hero_train, fit.name), deps=(data_step, fit),
+    hero = Step(f"{ladder}-hero", hero_step, HeroStepConfig(hero_train, output_of(fit)),
                 resources=hero_resources)
     # Largest rung first: the executor starts ready steps in list order, so the longest run does not start
     # last and leave the other lanes idle while it finishes (the fit lists them smallest first, as before).
@@ -202,7 +202,7 @@ def fit_step(ctx: StepContext) -> dict[str, Any]:
     Returns the prediction (``flops``, ``point``, ``lo``, ``hi``, ``level``)."""
     cfg: FitStepConfig = ctx.config
     if cfg.grid is not None:
-        runs = [ctx.inputs[n] for n in (*cfg.rung_steps, *cfg.trunk_steps)]
+        runs = [run.folder for run in (*cfg.rung_steps, *cfg.trunk_steps)]
         curves, heroes = read_grid_runs(runs), registry_heroes(ctx.lab_root, recipe_of_run(runs[0]),
                                                                      exclude_ladder=cfg.ladder)
         fit = fit_grid_ladder(curves, ladder=cfg.ladder, target=cfg.grid, target_flops=cfg.target_flops,
@@ -211,10 +211,10 @@ def fit_step(ctx: StepContext) -> dict[str, Any]:
         write_fit(ctx.output_dir / FIT_FILE, fit)
         draw_fit(fit, ctx.output_dir)
         return fit["prediction"]
-    rungs = [*cfg.rungs, *read_rungs(ctx.inputs[name] for name in cfg.rung_steps)]
+    rungs = [*cfg.rungs, *read_rungs(run.folder for run in cfg.rung_steps)]
     fit = fit_ladder(rungs, ladder=cfg.ladder, target_flops=cfg.target_flops, L_inf=cfg.L_inf, sweep=cfg.sweep,
                      target_size=cfg.target_size, num_bootstrap=cfg.num_bootstrap,
-                     tasks=read_task_points(ctx.inputs[name] for name in cfg.rung_steps))
+                     tasks=read_task_points(run.folder for run in cfg.rung_steps))
     fit["inputs"] = compute_inputs_record(cfg.ladder, cfg.L_inf, cfg.sweep, cfg.target_flops, cfg.num_bootstrap)
     write_inputs(ctx.output_dir, rung_points(rungs), ())
     write_fit(ctx.output_dir / FIT_FILE, fit)
@@ -253,7 +253,7 @@ def hero_step(ctx: StepContext) -> dict[str, Any]:
     the loss prediction in its run.json (written before step 0) and its eval loss watched against the band;
     once finished, record its measured loss and recipe in the registry (``hero_results``)."""
     cfg: HeroStepConfig = ctx.config
-    fit_dir = ctx.inputs[cfg.fit_from]
+    fit_dir = cfg.fit_from.folder
     fit = read_fit(fit_dir / FIT_FILE)
     entry = register_hero_prediction(ctx.lab_root, fit, target=ctx.name, source=fit_dir.name,
                                      replace=ctx.re_register, forced=ctx.force_registration)

@@ -7,6 +7,7 @@ content domains, ``glasslab data map``)."""
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 import sqlite3
@@ -14,7 +15,16 @@ import time
 from typing import Any
 
 from glasslab import sources
-from glasslab.layout import BUILD_PROGRESS, BUILD_RECORD, MANIFEST_FILE, REPORT_FILE, RUN_RECORD, STEP_RECORD
+from glasslab.errors import UserError
+from glasslab.layout import (
+    BUILD_PROGRESS,
+    BUILD_RECORD,
+    MANIFEST_FILE,
+    METRICS_DB,
+    REPORT_FILE,
+    RUN_RECORD,
+    STEP_RECORD,
+)
 from glasslab.observatory.lab_scan import Lab
 from glasslab.observatory.relations import Relations
 from glasslab.observatory.runs import open_run, run_status
@@ -125,16 +135,50 @@ def data_sources(lab: Lab, folder, build: dict[str, Any] | None) -> dict[str, An
             "stages": sources.read_from(lab_name, folder.name, record, "stages[<row>].documents_kept")}
 
 
+def _dataset(lab: Lab, folder):
+    """The dataset built in ``folder`` (its handle, read again only when its manifest changed), or None."""
+    from glasslab.data.handle import find_dataset
+
+    return lab.memo("dataset", str(folder), [folder / MANIFEST_FILE], lambda: find_dataset(folder))
+
+
 def dataset_map(lab: Lab, folder) -> dict[str, Any] | None:
     """The newest finished map (``glasslab data map``) of the dataset in ``folder``, with its folder's name."""
     from glasslab.data.map import MAP_FILE, maps_of
-    from glasslab.layout import file_sha256
 
-    if not (folder / MANIFEST_FILE).is_file():
+    dataset = _dataset(lab, folder)
+    if dataset is None:
         return None
-    found = maps_of(lab.root, file_sha256(folder / MANIFEST_FILE))
+    found = maps_of(lab.root, dataset.manifest_hash)
     summary = lab.json(found[0] / MAP_FILE) if found else None
     return summary | {"folder": found[0].name} if summary else None
+
+
+def cluster_reads(lab: Lab, map_folder, run_ids: list[str]) -> list[dict[str, Any]]:
+    """Per run that trained on the mapped dataset, the tokens it read from each cluster, recomputed from its
+    draws (``data/cluster_reads.py``; cached until its store or the map changes), or the line saying why not."""
+    reads = []
+    for run_id in run_ids:
+        folder = lab.index().runs[run_id]
+        stamps = tuple(_mtime(folder / name) for name in (METRICS_DB, METRICS_DB + "-wal"))
+        try:
+            read = _tokens_per_cluster(str(folder), str(map_folder), stamps + (_mtime(map_folder / "map.json"),))
+        except (UserError, OSError) as exc:
+            read = {"error": str(exc).replace(str(lab.root.resolve()), "<lab>")}
+        if read is not None:
+            reads.append(read | {"run": run_id})
+    return reads
+
+
+def _mtime(path) -> int:
+    return path.stat().st_mtime_ns if path.exists() else 0
+
+
+@functools.lru_cache(maxsize=64)
+def _tokens_per_cluster(run_folder: str, map_folder: str, stamps: tuple) -> dict[str, Any] | None:
+    from glasslab.data.cluster_reads import tokens_per_cluster
+
+    return tokens_per_cluster(run_folder, map_folder)
 
 
 def data_page(lab: Lab, report_id: str) -> dict[str, Any] | None:
@@ -148,9 +192,13 @@ def data_page(lab: Lab, report_id: str) -> dict[str, Any] | None:
     # The step that built it (its function and config): what `glasslab reproduce` builds again.
     built_by = {k: step[k] for k in ("name", "function", "config") if k in step} if "function" in step else None
     if built_by is not None:  # and what it built: a rebuild that differs is told which file first
-        built_by["manifest"] = lab.json(folder / MANIFEST_FILE)
+        dataset = _dataset(lab, folder)
+        built_by["manifest"] = dataset.manifest if dataset is not None else None
     build = build_stages(lab, folder)
+    mapped = dataset_map(lab, folder)
+    if mapped is not None:
+        mapped["runs"] = cluster_reads(lab, lab.root / mapped["folder"], Relations(lab).runs_using(report_id))
     return clean({"page": "data", "id": report_id, "title": f"Data {report_id}", "report": report,
                   "build": build, "sources": data_sources(lab, folder, build), "runs": runs,
-                  "warnings": warnings(report or {}, runs), "map": dataset_map(lab, folder),
+                  "warnings": warnings(report or {}, runs), "map": mapped,
                   "built_by": built_by, "watch": []})

@@ -1,10 +1,12 @@
 """The ladder page's data: the verdict first (the hero against its pre-registered band), the law with
 its parameters rounded to their uncertainty, every rung's seeds, the back-test, and every prediction
-in the lab's registry with what its run reached so far."""
+in the lab's registry with what its run reached so far; and, when the rungs measured it, each content
+cluster's held-out loss against compute."""
 
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -222,6 +224,38 @@ def hero_tasks(lab: Lab, fit_folder: str, fit: dict[str, Any], hero_id: str | No
     return rows
 
 
+CLUSTER_LOSS = re.compile(r"^eval/cluster/(\d+)/loss$")
+
+
+def cluster_scaling(lab: Lab, fit: dict[str, Any]) -> dict[str, Any] | None:
+    """Each content cluster's held-out loss (``eval/cluster/<c>/loss``, the latest of each seed, their mean)
+    at every rung's compute: which content improves with scale and which stays flat. ``{"map", "names":
+    {id: name}, "rungs": [{"name", "flops", "losses": {id: mean}}]}``; None when no rung measured a cluster."""
+    runs = lab.index().runs
+    rows, map_name = [], None
+    for rung in fit.get("rungs") or []:
+        seeds: dict[int, list[float]] = {}
+        for run_id in rung.get("run_ids") or []:
+            folder = runs.get(run_id) or next((f for f in runs.values() if f.name == run_id), None)
+            if folder is None:
+                continue
+            map_name = map_name or ((lab.json(folder / RUN_RECORD) or {}).get("cluster_evals") or {}).get("map")
+            with open_run(folder) as reader:
+                keys = [k for k in (reader.scalar_keys() if reader is not None else []) if CLUSTER_LOSS.match(k)]
+                for key in keys:
+                    last = reader.last(key)
+                    if last and finite(last[1]) is not None:
+                        seeds.setdefault(int(CLUSTER_LOSS.match(key).group(1)), []).append(last[1])
+        if seeds:
+            rows.append({"name": rung.get("name"), "flops": rung.get("flops"),
+                         "losses": {c: sum(v) / len(v) for c, v in sorted(seeds.items())}})
+    if not rows:
+        return None
+    summary = lab.json(lab.root / map_name / "map.json") if map_name else None
+    names = {c["id"]: c.get("name") for c in (summary or {}).get("clusters") or []}
+    return {"map": map_name, "names": names, "rungs": rows}
+
+
 def ladder_sources(lab: Lab, folder: Path, fit: dict[str, Any], hero_id: str | None,
                    verdict_: dict[str, Any] | None, target: str) -> dict[str, Any]:
     """Where the page's numbers come from: the fit (prediction, law, rungs, back-test) and the hero's loss."""
@@ -260,5 +294,6 @@ def ladder_page(lab: Lab, fit_id: str) -> dict[str, Any] | None:
         "verdict": hero_verdict_, "parameters": law_parameters(fit), "floor": floor_line(fit),
         "gate": gate_line(fit, prediction), "inputs": fit_inputs(fit_id, fit),
         "law_line": law_line(fit, (prediction or {}).get("flops")), "registry": registry_entries(lab),
+        "clusters": cluster_scaling(lab, fit),
         "cursors": cursors, "watch": [hero_id] if hero_id else [],
     })

@@ -1,10 +1,11 @@
 """The run page's charts: metric names grouped into panels with titles that say what they show, and
 per-layer families split out of them so a 48-layer model reads as one layer × step heatmap.
 
-A chart is ``{id, title, keys, logy, family}``; ``family`` is ``{pattern, rows}`` when every key
+A chart is ``{id, title, keys, logy, family}``; ``family`` is ``{pattern, rows, row}`` when every key
 differs from the others only in its ``layer_<i>`` segment (``moe/layer_*/load_max_violation``, rows
-= the layer numbers), else None. The page decides how a chart draws from how many of its keys are
-shown: up to ``GROUP_LINES_MAX`` as lines, more as small multiples, or a family as a heatmap.
+= the layer numbers, row ``layer``) or its content cluster (``eval/cluster/*/loss``, row ``cluster``), else
+None. The page decides how a chart draws from how many of its keys are shown: up to ``GROUP_LINES_MAX``
+as lines, more as small multiples, or a family as a heatmap; a cluster family always as a heatmap.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from glasslab.observatory.posttrain_page import POSTTRAIN_PANELS
 from glasslab.observatory.runs import LOSS_KEY
 
 TASK_KEY = re.compile(r"^eval/task/([^/]+)/(acc|acc_norm)$")
-LAYER_SEGMENT = re.compile(r"(^|/)layer_(\d+)(?=/|$)")
+LAYER_SEGMENT = re.compile(r"(^|/)(layer_|cluster/)(\d+)(?=/|$)")
+"""The segment a family of metrics differs in: a layer (``moe/layer_3/...``) or a content cluster of the run's
+data map (``eval/cluster/3/loss``)."""
 
 # Run-page panels: (title, test on the metric name, log-scale y). First match wins; what no panel
 # claims lands in a panel named after its prefix (or after the metric, when it is alone there).
@@ -38,6 +41,10 @@ PANELS = POSTTRAIN_PANELS + (
     ("SFT assistant tokens", lambda k: k == "sft/assistant_tokens", False),
     ("Task accuracy", lambda k: TASK_KEY.match(k) is not None or k == "eval/task/macro/acc", False),
     ("Task bits per byte (correct choice)", lambda k: k.startswith("eval/task/") and k.endswith("/bpb"), False),
+    ("Held-out loss per content cluster (the data map)",
+     lambda k: k.startswith("eval/cluster/") and k.endswith("/loss"), False),
+    ("Held-out bits per byte per content cluster", lambda k: k.startswith("eval/cluster/") and k.endswith("/bpb"),
+     False),
     ("Eval loss per domain", lambda k: k.startswith("eval/") and k.endswith("/loss"), False),
     ("Eval bits per byte per domain", lambda k: k.startswith("eval/") and k.endswith("/bpb"), False),
     ("Mixture weights in force", lambda k: k.startswith("mixture/weight/"), False),
@@ -65,13 +72,14 @@ def group_panels(keys: list[str]) -> list[dict[str, Any]]:
 
 
 def layer_of(key: str) -> tuple[str, int] | None:
-    """(the key with its layer number replaced by ``*``, the layer) for a per-layer metric, else None.
-    The last ``layer_<i>`` segment counts (``grad/norm/layer_3/attn`` → ``grad/norm/layer_*/attn``, 3)."""
+    """(the key with its layer or cluster number replaced by ``*``, the number) for a per-layer or per-cluster
+    metric, else None. The last such segment counts (``grad/norm/layer_3/attn`` → ``grad/norm/layer_*/attn``, 3;
+    ``eval/cluster/7/loss`` → ``eval/cluster/*/loss``, 7)."""
     matches = list(LAYER_SEGMENT.finditer(key))
     if not matches:
         return None
     m = matches[-1]
-    return key[:m.start(2)] + "*" + key[m.end(2):], int(m.group(2))
+    return key[:m.start(3)] + "*" + key[m.end(3):], int(m.group(3))
 
 
 def chart_specs(keys: list[str]) -> list[dict[str, Any]]:
@@ -84,7 +92,8 @@ def chart_specs(keys: list[str]) -> list[dict[str, Any]]:
             found = layer_of(key)
             if found:
                 families.setdefault(found[0], []).append((found[1], key))
-        families = {p: sorted(members) for p, members in families.items() if len(members) >= 2}
+        # A family of layers from two on; the clusters' always (a cluster × step heatmap, however few).
+        families = {p: sorted(members) for p, members in families.items() if len(members) >= 2 or "/cluster/*" in p}
         in_family = {key for members in families.values() for _, key in members}
         rest = [k for k in panel["keys"] if k not in in_family]
         if rest:
@@ -94,5 +103,6 @@ def chart_specs(keys: list[str]) -> list[dict[str, Any]]:
             whole = not rest and len(families) == 1
             title = panel["title"] if whole else f"{panel['title']}: {pattern}"
             charts.append({"id": title, "title": title, "keys": [k for _, k in members], "logy": panel["logy"],
-                           "family": {"pattern": pattern, "rows": [layer for layer, _ in members]}})
+                           "family": {"pattern": pattern, "rows": [layer for layer, _ in members],
+                                      "row": "cluster" if "/cluster/*" in pattern else "layer"}})
     return charts

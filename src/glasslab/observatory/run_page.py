@@ -140,6 +140,14 @@ def task_scores(lab: Lab, run_id: str, record: dict[str, Any], last: dict[str, A
     return rows
 
 
+def cluster_names(lab: Lab, record: dict[str, Any]) -> dict[str, str]:
+    """The names of the content clusters the run's held-out loss is measured per (its map's ``map.json``), by id:
+    the rows of its cluster × step heatmap."""
+    name = (record.get("cluster_evals") or {}).get("map")
+    summary = lab.json(lab.root / name / "map.json") if isinstance(name, str) and "/" not in name else None
+    return {str(c["id"]): c.get("name", "") for c in (summary or {}).get("clusters") or []}
+
+
 def run_page(lab: Lab, run_id: str) -> dict[str, Any] | None:
     index = lab.index()
     folder = index.runs.get(run_id)
@@ -156,7 +164,7 @@ def run_page(lab: Lab, run_id: str) -> dict[str, Any] | None:
         "band": band_on_steps(record), "chance": {}, "reproduce": relations.reproduce(run_id),
         "lab_name": lab.root.resolve().name, "chat_models": chat_models(relations, run_id),
         "checkpoints": kept_checkpoints(lab, run_id), "trace": None, "sources": run_sources(lab, run_id, record),
-        "task_scores": [],
+        "task_scores": [], "cluster_names": cluster_names(lab, record),
     }
     stored = store_part(lab, run_id)
     if stored is None:

@@ -23,11 +23,11 @@ import torch
 from torch import nn
 
 from glasslab.data.chat import ChatEncoder
-from glasslab.data.handle import open_dataset
+from glasslab.data.handle import DatasetHandle, find_dataset
 from glasslab.data.tokenizer import EOT, load_tokenizer
 from glasslab.errors import UserError
 from glasslab.evals.load import TaskScorer, load_tasks
-from glasslab.layout import MANIFEST_FILE
+from glasslab.lab import StepOutput
 from glasslab.model import Transformer
 from glasslab.model.load import ModelSource, find_model, load_model
 from glasslab.train.build import checkpoint_activations, domain_evaluator
@@ -62,12 +62,11 @@ def find_base(ref: str, lab: str | Path | None = None, sha256: str = "") -> Mode
     return source
 
 
-def step_base(base: str, base_sha256: str, base_from: str, inputs: dict[str, Path],
-              lab_root: Path | None) -> ModelSource:
-    """The base a post-training step names: its dependency's folder (a run: its newest checkpoint), or
-    ``base`` under the lab, checked against the sha256 it was planned on."""
+def step_base(base: str, base_sha256: str, base_from: StepOutput, lab_root: Path | None) -> ModelSource:
+    """The base a post-training step names: the folder of the step ``base_from`` refers to (a run: its newest
+    checkpoint), or ``base`` under the lab, checked against the sha256 it was planned on."""
     if base_from:
-        return find_base(str(inputs[base_from]))
+        return find_base(base_from.path)
     return find_base(base, lab_root, base_sha256)
 
 
@@ -84,10 +83,9 @@ def chat_encoder(tokenizer_folder: str | Path, owner: str | Path) -> ChatEncoder
         raise UserError(f"{owner}: {exc}") from None
 
 
-def dataset_of(data: BaseData) -> Path | None:
-    """The dataset folder of a post-training run's ``data`` section, or None when it names an export."""
-    path = Path(data.path)
-    return path if (path / MANIFEST_FILE).is_file() else None
+def dataset_of(data: BaseData) -> DatasetHandle | None:
+    """The dataset of a post-training run's ``data`` section, or None when it names an export."""
+    return find_dataset(data.path)
 
 
 def start_model(source: ModelSource, cfg: TrainConfig) -> Transformer:
@@ -107,7 +105,7 @@ def forgetting_evaluator(cfg: TrainConfig, data: BaseData, device: torch.device)
     dataset = dataset_of(data)
     tokenizer = load_tokenizer(data.path)
     if dataset is not None:
-        return domain_evaluator(cfg, dataset, device, tokenizer, sorted(open_dataset(dataset).domains))
+        return domain_evaluator(cfg, dataset, device, tokenizer, sorted(dataset.domains))
     tasks = TaskEvals(cfg, TaskScorer(load_tasks(cfg.eval_tasks, None), tokenizer, tokenizer.token_to_id(EOT)),
                       device)
     return lambda model, step: tasks(model, step)
@@ -126,8 +124,8 @@ def describe_run(config: Any, source: ModelSource, role: str) -> dict[str, Any]:
         "parent": parent_of(source),
     }
     if dataset is not None:
-        digest = open_dataset(dataset).manifest_hash
-        record["dataset"] = {"folder": dataset.resolve().name, "path": str(dataset.resolve()),
+        digest = dataset.manifest_hash
+        record["dataset"] = {"folder": dataset.path.resolve().name, "path": str(dataset.path.resolve()),
                              "manifest_hash": digest}
         record["data_manifest_hash"] = digest
     if cfg.eval_tasks:

@@ -25,10 +25,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from glasslab.config import VERSIONED_WHEN_SET, from_dict, require, to_dict
+from glasslab.config import UNVERSIONED, VERSIONED_WHEN_SET, from_dict, require, to_dict
 from glasslab.data.decontaminate import Decontaminator
 from glasslab.data.tokenizer import CHAT_ROLES
 from glasslab.errors import UserError
+from glasslab.lab import NO_OUTPUT, StepOutput
 from glasslab.layout import REPORT_FILE
 from glasslab.posttrain.records import (
     RecordProblems,
@@ -58,6 +59,10 @@ class ConversationsConfig(RecordSources):
     section: ClassVar[str] = "conversations"
     decontaminate: str = ""
     """A dataset folder (``glasslab data build``) whose eval split training conversations must not overlap."""
+    decontaminate_from: StepOutput = field(default=NO_OUTPUT, metadata=UNVERSIONED)
+    """Or: the data build step whose dataset that is. Not hashed itself: the step's identity has that
+    dependency's hash (so the demo's conversations kept their name when this replaced a dependency named
+    ``data``)."""
     task: str = field(default="", metadata=VERSIONED_WHEN_SET)
     """A built-in RL task with reference answers (``arithmetic``): its problems as one-turn conversations
     (question, then the answer alone), held out exactly as the task holds out its problems, so a task SFT
@@ -116,13 +121,14 @@ def build_conversations(cfg: ConversationsConfig, out_dir: str | Path, progress:
         train, heldout = split_conversations(records, cfg) if records else ([], [])
     records, train, heldout = records + task_train + task_heldout, train + task_train, heldout + task_heldout
     contaminated = 0
-    if cfg.decontaminate:
-        overlap = HeldoutOverlap(cfg.decontaminate)
+    against = cfg.decontaminate or (str(cfg.decontaminate_from.folder) if cfg.decontaminate_from else "")
+    if against:
+        overlap = HeldoutOverlap(against)
         kept = [r for r in train if not overlap.overlaps(r["messages"])]
         contaminated = len(train) - len(kept)
         train = kept
         say(progress or contaminated > 0, "conversations",  # a loss is said either way
-            f"decontamination against {cfg.decontaminate}: dropped {contaminated} training conversation(s)")
+            f"decontamination against {against}: dropped {contaminated} training conversation(s)")
     if not train:
         raise UserError("no training conversations left after the held-out split and decontamination")
     if not heldout:
@@ -134,7 +140,7 @@ def build_conversations(cfg: ConversationsConfig, out_dir: str | Path, progress:
         "train": len(train),
         "heldout": len(heldout),
         "decontaminated": contaminated,
-        "decontaminated_against": cfg.decontaminate or None,
+        "decontaminated_against": against or None,
         "kinds": _kinds(records),
         "messages": _message_counts(train),
         "bad_records": problems.as_dict(),
@@ -228,11 +234,6 @@ def read_conversation_split(folder: str | Path, split: str) -> list[dict]:
 
 
 def conversations_step(ctx) -> Path:
-    """Lab step: build ``ctx.config`` (a ConversationsConfig or its plain data) into ``ctx.output_dir``.
-
-    With a dependency named ``data`` and no ``decontaminate`` set, decontaminate against that dataset.
-    """
+    """Lab step: build ``ctx.config`` (a ConversationsConfig or its plain data) into ``ctx.output_dir``."""
     cfg = ctx.config if isinstance(ctx.config, ConversationsConfig) else from_dict(ConversationsConfig, ctx.config)
-    if not cfg.decontaminate and "data" in getattr(ctx, "inputs", {}):
-        cfg = from_dict(ConversationsConfig, {**to_dict(cfg), "decontaminate": str(ctx.inputs["data"])})
     return build_conversations(cfg, Path(ctx.output_dir), progress=False)

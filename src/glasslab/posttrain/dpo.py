@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from torch import nn
 
 from glasslab.config import UNVERSIONED, require
 from glasslab.errors import UserError
+from glasslab.lab import NO_OUTPUT, StepOutput
 from glasslab.model import ModelConfig
 from glasslab.model.load import ModelSource, load_model
 from glasslab.posttrain.base import BaseData
@@ -131,10 +131,10 @@ class DPOStepConfig(TuningStepConfig):
     """The DPO run's pairs per step, budget, optimiser and schedule."""
     dpo: DPOConfig = field(default_factory=DPOConfig)
     """β and held-out eval; ``base``/``pairs`` come from the step's fields."""
-    pairs_from: str = ""
+    pairs_from: StepOutput = NO_OUTPUT
     """Dependency whose output folder is the pairs folder."""
 
-    def recipe(self, base: ModelSource, inputs: dict[str, Path]) -> DPORecipe:
-        pairs = data_folder(inputs, self.pairs_from, self.dpo.pairs)
+    def recipe(self, base: ModelSource) -> DPORecipe:
+        pairs = data_folder(self.pairs_from, self.dpo.pairs)
         return DPORecipe(DPORunConfig(**self.run_sections(base), dpo=dataclasses.replace(
             self.dpo, base=base.ref, pairs=pairs)), base)

@@ -34,6 +34,7 @@ import numpy as np
 
 from glasslab.config import from_dict, to_dict
 from glasslab.errors import UserError
+from glasslab.lab import NO_OUTPUT, StepOutput
 from glasslab.layout import REPORT_FILE
 from glasslab.posttrain.conversations import read_conversation_split, split_conversations
 from glasslab.posttrain.records import (
@@ -61,8 +62,8 @@ class PairsConfig(RecordSources):
     the built-in pairs, from the instruction set or the conversations dependency's) and which are held out."""
 
     section: ClassVar[str] = "pairs"
-    conversations_from: str = ""
-    """A dependency whose output folder is a conversations folder: the built-in pairs are made from it."""
+    conversations_from: StepOutput = NO_OUTPUT
+    """A step whose output folder is a conversations folder: the built-in pairs are made from it."""
     arithmetic: bool = True
     """With ``builtin``: add the built-in arithmetic task's pairs (the right answer over another problem's)."""
     describe: bool = True
@@ -198,7 +199,7 @@ def read_pair_split(folder: str | Path, split: str) -> list[dict]:
 
 def pairs_step(ctx) -> Path:
     """Lab step: build ``ctx.config`` (a PairsConfig) into ``ctx.output_dir``; with ``conversations_from`` the
-    built-in pairs are made from that dependency's conversations (and keep its split)."""
+    built-in pairs are made from that step's conversations (and keep its split)."""
     cfg = ctx.config if isinstance(ctx.config, PairsConfig) else from_dict(PairsConfig, ctx.config)
-    conversations = ctx.inputs[cfg.conversations_from] if cfg.conversations_from else None
+    conversations = cfg.conversations_from.folder if cfg.conversations_from else None
     return build_pairs(cfg, Path(ctx.output_dir), conversations, progress=False)

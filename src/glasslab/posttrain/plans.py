@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from glasslab.errors import UserError
-from glasslab.lab import Step, planned_folder_name
+from glasslab.lab import NO_OUTPUT, Step, output_of, planned_folder_name
 from glasslab.model.export import ExportError, hf_architecture
 from glasslab.model.load import ModelSource
 from glasslab.posttrain.base import find_base
@@ -60,7 +60,7 @@ def sft_steps(base: str, conversations: Sequence[str], lab: str | Path, *, heldo
     data = Step("conversations", conversations_step,
                 ConversationsConfig(builtin=builtin, files=files, heldout_files=held,
                                     file_hashes=file_hashes(files + held), task=tasks[0] if tasks else ""))
-    cfg = dataclasses.replace(cfg or SFTStepConfig(), conversations_from=data.name)
+    cfg = dataclasses.replace(cfg or SFTStepConfig(), conversations_from=output_of(data))
     return _tuning_steps("sft", cfg, data, source, lab)
 
 
@@ -71,14 +71,14 @@ def dpo_steps(base: str, pairs: Sequence[str], lab: str | Path, *, heldout: Sequ
     builtin, files, held = _sources(pairs, heldout)
     data = Step("pairs", pairs_step,
                 PairsConfig(builtin=builtin, files=files, heldout_files=held, file_hashes=file_hashes(files + held)))
-    cfg = dataclasses.replace(cfg or DPOStepConfig(), pairs_from=data.name)
+    cfg = dataclasses.replace(cfg or DPOStepConfig(), pairs_from=output_of(data))
     return _tuning_steps("dpo", cfg, data, source, lab)
 
 
 def _tuning_steps(name: str, cfg: TuningStepConfig, data: Step, source: ModelSource, lab: str | Path) -> list[Step]:
     """data -> the tuning step ``name`` of ``source`` -> its export (when the model has one)."""
-    config = dataclasses.replace(cfg, base=base_name(source, lab), base_sha256=source.sha256, base_from="")
-    tuned = Step(name, tune_step, config, deps=(data,))
+    config = dataclasses.replace(cfg, base=base_name(source, lab), base_sha256=source.sha256, base_from=NO_OUTPUT)
+    tuned = Step(name, tune_step, config)
     return [data, tuned, *_export(tuned, source, cfg.train.total_steps)]
 
 

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from glasslab.errors import UserError
-from glasslab.lab import Step
+from glasslab.lab import Step, output_of
 from glasslab.posttrain.base import find_base
 from glasslab.posttrain.plans import BUILTIN, _sources, _tuning_steps
 from glasslab.posttrain.records import file_hashes
@@ -36,4 +36,4 @@ def rl_steps(base: str, prompts: Sequence[str], lab: str | Path, *, heldout: Seq
         reward = str(Path(reward).resolve())
         cfg = dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl, reward=reward,
                                                               reward_sha256=file_hashes([reward])[reward]))
-    return _tuning_steps("rl", dataclasses.replace(cfg, prompts_from=data.name), data, source, lab)
+    return _tuning_steps("rl", dataclasses.replace(cfg, prompts_from=output_of(data)), data, source, lab)

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from torch import nn
 
 from glasslab.errors import UserError
+from glasslab.lab import NO_OUTPUT, StepOutput
 from glasslab.model.generate import generate_batch
 from glasslab.model.load import ModelSource, load_model
 from glasslab.posttrain.grpo import GRPO
@@ -99,10 +99,10 @@ class RLStepConfig(TuningStepConfig):
     """Rollouts per step, budget, optimiser and schedule."""
     rl: RLConfig = field(default_factory=RLConfig)
     """Group size, lengths, KL, clip, normalisation, the reward; ``base``/``prompts`` come from the step."""
-    prompts_from: str = ""
+    prompts_from: StepOutput = NO_OUTPUT
     """Dependency whose output folder is the prompts folder."""
 
-    def recipe(self, base: ModelSource, inputs: dict[str, Path]) -> RLRecipe:
-        prompts = data_folder(inputs, self.prompts_from, self.rl.prompts)
+    def recipe(self, base: ModelSource) -> RLRecipe:
+        prompts = data_folder(self.prompts_from, self.rl.prompts)
         return RLRecipe(RLRunConfig(**self.run_sections(base), rl=dataclasses.replace(
             self.rl, base=base.ref, prompts=prompts)), base)

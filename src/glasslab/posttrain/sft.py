@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 import torch
@@ -24,6 +23,7 @@ from torch import nn
 
 from glasslab.config import UNVERSIONED, require
 from glasslab.errors import UserError
+from glasslab.lab import NO_OUTPUT, StepOutput
 from glasslab.model import ModelConfig
 from glasslab.model.load import ModelSource
 from glasslab.posttrain.base import BaseData
@@ -149,10 +149,10 @@ class SFTStepConfig(TuningStepConfig):
     """The SFT run's batch, budget, optimiser and schedule (``seq_len`` is the conversation row length)."""
     sft: SFTConfig = field(default_factory=SFTConfig)
     """Packing, long conversations, held-out eval; ``base``/``conversations`` come from the step's fields."""
-    conversations_from: str = ""
+    conversations_from: StepOutput = NO_OUTPUT
     """Dependency whose output folder is the conversations folder."""
 
-    def recipe(self, base: ModelSource, inputs: dict[str, Path]) -> SFTRecipe:
-        conversations = data_folder(inputs, self.conversations_from, self.sft.conversations)
+    def recipe(self, base: ModelSource) -> SFTRecipe:
+        conversations = data_folder(self.conversations_from, self.sft.conversations)
         return SFTRecipe(SFTRunConfig(**self.run_sections(base), sft=dataclasses.replace(
             self.sft, base=base.ref, conversations=conversations)), base)

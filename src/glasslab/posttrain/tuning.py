@@ -16,14 +16,14 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, ClassVar
 
-import torch
 from torch import nn
 
 from glasslab.config import UNVERSIONED
 from glasslab.data.tokenizer import PAD
+from glasslab.lab import NO_OUTPUT, StepOutput
+from glasslab.lab.runtime import StepRuntime
 from glasslab.model.load import ModelSource
 from glasslab.posttrain.base import (
     base_data,
@@ -35,6 +35,7 @@ from glasslab.posttrain.base import (
     step_base,
 )
 from glasslab.posttrain.samples import CHAT_PROMPTS, chat_sampler
+from glasslab.track import check_sinks
 from glasslab.train.config import OptimizerConfig, ScheduleConfig, TrainConfig
 from glasslab.train.distributed import DistContext
 from glasslab.train.loop import RunParts
@@ -72,6 +73,7 @@ class TuningRecipe:
     """``run.json`` ``role``: ``sft``, ``dpo``."""
 
     def __init__(self, config: Any, base: ModelSource) -> None:
+        check_sinks(config.train.sinks)  # a missing sink package: one line before the data is read
         self.config = config
         self.base = base
         self.encoder = chat_encoder(config.data.path, config.data.path)
@@ -112,9 +114,10 @@ class TuningRecipe:
 
 
 @dataclass(frozen=True)
-class TuningStepConfig:
+class TuningStepConfig(StepRuntime):
     """A tuning step's fields every method shares: its schedule, the base (named or a dependency), and how
-    it runs. A method's subclass adds its section and its data dependency (``…_from``)."""
+    it runs. A method's subclass adds its section and its data (a reference to the step that makes it, ``…_from``).
+    A ``…_from`` field keeps the name it had when it held a step's name: the name is what its hash covers."""
 
     train: TrainConfig = field(default_factory=TrainConfig)
     """The run's batch, budget, optimiser and schedule (``seq_len`` is the row length); a method's
@@ -123,21 +126,16 @@ class TuningStepConfig:
     """The base as the command names it: a run id under the lab or a folder, ``@STEP``; or an export."""
     base_sha256: str = ""
     """sha256 of the base checkpoint's (or export's) manifest, so a retrained base makes a new folder."""
-    base_from: str = ""
-    """Or: the dependency whose output folder is the base run (its newest intact checkpoint)."""
+    base_from: StepOutput = NO_OUTPUT
+    """Or: the step whose output folder is the base run (its newest intact checkpoint)."""
     record_extra: dict[str, Any] = field(default_factory=dict)
     """More ``run.json`` fields."""
     command: str = field(default="", metadata=UNVERSIONED)
     """The command that planned the step (``glasslab sft …``), recorded in ``run.json`` for the run page's
     Reproduce box; not part of what the step computes."""
-    device: str = field(default="cpu", metadata=UNVERSIONED)
-    """Where to train (``cpu``, ``cuda``)."""
-    threads: int = field(default=0, metadata=UNVERSIONED)
-    """torch CPU threads (0 = torch's default)."""
 
-    def recipe(self, base: ModelSource, inputs: dict[str, Path]) -> TuningRecipe:
-        """The run's recipe: ``base``'s model and tokenizer, this step's schedule and data (found in
-        ``inputs``, the dependencies' output folders by step name)."""
+    def recipe(self, base: ModelSource) -> TuningRecipe:
+        """The run's recipe: ``base``'s model and tokenizer, this step's schedule and data."""
         raise NotImplementedError
 
     def run_sections(self, base: ModelSource) -> dict[str, Any]:
@@ -145,19 +143,18 @@ class TuningStepConfig:
         return {"model": base.model_config, "data": base_data(base), "train": self.train}
 
 
-def data_folder(inputs: dict[str, Path], dependency: str, given: str) -> str:
-    """A tuning run's data folder: the output folder of the step ``dependency`` names, else ``given``."""
-    return str(inputs[dependency]) if dependency else given
+def data_folder(made_by: StepOutput, given: str) -> str:
+    """A tuning run's data folder: the output folder of the step ``made_by`` refers to, else ``given``."""
+    return made_by.path if made_by else given
 
 
 def tune_step(ctx: Any) -> dict[str, Any]:
     """Lab step: tune the base into ``ctx.output_dir`` by ``ctx.config``'s method (resuming a failed
     attempt); return the final metrics."""
     cfg: TuningStepConfig = ctx.config
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    source = step_base(cfg.base, cfg.base_sha256, cfg.base_from, ctx.inputs, getattr(ctx, "lab_root", None))
-    recipe = cfg.recipe(source, ctx.inputs)
+    cfg.use_threads()
+    source = step_base(cfg.base, cfg.base_sha256, cfg.base_from, getattr(ctx, "lab_root", None))
+    recipe = cfg.recipe(source)
     recipe.say_counts()
     record_extra = {**cfg.record_extra, **({"command": cfg.command} if cfg.command else {})}
     if not has_started(ctx.output_dir):  # the base model's numbers and replies, beside the run's own

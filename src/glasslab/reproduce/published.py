@@ -17,8 +17,9 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from glasslab.data.handle import find_dataset
 from glasslab.errors import UserError
-from glasslab.layout import CHECKPOINT_LIST, MANIFEST_FILE, RUN_RECORD, STEP_RECORD, read_json
+from glasslab.layout import CHECKPOINT_LIST, RUN_RECORD, STEP_RECORD, read_json
 from glasslab.reproduce.replay import PublishedRun
 from glasslab.track import RunReader
 from glasslab.track.step_record import by_step, step_record
@@ -46,7 +47,8 @@ def _from_folder(folder: Path) -> PublishedRun:
     step = read_json(folder.parent / dataset / STEP_RECORD) if dataset else None
     data_step = {k: step[k] for k in ("name", "function", "config")} if step and "function" in step else None
     if data_step is not None:
-        data_step["manifest"] = read_json(folder.parent / dataset / MANIFEST_FILE)
+        handle = find_dataset(folder.parent / dataset)
+        data_step["manifest"] = handle.manifest if handle is not None else None
     return PublishedRun(folder.name, record, listed.get("checkpoints", []), *by_step(steps), data_step, folder)
 
 

@@ -9,7 +9,8 @@
    uncommitted changes the run was not trained with (with ``allow_dirty`` every line of the report says so);
 2. finds the dataset in the lab by folder name and manifest hash, else builds it again with the step the
    site published (its function and config) and refuses when the rebuilt manifest's sha256 differs,
-   naming the first entry (and file) of the published manifest that the rebuild does not match;
+   naming the first entry (and file) of the published manifest that the rebuild does not match; a run by
+   content cluster finds its data map beside the dataset, else maps it again from the recorded map config;
 3. trains the recorded config as a ``glasslab train`` step in the lab on the recorded device and CPU
    threads, up to ``until`` (the schedule stays
    the whole run's: it stops as a preemption does, and the same command without ``until`` resumes);
@@ -33,10 +34,10 @@ from typing import Any
 import torch
 
 from glasslab import config as configs
-from glasslab.data.handle import open_dataset
+from glasslab.data.handle import find_dataset, open_dataset
 from glasslab.errors import UserError
 from glasslab.lab import Step, run_one_step
-from glasslab.layout import CHECKPOINT_LIST, MANIFEST_FILE, MODEL_STATE, checkpoint_path, code_version, read_json
+from glasslab.layout import CHECKPOINT_LIST, MODEL_STATE, checkpoint_path, code_version, read_json
 from glasslab.public import Publicizer
 from glasslab.track import RunReader
 from glasslab.track.run_record import package_versions
@@ -116,18 +117,20 @@ def find_or_build_dataset(run: PublishedRun, lab: Path) -> Path:
     if not name or not digest:
         raise UserError(f"{run.run_id}: its record names no dataset (folder and manifest hash)")
     candidate = lab / name
-    if (candidate / MANIFEST_FILE).is_file() and open_dataset(candidate).manifest_hash == digest:
+    found = find_dataset(candidate)
+    if found is not None and found.manifest_hash == digest:
         return candidate
     if run.data_step is None:
         raise UserError(f"{run.run_id}: dataset {name} (manifest sha256 {digest[:16]}) is not in {lab} and the "
                         "step that built it is not published; put it there (or build it) first")
     built = run_one_step(Step(run.data_step["name"], run.data_step["function"], run.data_step["config"]), lab).folder
-    rebuilt = open_dataset(built).manifest_hash
+    rebuilt_dataset = open_dataset(built)
+    rebuilt = rebuilt_dataset.manifest_hash
     if rebuilt != digest:
         published = run.data_step.get("manifest")
         # Both sides as published (paths made public), so only what was built can differ.
         public = Publicizer(lab)
-        first = first_difference(public.data(published), public.data(read_json(built / MANIFEST_FILE)))
+        first = first_difference(public.data(published), public.data(rebuilt_dataset.manifest))
         raise UserError(f"{built}: rebuilt dataset's manifest sha256 {rebuilt[:16]} differs from the published "
                         f"{digest[:16]}" + (f"; first at {first}" if published and first else ""))
     return built
@@ -146,9 +149,29 @@ def first_difference(published: Any, rebuilt: Any, where: str = "") -> str | Non
     return None if published == rebuilt else where or "the manifest"
 
 
+def find_or_make_map(run: PublishedRun, dataset: Path) -> None:
+    """For a run by cluster, its data map beside ``dataset``: found, else made again from the map step's recorded
+    config (a map is a function of the dataset and its settings: the same folder, the same clusters). One line
+    when the record names no config, its embedder is not fitted on the corpus, or the map made is another."""
+    recorded = run.record.get("data_map")
+    if not recorded or (dataset.parent / recorded["folder"] / "map.json").is_file():
+        return
+    from glasslab.data.map import STEP_NAME, MapConfig, map_step
+
+    config = recorded.get("config") or {}
+    if config.get("embedder", "tfidf") != "tfidf":
+        raise UserError(f"{run.run_id}: its data map {recorded['folder']} used the embedder {config['embedder']!r}; "
+                        f"map {dataset} with it again (glasslab data map) before reproducing")
+    map_cfg = configs.from_dict(MapConfig, {**config, "dataset": str(dataset), "progress": False})
+    made = run_one_step(Step(STEP_NAME, map_step, map_cfg), dataset.parent)
+    if made.folder.name != recorded["folder"]:
+        raise UserError(f"{run.run_id}: mapping its dataset again made {made.folder.name}, not {recorded['folder']}")
+
+
 def replay(run: PublishedRun, lab: Path, dataset: Path, until: int | None = None) -> Path:
     """Train the run's recorded config on ``dataset`` as a step in ``lab`` (stopping after ``until`` steps);
-    returns the replay's folder."""
+    returns the replay's folder. A run by cluster finds or makes its data map first."""
+    find_or_make_map(run, dataset)
     config = configs.apply_overrides(run.record["config"], [f"data.path={dataset}"])
     run_cfg = configs.from_dict(RunConfig, config)
     unplaced = dataclasses.replace(run_cfg, data=dataclasses.replace(run_cfg.data, build="", path=""))

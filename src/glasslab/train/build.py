@@ -15,13 +15,15 @@ import torch
 import torch.utils.checkpoint
 from torch import nn
 
-from glasslab.data.handle import open_dataset
+from glasslab.data.buckets import map_record, planned_mixture
+from glasslab.data.handle import DatasetHandle, open_dataset
 from glasslab.data.loader import Loader, eval_batches, eval_bytes_per_token
-from glasslab.data.mixture import plan_mixture
 from glasslab.data.tokenizer import EOT, load_tokenizer
 from glasslab.errors import UserError
 from glasslab.evals.load import TaskScorer, load_tasks
 from glasslab.model import Transformer, generate
+from glasslab.track import check_sinks
+from glasslab.train.cluster_evals import cluster_evals_record, with_cluster_evals
 from glasslab.train.config import TrainConfig
 from glasslab.train.distributed import DistContext
 from glasslab.train.evals import TaskEvals, evaluate
@@ -31,10 +33,11 @@ from glasslab.train.run_config import RunConfig
 from glasslab.train.samples import take_samples
 
 
-def resolve_data(run_cfg: RunConfig) -> RunConfig:
-    """``run_cfg`` with what follows from its dataset filled in: ``model.vocab_size=0`` becomes the size of
-    the dataset's tokenizer. One-line UserErrors: no dataset folder yet (``data.build`` is built by
-    ``glasslab train`` as a step before this), or a vocabulary smaller than the tokenizer's."""
+def resolve_data(run_cfg: RunConfig) -> tuple[RunConfig, DatasetHandle]:
+    """``run_cfg`` with what follows from its dataset filled in (``model.vocab_size=0`` becomes the size of
+    the dataset's tokenizer), and the dataset's handle: its manifest read once for the whole run. One-line
+    UserErrors: no dataset folder yet (``data.build`` is built by ``glasslab train`` as a step before this),
+    or a vocabulary smaller than the tokenizer's."""
     data = run_cfg.data
     if not data.path:
         if data.build:
@@ -42,46 +45,43 @@ def resolve_data(run_cfg: RunConfig) -> RunConfig:
                             "before the training step) builds it and trains on its folder")
         raise UserError("data.path: empty; name a data build (data.build: demo | FILE) or a folder built by "
                         "`glasslab data build`")
-    tokens = open_dataset(data.path).vocab_size
-    vocab = run_cfg.model.vocab_size
+    dataset = open_dataset(data.path)
+    tokens, vocab = dataset.vocab_size, run_cfg.model.vocab_size
     if vocab and vocab < tokens:
         raise UserError(f"model.vocab_size={vocab}: expected at least the {tokens} tokens of the dataset's "
                         f"tokenizer ({data.path}), or 0 to take its size")
-    return dataclasses.replace(run_cfg, model=dataclasses.replace(run_cfg.model, vocab_size=vocab or tokens))
-
-
-def check_inputs(run_cfg: RunConfig) -> None:
-    """Raise a one-line UserError for a run config its dataset cannot train (missing dataset, a
-    mixture naming an unknown domain, a vocabulary smaller than the tokenizer's), building nothing:
-    what :func:`build_parts` checks first, for a command to call before it makes a folder or draws."""
-    _loader_and_tokenizer(resolve_data(run_cfg), DistContext())
-
-
-def _loader_and_tokenizer(run_cfg: RunConfig, ctx: DistContext):
-    cfg = run_cfg.train
-    loader = Loader(run_cfg.data, cfg.seq_len, cfg.global_batch_size, rank=ctx.rank, world_size=ctx.world_size,
-                    pin_memory=ctx.device.type == "cuda")
-    return loader, load_tokenizer(run_cfg.data.path)
+    resolved = dataclasses.replace(run_cfg, model=dataclasses.replace(run_cfg.model, vocab_size=vocab or tokens))
+    return resolved, dataset
 
 
 class Pretraining:
     """Pretraining's recipe (:mod:`glasslab.train.recipe`): a RunConfig's model from scratch, its mixture's
-    loader, per-domain and task evals, and plain-text samples."""
+    loader, per-domain and task evals, and plain-text samples. Made once per run: the sinks are checked and the
+    dataset is opened here (``manifest_hash``: the sha256 its manifest must have, when the run was planned on a
+    dataset named by it), and the loader is built once, by :meth:`build`."""
 
-    def __init__(self, run_cfg: RunConfig) -> None:
-        self.config = resolve_data(run_cfg)
+    def __init__(self, run_cfg: RunConfig, manifest_hash: str = "") -> None:
+        check_sinks(run_cfg.train.sinks)  # a missing sink package: one line before the dataset is read
+        self.config, self.dataset = resolve_data(run_cfg)
+        if manifest_hash and self.dataset.manifest_hash != manifest_hash:
+            raise UserError(f"{self.dataset.path}: not the dataset this run was planned on (its manifest's sha256 "
+                            "differs); rebuilt or replaced since?")
+        cluster_evals_record(self.config)  # a map that is gone or of another dataset: one line, before any compute
 
     def build(self, ctx: DistContext) -> RunParts:
-        return build_parts(self.config, ctx)
+        return build_parts(self.config, self.dataset, ctx)
 
     def describe(self) -> dict:
-        return describe(self.config)
+        return describe(self.config, self.dataset)
 
 
-def build_parts(run_cfg: RunConfig, ctx: DistContext) -> RunParts:
-    """Loader first (a bad mixture fails before any compute), then the model seeded by ``train.seed``."""
+def build_parts(run_cfg: RunConfig, dataset: DatasetHandle, ctx: DistContext) -> RunParts:
+    """Loader first (a bad mixture fails before any compute), then the model seeded by ``train.seed``;
+    ``dataset`` is the handle of ``run_cfg.data.path``."""
     cfg = run_cfg.train
-    loader, tokenizer = _loader_and_tokenizer(run_cfg, ctx)
+    loader = Loader(run_cfg.data, cfg.seq_len, cfg.global_batch_size, rank=ctx.rank, world_size=ctx.world_size,
+                    pin_memory=ctx.device.type == "cuda", dataset=dataset)
+    tokenizer = load_tokenizer(dataset.path)
     seed_everything(cfg.seed)
     model = Transformer(run_cfg.model)
     if cfg.activation_checkpointing:
@@ -95,19 +95,21 @@ def build_parts(run_cfg: RunConfig, ctx: DistContext) -> RunParts:
 
     return RunParts(model=model, balancer=model.balancer, loader=loader,
                     flops_per_token=run_cfg.model.flops_per_token(cfg.seq_len),
-                    evaluate=domain_evaluator(cfg, run_cfg.data.path, ctx.device, tokenizer, loader.domains),
+                    evaluate=with_cluster_evals(domain_evaluator(cfg, dataset, ctx.device, tokenizer, loader.domains),
+                                                run_cfg, ctx.device),
                     sample=sample)
 
 
-def domain_evaluator(cfg: TrainConfig, dataset: str | Path, device: torch.device, tokenizer, domains: list[str]):
+def domain_evaluator(cfg: TrainConfig, dataset: DatasetHandle, device: torch.device, tokenizer,
+                     domains: list[str]):
     """``evaluate(model, step)``: losses over the held-out split of the dataset's ``domains``, and
     ``cfg.eval_tasks`` (built-in ones made from ``dataset``) scored with ``tokenizer`` when they are due."""
     batches_by_domain = {
-        domain: functools.partial(eval_batches, dataset, domain, cfg.seq_len, cfg.eval_batch_size,
+        domain: functools.partial(eval_batches, dataset.path, domain, cfg.seq_len, cfg.eval_batch_size,
                                   cfg.eval_max_tokens)
         for domain in domains
     }
-    bytes_per_token = {domain: eval_bytes_per_token(dataset, domain) for domain in domains}
+    bytes_per_token = {domain: eval_bytes_per_token(dataset.path, domain) for domain in domains}
     scorer = TaskScorer(load_tasks(cfg.eval_tasks, dataset), tokenizer, tokenizer.token_to_id(EOT))
     task_evals = TaskEvals(cfg, scorer, device)
 
@@ -118,14 +120,13 @@ def domain_evaluator(cfg: TrainConfig, dataset: str | Path, device: torch.device
     return evaluate_model
 
 
-def describe(run_cfg: RunConfig) -> dict:
+def describe(run_cfg: RunConfig, dataset: DatasetHandle) -> dict:
     """What run.json records about the model and data: size name, parameter counts, FLOPs per token, the
     dataset (``dataset``: ``folder`` — the data step's folder name under the lab —, ``path``,
     ``manifest_hash``), the mixture planned for this run's token budget (``mixture``: what
     ``data.plan_mixture`` returns — weights, tokens and epochs per domain and phase, totals), each
     task's chance level, item count and hash (``tasks``, where the page draws chance lines)."""
     cfg, data = run_cfg.train, run_cfg.data
-    dataset = open_dataset(data.path)
     digest, domains = dataset.manifest_hash, dataset.domains
     record = {
         "size_name": run_cfg.model.size_name(),
@@ -134,11 +135,12 @@ def describe(run_cfg: RunConfig) -> dict:
         "data_manifest_hash": digest,
         "dataset": {"folder": Path(data.path).resolve().name, "path": str(Path(data.path).resolve()),
                     "manifest_hash": digest},
-        "mixture": plan_mixture(data.mixture, {d: e["train"]["tokens"] for d, e in domains.items()},
-                                cfg.total_steps * cfg.global_batch_tokens, cfg.global_batch_tokens),
+        "mixture": planned_mixture(data, {d: e["train"]["tokens"] for d, e in domains.items()},
+                                   cfg.total_steps * cfg.global_batch_tokens, cfg.global_batch_tokens, cfg.seq_len + 1),
     }
+    record |= map_record(run_cfg.data) | cluster_evals_record(run_cfg)
     if run_cfg.train.eval_tasks:
-        record["tasks"] = {t.name: t.describe() for t in load_tasks(run_cfg.train.eval_tasks, run_cfg.data.path)}
+        record["tasks"] = {t.name: t.describe() for t in load_tasks(run_cfg.train.eval_tasks, dataset)}
     return record
 
 

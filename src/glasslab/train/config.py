@@ -137,6 +137,10 @@ class TrainConfig:
     """Held-out tokens evaluated per domain."""
     eval_batch_size: int = field(default=8, metadata=UNVERSIONED)
     """Sequences per eval forward."""
+    eval_map: str = field(default="", metadata=UNVERSIONED)
+    """A data map of the run's dataset (a map step's folder name beside it, or a path) whose content clusters
+    the held-out loss is measured per too (``eval/cluster/<c>/loss``, ``/bpb``; up to ``eval_max_tokens`` each);
+    empty: ``data.map``'s, when the run mixes by cluster, else none."""
     eval_tasks: tuple[TaskConfig, ...] = field(default=(), metadata=UNVERSIONED)
     """Downstream tasks scored at evaluations (built-in ones are made from ``data.path``)."""
     task_eval_every: int = field(default=1, metadata=UNVERSIONED)

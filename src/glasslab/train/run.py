@@ -61,8 +61,6 @@ def train(run: RunConfig | Recipe, run_dir: str | Path, *, resume: bool = False,
     from ``run_dir`` it leaves no trace: RNG states and the SIGTERM handler are put back on return.
     """
     run_dir = Path(run_dir)
-    # A missing optional sink package fails before the dataset is read or the run folder touched.
-    track.check_sinks((run if isinstance(run, RunConfig) else run.config).train.sinks)
     recipe = as_recipe(run)  # the vocabulary follows the tokenizer: run.json records the size used
     caller_rng = capture_rng()  # the run seeds every generator; the caller gets its own back
     ctx = distributed.setup(device)
@@ -77,7 +75,8 @@ def train(run: RunConfig | Recipe, run_dir: str | Path, *, resume: bool = False,
 
 
 def as_recipe(run: RunConfig | Recipe) -> Recipe:
-    """``run`` as a recipe: a RunConfig is pretraining (its dataset resolved), a recipe stays itself."""
+    """``run`` as a recipe: a RunConfig is pretraining (its sinks checked, its dataset resolved), a recipe stays
+    itself."""
     return Pretraining(run) if isinstance(run, RunConfig) else run
 
 

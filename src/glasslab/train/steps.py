@@ -1,8 +1,8 @@
 """The trainer as a lab step: ``Step("train", "glasslab.train.steps:train_step", config=...)``.
 
 The step's folder is the run folder, so the run id is the folder name. The config is a
-:class:`TrainStepConfig` (or a bare RunConfig); with ``data_from`` set, ``data.path`` is taken from
-that dependency's output folder (a data build step). A retried attempt — after a crash, a preemption
+:class:`TrainStepConfig` (or a bare RunConfig); with ``data_from`` set, ``data.path`` is that step's
+output folder (a data build step; the executor resolves the reference). A retried attempt — after a crash, a preemption
 or a failed worker — resumes from the folder's checkpoints, so a step only counts as done once
 training finished. ``glasslab train`` is this step, run as a one-step experiment.
 """
@@ -16,10 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from glasslab.config import UNVERSIONED
-from glasslab.data.handle import open_dataset
 from glasslab.errors import UserError
+from glasslab.lab.inputs import NO_OUTPUT, StepOutput
+from glasslab.lab.runtime import StepRuntime
 from glasslab.lab.step import FunctionRef
 from glasslab.track import read_record
+from glasslab.train.build import Pretraining
 from glasslab.train.callbacks import Callback, StopAfter
 from glasslab.train.fork import ForkPoint
 from glasslab.train.recipe import Recipe
@@ -28,15 +30,15 @@ from glasslab.train.run_config import RunConfig
 
 
 @dataclass(frozen=True)
-class TrainStepConfig:
+class TrainStepConfig(StepRuntime):
     """One training run as a step."""
 
     run: RunConfig
     """The run; its ``data.path`` is filled from ``data_from`` when that is set."""
     record_extra: dict[str, Any] = field(default_factory=dict)
     """Fields the run's ``run.json`` records beyond the config (role, ladder, rung, seed, …)."""
-    data_from: str = ""
-    """Name of the dependency whose output folder is the dataset (empty: ``data_path``, else ``run.data.path``)."""
+    data_from: StepOutput = NO_OUTPUT
+    """The data build step whose output folder is the dataset (empty: ``data_path``, else ``run.data.path``)."""
     data_path: str = field(default="", metadata=UNVERSIONED)
     """A dataset folder named by path (``glasslab train`` with ``data.path``): where it lies is not what it
     is, so the step's hash covers ``data_manifest`` instead and ``run.data.path`` stays empty."""
@@ -46,10 +48,6 @@ class TrainStepConfig:
     """Start from another run's checkpoint (``--fork RUN@STEP``); None: from scratch. A fork without
     ``run_dir`` starts from the dependency whose folder is ``fork.run`` (a ladder's cooldown branch off
     its trunk, planned before the trunk exists)."""
-    device: str = field(default="cpu", metadata=UNVERSIONED)
-    """Where to train (``cpu``, ``cuda``): it changes where, not what, is computed."""
-    threads: int = field(default=0, metadata=UNVERSIONED)
-    """torch CPU threads for this step (0 = torch's default)."""
     hooks: tuple[str, ...] = field(default=(), metadata=UNVERSIONED)
     """Trainer callbacks (``train/callbacks.py``) as importable ``"module:name"`` factories, each called with
     no arguments in the step's process (``glasslab train`` names its progress bar here). The field keeps
@@ -81,28 +79,19 @@ def run_training(ctx: Any, record_extra: dict[str, Any] | None = None,
     are added to the config's named ones. Raises :class:`TrainingPreempted` when a SIGTERM stopped it.
     """
     cfg = ctx.config if isinstance(ctx.config, TrainStepConfig) else TrainStepConfig(run=ctx.config)
-    if cfg.threads:
-        import torch
-
-        torch.set_num_threads(cfg.threads)
+    cfg.use_threads()
     run_cfg = cfg.run
     if cfg.data_from:
-        if cfg.data_from not in ctx.inputs:
-            raise UserError(f"step {ctx.name}: data_from={cfg.data_from!r} names no dependency "
-                            f"(dependencies: {', '.join(sorted(ctx.inputs)) or 'none'})")
-        data = dataclasses.replace(run_cfg.data, path=str(ctx.inputs[cfg.data_from]))
-        run_cfg = dataclasses.replace(run_cfg, data=data)
+        run_cfg = dataclasses.replace(run_cfg, data=dataclasses.replace(run_cfg.data, path=str(cfg.data_from.folder)))
     elif cfg.data_path:
-        if cfg.data_manifest and open_dataset(cfg.data_path).manifest_hash != cfg.data_manifest:
-            raise UserError(f"{cfg.data_path}: not the dataset this run was planned on (its manifest's sha256 "
-                            "differs); rebuilt or replaced since?")
         run_cfg = dataclasses.replace(run_cfg, data=dataclasses.replace(run_cfg.data, path=cfg.data_path))
+    recipe = Pretraining(run_cfg, cfg.data_manifest)  # the run's one look at its sinks, dataset and vocabulary
     fork = _fork_from_inputs(cfg.fork, ctx) if cfg.fork is not None else None
     record_extra = dict(cfg.record_extra if record_extra is None else record_extra)
     every_callback = [_make_callback(ref) for ref in cfg.hooks] + list(callbacks)
     if cfg.stop_after:
         every_callback.append(StopAfter(cfg.stop_after))
-    return train_in_folder(run_cfg, ctx.output_dir, device=cfg.device, record_extra=record_extra,
+    return train_in_folder(recipe, ctx.output_dir, device=cfg.device, record_extra=record_extra,
                            callbacks=every_callback, fork=fork)
 
 

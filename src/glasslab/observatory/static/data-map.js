@@ -66,7 +66,38 @@
       el("pre", {}, d.excerpt)))];
   }
 
-  function detail(box, c) {
+  // What each run that trained on the dataset read from a domain: tokens recomputed from its draws, its share of
+  // the run's tokens against the domain's share of the data (above 1: the run read it more than the data holds).
+  const exact = (n) => Number(n).toLocaleString("en-US");  // counts recomputed exactly are shown exactly
+
+  function runReads(map, c) {
+    const reads = (map.runs || []).filter((r) => r.tokens);
+    if (!reads.length) return [];
+    return [el("h4", {}, "tokens each run read from the domain"),
+      el("table", { class: "map-runs" }, el("tbody", {}, ...reads.map((r) => {
+        const share = r.tokens[c.id] / Math.max(r.total, 1);
+        return el("tr", { "data-run": r.run }, el("td", {}, r.run), el("td", { class: "num" }, exact(r.tokens[c.id])),
+          el("td", { class: "num" }, fmt(share, "percent")),
+          el("td", { class: "num muted" }, c.share ? `${fmt(share / c.share)}× its share` : ""));
+      })))];
+  }
+
+  function runsTable(map) {
+    const reads = map.runs || [];
+    if (!reads.length) return el("p", { class: "muted" }, "No run has trained on this dataset yet.");
+    const name = (id) => (map.clusters.find((c) => c.id === id) || {}).name || String(id);
+    return el("table", { class: "map-run-table" }, el("thead", {}, el("tr", {}, el("th", {}, "run"),
+      el("th", {}, "to step"), el("th", {}, "tokens read"), el("th", {}, "most read domains (share of the run's tokens)"))),
+    el("tbody", {}, ...reads.map((r) => {
+      if (!r.tokens) return el("tr", {}, el("td", {}, r.run), el("td", { colspan: 3, class: "muted" }, r.error || ""));
+      const top = r.tokens.map((t, id) => [id, t]).sort((a, b) => b[1] - a[1]).slice(0, 3);
+      return el("tr", { "data-run": r.run }, el("td", {}, r.run), el("td", { class: "num" }, fmt(r.step, "count")),
+        el("td", { class: "num" }, exact(r.total)),
+        el("td", {}, top.map(([id, t]) => `${id}: ${name(id)} ${fmt(t / Math.max(r.total, 1), "percent")}`).join(" · ")));
+    })));
+  }
+
+  function detail(box, c, map) {
     const sources = Object.entries(c.sources || {}).sort((a, b) => b[1].tokens - a[1].tokens);
     box.textContent = "";
     box.dataset.cluster = c.id;
@@ -77,6 +108,7 @@
       el("div", { class: "grid" },
         el("div", {}, el("h4", {}, "share of the domain from each source"), bars(sources, "share_of_cluster")),
         el("div", {}, el("h4", {}, "share of each source that falls in the domain"), bars(sources, "share_of_source"))),
+      ...runReads(map, c),
       ...documents("nearest its centroid", c.representatives || []),
       ...documents("a uniform sample", c.samples || []));
   }
@@ -90,7 +122,7 @@
     }
     const box = el("div", { class: "panel", id: "map-detail" },
       el("p", { class: "muted" }, "Click a disc or a row to see a domain's terms, documents and sources."));
-    const select = (c) => detail(box, c);
+    const select = (c) => detail(box, c, map);
     const columns = [
       { title: "id", key: (c) => c.id },
       { title: "top terms", key: (c) => c.name, text: (c) => (c.terms || []).map(([w]) => w).join(" ") },
@@ -111,7 +143,8 @@
       el("p", { class: "muted" }, `${fmt(map.documents, "count")} training and ${fmt(map.heldout_documents, "count")} held-out `
         + `documents · embedder ${s.embedder} (${s.dims} dims) · ${map.fine_k} fine clusters coarsened to ${map.k}, `
         + `each at least ${fmt(s.min_share, "percent")} of the sample · ${map.folder}`),
-      el("div", { class: "map-view" }, picture(map, select), box), rows);
+      el("div", { class: "map-view" }, picture(map, select), box), rows,
+      el("h3", {}, "What each run read, by domain (recomputed from its draws)"), runsTable(map));
     G.timing.mapMs = performance.now() - started;
   }
 

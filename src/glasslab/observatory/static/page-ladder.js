@@ -146,6 +146,7 @@
         sweep.map((r) => [r.L_inf, r.A, r.alpha, sourced(el("span", {}, interval(r)), d.sources.fit)])));
     }
     tasksSection(d.tasks || []);
+    clustersSection(d.clusters);
     registrySection(d.registry);
     sourceNotes();
     return {
@@ -172,6 +173,29 @@
           r.actual_source),
         r.backtest_points == null ? "" : `${r.backtest_points > 0 ? "+" : ""}${r.backtest_points.toFixed(1)} points`]),
       { class: "tasks" }));
+  }
+
+  // Each content cluster's held-out loss at every rung's compute (the mean over its seeds): which content
+  // improves with scale and which stays flat, drawn as a line per cluster and listed by its change.
+  function clustersSection(c) {
+    if (!c || !c.rungs.length) return;
+    const ids = [...new Set(c.rungs.flatMap((r) => Object.keys(r.losses)))].sort((a, b) => a - b);
+    const name = (id) => `${id}: ${c.names[id] || `cluster ${id}`}`;
+    const rungs = c.rungs.slice().sort((a, b) => a.flops - b.flops);
+    const grid = section("Held-out loss per content cluster against compute", el("div", {})).lastChild;
+    const chart = new LineChart(grid, { title: "eval/cluster/<c>/loss at each rung", logx: true, logy: true,
+      xlabel: "FLOPs", xunit: "flops", height: 360, subtitle: `clusters of the data map ${c.map || ""}; dots: each rung (mean over its seeds)`,
+      lines: ids.map((id) => ({ label: name(id), points: true, xs: rungs.map((r) => r.flops),
+        ys: rungs.map((r) => r.losses[id] ?? null) })) });
+    G.charts.clusters = chart.plot;
+    const first = rungs[0], last = rungs[rungs.length - 1];
+    const change = (id) => (first.losses[id] != null && last.losses[id] != null
+      ? last.losses[id] / first.losses[id] - 1 : null);
+    const byChange = ids.slice().sort((a, b) => (change(a) ?? 0) - (change(b) ?? 0));  // most improved first
+    grid.append(table(["cluster", `loss at ${first.name}`, `loss at ${last.name}`, "change"],
+      byChange.map((id) => [name(id), fmt(first.losses[id]), fmt(last.losses[id]),
+        change(id) == null ? "–" : `${(100 * change(id)).toFixed(1)}%`]),
+      { class: "cluster-scaling", rowAttrs: (i) => ({ "data-cluster": byChange[i] }) }));
   }
 
   function registrySection(entries) {

@@ -84,10 +84,11 @@
       this.coarse = !exact && this.points == null;
       const series = this.keys.map((k) => G.source.kept(d.id, "scalars", k, points));
       if (this.kind === "heat") {
-        const rows = this.spec.family.rows.filter((_, i) => this.keys.includes(this.spec.keys[i]));
+        const rows = this.spec.family.rows.filter((_, i) => this.keys.includes(this.spec.keys[i]))
+          .map((r) => (this.spec.family.row === "cluster" && (d.cluster_names || {})[r] ? `${r} ${d.cluster_names[r]}` : r));
         const { steps, values } = familyColumns(series, this.smooth);
         this.chart = new Heatmap(this.node, { title: this.spec.title, key: this.spec.id, steps, values, bare: true,
-          rowName: "layer", rowLabels: rows, extremes: true, log: this.spec.logy, onHover: (step) => v.hoverLines(step) });
+          rowName: this.spec.family.row || "layer", rowLabels: rows, extremes: true, log: this.spec.logy, onHover: (step) => v.hoverLines(step) });
         G.heatmaps[this.spec.id] = this.chart;
       } else {
         const lines = this.keys.map((k, i) => {
@@ -175,7 +176,9 @@
     }
 
     mode(keys) {
-      if (keys.length <= GROUP_LINES_MAX || this.view.ws.state.lines.includes(this.spec.id)) return "lines";
+      if (this.view.ws.state.lines.includes(this.spec.id)) return "lines";
+      if (this.spec.family && this.spec.family.row === "cluster") return "heat";  // cluster × step, however few
+      if (keys.length <= GROUP_LINES_MAX) return "lines";
       return this.spec.family ? "heat" : "multiples";
     }
 

@@ -1,0 +1,107 @@
+"""Inputs the executor resolves: a step's config holds a typed reference to another step's output.
+
+A step that reads what another wrote holds ``output_of(that_step)`` in its config (Marin's
+``output_path_of(step)``), not a step name in a ``*_from`` string that its function looks up in
+``ctx.inputs`` by hand. The executor then
+
+- adds the edge: the referenced step becomes a dependency (:class:`~glasslab.lab.step.Step` collects them);
+- hashes the reference as the referenced step's name (``config_value``), which is exactly how the ``*_from``
+  names were hashed, so no existing step's hash moves; the dependency's own hash is in the step's identity
+  as every dependency's is;
+- fills the path: the step function gets its config with every reference's ``path`` set to the
+  dependency's output folder (:func:`resolve_outputs`, when the config is sent to the step's process).
+
+An empty reference (:data:`NO_OUTPUT`, written ``""`` as the empty ``*_from`` was) means no such input.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from glasslab.errors import UserError
+
+if TYPE_CHECKING:
+    from glasslab.lab.step import Step
+
+
+@dataclass(frozen=True)
+class StepOutput:
+    """The output folder of the step named ``name``, as a field of another step's config."""
+
+    name: str
+    """The producing step's name (empty: no input). What the step's hash covers and ``step.json`` records."""
+    path: str = ""
+    """Its output folder: empty until the executor resolves it for the step's function."""
+    step: Step | None = field(default=None, compare=False, repr=False)
+    """The producing step itself when the reference was made from it (the executor adds it as a dependency);
+    None when read back from a ``step.json`` (the name then names a dependency)."""
+
+    def __bool__(self) -> bool:
+        return bool(self.name)
+
+    def config_value(self) -> str:
+        return self.name
+
+    @classmethod
+    def from_config_value(cls, value: Any, where: str) -> StepOutput:
+        if not isinstance(value, str):
+            raise UserError(f"{where}={value!r}: expected the name of a step (a step's output)")
+        return cls(value)
+
+    @property
+    def folder(self) -> Path:
+        """The resolved output folder; an internal error before the executor filled it."""
+        assert self.path, f"the output of step {self.name!r} was not resolved by the executor"
+        return Path(self.path)
+
+
+NO_OUTPUT = StepOutput("")
+"""No input of this kind (the default of an optional reference)."""
+
+
+def output_of(step: Step) -> StepOutput:
+    """A reference to ``step``'s output folder, for another step's config."""
+    return StepOutput(step.name, step=step)
+
+
+def step_outputs(config: Any) -> Iterator[StepOutput]:
+    """Every non-empty reference in ``config`` (nested dataclasses, lists and tuples)."""
+    if isinstance(config, StepOutput):
+        if config:
+            yield config
+    elif dataclasses.is_dataclass(config) and not isinstance(config, type):
+        for f in dataclasses.fields(config):
+            yield from step_outputs(getattr(config, f.name))
+    elif isinstance(config, (list, tuple)):
+        for value in config:
+            yield from step_outputs(value)
+
+
+def resolve_outputs(config: Any, folders: Mapping[str, Path], step_name: str) -> Any:
+    """``config`` with every reference's ``path`` set to the folder of the dependency it names (``folders``:
+    dependency name → output folder) and its ``step`` dropped (the config travels to another process)."""
+    if isinstance(config, StepOutput):
+        if not config:
+            return config
+        if config.name not in folders:
+            raise UserError(
+                f"step {step_name!r}: its config refers to the output of step {config.name!r}, which is "
+                f"not a dependency (dependencies: {', '.join(sorted(folders)) or 'none'})"
+            )
+        return StepOutput(config.name, str(folders[config.name]))
+    if dataclasses.is_dataclass(config) and not isinstance(config, type):
+        changed = {
+            f.name: resolve_outputs(getattr(config, f.name), folders, step_name)
+            for f in dataclasses.fields(config)
+            if f.init
+        }
+        if all(changed[name] is getattr(config, name) for name in changed):
+            return config
+        return dataclasses.replace(config, **changed)
+    if isinstance(config, (list, tuple)) and any(True for _ in step_outputs(config)):
+        return type(config)(resolve_outputs(value, folders, step_name) for value in config)
+    return config
