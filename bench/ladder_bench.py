@@ -67,7 +67,7 @@ from glasslab import track
 from glasslab.ladder.approach3 import Approach3Law, fit_approach3
 from glasslab.ladder.compute_law import ComputeLaw
 from glasslab.ladder.fit import fit_ladder, read_fit
-from glasslab.ladder.gate_sim import DESIGNS, gate_figures, simulate_grid
+from glasslab.ladder.gate_sim import DESIGNS, gate_figures, simulate_grid, width_frontier
 from glasslab.ladder.grid_ends import GRID_FLOOR, EndpointLaw
 from glasslab.ladder.grid_law import GridLaw
 from glasslab.ladder.grid_sim import TRUE_LAW, interval_coverage
@@ -224,10 +224,13 @@ def run_experiment(name: str, lab: Path, jobs: int, smoke: bool = False) -> tupl
     import importlib
 
     from glasslab.lab import Executor, load_experiment
+    from glasslab.lab.pool import InlinePool
 
     steps = importlib.import_module(f"glasslab.experiments.{name}").smoke_steps() if smoke else load_experiment(name)
     # A smoke's tiny grid cannot identify its law (the gate refuses it): its hero runs forced, marked so.
-    executor = Executor(lab, jobs=jobs, force_registration=smoke)
+    # A smoke's runs are seconds each: in this process, torch is imported once instead of once a step.
+    backend = InlinePool() if smoke else "local"
+    executor = Executor(lab, backend=backend, jobs=1 if smoke else jobs, force_registration=smoke)
     start = time.perf_counter()
     report = executor.run(steps)
     wall = time.perf_counter() - start
@@ -534,7 +537,7 @@ def main() -> None:
         write_protocol_b_points(args.protocol_b_points)
         return
     if args.synthetic:
-        gate_report(6 if args.smoke else args.grids)
+        gate_report(3 if args.smoke else args.grids)
         return
     if (args.long or args.isoflop or args.ladder) and args.lab is None and not args.estimate:
         parser.error("--long, --isoflop and --ladder need --lab (or --estimate)")
@@ -560,6 +563,9 @@ def main() -> None:
         finally:
             if args.lab is None:
                 shutil.rmtree(lab, ignore_errors=True)
+        if args.smoke:  # the synthetic arms below have their own smoke (plain --smoke)
+            _print_selfcal_headlines(selfcal)
+            return
     error = None
     if args.ladder is not None:
         error = trained_ladder_report(args.lab, args.ladder, None if args.L_inf == "free" else float(args.L_inf),
@@ -577,10 +583,10 @@ def main() -> None:
     # it was fitted here (the rungs' noise), else a law of the same shape.
     source = selfcal.get("a") if selfcal and not args.smoke else None
     grid_law = GridLaw(**source["law"]) if source else TRUE_LAW
-    ladders = args.ladders or (2 if args.smoke else 100)
+    ladders = args.ladders or (1 if args.smoke else 100)
     start = time.perf_counter()
     grid = interval_coverage(ladders, law=grid_law, family_sigma=source["noise"] if source else 0.004,
-                             num_bootstrap=100 if args.smoke else 200)
+                             num_bootstrap=50 if args.smoke else 200)
     grid_seconds = time.perf_counter() - start
 
     print(f"bootstrap refit: {vectorised * 1e6:.0f} us/replicate vectorised, {looped * 1e6:.0f} us/replicate "
@@ -620,15 +626,22 @@ def main() -> None:
               f"{iso['tokens_per_param_lo']:.1f}-{iso['tokens_per_param_hi']:.1f}; at the long hero's compute)")
         print(f"ladder_approach3_long_hero_rel_error_pct: {iso['hero_error_pct']:+.2f}  (context: L(C)'s above)")
     if args.smoke:
-        gate_report(6)
+        # One grid of each design, fewer replicates: seconds. Still able to fail: the narrow design must be
+        # refused (its span of N) and the wide one registered, or the gate has stopped telling them apart.
+        outcomes = gate_report(3, num_bootstrap=100)
+        verdicts = {o.design: o.registered for o in outcomes}
+        if verdicts.get("narrow") or not verdicts.get("wide"):
+            raise SystemExit(f"gate smoke: expected the narrow grid refused and the wide one registered; got "
+                             f"{verdicts}")
 
 
-def gate_report(grids: int, seed: int = 0) -> None:
-    """Simulate ``grids`` synthetic grids (the designs in turn), print each design's counts and the gate's
-    headlines (``gate_sim``)."""
+def gate_report(grids: int, seed: int = 0, num_bootstrap: int = 400) -> list:
+    """Simulate ``grids`` synthetic grids (the designs in turn, ``num_bootstrap`` replicates each), print each
+    design's counts and the gate's headlines (``gate_sim``); returns the outcomes."""
     rng = np.random.default_rng(seed)
     start = time.perf_counter()
-    outcomes = [simulate_grid(rng, design) for _, design in zip(range(grids), itertools.cycle(DESIGNS))]
+    outcomes = [simulate_grid(rng, design, num_bootstrap=num_bootstrap)
+                for _, design in zip(range(grids), itertools.cycle(DESIGNS))]
     seconds = time.perf_counter() - start
     for design in DESIGNS:
         mine = [o for o in outcomes if o.design == design]
@@ -643,17 +656,21 @@ def gate_report(grids: int, seed: int = 0) -> None:
     print(f"interval_coverage_90: {figures['interval_coverage_90']:.3f}  (target 0.85-0.95; one hero run's loss, "
           "registered grids)")
     print(f"median_abs_error_registered_pct: {figures['median_abs_error_registered_pct']:.2f}  (registered grids)")
-    hero_floor_report(outcomes, grids, seed)
+    print("gate frontier (the interval-width rule at other half-widths, every other check as it is; refuses "
+          "ill-posed / registers well-posed): " + "; ".join(f"{cut:g}%: {ill:.2f} / {well:.2f}" for cut, (ill, well)
+                                                             in width_frontier(outcomes).items()))
+    hero_floor_report(outcomes, grids, seed, num_bootstrap)
+    return outcomes
 
 
-def hero_floor_report(plain: list, grids: int, seed: int) -> None:
+def hero_floor_report(plain: list, grids: int, seed: int, num_bootstrap: int = 400) -> None:
     """The same grids (same seed) with an earlier hero of the same recipe in the registry (``gate_sim``,
     ``hero_floor``): how many register, how well, and what the heroes' floor does for the grids the gate
     refused on their own."""
     rng, hero_rng = np.random.default_rng(seed), np.random.default_rng(seed + 1)
     start = time.perf_counter()
-    outcomes = [simulate_grid(rng, design, hero_rng=hero_rng) for _, design in zip(range(grids),
-                                                                                  itertools.cycle(DESIGNS))]
+    outcomes = [simulate_grid(rng, design, hero_rng=hero_rng, num_bootstrap=num_bootstrap)
+                for _, design in zip(range(grids), itertools.cycle(DESIGNS))]
     seconds = time.perf_counter() - start
     registered = [o for o in outcomes if o.registered]
     rescued = [o for o, alone in zip(outcomes, plain, strict=True) if o.registered and not alone.registered]
@@ -671,6 +688,10 @@ def hero_floor_report(plain: list, grids: int, seed: int) -> None:
           "grids)")
     print(f"hero_floor_median_abs_error_registered_pct: {figures['median_abs_error_registered_pct']:.2f}  "
           "(registered grids)")
+    print(f"hero_floor_gate_refuses_ill_posed: {figures['gate_refuses_ill_posed']:.3f}  (target >= 0.9; "
+          f"{figures['ill_posed_grids']:.0f} ill-posed by the error of the fit the gate judged)")
+    print(f"hero_floor_gate_registers_well_posed: {figures['gate_registers_well_posed']:.3f}  (target >= 0.9; "
+          f"{figures['well_posed_grids']:.0f} well-posed)")
 
 
 PROTOCOL_B_LAW = EndpointLaw(E=0.0, A=4.72e6, alpha=1.87, B=10.09, beta=0.076)

@@ -199,3 +199,17 @@ def test_the_nd_fit_reads_heroes_and_says_where_its_floor_came_from(tmp_path, ca
     assert main(["ladder", "fit", str(tmp_path / "narrow.csv"), "--L-inf", "1.0", "--heroes",
                  str(tmp_path / "heroes.csv"), "--lab", str(tmp_path / "lab"), "--out", str(tmp_path / "c-fit")]) == 2
     assert "expected --law nd" in capsys.readouterr().err
+
+
+def test_the_width_frontier_counts_what_each_cut_would_refuse_and_keep():
+    from glasslab.ladder.gate_sim import GridOutcome, width_frontier
+
+    def grid(error: float, half: float, *reasons: str) -> GridOutcome:
+        return GridOutcome("wide", 0.005, error, not reasons, True, reasons, half, GRID_FLOOR)
+
+    outcomes = [grid(4.0, 2.0), grid(-5.0, 3.5, "interval width: half-width 3.5%"), grid(6.0, 2.0, "span of N: 4"),
+                grid(0.5, 2.8), grid(1.0, 4.5, "interval width: half-width 4.5%"), grid(-1.2, 1.0, "span of N: 4")]
+    frontier = width_frontier(outcomes)
+    assert frontier[2.5] == (pytest.approx(2 / 3), pytest.approx(0.0))  # keeps only the 2% ill-posed grid
+    assert frontier[3.0] == (pytest.approx(2 / 3), pytest.approx(1 / 3))
+    assert frontier[5.0] == (pytest.approx(1 / 3), pytest.approx(2 / 3))  # the span rule still refuses one of each

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shlex
 
 import numpy as np
 import pytest
@@ -187,3 +188,13 @@ def test_a_tiny_grid_ladder_forks_its_branches_and_registers_the_heros_curve_bef
     assert entry["details"]["L_inf"]["mode"] == "grid"
     assert (entry["kind"], entry["forced"]) == ("refusal", True) and not fit["gate"]["registered"]
     assert "span of N" in " ".join(fit["gate"]["reasons"]) and hero["prediction"]["forced"] is True
+
+    # The fit's inputs lie beside fit.json, and the command it records refits them to the same refusal.
+    from glasslab.cli import main
+
+    command = [str(folders["g-fit"] / a) if a.endswith(".csv") else a for a in shlex.split(fit["inputs"]["command"])]
+    assert main([*command[1:], "--lab", str(tmp_path / "refit-lab"), "--out", str(tmp_path / "refit")]) == 0
+    refit = json.loads((tmp_path / "refit" / "fit.json").read_text())
+    for key in ("point", "lo", "hi"):
+        assert refit["prediction"][key] == fit["prediction"][key], key
+    assert refit["gate"]["reasons"] == fit["gate"]["reasons"] and refit["law"]["params"] == fit["law"]["params"]

@@ -4,6 +4,7 @@ the hero's prediction goes into the lab's registry before it trains, and ``--for
 from __future__ import annotations
 
 import json
+import shlex
 
 import pytest
 
@@ -11,6 +12,7 @@ from glasslab.data.build import build_step
 from glasslab.data.config import MixtureConfig
 from glasslab.lab import Executor, Step, read_step_record, registry
 from glasslab.lab.pool import InlinePool
+from glasslab.ladder.hero_results import result_name
 from glasslab.ladder.plan import LadderSpec, ScalingRule, plan_ladder
 from glasslab.ladder.steps import ladder_steps
 from glasslab.model import ModelConfig, MoEConfig
@@ -55,6 +57,20 @@ def test_a_ladder_on_a_renamed_data_step_registers_its_prediction_and_keeps_it(t
     copy = hero_record(first)["prediction"]
     assert copy["registry"] == {"name": NAME, "seq": 1} and (copy["point"], copy["lo"]) == (entry["point"],
                                                                                             entry["low"])
+    # The finished hero's measured loss and recipe are in the registry, for later fits of its recipe.
+    (result,) = registry.history(lab, result_name("tiny"))
+    assert result["kind"] == "result" and result["low"] == result["point"] == result["high"] > 0
+    assert result["details"]["recipe"]["seq_len"] == 16 and result["details"]["recipe"]["data_manifest"]
+    # The fit's rungs lie beside fit.json, and the command it records refits them to the registered numbers.
+    from glasslab.cli import main
+
+    fit_dir = next(n.folder for n in first.plan.steps if n.name == "tiny-fit")
+    fit = json.loads((fit_dir / "fit.json").read_text())
+    command = [str(fit_dir / a) if a.endswith(".csv") else a for a in shlex.split(fit["inputs"]["command"])]
+    assert main([*command[1:], "--lab", str(tmp_path / "refit-lab"), "--out", str(tmp_path / "refit")]) == 0
+    refit = json.loads((tmp_path / "refit" / "fit.json").read_text())
+    assert [refit["prediction"][k] for k in ("point", "lo", "hi")] == [entry["point"], entry["low"], entry["high"]]
+    assert refit["gate"] == fit["gate"]
 
     # --force on the fit reruns the fit and the hero: the same numbers again, nothing erased or added.
     again = Executor(lab, backend=InlinePool(), echo=False).run(tiny_ladder(L_inf=1.0), force=["tiny-fit"])

@@ -38,6 +38,18 @@ HERO_REACH = 100.0
 SEEDS = (3,)
 """Seeds of every width's trunk (and so of each of its branches): the grid's points of one width share
 their trunk's noise, so the noise that matters is between trunks."""
+WIDE_WIDTHS = (16, 24, 32, 48)
+"""The default self-calibrating grid's widths: non-embedding N spans ×17 (active ×7.3) against (a) and (b)'s ×7.8
+(×4.1), past the gate's ×10 for a free floor, and the d88 hero stays ×6.2 the top width's N, so the size term
+is checked (≥ 5×). d16–d64 spans ×38 but puts d88 at ×2.8: a hero ×5 past d64 is d128, ~22 CPU-hours
+(``glasslab ladder plan`` prints both)."""
+WIDE_MULTIPLES = (0.5, 1.0, 2.0)
+"""Three token multiples per width, none under ×0.5: a ×0.25 branch spends most of its steps in warmup."""
+WIDE_SEEDS = (2,)
+WIDE_REACH = 0.0
+"""The reach rule revised: every width keeps every branch. ``HERO_REACH`` (points ≤ 1/100 of the hero's compute)
+dropped the widest widths' larger multiples — d40 kept ×0.25–0.5 — so the widths that say most about size had
+the fewest points. The plan prints the extrapolation instead (×14 to the d88 hero)."""
 SMOKE_MAX_SOURCE_BYTES = 200_000
 """The smoke ladder's data: each built-in corpus capped, so the build takes seconds."""
 
@@ -46,6 +58,13 @@ def spec(seq_len: int = 64, name: str = LADDER) -> LadderSpec:
     """The long ladder's widths, recipe and d88 hero as a grid at context ``seq_len``."""
     return dataclasses.replace(long_ladder.spec(), name=name, seq_len=seq_len, token_multiples=TOKEN_MULTIPLES,
                                hero_reach=HERO_REACH, seeds_per_rung=SEEDS)
+
+
+def wide_spec(seq_len: int = 64, name: str = f"{LADDER}-wide") -> LadderSpec:
+    """The default self-calibrating grid: :data:`WIDE_WIDTHS` at :data:`WIDE_MULTIPLES`, two seeds, every branch
+    kept, the long ladder's recipe and d88 hero at context ``seq_len``."""
+    return dataclasses.replace(spec(seq_len, name), widths=WIDE_WIDTHS, token_multiples=WIDE_MULTIPLES,
+                               hero_reach=WIDE_REACH, seeds_per_rung=WIDE_SEEDS)
 
 
 def card(name: str, seq_len: int) -> ExperimentCard:
@@ -91,8 +110,12 @@ def smoke_build_config() -> BuildConfig:
 
 
 def smoke_steps(seq_len: int = 64, name: str = f"{LADDER}-smoke") -> list[Step]:
-    """:func:`smoke_spec` on the capped data with the long ladder's smoke recipe
-    (``bench/ladder_bench.py --selfcal --smoke``)."""
+    """:func:`smoke_spec` on the capped data with the long ladder's smoke recipe without samples or task evals,
+    every run on one thread (``bench/ladder_bench.py --selfcal --smoke``): the hero's four samples and its
+    second thread were most of the smoke's time on a busy machine (a sample 18–23 s, a step 1.1 s against a
+    grid run's 0.05 s), then the tasks scored at each of a run's 20 evals (48 of 101 s of training); the
+    protocol's headlines read neither."""
     data = Step(STEP_NAME, build_step, smoke_build_config())
-    return [data, *ladder_steps(plan_ladder(smoke_spec(seq_len, name)), data, long_ladder.MIXTURE,
-                                long_ladder.smoke_recipe(), L_inf=None, threads=1, hero_threads=2, num_bootstrap=100)]
+    recipe = dataclasses.replace(long_ladder.smoke_recipe(), sample_prompts=(), eval_tasks=())
+    return [data, *ladder_steps(plan_ladder(smoke_spec(seq_len, name)), data, long_ladder.MIXTURE, recipe,
+                                L_inf=None, threads=1, hero_threads=1, num_bootstrap=100)]

@@ -20,7 +20,11 @@ interval), ``level`` (its coverage, 0.9), ``target`` (what the prediction is abo
 Schema 2 (the registration gate, ``glasslab.ladder.gate``) adds ``schema`` (2), ``kind`` (``prediction``,
 or ``refusal``: the fit's numbers on record with ``gate``, the reasons it did not register), ``forced``
 (true when a hero ran on a refused fit anyway, ``--force-registration``) and ``gate`` (the fit's gate
-record, or None). Entries written before it (no ``schema``) read as schema 1 predictions, not forced.
+record, or None). Kind ``result`` (added within schema 2; readers that know only the first two kinds skip
+nothing, they show it as one more entry) is a measurement, not a commitment: a finished hero's measured
+loss (point = low = high) with its size, tokens, noise and recipe in ``details``, which later fits of the
+same recipe read as earlier heroes (``glasslab.ladder.hero_results``). Entries written before it (no
+``schema``) read as schema 1 predictions, not forced.
 Recording that a refusal's hero was forced is not a replacement: it appends the entry with
 ``forced`` set and a ``prediction_forced`` warning in the event log.
 """
@@ -39,7 +43,7 @@ from glasslab.track import log_lab_event
 COMPARED = ("metric", "point", "low", "high", "level", "target", "kind", "forced")
 """Fields that make two registrations the same prediction (time, code and source may differ)."""
 SCHEMA = 2
-KINDS = ("prediction", "refusal")
+KINDS = ("prediction", "refusal", "result")
 SCHEMA_1_DEFAULTS = {"schema": 1, "kind": "prediction", "forced": False, "gate": None}
 """What an entry written before schema 2 means for the fields it lacks."""
 
@@ -84,8 +88,9 @@ def register(lab_root: str | Path, name: str, *, metric: str, point: float, low:
                       severity="warning")
     elif current is None:
         refused = kind == "refusal"
-        log_lab_event(root, "prediction_refused" if refused else "prediction_registered", target,
-                      f"prediction {name} {'refused' if refused else 'registered'}: {_describe(entry)}",
+        event, verb = {"refusal": ("prediction_refused", "refused"), "result": ("hero_result_recorded", "recorded")
+                       }.get(kind, ("prediction_registered", "registered"))
+        log_lab_event(root, event, target, f"prediction {name} {verb}: {_describe(entry)}",
                       body="; ".join((gate or {}).get("reasons", [])), severity="warning" if refused else "info")
     else:
         log_lab_event(root, "prediction_replaced", target,
@@ -114,10 +119,13 @@ def gate_status(entry: dict[str, Any] | None) -> str:
     gate (reasons)`` and, when its hero ran anyway, ``; hero FORCED``."""
     if not entry or entry.get("kind", "prediction") == "prediction":
         return ""
+    if entry["kind"] == "result":
+        return "measured (a finished hero's result)"
     reasons = "; ".join((entry.get("gate") or {}).get("reasons", []))
     return f"REFUSED by the registration gate ({reasons})" + ("; hero FORCED" if entry.get("forced") else "")
 
 
 def _describe(entry: dict[str, Any]) -> str:
-    status = {"refusal": " REFUSED", "prediction": ""}[entry["kind"]] + (" FORCED" if entry["forced"] else "")
+    status = {"refusal": " REFUSED", "prediction": "", "result": " measured"}[entry["kind"]]
+    status += " FORCED" if entry["forced"] else ""
     return f"{entry['metric']} {entry['point']:.4g} [{entry['low']:.4g}, {entry['high']:.4g}]{status}"

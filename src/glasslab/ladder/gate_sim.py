@@ -122,3 +122,21 @@ def gate_figures(outcomes: list[GridOutcome]) -> dict[str, float]:
             if registered else math.nan,
             "ill_posed_grids": float(len(ill)), "well_posed_grids": float(len(well)),
             "registered_grids": float(len(registered))}
+
+
+WIDTH_CUTS_PCT = (2.5, 3.0, 4.0, 5.0, 6.0)
+"""Interval half-widths (% of the point) at which :func:`width_frontier` shows what the width rule trades."""
+
+
+def width_frontier(outcomes: list[GridOutcome]) -> dict[float, tuple[float, float]]:
+    """For each cut in :data:`WIDTH_CUTS_PCT`, (refuses ill-posed, registers well-posed) had the interval-width
+    rule refused at that half-width and every other check stayed as it is: the trade the noise leaves."""
+    def kept(o: GridOutcome, cut: float) -> bool:
+        return o.halfwidth_pct <= cut and all(r.startswith("interval width") for r in o.reasons)
+
+    frontier = {}
+    for cut in WIDTH_CUTS_PCT:
+        ill = [not kept(o, cut) for o in outcomes if o.label == "ill-posed"]
+        well = [kept(o, cut) for o in outcomes if o.label == "well-posed"]
+        frontier[cut] = (float(np.mean(ill)) if ill else math.nan, float(np.mean(well)) if well else math.nan)
+    return frontier

@@ -30,6 +30,8 @@ from glasslab.errors import UserError
 from glasslab.ladder.curves import RunCurve
 from glasslab.ladder.gate import gate_endpoint_fit
 from glasslab.ladder.grid_law import HUBER_DELTA, GridNoise, family_noise, replicate_losses
+from glasslab.ladder.points import rungs_of
+from glasslab.ladder.rungs import Rung
 from glasslab.ladder.uncertainty import percentile_interval, t_inflation
 from glasslab.ladder.varpro import ColumnGroup, grid_fit, huber_nonneg_fit
 
@@ -66,9 +68,9 @@ class EndpointLaw:
 
 @dataclass(frozen=True)
 class EndPoints:
-    """One point per finished branch run: N, D (forward area at the end), final loss, family."""
+    """One point per finished branch run (or points-file row): N, D (forward area at the end), final loss,
+    family."""
 
-    runs: tuple[RunCurve, ...]
     params_n: np.ndarray
     tokens_n: np.ndarray
     loss_n: np.ndarray
@@ -78,27 +80,41 @@ class EndPoints:
 
 def points_of(params_n: Sequence[float], tokens_n: Sequence[float], loss_n: Sequence[float],
               family_of: Sequence[tuple[str, int]]) -> EndPoints:
-    """End points given as numbers (a points file): N, D, final loss and each point's family (width, seed);
-    a one-line UserError when too few."""
+    """End points given as numbers: N, D, final loss and each point's family (a size and a seed); a one-line
+    UserError when too few."""
     families = tuple(dict.fromkeys(family_of))
     if len(loss_n) < MIN_POINTS or len(set(params_n)) < 2:
         raise UserError(f"end-point law: {len(loss_n)} points over {len(set(params_n))} sizes; expected at least "
                         f"{MIN_POINTS} over two sizes")
-    return EndPoints((), np.asarray(params_n, float), np.asarray(tokens_n, float), np.asarray(loss_n, float),
+    return EndPoints(np.asarray(params_n, float), np.asarray(tokens_n, float), np.asarray(loss_n, float),
                      np.array([families.index(f) for f in family_of]), families)
 
 
+def points_of_rungs(rungs: Sequence[Rung]) -> EndPoints:
+    """The end points of ``rungs`` (each with N and D, a loss per seed, in the order ``points.rungs_of`` gives
+    them): the k-th loss of every rung of one N is one family, as a width's trunk and seed are in a grid."""
+    rows = [(r.params_active, r.tokens, loss, (f"N{r.params_active:.4g}", k))
+            for r in rungs for k, loss in enumerate(r.losses)]
+    return points_of(*zip(*rows, strict=True))
+
+
+def end_point_rows(curves: Sequence[RunCurve]) -> list[dict]:
+    """The finished branches of ``curves`` as points-file rows (``points.write_points``): N, D (forward area at
+    the end), final loss, seed, FLOPs outside the LM head and the run, each branch's seeds in order."""
+    runs = sorted((c for c in curves if c.role != "trunk" and c.final is not None),
+                  key=lambda c: (c.flops, c.params, c.seed))
+    return [{"params": c.params, "tokens": float(np.sum(c.multipliers()) * c.batch_tokens), "loss": c.final,
+             "seed": c.seed, "flops": c.flops, "run": c.run_id} for c in runs]
+
+
 def end_points(curves: Sequence[RunCurve]) -> EndPoints:
-    """The finished branches of ``curves`` as end points; a one-line UserError when too few."""
-    runs = tuple(c for c in curves if c.role != "trunk" and c.final is not None)
-    families = tuple(dict.fromkeys(c.family for c in runs))
-    if len(runs) < MIN_POINTS or len({c.params for c in runs}) < 2:
-        raise UserError(f"grid ladder: {len(runs)} finished branches over {len({c.params for c in runs})} widths; "
+    """The finished branches of ``curves`` as end points, through the points file's grouping (so a refit of the
+    file a fit writes sees the same points in the same order); a one-line UserError when too few."""
+    rows = end_point_rows(curves)
+    if len(rows) < MIN_POINTS or len({r["params"] for r in rows}) < 2:
+        raise UserError(f"grid ladder: {len(rows)} finished branches over {len({r['params'] for r in rows})} widths; "
                         f"expected at least {MIN_POINTS} over two widths")
-    return EndPoints(runs, np.array([c.params for c in runs]),
-                     np.array([float(np.sum(c.multipliers()) * c.batch_tokens) for c in runs]),
-                     np.array([c.final for c in runs]), np.array([families.index(c.family) for c in runs]),
-                     families)
+    return points_of_rungs(rungs_of(rows, "grid ladder"))
 
 
 def _groups(points: EndPoints, alphas: Sequence[float], betas: Sequence[float]) -> list[ColumnGroup]:

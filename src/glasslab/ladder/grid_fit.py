@@ -32,14 +32,16 @@ import numpy as np
 from glasslab.errors import UserError
 from glasslab.ladder.curves import RunCurve, TargetCurve, target_curve
 from glasslab.ladder.fit import TARGET_METRIC, floor_text, rung_record
+from glasslab.ladder.fit_inputs import inputs_record
 from glasslab.ladder.grid_ends import (
+    GRID_FLOOR,
     EndpointPrediction,
     EndPoints,
     bootstrap_endpoint_law,
+    end_point_rows,
     end_points,
     endpoint_noise,
     fit_endpoint_law,
-    predict_endpoint,
 )
 from glasslab.ladder.grid_law import (
     FIRST_FRACTION,
@@ -53,6 +55,8 @@ from glasslab.ladder.grid_law import (
     grid_data,
     predict_target,
 )
+from glasslab.ladder.hero_floor import EarlierHero, predict_with_heroes
+from glasslab.ladder.nd_fit import floor_record, param_se
 from glasslab.ladder.predict import CURVE_FRACTIONS
 from glasslab.ladder.rungs import Rung
 from glasslab.ladder.uncertainty import percentile_interval
@@ -81,13 +85,15 @@ class GridPrediction:
 
 
 def predict_grid(curves: Sequence[RunCurve], hero: TargetCurve, *, level: float = 0.9, num_bootstrap: int = 1000,
-                 rng: np.random.Generator) -> GridPrediction:
-    """The end-point law at the hero's (N, D) for its final loss; the grid law on every curve for the shape of
-    its training, ``curve(f) = final · L(f) / L(1)``; each band replicate a final-loss replicate times a shape
-    replicate (the run's own offset cancels in the shape and is drawn once, in the final loss)."""
+                 rng: np.random.Generator, heroes: Sequence[EarlierHero] = ()) -> GridPrediction:
+    """The end-point law at the hero's (N, D) for its final loss (with the floor from earlier ``heroes`` of the
+    recipe when the grid's own is refused, ``hero_floor``); the grid law on every curve for the shape of its
+    training, ``curve(f) = final · L(f) / L(1)``; each band replicate a final-loss replicate times a shape
+    replicate (the run's own offset cancels in the shape and is drawn once, in the final loss). On the heroes'
+    floor the final loss has no replicates: the band is the shape's, scaled to the final interval's ends."""
     points = end_points(curves)
-    ends = predict_endpoint(points, (hero.params, float(hero.forward_area[-1])), level=level,
-                            num_bootstrap=num_bootstrap, rng=rng)
+    ends = predict_with_heroes(points, (hero.params, float(hero.forward_area[-1])), heroes, level=level,
+                               num_bootstrap=num_bootstrap, rng=rng)
     final, final_B = ends.point, ends.predicted_B
     data = grid_data(curves)
     curve_law = fit_grid_law(data)
@@ -99,36 +105,44 @@ def predict_grid(curves: Sequence[RunCurve], hero: TargetCurve, *, level: float 
         raise UserError(f"grid ladder: the laws put the hero's loss at or below 0 (final {final:.4g}, curve "
                         f"{shape_F.min():.4g}); expected positive losses — the grid does not constrain this hero")
     shape_BF = replicates.targets[0] / replicates.targets[0][:, [-1]]
-    count = min(len(final_B), len(shape_BF))
-    lo_F, hi_F = percentile_interval(final_B[:count, None] * shape_BF[:count], level)
+    if ends.gate["floor"]["source"] == GRID_FLOOR:
+        count = min(len(final_B), len(shape_BF))
+        lo_F, hi_F = percentile_interval(final_B[:count, None] * shape_BF[:count], level)
+    else:
+        shape_lo, shape_hi = percentile_interval(shape_BF, level)
+        lo_F, hi_F = ends.lo * shape_lo, ends.hi * shape_hi
     point_F = final * shape_F / shape_F[-1]
     return GridPrediction(ends, final, curve_law, curve_noise, replicates.params, point_F,
                           np.minimum(lo_F, point_F), np.maximum(hi_F, point_F), points, data)
 
 
 def fit_grid_ladder(curves: Sequence[RunCurve], *, ladder: str, target: Any, target_flops: float,
-                    level: float = 0.9, num_bootstrap: int = 1000, seed: int = 0) -> dict[str, Any]:
+                    level: float = 0.9, num_bootstrap: int = 1000, seed: int = 0,
+                    heroes: Sequence[EarlierHero] = ()) -> dict[str, Any]:
     """Fit a grid ladder's runs (``curves``: trunks and branches) and predict the ``target`` run (a
     :class:`~glasslab.ladder.steps.GridTarget`: its N, schedule, steps and batch) at every 5% of its
-    training; ``target_flops`` is its compute outside the LM head. Returns the ``fit.json`` dict."""
+    training; ``target_flops`` is its compute outside the LM head; ``heroes``: earlier heroes of the same
+    recipe (``hero_floor``). Returns the ``fit.json`` dict; its ``inputs`` say how to refit its final loss
+    from the points file the fit step writes beside it (``fit_inputs``)."""
     if not (math.isfinite(target_flops) and target_flops > 0):
         raise UserError(f"target compute {target_flops!r} FLOPs: expected a finite positive number")
     hero = target_curve(target.params, target.schedule, target.steps, target.batch_tokens, CURVE_FRACTIONS)
-    grid = predict_grid(curves, hero, level=level, num_bootstrap=num_bootstrap, rng=np.random.default_rng(seed))
+    grid = predict_grid(curves, hero, level=level, num_bootstrap=num_bootstrap, rng=np.random.default_rng(seed),
+                        heroes=heroes)
     law = grid.ends.law
     curve = [{"fraction": f, "flops": target_flops * f, "point": float(p), "lo": float(lo), "hi": float(hi)}
              for f, p, lo, hi in zip(CURVE_FRACTIONS, grid.point, grid.lo, grid.hi, strict=True)]
-    E_lo, E_hi = (float(x[0]) for x in percentile_interval(grid.ends.replicates[:, [0]], level))
-    floor = {"mode": "grid", "value": law.E, "lo": E_lo, "hi": E_hi, "level": level, "sweep": [], "prior": None}
+    floor = floor_record(grid.ends.gate["floor"], law.E, level)
+    target_size = (float(target.params), float(hero.forward_area[-1]))
     return {
         "ladder": ladder,
         "target": TARGET_METRIC,
         "L_inf": {**floor, "text": floor_text(floor)},
         "rungs": [rung_record(r) for r in grid_points(curves)],
         "law": {"form": law.form, "params": law.params,
-                "param_se": {k: float(np.std(grid.ends.replicates[:, i], ddof=1)) for i, k in enumerate(law.params)},
-                "noise": grid.ends.noise.to_dict(), "fitted_on": [c.run_id for c in grid.points.runs],
-                "points": len(grid.points.runs), "huber_delta": HUBER_DELTA,
+                "param_se": param_se(grid.ends, floor),
+                "noise": grid.ends.noise.to_dict(), "fitted_on": [r["run"] for r in end_point_rows(curves)],
+                "points": len(grid.points.loss_n), "huber_delta": HUBER_DELTA,
                 "tokens": "forward area at the end (tokens at the peak learning rate)"},
         "curve_law": {"form": grid.curve_law.form, "params": grid.curve_law.params,
                       "param_se": {k: float(np.std(grid.curve_params[:, i], ddof=1))
@@ -136,8 +150,10 @@ def fit_grid_ladder(curves: Sequence[RunCurve], *, ladder: str, target: Any, tar
                       "noise": grid.curve_noise.to_dict(), "fitted_on": [c.run_id for c in grid.data.curves],
                       "points": int(len(grid.data.loss_n)), "first_fraction": FIRST_FRACTION},
         "sweep_table": [],
-        "prediction": {"flops": target_flops, "point": grid.final, "lo": curve[-1]["lo"], "hi": curve[-1]["hi"],
+        "prediction": {"flops": target_flops, "point": grid.final, "lo": grid.ends.lo, "hi": grid.ends.hi,
                        "level": level},
+        "target_size": {"params": target_size[0], "tokens": target_size[1]},
+        "inputs": inputs_record(ladder, target_size, num_bootstrap, heroes),
         "curve": curve,
         "backtest": leave_largest_width_out(curves, level=level, num_bootstrap=min(num_bootstrap, BACKTEST_BOOTSTRAP),
                                             seed=seed),

@@ -49,6 +49,7 @@ from glasslab.ladder.grid_ends import (
     top_point,
 )
 from glasslab.ladder.uncertainty import percentile_interval
+from glasslab.layout import write_text_atomic
 
 FLOOR_MARGIN = 1e-3
 """Nats: the pinned floor stays this far below the grid's lowest loss (the reducible part must be > 0)."""
@@ -96,6 +97,13 @@ def read_heroes(path: str | Path) -> tuple[EarlierHero, ...]:
                 raise UserError(f"{path}:{line}: {field}={row[field]!r}; expected a positive number")
         heroes.append(EarlierHero(row["name"] or f"row {line}", **values))
     return tuple(heroes)
+
+
+def write_heroes(path: str | Path, heroes: Sequence[EarlierHero]) -> None:
+    """``heroes`` as the CSV :func:`read_heroes` reads, each number written back exactly (``repr``)."""
+    lines = [",".join(HERO_COLUMNS)]
+    lines += [",".join([h.name, *(repr(float(getattr(h, c))) for c in HERO_COLUMNS[1:])]) for h in heroes]
+    write_text_atomic(Path(path), "\n".join(lines) + "\n")
 
 
 def pinned_fit(points: EndPoints, floor: float) -> EndpointLaw:

@@ -18,7 +18,8 @@ import numpy as np
 
 from glasslab.errors import UserError
 from glasslab.ladder.fit import TARGET_METRIC, floor_text, rung_record
-from glasslab.ladder.grid_ends import GRID_FLOOR, points_of
+from glasslab.ladder.fit_inputs import inputs_record
+from glasslab.ladder.grid_ends import GRID_FLOOR, EndpointPrediction, points_of_rungs
 from glasslab.ladder.hero_floor import EarlierHero, predict_with_heroes
 from glasslab.ladder.points import DENSE_FLOPS_PER_PARAM_TOKEN
 from glasslab.ladder.rungs import Rung
@@ -37,14 +38,11 @@ def fit_points_law(rungs: Sequence[Rung], *, ladder: str, target_size: tuple[flo
     if not all(math.isfinite(x) and x > 0 for x in target_size):
         raise UserError(f"--law nd: target (params, tokens) = {target_size}; expected --target-params and "
                         "--target-tokens, finite and positive")
-    rows = [(r.params_active, r.tokens, loss, (f"N{r.params_active:.4g}", k))
-            for r in rungs for k, loss in enumerate(r.losses)]
-    points = points_of(*zip(*rows, strict=True))
+    points = points_of_rungs(rungs)
     ends = predict_with_heroes(points, target_size, heroes, level=level, num_bootstrap=num_bootstrap,
                                rng=np.random.default_rng(seed))
-    law, source = ends.law, ends.gate["floor"]
-    floor = {"mode": "grid" if source["source"] == GRID_FLOOR else "heroes", "value": law.E, "lo": source["low"],
-             "hi": source["high"], "level": level, "sweep": [], "prior": None, "heroes": list(source.get("heroes", {}))}
+    law = ends.law
+    floor = floor_record(ends.gate["floor"], law.E, level)
     flops = DENSE_FLOPS_PER_PARAM_TOKEN * target_size[0] * target_size[1]
     prediction = {"flops": flops, "point": ends.point, "lo": ends.lo, "hi": ends.hi, "level": level}
     return {
@@ -53,14 +51,13 @@ def fit_points_law(rungs: Sequence[Rung], *, ladder: str, target_size: tuple[flo
         "L_inf": {**floor, "text": floor_text(floor)},
         "rungs": [rung_record(r) for r in rungs],
         "law": {"form": law.form, "params": law.params,
-                # The bootstrap's replicates are the free fit's: no standard errors for a law on the heroes' floor.
-                "param_se": {k: float(np.std(ends.replicates[:, i], ddof=1)) for i, k in enumerate(law.params)}
-                if floor["mode"] == "grid" else {},
-                "noise": ends.noise.to_dict(), "fitted_on": [r.name for r in rungs], "points": len(rows),
+                "param_se": param_se(ends, floor),
+                "noise": ends.noise.to_dict(), "fitted_on": [r.name for r in rungs], "points": len(points.loss_n),
                 "tokens": "the points file's tokens column"},
         "sweep_table": [],
         "prediction": prediction,
         "target_size": {"params": target_size[0], "tokens": target_size[1]},
+        "inputs": inputs_record(ladder, target_size, num_bootstrap, heroes),
         "curve": [{"fraction": 1.0, **{k: prediction[k] for k in ("flops", "point", "lo", "hi")}}],
         "backtest": {"method": "none: a points file has no held-out rung", "steps": [], "last": None,
                      "mean_abs_rel_error_pct": None},
@@ -70,3 +67,18 @@ def fit_points_law(rungs: Sequence[Rung], *, ladder: str, target_size: tuple[flo
         "gate": ends.gate,
         "grid": {"difference_check": ends.difference, "families": len(points.families)},
     }
+
+
+def floor_record(source: dict[str, Any], value: float, level: float) -> dict[str, Any]:
+    """``fit.json``'s ``L_inf`` of an end-point fit (before its ``text``): the law's E, and its interval from
+    where it came (``source``, the gate record's ``floor``): the grid's bootstrap or the earlier heroes."""
+    return {"mode": "grid" if source["source"] == GRID_FLOOR else "heroes", "value": value, "lo": source["low"],
+            "hi": source["high"], "level": level, "sweep": [], "prior": None, "heroes": list(source.get("heroes", {}))}
+
+
+def param_se(ends: EndpointPrediction, floor: dict[str, Any]) -> dict[str, float]:
+    """The law's standard errors from the bootstrap's replicates; they are the free fit's, so none for a law on
+    the heroes' floor."""
+    if floor["mode"] != "grid":
+        return {}
+    return {k: float(np.std(ends.replicates[:, i], ddof=1)) for i, k in enumerate(ends.law.params)}

@@ -420,12 +420,33 @@ def plan_table(plan: LadderPlan):  # -> rich.table.Table (rich is imported here 
     return table
 
 
+CPU_FLOPS_PER_CORE_SECOND = 1e10
+"""Training FLOPs one CPU core does in a second on grid-sized runs, for a plan's cost in CPU-hours: protocol
+(a)'s grid, 9.95e12 FLOPs, took 17.2 minutes of one core by ``bench/ladder_bench.py --estimate`` (measured step
+times, ``docs/LOG.md`` 2026-12-02): 9.6e9 a core-second. The d88 hero ran 2.1e10 (8.91e13 FLOPs in 2,100 s on two
+threads), so the hero's figure is an upper bound; both were measured under load, not quiet."""
+
+
+def cpu_hours(flops: float) -> float:
+    """Hours of one CPU core that ``flops`` training FLOPs take at :data:`CPU_FLOPS_PER_CORE_SECOND`."""
+    return flops / CPU_FLOPS_PER_CORE_SECOND / 3600
+
+
 def grid_cost(plan: LadderPlan) -> str:
-    """A grid's training compute over all seeds (each trunk once, each branch from its fork) and the
-    extrapolation it buys: the hero's compute outside the LM head over the largest grid point's."""
+    """A grid's training compute over all seeds (each trunk once, each branch from its fork) in FLOPs and CPU-hours,
+    the span of N it fits (non-embedding and active parameters) and the extrapolation it buys: the hero's N over the
+    top width's, and its compute outside the LM head over the largest grid point's."""
     trunks = sum(t.flops * len(t.seeds) for t in plan.trunks)
     branches = sum(r.flops * (r.steps - r.fork_step) / r.steps * len(r.seeds) for r in plan.rungs)
     reach = plan.hero.law_flops / max(r.law_flops for r in plan.rungs)
-    return (f"grid cost: {trunks + branches:.3g} training FLOPs over all seeds ({trunks:.3g} trunks, "
-            f"{branches:.3g} cooldowns); hero {plan.hero.flops:.3g} FLOPs; extrapolation ×{reach:.0f} "
+    non_embedding = [t.model.param_counts()["active_non_embedding"] for t in plan.trunks]
+    active = [t.params_active for t in plan.trunks]
+    hero_n = plan.hero.model.param_counts()["active_non_embedding"]
+    grid, hero = trunks + branches, plan.hero.flops
+    return (f"grid cost: {grid:.3g} training FLOPs over all seeds ({trunks:.3g} trunks, {branches:.3g} cooldowns), "
+            f"~{cpu_hours(grid):.1f} CPU-hours; hero {hero:.3g} FLOPs, ~{cpu_hours(hero):.1f} CPU-hours (at "
+            f"{CPU_FLOPS_PER_CORE_SECOND:.0e} FLOPs a core-second)\n"
+            f"span of N: ×{max(non_embedding) / min(non_embedding):.1f} non-embedding, "
+            f"×{max(active) / min(active):.1f} active; hero ×{hero_n / max(non_embedding):.1f} the top width's N; "
+            f"extrapolation ×{reach:.0f} "
             f"(hero over the top grid point, outside the LM head)")

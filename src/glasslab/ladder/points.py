@@ -24,9 +24,12 @@ from typing import Any
 
 from glasslab.errors import UserError
 from glasslab.ladder.rungs import Rung
+from glasslab.layout import write_text_atomic
 
 FIELDS = ("flops", "loss", "seed", "params", "tokens")
 REQUIRED = ("loss",)
+WRITTEN = ("params", "tokens", "loss", "seed", "flops")
+"""The columns a fit writes its points in (``write_points``); ``run`` (the run folder) follows, left out on reading."""
 POINT_SUFFIXES = (".csv", ".json")
 DENSE_FLOPS_PER_PARAM_TOKEN = 6.0
 """C = 6·N·D: forward and backward matmuls of a dense model, the count Chinchilla's data uses."""
@@ -75,7 +78,7 @@ def read_points(path: str | Path) -> tuple[list[Rung], list[str]]:
         for p in points:
             p["params"] = p["flops"] / (DENSE_FLOPS_PER_PARAM_TOKEN * p["tokens"])
         notes.append(f"{path.name}: no params column; params taken as flops / (6 · tokens)")
-    return _rungs(path, points), notes
+    return rungs_of(points, path), notes
 
 
 def _read_rows(path: Path) -> tuple[list[tuple[str, dict[str, Any]]], list[str]]:
@@ -130,7 +133,11 @@ def _number(path: Path, where: str, name: str, value: Any) -> float | int:
     return number
 
 
-def _rungs(path: Path, points: Iterable[dict[str, Any]]) -> list[Rung]:
+def rungs_of(points: Iterable[dict[str, Any]], where: str | Path) -> list[Rung]:
+    """Points (``flops``, ``loss``, ``seed``, ``params``, ``tokens``) grouped into rungs, smallest compute first,
+    each rung's losses in the order given: a points file's, and a grid fit's end points (``grid_ends``), go
+    through this one function, so a fit refitted from the file it wrote sees its points in the same order."""
+    path = where
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for p in points:
         groups.setdefault((p["flops"], p["params"], p["tokens"]), []).append(p)
@@ -148,3 +155,14 @@ def _rungs(path: Path, points: Iterable[dict[str, Any]]) -> list[Rung]:
         rungs.append(Rung(name=name, flops=flops, losses=tuple(p["loss"] for p in seeds),
                           params_active=params or 0.0, tokens=tokens or 0.0))
     return rungs
+
+
+def write_points(path: str | Path, points: Iterable[dict[str, Any]]) -> None:
+    """A points file (CSV) of ``points`` (dicts with :data:`FIELDS` and optionally ``run``), each number as
+    Python writes it back exactly (``repr``), so ``read_points`` of the file gives the same floats."""
+    columns = (*WRITTEN, "run")
+    lines = [",".join(columns)]
+    for p in points:
+        lines.append(",".join("" if p.get(c) is None else (str(p[c]) if c in ("run", "seed") else repr(float(p[c])))
+                              for c in columns))
+    write_text_atomic(Path(path), "\n".join(lines) + "\n")

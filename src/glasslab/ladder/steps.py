@@ -26,8 +26,11 @@ from glasslab.lab import Resources, Step, StepContext, StepOutput, output_of, pl
 from glasslab.ladder.curves import read_grid_runs
 from glasslab.ladder.figures import draw_fit
 from glasslab.ladder.fit import fit_ladder, read_fit, write_fit
+from glasslab.ladder.fit_inputs import compute_inputs_record, rung_points, write_inputs
+from glasslab.ladder.grid_ends import end_point_rows
 from glasslab.ladder.grid_fit import fit_grid_ladder
 from glasslab.ladder.hero_floor import EarlierHero
+from glasslab.ladder.hero_results import recipe_of_run, record_hero_result, registry_heroes
 from glasslab.ladder.nd_fit import fit_points_law
 from glasslab.ladder.plan import LadderPlan, PlannedRung, rung_record_extra
 from glasslab.ladder.preregister import (
@@ -199,9 +202,12 @@ def fit_step(ctx: StepContext) -> dict[str, Any]:
     Returns the prediction (``flops``, ``point``, ``lo``, ``hi``, ``level``)."""
     cfg: FitStepConfig = ctx.config
     if cfg.grid is not None:
-        fit = fit_grid_ladder(read_grid_runs([run.folder for run in (*cfg.rung_steps, *cfg.trunk_steps)]),
-                              ladder=cfg.ladder, target=cfg.grid, target_flops=cfg.target_flops,
-                              num_bootstrap=cfg.num_bootstrap)
+        runs = [run.folder for run in (*cfg.rung_steps, *cfg.trunk_steps)]
+        curves, heroes = read_grid_runs(runs), registry_heroes(ctx.lab_root, recipe_of_run(runs[0]),
+                                                                     exclude_ladder=cfg.ladder)
+        fit = fit_grid_ladder(curves, ladder=cfg.ladder, target=cfg.grid, target_flops=cfg.target_flops,
+                              num_bootstrap=cfg.num_bootstrap, heroes=heroes)
+        write_inputs(ctx.output_dir, end_point_rows(curves), heroes)
         write_fit(ctx.output_dir / FIT_FILE, fit)
         draw_fit(fit, ctx.output_dir)
         return fit["prediction"]
@@ -209,6 +215,8 @@ def fit_step(ctx: StepContext) -> dict[str, Any]:
     fit = fit_ladder(rungs, ladder=cfg.ladder, target_flops=cfg.target_flops, L_inf=cfg.L_inf, sweep=cfg.sweep,
                      target_size=cfg.target_size, num_bootstrap=cfg.num_bootstrap,
                      tasks=read_task_points(run.folder for run in cfg.rung_steps))
+    fit["inputs"] = compute_inputs_record(cfg.ladder, cfg.L_inf, cfg.sweep, cfg.target_flops, cfg.num_bootstrap)
+    write_inputs(ctx.output_dir, rung_points(rungs), ())
     write_fit(ctx.output_dir / FIT_FILE, fit)
     draw_fit(fit, ctx.output_dir)
     return fit["prediction"]
@@ -234,6 +242,7 @@ def points_law_step(ctx: StepContext) -> dict[str, Any]:
     cfg: PointsLawConfig = ctx.config
     fit = fit_points_law(cfg.rungs, ladder=cfg.ladder, target_size=cfg.target_size, num_bootstrap=cfg.num_bootstrap,
                          heroes=cfg.heroes)
+    write_inputs(ctx.output_dir, rung_points(cfg.rungs), cfg.heroes)
     write_fit(ctx.output_dir / FIT_FILE, fit)
     return fit["prediction"]
 
@@ -241,7 +250,8 @@ def points_law_step(ctx: StepContext) -> dict[str, Any]:
 def hero_step(ctx: StepContext) -> dict[str, Any]:
     """Register the fit's predictions for the hero (loss, task accuracies; a fit the gate refused stops here
     unless forced, see :func:`register_hero_prediction`), then train the hero with a copy of
-    the loss prediction in its run.json (written before step 0) and its eval loss watched against the band."""
+    the loss prediction in its run.json (written before step 0) and its eval loss watched against the band;
+    once finished, record its measured loss and recipe in the registry (``hero_results``)."""
     cfg: HeroStepConfig = ctx.config
     fit_dir = cfg.fit_from.folder
     fit = read_fit(fit_dir / FIT_FILE)
@@ -250,4 +260,7 @@ def hero_step(ctx: StepContext) -> dict[str, Any]:
     register_task_predictions(ctx.lab_root, fit, target=ctx.name, source=fit_dir.name, replace=ctx.re_register,
                               forced=entry["forced"])
     extra = hero_record_extra(fit, cfg.train.record_extra, entry)
-    return run_training(dataclasses.replace(ctx, config=cfg.train), extra, callbacks=[BandWatcher(extra["prediction"])])
+    metrics = run_training(dataclasses.replace(ctx, config=cfg.train), extra,
+                           callbacks=[BandWatcher(extra["prediction"])])
+    record_hero_result(ctx.lab_root, fit, ctx.output_dir, metrics, target=ctx.name)
+    return metrics

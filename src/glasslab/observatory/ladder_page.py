@@ -96,6 +96,18 @@ def gate_line(fit: dict[str, Any], prediction: Any) -> dict[str, Any] | None:
             "text": text + source + (f" (flags: {flags})" if flags else "")}
 
 
+def fit_inputs(fit_id: str, fit: dict[str, Any]) -> dict[str, Any] | None:
+    """The files an end-point fit was fitted on (written beside ``fit.json``; on the site with its figures) and
+    the command that refits them to the same numbers; None for a fit that wrote none."""
+    inputs = fit.get("inputs")
+    if not isinstance(inputs, dict) or not isinstance(inputs.get("command"), str):
+        return None
+    from glasslab.observatory.publish import figure_file  # publish draws its pages from this module
+
+    names = [inputs[k] for k in ("points", "heroes") if isinstance(inputs.get(k), str)]
+    return {"command": inputs["command"], "files": [{"name": n, "site": figure_file(fit_id, n)} for n in names]}
+
+
 def law_line(fit: dict[str, Any], hero_flops: float | None) -> list[dict[str, float]]:
     """The fitted law L(C) as points from the smallest rung to past the hero (``law_line`` in
     ``fit.json`` when written, else from the law's parameters)."""
@@ -280,7 +292,7 @@ def ladder_page(lab: Lab, fit_id: str) -> dict[str, Any] | None:
         "hero_size": (hero_record or {}).get("size_name"), "tasks": hero_tasks(lab, folder.name, fit, hero_id),
         "sources": ladder_sources(lab, folder, fit, hero_id, hero_verdict_, target),
         "verdict": hero_verdict_, "parameters": law_parameters(fit), "floor": floor_line(fit),
-        "gate": gate_line(fit, prediction),
+        "gate": gate_line(fit, prediction), "inputs": fit_inputs(fit_id, fit),
         "law_line": law_line(fit, (prediction or {}).get("flops")), "registry": registry_entries(lab),
         "clusters": cluster_scaling(lab, fit),
         "cursors": cursors, "watch": [hero_id] if hero_id else [],

@@ -77,10 +77,18 @@ def figure_file(item_id: str, name: str) -> str:
     return f"figures/{page_file('figure', item_id).removesuffix('.html')}-{name}"
 
 
+FIT_INPUT_FILES = ("points.csv", "heroes.csv")
+"""What an end-point fit was fitted on (``glasslab.ladder.fit_inputs``): the site carries them beside its figures."""
+
+
 def site_figures(lab: Lab) -> dict[str, Path]:
-    """Every figure the site carries: each ladder fit's PNGs, by their file under the site."""
-    return {figure_file(fit_id, png.name): png for fit_id, folder in lab.index().fits.items()
-            for png in sorted(folder.glob("*.png"))}
+    """Every figure the site carries — each ladder fit's PNGs — and each fit's input files, by their file under
+    the site."""
+    files = {}
+    for fit_id, folder in lab.index().fits.items():
+        inputs = [folder / name for name in FIT_INPUT_FILES if (folder / name).is_file()]
+        files.update({figure_file(fit_id, path.name): path for path in [*sorted(folder.glob("*.png")), *inputs]})
+    return files
 
 
 def site_pages(lab: Lab) -> list[tuple[str, str | None]]:

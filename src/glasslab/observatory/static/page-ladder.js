@@ -86,6 +86,10 @@
     if (d.floor) app.append(el("p", { id: "floor" }, el("b", {}, "Floor: "), d.floor));
     if (d.gate) app.append(el("p", { id: "gate", class: d.gate.registered ? "" : "bad" },
       el("b", {}, "Registration gate: "), d.gate.text));
+    if (d.inputs) app.append(el("p", { id: "fit-inputs" }, el("b", {}, "Inputs: "),
+      ...d.inputs.files.flatMap((f, i) => [i ? ", " : "",
+        window.GLASSLAB_SITE ? el("a", { href: f.site }, f.name) : f.name]),
+      " beside fit.json; refit: ", el("code", {}, d.inputs.command)));
     const lines = chartLines(d);
     let heroIndex = -1;
     if (hero) {
