@@ -1,0 +1,159 @@
+"""The lab on object storage (issue 44), against moto's S3-compatible server started here: the store
+honours conditional creates, two nodes racing for a step get one lease, a URL the lab cannot use is one
+line and exit 2, and a run SIGKILLed on one node resumes on another (its own local working folder) bit
+for bit the same as the uninterrupted run on a local folder."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from cli_runner import run_cli, start_cli
+from glasslab.cli import main as cli_main
+from glasslab.store.lease import RootLease
+from glasslab.store.url import open_root
+from glasslab.track import RunReader
+from glasslab.train import checkpoint as ckpt
+from s3_server import s3_server
+from train_data import build_tiny_dataset, tiny_run_config
+
+
+@pytest.fixture(scope="module")
+def endpoint():
+    with s3_server(buckets=("lab",)) as url:
+        yield url
+
+
+def _record(**extra):
+    return {"host": "node", "pid": None, "heartbeat": time.time(), **extra}
+
+
+def test_the_server_honours_if_none_match_and_one_racer_gets_the_lease(endpoint):
+    root = open_root("s3://lab/leases")
+    assert root.put("k", b"first", if_absent=True)
+    assert not root.put("k", b"second", if_absent=True)  # a store that ignored If-None-Match would say True
+    assert root.get("k") == b"first"
+
+    wins, start = [], threading.Barrier(6)
+
+    def race(owner: str) -> None:
+        lease = RootLease(root, "step-a", owner, lease_s=60)
+        start.wait()
+        if lease.acquire(_record()):
+            wins.append(owner)
+
+    threads = [threading.Thread(target=race, args=(f"node{i}",)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(wins) == 1
+    holder = RootLease(root, "step-a", "other", lease_s=60).holder()
+    assert holder is not None and holder["owner"] == wins[0]
+
+
+def test_a_stale_lease_is_taken_over_once_and_its_old_holder_learns_it_lost(endpoint):
+    root = open_root("s3://lab/stale")
+    old = RootLease(root, "step-b", "old", lease_s=0.5)
+    assert old.acquire(_record())
+    assert not RootLease(root, "step-b", "early", lease_s=0.5).acquire(_record())  # live: refused
+    time.sleep(0.6)
+    racers = [RootLease(root, "step-b", f"new{i}", lease_s=0.5) for i in range(2)]
+    assert [r.acquire(_record()) for r in racers] == [True, False]  # the second sees a live holder
+    assert not old.refresh(_record())  # the suspended holder stops writing
+    racers[0].release()
+    assert RootLease(root, "step-b", "next", lease_s=0.5).acquire(_record())  # released: free at once
+
+
+def _unanswering_endpoint() -> tuple[socket.socket, str]:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)  # accepts connections (the kernel's backlog) and never answers a request
+    return listener, f"http://127.0.0.1:{listener.getsockname()[1]}"
+
+
+@pytest.mark.parametrize("case", ["no bucket", "no credentials", "times out", "unknown scheme"])
+def test_a_url_the_lab_cannot_use_is_one_line_and_nothing_local(case, endpoint, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("GLASSLAB_WORK", str(tmp_path / "work"))
+    url, expected = "s3://lab/x", ""
+    if case == "no bucket":
+        url, expected = "s3://missing-bucket/x", "bucket does not exist"
+    elif case == "no credentials":
+        for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+            monkeypatch.delenv(key)
+        monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+        monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+        monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+        expected = "no credentials"
+    elif case == "times out":
+        listener, silent = _unanswering_endpoint()
+        monkeypatch.setenv("AWS_ENDPOINT_URL", silent)
+        monkeypatch.setenv("GLASSLAB_STORE_TIMEOUT_S", "0.3")
+        monkeypatch.setenv("GLASSLAB_STORE_ATTEMPTS", "1")
+        expected = "timed out"
+    else:
+        url, expected = "ftp://host/x", "unknown lab root scheme"
+    started = time.monotonic()
+    assert _exit_status(["run", "hello", "--lab", url]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and url in err and expected in err, err
+    assert list(tmp_path.iterdir()) == []
+    assert time.monotonic() - started < 20
+    if case == "times out":
+        listener.close()
+
+
+def _exit_status(argv: list[str]) -> int:
+    """The command's exit status, whether it returns it or argparse exits with it."""
+    try:
+        return cli_main(argv)
+    except SystemExit as exc:
+        return int(exc.code)
+
+
+def _root_checkpoints(fs, run: str) -> list[int]:
+    fs.invalidate_cache()
+    found = fs.glob(f"lab/killed/{run}/checkpoints/step-*/manifest.json")
+    return sorted(int(p.split("/")[-2][5:]) for p in found)
+
+
+def test_sigkill_on_one_node_resumes_on_another_bit_identical_to_a_local_run(endpoint, tmp_path):
+    import s3fs
+
+    dataset = build_tiny_dataset(tmp_path / "data")
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(tiny_run_config(dataset, moe=True, max_steps=40, checkpoint_interval=4)))
+    ref = run_cli("train", str(config), "--lab", str(tmp_path / "local"))
+    assert ref.returncode == 0, ref.stderr[-3000:]
+    (ref_dir,) = [p for p in (tmp_path / "local").iterdir() if p.is_dir()]
+
+    fs = s3fs.S3FileSystem()
+    proc = start_cli("train", str(config), "--lab", "s3://lab/killed", GLASSLAB_WORK=str(tmp_path / "node-a"))
+    deadline = time.monotonic() + 120
+    while not [s for s in _root_checkpoints(fs, ref_dir.name) if s >= 12] and time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stderr.read()[-3000:]
+        time.sleep(0.05)
+    proc.kill()  # SIGKILL: no handler runs, nothing more is pushed
+    proc.wait()
+    on_root = _root_checkpoints(fs, ref_dir.name)
+    assert on_root and on_root[-1] < 40 and not fs.exists(f"lab/killed/{ref_dir.name}/result.json")
+
+    resumed = run_cli("train", str(config), "--lab", "s3://lab/killed", GLASSLAB_WORK=str(tmp_path / "node-b"))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resuming from step " in resumed.stderr
+    run_b = tmp_path / "node-b" / ref_dir.name
+    assert fs.exists(f"lab/killed/{ref_dir.name}/result.json")  # the finished run is on the root
+    with RunReader(ref_dir) as a, RunReader(run_b) as b:  # the run store came back from the root
+        assert b.scalars("train/loss") == a.scalars("train/loss")  # bit for bit, every step
+        assert any(e["kind"] == "resume" for e in b.events())
+    ref_weights = ckpt.load_checkpoint(ckpt.list_checkpoints(ref_dir)[-1][1])["model"]
+    weights = ckpt.load_checkpoint(ckpt.list_checkpoints(run_b)[-1][1])["model"]
+    assert all(torch.equal(ref_weights[k], weights[k]) for k in ref_weights)
+    assert not Path(tmp_path / "node-b" / ref_dir.name / ".lock").exists()
