@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from glasslab.layout import CHECKPOINTS_DIR, MANIFEST_FILE, STEP_RECORD, TEMP_PREFIX, atomic_path, temp_path
+from glasslab.layout import CHECKPOINTS_DIR, MANIFEST_FILE, STEP_RECORD, TEMP_PREFIX, temp_path
 from glasslab.store.lease import LEASE_PREFIX, RootLease
 from glasslab.store.url import ObjectRoot, is_url, local_folder, open_root
 
@@ -69,46 +69,58 @@ class Mirror:
         return {self.root.relative(k): v for k, v in found.items() if not _node_local(self.root.relative(k))}
 
     def pull(self) -> int:
-        """Fetch what the working copy lacks or holds an older copy of; returns the number of files."""
-        fetched = 0
+        """Fetch what the working copy lacks or holds an older copy of (all at once, each into a temp name,
+        then renamed into place with the object's time); returns the number of files."""
+        wanted = {}
         for relative, info in self._remote().items():
-            local, remote_time = self.work / relative, _mtime(info)
-            if local.is_file() and local.stat().st_size == info["size"] and local.stat().st_mtime >= remote_time:
+            local = self.work / relative
+            if local.is_file() and local.stat().st_size == info["size"] and local.stat().st_mtime >= _mtime(info):
                 continue
-            if relative.endswith(SQLITE_SUFFIXES):  # a stale -wal beside a replaced database would corrupt it
-                for suffix in ("-wal", "-shm"):
-                    local.with_name(local.name + suffix).unlink(missing_ok=True)
-            with atomic_path(local) as tmp:
-                self.root.call(f"read {relative}", self.root.fs.get_file, self.root.key(relative), str(tmp))
-            os.utime(local, (remote_time, remote_time))
-            fetched += 1
-        return fetched
+            wanted[relative] = (local, temp_path(local), _mtime(info))
+            local.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            if wanted:
+                self.root.call("read the lab", self.root.fs.get, [self.root.key(r) for r in wanted],
+                               [str(tmp) for _, tmp, _ in wanted.values()])
+            for relative, (local, tmp, remote_time) in wanted.items():
+                if relative.endswith(SQLITE_SUFFIXES):  # a stale -wal beside a replaced database would corrupt it
+                    for suffix in ("-wal", "-shm"):
+                        local.with_name(local.name + suffix).unlink(missing_ok=True)
+                os.replace(tmp, local)
+                os.utime(local, (remote_time, remote_time))
+        finally:
+            for _, tmp, _ in wanted.values():
+                tmp.unlink(missing_ok=True)
+        return len(wanted)
 
     def push(self, folder: Path | None = None) -> int:
         """Send every file of ``folder`` (default: the whole working copy) newer than its object, in the
-        order that keeps the root trustworthy; returns the number of files sent."""
+        order that keeps the root trustworthy (each group's files at once); returns the number sent."""
         folder = Path(folder or self.work)
         under = folder.relative_to(self.work).as_posix() if folder != self.work else ""
         remote = self._remote(under)
-        files = sorted((p for p in folder.rglob("*") if p.is_file()), key=lambda p: _push_order(p.as_posix()))
-        sent = 0
-        for path in files:
+        groups: list[list[Path]] = [[], [], []]
+        for path in (p for p in folder.rglob("*") if p.is_file()):
             relative = path.relative_to(self.work).as_posix()
-            if _node_local(relative):
+            info = remote.get(relative)
+            if _node_local(relative) or (info is not None and info["size"] == path.stat().st_size
+                                         and _changed_at(path) <= _mtime(info)):
                 continue
-            info, changed = remote.get(relative), _changed_at(path)
-            if info is not None and info["size"] == path.stat().st_size and changed <= _mtime(info):
-                continue
-            self._send(path, relative)
-            sent += 1
+            groups[_push_order(relative)].append(path)
+        for group in groups:
+            self._send(group)
         self._drop_removed_checkpoints(folder, remote)
-        return sent
+        return sum(len(g) for g in groups)
 
-    def _send(self, path: Path, relative: str) -> None:
-        if relative.endswith(SQLITE_SUFFIXES):
-            self.root.put(relative, sqlite_snapshot(path))
-        else:
-            self.root.call(f"write {relative}", self.root.fs.put_file, str(path), self.root.key(relative))
+    def _send(self, paths: list[Path]) -> None:
+        """One atomic PUT per file, concurrently; a SQLite file as a consistent snapshot."""
+        key = {p: self.root.key(p.relative_to(self.work).as_posix()) for p in paths}
+        databases = [p for p in paths if p.name.endswith(SQLITE_SUFFIXES)]
+        files = [p for p in paths if p not in databases]
+        if databases:
+            self.root.call("write run stores", self.root.fs.pipe, {key[p]: sqlite_snapshot(p) for p in databases})
+        if files:
+            self.root.call("write the lab", self.root.fs.put, [str(p) for p in files], [key[p] for p in files])
 
     def _drop_removed_checkpoints(self, folder: Path, remote: dict[str, dict[str, Any]]) -> None:
         gone = [r for r in remote if f"{CHECKPOINTS_DIR}/" in r and not (self.work / r).exists()
