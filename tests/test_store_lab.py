@@ -157,3 +157,19 @@ def test_sigkill_on_one_node_resumes_on_another_bit_identical_to_a_local_run(end
     weights = ckpt.load_checkpoint(ckpt.list_checkpoints(run_b)[-1][1])["model"]
     assert all(torch.equal(ref_weights[k], weights[k]) for k in ref_weights)
     assert not Path(tmp_path / "node-b" / ref_dir.name / ".lock").exists()
+
+
+def test_an_experiment_on_the_root_is_found_done_by_another_node(endpoint, tmp_path, monkeypatch, capsys):
+    import s3fs
+
+    monkeypatch.setenv("GLASSLAB_WORK", str(tmp_path / "node-a"))
+    assert cli_main(["run", "hello", "--lab", "s3://lab/exp"]) == 0
+    fs = s3fs.S3FileSystem()
+    fs.invalidate_cache()
+    records = fs.glob("lab/exp/*/step.json")
+    assert len(records) == 2 and all(b'"succeeded"' in fs.cat_file(r) for r in records)
+    assert not fs.glob("lab/exp/*/.lock") and fs.exists("lab/exp/events.db")
+    capsys.readouterr()
+    monkeypatch.setenv("GLASSLAB_WORK", str(tmp_path / "node-b"))  # nothing local: all from the root
+    assert cli_main(["run", "hello", "--lab", "s3://lab/exp"]) == 0
+    assert "nothing to run: 2 steps cached" in capsys.readouterr().err
