@@ -173,3 +173,18 @@ def test_an_experiment_on_the_root_is_found_done_by_another_node(endpoint, tmp_p
     monkeypatch.setenv("GLASSLAB_WORK", str(tmp_path / "node-b"))  # nothing local: all from the root
     assert cli_main(["run", "hello", "--lab", "s3://lab/exp"]) == 0
     assert "nothing to run: 2 steps cached" in capsys.readouterr().err
+
+
+def test_two_nodes_racing_for_one_run_train_it_once(endpoint, tmp_path):
+    dataset = build_tiny_dataset(tmp_path / "data")
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(tiny_run_config(dataset, max_steps=8, checkpoint_interval=4)))
+    nodes = [start_cli("train", str(config), "--lab", "s3://lab/race", GLASSLAB_WORK=str(tmp_path / f"node-{i}"))
+             for i in range(2)]
+    outs = [(proc.wait(timeout=240), *proc.communicate()) for proc in nodes]
+    assert [rc for rc, _, _ in outs] == [0, 0], [err[-2000:] for _, _, err in outs]
+    lines = sorted(out.strip().splitlines()[-1].split(": ", 1)[1] for _, out, _ in outs)
+    assert lines[0].startswith("finished at step 8") and lines[1].startswith("finished before (cached) at step 8")
+    (run,) = [p.parent for p in (tmp_path / "node-0").glob("*/run.json")]
+    with RunReader(run) as reader:  # trained once: one attempt of every step, no resume
+        assert not any(e["kind"] == "resume" for e in reader.events())

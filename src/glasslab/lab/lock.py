@@ -13,8 +13,9 @@ suspended past the timeout learns on its next heartbeat that it lost the lock.
 
 On an object-store lab (``--lab s3://…``) the folder is this node's working copy and ``flock`` guards
 only this node: the lock also takes the step's lease on the root (``store/lease.py``: a conditional
-create, the same record and staleness rule, renewed with every heartbeat), and on release it first
-pushes the step's folder to the root, so the next holder on any node finds what this one did.
+create, the same record and staleness rule, renewed with every heartbeat); once it holds the lease it
+pulls the step's folder from the root, and on release it first pushes it, so the next holder on any
+node finds what this one did.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from glasslab.layout import write_json_atomic
-from glasslab.store.mirror import active_mirror
+from glasslab.store.mirror import LEASE_RETRY_S, active_mirror
 
 LOCK_FILE = ".lock"
 GUARD_FILE = ".lock.guard"
@@ -108,8 +109,13 @@ class StepLock:
             now = time.time()
             record = {"owner": self.owner, "host": socket.gethostname(), "pid": os.getpid(), "worker_pid": None,
                       "acquired": now, "heartbeat": now}
-            if self.remote is not None and not self.remote.acquire(record):
-                return False  # another node holds the step
+            if self.remote is not None:
+                if now - self.mirror.refused_at.get(self.folder.name, 0.0) < LEASE_RETRY_S:
+                    return False  # another node held it a moment ago: the store is asked once a second
+                if not self.remote.acquire(record):
+                    self.mirror.refused_at[self.folder.name] = now
+                    return False  # another node holds the step
+                self.mirror.pull(self.folder)  # what the last holder pushed (it may have finished the step)
             write_json_atomic(self.path, record)
             return True
 

@@ -38,6 +38,8 @@ LAB_URL_ENV = "GLASSLAB_LAB_URL"
 """Set for the processes of a command run on an object-store lab: the root's URL."""
 WORK_ENV = "GLASSLAB_WORK"
 """The node's local working folder for an object-store lab (the lab root every part sees)."""
+LEASE_RETRY_S = 1.0
+"""How often a node waiting for another's step asks the root for its lease again."""
 SQLITE_SUFFIXES = (".db",)
 NODE_LOCAL_SUFFIXES = ("-wal", "-shm", "-journal", ".lock", ".lock.guard")
 
@@ -60,19 +62,25 @@ class Mirror:
 
     def __init__(self, root: ObjectRoot, work: Path) -> None:
         self.root, self.work = root, Path(work)
+        self.refused_at: dict[str, float] = {}
+        """When another node last held each step's lease (step name → time): an executor waiting for a step
+        asks the store again after :data:`LEASE_RETRY_S`, not at every turn of its loop."""
 
-    def _remote(self, under: str = "") -> dict[str, dict[str, Any]]:
-        """Objects under ``under`` (lab-relative) as relative path → fsspec info (size, LastModified)."""
+    def _remote(self, folder: Path) -> dict[str, dict[str, Any]]:
+        """Objects under ``folder`` of the working copy as lab-relative path → fsspec info (size, LastModified)."""
+        under = folder.relative_to(self.work).as_posix() if folder != self.work else ""
         fs, base = self.root.fs, self.root.key(under)
         fs.invalidate_cache(base)
         found = self.root.call("list the lab", fs.find, base, detail=True)
         return {self.root.relative(k): v for k, v in found.items() if not _node_local(self.root.relative(k))}
 
-    def pull(self) -> int:
-        """Fetch what the working copy lacks or holds an older copy of (all at once, each into a temp name,
-        then renamed into place with the object's time); returns the number of files."""
+    def pull(self, folder: Path | None = None) -> int:
+        """Fetch what ``folder`` (default: the whole working copy) lacks or holds an older copy of (all at
+        once, each into a temp name, then renamed into place with the object's time); returns the number
+        of files."""
+        folder = Path(folder or self.work)
         wanted = {}
-        for relative, info in self._remote().items():
+        for relative, info in self._remote(folder).items():
             local = self.work / relative
             if local.is_file() and local.stat().st_size == info["size"] and local.stat().st_mtime >= _mtime(info):
                 continue
@@ -97,8 +105,7 @@ class Mirror:
         """Send every file of ``folder`` (default: the whole working copy) newer than its object, in the
         order that keeps the root trustworthy (each group's files at once); returns the number sent."""
         folder = Path(folder or self.work)
-        under = folder.relative_to(self.work).as_posix() if folder != self.work else ""
-        remote = self._remote(under)
+        remote = self._remote(folder)
         groups: list[list[Path]] = [[], [], []]
         for path in (p for p in folder.rglob("*") if p.is_file()):
             relative = path.relative_to(self.work).as_posix()
