@@ -178,8 +178,10 @@ def main() -> None:
         args.latency_ms = 1.0
     with LoadWatch(), tempfile.TemporaryDirectory() as scratch, s3_server(buckets=("lab",)) as endpoint:
         figures = measure(Path(scratch), endpoint, steps, repeats, args.latency_ms)
-        print(f"# {repeats} round(s), {steps} steps; latency proxy {args.latency_ms:g} ms per request; "
-              f"load average {os.getloadavg()[0]:.1f} at the end")
+        print(
+            f"# {repeats} round(s), {steps} steps; latency proxy {args.latency_ms:g} ms per request; "
+            f"load average {os.getloadavg()[0]:.1f} at the end"
+        )
         for name, values, note in figures[:-1]:
             print(f"{name}: {headline(values, note)}")
         print(f"run_store_sync_lag_s: {figures[-1][1][0]:.3f}  ({figures[-1][2]})")
@@ -189,8 +191,9 @@ def measure(tmp: Path, endpoint: str, steps: int, repeats: int, latency_ms: floa
     """Every figure as (name, per-round values, note), the sync lag last."""
     dataset = build_tiny_dataset(tmp / "data")
     config = tmp / "run.yaml"
-    config.write_text(yaml.safe_dump(tiny_run_config(dataset, moe=True, max_steps=steps,
-                                                     checkpoint_interval=max(2, steps // 5))))
+    config.write_text(
+        yaml.safe_dump(tiny_run_config(dataset, moe=True, max_steps=steps, checkpoint_interval=max(2, steps // 5)))
+    )
     host, port = endpoint.removeprefix("http://").split(":")
     proxy = DelayProxy((host, int(port)), latency_ms / 1000)
     try:
@@ -205,12 +208,14 @@ def measure(tmp: Path, endpoint: str, steps: int, repeats: int, latency_ms: floa
     finally:
         proxy.close()
     target = "target >= 0.8"
-    return [("train_tokens_per_s_s3_vs_local", train, target),
-            ("train_tokens_per_s_s3_vs_local_latency", train_slow, f"{target}; {latency_ms:g} ms per request"),
-            ("loader_tokens_per_s_s3_vs_local", loader, target),
-            ("loader_tokens_per_s_s3_vs_local_latency", loader_slow, f"{target}; {latency_ms:g} ms per request"),
-            ("checkpoint_write_s3_vs_local", ckpt, "seconds ratio, write + push over write; lower is better"),
-            ("run_store_sync_lag_s", [lag], "the snapshot's PUT; a page elsewhere lags a checkpoint interval + this")]
+    return [
+        ("train_tokens_per_s_s3_vs_local", train, target),
+        ("train_tokens_per_s_s3_vs_local_latency", train_slow, f"{target}; {latency_ms:g} ms per request"),
+        ("loader_tokens_per_s_s3_vs_local", loader, target),
+        ("loader_tokens_per_s_s3_vs_local_latency", loader_slow, f"{target}; {latency_ms:g} ms per request"),
+        ("checkpoint_write_s3_vs_local", ckpt, "seconds ratio, write + push over write; lower is better"),
+        ("run_store_sync_lag_s", [lag], "the snapshot's PUT; a page elsewhere lags a checkpoint interval + this"),
+    ]
 
 
 if __name__ == "__main__":

@@ -8,8 +8,11 @@ import logging
 import os
 from collections.abc import Iterator
 
-CREDENTIALS = {"AWS_ACCESS_KEY_ID": "glasslab-test", "AWS_SECRET_ACCESS_KEY": "glasslab-test-secret",
-               "AWS_DEFAULT_REGION": "us-east-1"}
+CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "glasslab-test",
+    "AWS_SECRET_ACCESS_KEY": "glasslab-test-secret",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
 
 
 @contextlib.contextmanager

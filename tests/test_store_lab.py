@@ -173,14 +173,22 @@ def test_an_experiment_on_the_root_is_found_done_by_another_node(endpoint, tmp_p
     monkeypatch.setenv("GLASSLAB_WORK", str(tmp_path / "node-b"))  # nothing local: all from the root
     assert cli_main(["run", "hello", "--lab", "s3://lab/exp"]) == 0
     assert "nothing to run: 2 steps cached" in capsys.readouterr().err
+    monkeypatch.setenv("GLASSLAB_WORK", str(tmp_path / "node-c"))  # publish reads a snapshot of the root
+    assert cli_main(["publish", "--lab", "s3://lab/exp", "--out", str(tmp_path / "site")]) == 0
+    site = [p for p in (tmp_path / "site").rglob("*") if p.is_file()]
+    assert (tmp_path / "site" / "index.html") in site
+    assert any("greet-" in p.read_text(errors="ignore") for p in site if p.suffix in (".json", ".js", ".html"))
+    assert _exit_status(["publish", "--lab", "s3://lab/exp", "--out", str(tmp_path / "s2"), "--watch"]) == 2
 
 
 def test_two_nodes_racing_for_one_run_train_it_once(endpoint, tmp_path):
     dataset = build_tiny_dataset(tmp_path / "data")
     config = tmp_path / "run.yaml"
     config.write_text(yaml.safe_dump(tiny_run_config(dataset, max_steps=8, checkpoint_interval=4)))
-    nodes = [start_cli("train", str(config), "--lab", "s3://lab/race", GLASSLAB_WORK=str(tmp_path / f"node-{i}"))
-             for i in range(2)]
+    nodes = [
+        start_cli("train", str(config), "--lab", "s3://lab/race", GLASSLAB_WORK=str(tmp_path / f"node-{i}"))
+        for i in range(2)
+    ]
     outs = [(proc.wait(timeout=240), *proc.communicate()) for proc in nodes]
     assert [rc for rc, _, _ in outs] == [0, 0], [err[-2000:] for _, _, err in outs]
     lines = sorted(out.strip().splitlines()[-1].split(": ", 1)[1] for _, out, _ in outs)

@@ -27,8 +27,14 @@ LEASE_PREFIX = ".lease-"
 class RootLease:
     """The lease on step folder ``step`` (its name under the lab root) as seen by one ``owner``."""
 
-    def __init__(self, root: ObjectRoot, step: str, owner: str, lease_s: float,
-                 is_stale: Callable[[dict[str, Any]], bool] | None = None) -> None:
+    def __init__(
+        self,
+        root: ObjectRoot,
+        step: str,
+        owner: str,
+        lease_s: float,
+        is_stale: Callable[[dict[str, Any]], bool] | None = None,
+    ) -> None:
         self.root, self.step, self.owner, self.lease_s = root, step, owner, lease_s
         self._is_stale = is_stale or (lambda record: time.time() - float(record.get("heartbeat", 0)) > lease_s)
         self.number: int | None = None
@@ -36,12 +42,14 @@ class RootLease:
 
     def _numbers(self) -> list[int]:
         try:
-            names = self.root.call("list leases", self.root.fs.ls, self.root.key(self.step), detail=False,
-                                   refresh=True)
+            names = self.root.call("list leases", self.root.fs.ls, self.root.key(self.step), detail=False, refresh=True)
         except MissingObject:  # a step never pushed has no "folder" on the store yet
             return []
-        numbers = (name.rsplit("/", 1)[-1][len(LEASE_PREFIX):] for name in names
-                   if name.rsplit("/", 1)[-1].startswith(LEASE_PREFIX))
+        numbers = (
+            name.rsplit("/", 1)[-1][len(LEASE_PREFIX) :]
+            for name in names
+            if name.rsplit("/", 1)[-1].startswith(LEASE_PREFIX)
+        )
         return sorted(int(n) for n in numbers if n.isdigit())
 
     def _key(self, number: int) -> str:

@@ -88,8 +88,12 @@ class Mirror:
             local.parent.mkdir(parents=True, exist_ok=True)
         try:
             if wanted:
-                self.root.call("read the lab", self.root.fs.get, [self.root.key(r) for r in wanted],
-                               [str(tmp) for _, tmp, _ in wanted.values()])
+                self.root.call(
+                    "read the lab",
+                    self.root.fs.get,
+                    [self.root.key(r) for r in wanted],
+                    [str(tmp) for _, tmp, _ in wanted.values()],
+                )
             for relative, (local, tmp, remote_time) in wanted.items():
                 if relative.endswith(SQLITE_SUFFIXES):  # a stale -wal beside a replaced database would corrupt it
                     for suffix in ("-wal", "-shm"):
@@ -110,8 +114,9 @@ class Mirror:
         for path in (p for p in folder.rglob("*") if p.is_file()):
             relative = path.relative_to(self.work).as_posix()
             info = remote.get(relative)
-            if _node_local(relative) or (info is not None and info["size"] == path.stat().st_size
-                                         and _changed_at(path) <= _mtime(info)):
+            if _node_local(relative) or (
+                info is not None and info["size"] == path.stat().st_size and _changed_at(path) <= _mtime(info)
+            ):
                 continue
             groups[_push_order(relative)].append(path)
         for group in groups:
@@ -130,8 +135,13 @@ class Mirror:
             self.root.call("write the lab", self.root.fs.put, [str(p) for p in files], [key[p] for p in files])
 
     def _drop_removed_checkpoints(self, folder: Path, remote: dict[str, dict[str, Any]]) -> None:
-        gone = [r for r in remote if f"{CHECKPOINTS_DIR}/" in r and not (self.work / r).exists()
-                and (self.work / r.split(f"/{CHECKPOINTS_DIR}/")[0] / CHECKPOINTS_DIR).is_dir()]
+        gone = [
+            r
+            for r in remote
+            if f"{CHECKPOINTS_DIR}/" in r
+            and not (self.work / r).exists()
+            and (self.work / r.split(f"/{CHECKPOINTS_DIR}/")[0] / CHECKPOINTS_DIR).is_dir()
+        ]
         for relative in sorted(gone, key=lambda r: -_push_order(r)):  # the manifest goes first
             self.root.call(f"remove {relative}", self.root.fs.rm_file, self.root.key(relative))
 
@@ -186,10 +196,11 @@ def active_mirror() -> Mirror | None:
 
 
 @contextlib.contextmanager
-def lab_workspace(value: str) -> Iterator[Path]:
+def lab_workspace(value: str, push: bool = True) -> Iterator[Path]:
     """The local lab root a command works in for ``--lab value``: the folder itself, or for an
     object-store URL the node's working copy, pulled first and pushed at the end (also after a failure,
-    so a resume elsewhere finds what was done). One-line UserError when the URL cannot be used."""
+    so a resume elsewhere finds what was done); with ``push`` false a snapshot that a reader (``publish``)
+    works from, sending nothing back. One-line UserError when the URL cannot be used."""
     if not is_url(value) or value.startswith("file://"):
         yield Path(local_folder(value))
         return
@@ -197,6 +208,9 @@ def lab_workspace(value: str) -> Iterator[Path]:
     mirror = _mirror_for(value, str(work))  # opens the root: nothing is made locally for a bad URL
     work.mkdir(parents=True, exist_ok=True)
     mirror.pull()
+    if not push:
+        yield work
+        return
     saved = {k: os.environ.get(k) for k in (LAB_URL_ENV, WORK_ENV)}
     os.environ.update({LAB_URL_ENV: value, WORK_ENV: str(work)})
     try:

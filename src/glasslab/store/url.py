@@ -36,8 +36,10 @@ def local_folder(value: str) -> str:
         return str(value)
     if scheme == "file":
         return rest
-    raise UserError(f"{value}: this command takes a local lab folder (or file://); object-store labs "
-                    "are taken by glasslab train and glasslab run")
+    raise UserError(
+        f"{value}: this command takes a local lab folder (or file://); object-store labs "
+        "are taken by glasslab train and glasslab run"
+    )
 
 
 @dataclass(frozen=True)
@@ -54,12 +56,11 @@ class ObjectRoot:
 
     def relative(self, key: str) -> str:
         """The lab-relative path of store key ``key``."""
-        return key[len(self.prefix):].lstrip("/")
+        return key[len(self.prefix) :].lstrip("/")
 
     def put(self, relative: str, data: bytes, *, if_absent: bool = False) -> bool:
         """One atomic PUT (``layout.put_object_atomic``); with ``if_absent`` False when it exists."""
-        return self.call(f"write {relative}", put_object_atomic, self.fs, self.key(relative), data,
-                         if_absent=if_absent)
+        return self.call(f"write {relative}", put_object_atomic, self.fs, self.key(relative), data, if_absent=if_absent)
 
     def get(self, relative: str) -> bytes | None:
         """The object's bytes, or None when there is none."""
@@ -115,8 +116,7 @@ def open_root(url: str) -> ObjectRoot:
     try:
         fs = fsspec.filesystem(scheme, skip_instance_cache=True, **_store_options(scheme))  # credentials as now
     except ImportError as exc:
-        raise UserError(f"{url}: the {scheme}:// backend is not installed ({exc}); "
-                        'pip install -e ".[cloud]"') from None
+        raise UserError(f'{url}: the {scheme}:// backend is not installed ({exc}); pip install -e ".[cloud]"') from None
     root = ObjectRoot(url=url, fs=fs, prefix=rest.strip("/"))
     probe = f"{TEMP_PREFIX}probe-{uuid.uuid4().hex}"
     # The probe has a deadline of its own (fsspec's): a store that accepts a connection and never answers
@@ -131,8 +131,13 @@ def _store_options(scheme: str) -> dict[str, Any]:
     """fsspec options: timeouts and botocore's retry with backoff; never credentials (the environment's)."""
     timeout, attempts = _timeout_s(), _attempts()
     if scheme == "s3":
-        return {"config_kwargs": {"connect_timeout": timeout, "read_timeout": timeout,
-                                  "retries": {"max_attempts": attempts, "mode": "standard"}}}
+        return {
+            "config_kwargs": {
+                "connect_timeout": timeout,
+                "read_timeout": timeout,
+                "retries": {"max_attempts": attempts, "mode": "standard"},
+            }
+        }
     return {"timeout": timeout}
 
 
