@@ -12,15 +12,16 @@ the root whole file by whole file (``store/mirror.py``); so what this measures i
    the root, then the loader's batches from the working copy, over the loader alone on the local folder.
 3. ``checkpoint_write_s3_vs_local``: seconds of a checkpoint written and pushed to the root over seconds
    of it written locally (above 1 is slower).
-4. ``run_store_sync_lag_s``: seconds from a run store's last row to its snapshot on the root when pushed
+4. ``data_build_s3_vs_local``: ``glasslab data build`` of the tests' tiny corpus (its sources are built
+   in, so only the outputs go to the root), throughput on an ``s3://`` lab over a local folder.
+5. ``run_store_sync_lag_s``: seconds from a run store's last row to its snapshot on the root when pushed
    (the trainer pushes at every checkpoint, so a page elsewhere lags by at most the checkpoint interval
    plus this).
 
 ``--latency-ms 20`` puts every request through a small delaying proxy of the bench's own
 (``DelayProxy``: a TCP relay that holds each new request ``--latency-ms`` before passing it on), the
 ``_latency`` lines. Run: ``python bench/storage_bench.py [--steps 60] [--repeats 3] [--latency-ms 20]``;
-``--smoke`` (4 steps, one round, 1 ms of latency) only checks that it runs. Not measured: ``data_build_s3_vs_local``
-(``glasslab data build`` does not take a URL yet).
+``--smoke`` (4 steps, one round, 1 ms of latency) only checks that it runs.
 """
 
 from __future__ import annotations
@@ -97,6 +98,26 @@ def train_ratio(config: Path, tmp: Path, repeats: int, endpoint: str) -> list[fl
         os.environ["AWS_ENDPOINT_URL"] = endpoint
         s3 = _train_seconds(config, f"s3://lab/train-{endpoint[-5:]}-{i}", tmp / f"work-{endpoint[-5:]}-{i}")
         ratios.append(local / s3)
+    return ratios
+
+
+def data_build_ratio(tmp: Path, repeats: int) -> list[float]:
+    """Per round: ``glasslab data build`` of the tests' tiny corpus, local seconds over s3 seconds."""
+    from glasslab import config as configs
+    from train_data import tiny_build_config
+
+    build = tmp / "build.yaml"
+    build.write_text(yaml.safe_dump(configs.to_dict(tiny_build_config())))
+    ratios = []
+    for i in range(repeats):
+        seconds = []
+        for lab in (str(tmp / f"build-local-{i}"), f"s3://lab/build-{i}"):
+            started = time.perf_counter()
+            done = run_cli("data", "build", str(build), "--lab", lab, "--quiet", GLASSLAB_WORK=str(tmp / f"bw-{i}"))
+            if done.returncode != 0:
+                raise SystemExit(f"glasslab data build --lab {lab} failed: {done.stderr[-2000:]}")
+            seconds.append(time.perf_counter() - started)
+        ratios.append(seconds[0] / seconds[1])
     return ratios
 
 
@@ -203,6 +224,7 @@ def measure(tmp: Path, endpoint: str, steps: int, repeats: int, latency_ms: floa
         loader_slow = loader_ratio(dataset, tmp / "slow", repeats, batches=steps * 10)
         os.environ["AWS_ENDPOINT_URL"] = endpoint
         loader = loader_ratio(dataset, tmp, repeats, batches=steps * 10)
+        build = data_build_ratio(tmp, repeats)
         run_dir = next(p for p in (tmp / "local-0").iterdir() if p.is_dir())
         ckpt, lag = checkpoint_ratio(run_dir, repeats), sync_lag_s(run_dir)
     finally:
@@ -213,6 +235,7 @@ def measure(tmp: Path, endpoint: str, steps: int, repeats: int, latency_ms: floa
         ("train_tokens_per_s_s3_vs_local_latency", train_slow, f"{target}; {latency_ms:g} ms per request"),
         ("loader_tokens_per_s_s3_vs_local", loader, target),
         ("loader_tokens_per_s_s3_vs_local_latency", loader_slow, f"{target}; {latency_ms:g} ms per request"),
+        ("data_build_s3_vs_local", build, "target >= 0.7; throughput, s3 over local"),
         ("checkpoint_write_s3_vs_local", ckpt, "seconds ratio, write + push over write; lower is better"),
         ("run_store_sync_lag_s", [lag], "the snapshot's PUT; a page elsewhere lags a checkpoint interval + this"),
     ]

@@ -196,3 +196,29 @@ def test_two_nodes_racing_for_one_run_train_it_once(endpoint, tmp_path):
     (run,) = [p.parent for p in (tmp_path / "node-0").glob("*/run.json")]
     with RunReader(run) as reader:  # trained once: one attempt of every step, no resume
         assert not any(e["kind"] == "resume" for e in reader.events())
+
+
+def test_a_data_build_on_the_root_lands_whole_and_is_cached_for_another_node(endpoint, tmp_path, monkeypatch, capsys):
+    import s3fs
+
+    from glasslab import config as configs
+    from train_data import tiny_build_config
+
+    build = tmp_path / "build.yaml"
+    build.write_text(yaml.safe_dump(configs.to_dict(tiny_build_config())))
+    monkeypatch.setenv("GLASSLAB_WORK", str(tmp_path / "node-a"))
+    assert cli_main(["data", "build", str(build), "--lab", "s3://lab/data", "--quiet"]) == 0
+    fs = s3fs.S3FileSystem()
+    fs.invalidate_cache()
+    (manifest,) = fs.glob("lab/data/data-*/manifest.json")
+    local = tmp_path / "node-a" / manifest.split("/")[-2]
+    assert fs.cat_file(manifest) == (local / "manifest.json").read_bytes()
+    folder = manifest.rsplit("/", 1)[0]
+    on_root = {key[len(folder) + 1 :] for key in fs.find(folder) if "/.lease-" not in key}
+    here = {p.relative_to(local).as_posix() for p in local.rglob("*") if p.is_file() and ".lock" not in p.name}
+    assert on_root == here  # every file of the build, and nothing node-local
+    capsys.readouterr()
+    monkeypatch.setenv("GLASSLAB_WORK", str(tmp_path / "node-b"))
+    assert cli_main(["data", "build", str(build), "--lab", "s3://lab/data", "--quiet"]) == 0
+    assert "built before (cached)" in capsys.readouterr().err
+    assert _exit_status(["data", "build", str(build), "--lab", "s3://lab/data", "--out", str(tmp_path / "d")]) == 2
