@@ -9,12 +9,13 @@ files through fsspec:
   different-sized copy of, is fetched (written locally with a temp name and renamed, its time set to
   the object's), so a resume on another node finds the run's checkpoints and run store;
 - **push** at every checkpoint (the trainer's ``on_checkpoint``, for its own run folder) and when a step
-  ends (before its lease is released), and once more as the command ends: every file newer than its
-  object is sent with one PUT (atomic: a reader sees the old object or the whole new one). A checkpoint's
-  files go before its manifest and ``step.json`` goes last, so a reader of the root never trusts a
-  partial checkpoint or a step that is not there yet. A SQLite file (``metrics.db``, ``events.db``) is
-  sent as a consistent snapshot (SQLite's online backup), never as a file that a writer is changing.
-  A checkpoint folder that retention removed locally is removed from the root by the same push.
+  ends (before its lease is released), and the lab's own files (event log, registry, cards) as the
+  command ends: every file newer than its object is sent with one PUT (atomic: a reader sees the old
+  object or the whole new one). A checkpoint's files go before its manifest and ``step.json`` goes
+  last, so a reader of the root never trusts a partial checkpoint or a step that is not there yet. A
+  SQLite file (``metrics.db``, ``events.db``) is sent as a consistent snapshot (SQLite's online
+  backup), never as a file that a writer is changing. A checkpoint folder that retention removed
+  locally is removed from the root by the same push.
 
 Node-local files never leave the node: temp names, ``.lock``/``.lock.guard``, SQLite's ``-wal``/``-shm``.
 """
@@ -106,13 +107,20 @@ class Mirror:
         return len(wanted)
 
     def push(self, folder: Path | None = None) -> int:
-        """Send every file of ``folder`` (default: the whole working copy) newer than its object, in the
-        order that keeps the root trustworthy (each group's files at once); returns the number sent."""
+        """Send every file of step folder ``folder`` newer than its object, in the order that keeps the root
+        trustworthy (each group's files at once), and drop the checkpoints retention removed; returns the
+        number sent. Without ``folder``: the lab's own files (event log, registry, cards, site), never a
+        step folder — those go only from the node that held the step's lock, so a node's stale copy of a
+        step another node is running is never sent over the newer one."""
+        whole_lab = folder is None
         folder = Path(folder or self.work)
         remote = self._remote(folder)
+        steps = {p.parent.name for p in self.work.glob(f"*/{STEP_RECORD}")} if whole_lab else set()
         groups: list[list[Path]] = [[], [], []]
         for path in (p for p in folder.rglob("*") if p.is_file()):
             relative = path.relative_to(self.work).as_posix()
+            if relative.split("/", 1)[0] in steps:
+                continue
             info = remote.get(relative)
             if _node_local(relative) or (
                 info is not None and info["size"] == path.stat().st_size and _changed_at(path) <= _mtime(info)
@@ -121,7 +129,8 @@ class Mirror:
             groups[_push_order(relative)].append(path)
         for group in groups:
             self._send(group)
-        self._drop_removed_checkpoints(folder, remote)
+        if not whole_lab:
+            self._drop_removed_checkpoints(folder, remote)
         return sum(len(g) for g in groups)
 
     def _send(self, paths: list[Path]) -> None:
