@@ -472,7 +472,7 @@ def start_ray(workers: int) -> bool:
         import ray
     except ImportError:
         return False
-    from glasslab.lab.local_backend import user_pythonpath
+    from glasslab.lab.modules import user_pythonpath
 
     ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": user_pythonpath()}})

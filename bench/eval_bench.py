@@ -48,12 +48,12 @@ from glasslab.train.evals import tasks_due
 from glasslab.train.loop import Trainer
 
 
-def speed(dataset: Path, work: Path, size: DemoSize, repeats: int) -> dict:
+def speed(dataset: Path, work: Path, size: DemoSize, repeats: int, max_items: int) -> dict:
     """Items per second of lm-eval and of glasslab (the export through transformers, and our own model) on the
-    same exported model and task, the three interleaved over ``repeats`` rounds (bench/interleave.py)."""
+    same exported model and task (its first ``max_items``, 0 = all), the three interleaved over ``repeats``
+    rounds (bench/interleave.py)."""
     from glasslab.evals.harness import lm_eval_items
 
-    quick = size is QUICK
     hero = plan(size).hero
     run_cfg = run_config_for(hero, 0, MIXTURE, train_recipe(size))
     run_cfg = dataclasses.replace(run_cfg, data=dataclasses.replace(run_cfg.data, path=str(dataset)))
@@ -61,7 +61,7 @@ def speed(dataset: Path, work: Path, size: DemoSize, repeats: int) -> dict:
     model = parts.model.eval()
     export = work / "export"
     export_hf(model, model.cfg, dataset / "tokenizer", export)
-    (task,) = load_tasks([dataclasses.replace(TASKS[0], max_items=200 if quick else 0)], dataset)
+    (task,) = load_tasks([dataclasses.replace(TASKS[0], max_items=max_items)], dataset)
     tokenizer = load_tokenizer(dataset)
 
     n = len(task.items)
@@ -96,8 +96,9 @@ def speed(dataset: Path, work: Path, size: DemoSize, repeats: int) -> dict:
             "lm_eval_acc": float(np.mean([t["acc"] for t in theirs]))}
 
 
-def cost(dataset: Path, size: DemoSize, timed_steps: int, repeats: int) -> dict:
-    """Task evals' share of training time over the demo's runs at the demo's task cadence: per run, a
+def cost(dataset: Path, size: DemoSize, timed_steps: int, repeats: int, smoke: bool) -> dict:
+    """Task evals' share of training time over the demo's runs (the first rung and the hero in a smoke) at the
+    demo's task cadence: per run, a
     training step's median time and one scoring of the tasks, interleaved over ``repeats`` rounds
     (``timed_steps`` steps in all; bench/interleave.py). Returns each round's share and the last round's
     figures per run."""
@@ -105,7 +106,7 @@ def cost(dataset: Path, size: DemoSize, timed_steps: int, repeats: int) -> dict:
     demo = plan(size)
     eval_s, train_s = [0.0] * repeats, [0.0] * repeats
     per_run = {}
-    for rung in [*demo.rungs, demo.hero]:
+    for rung in [demo.rungs[0], demo.hero] if smoke else [*demo.rungs, demo.hero]:
         run_cfg = run_config_for(rung, 0, MIXTURE, recipe)
         run_cfg = dataclasses.replace(run_cfg, data=dataclasses.replace(run_cfg.data, path=str(dataset)))
         cfg = run_cfg.train
@@ -164,7 +165,8 @@ def backtest(lab: Path) -> float | None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--smoke", action="store_true", help="the quick demo's sizes, a 200-item task, 1 round")
+    parser.add_argument("--smoke", action="store_true", help="the quick demo's sizes, a 64-item task, 1 round, "
+                        "the cost over the first rung and the hero")
     parser.add_argument("--lab", type=Path, default=None, help="a lab where the demo ran (for the back-test)")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     parser.add_argument("--steps", type=int, default=None, help="training steps timed per run, over the rounds")
@@ -175,8 +177,8 @@ def main() -> None:
         work = Path(tmp)
         dataset = build_dataset(dataclasses.replace(build_config(size), num_workers=1), work / "data", progress=False)
         repeats = 1 if args.smoke else 5  # a smoke as fast as before
-        measured = speed(dataset, work, size, repeats)
-        spent = cost(dataset, size, args.steps or (5 if args.smoke else 20), repeats)
+        measured = speed(dataset, work, size, repeats, 64 if args.smoke else 0)
+        spent = cost(dataset, size, args.steps or (5 if args.smoke else 20), repeats, args.smoke)
     error = backtest(args.lab) if args.lab else None
     print(json.dumps({"speed": measured, "cost": spent}, indent=1), file=sys.stderr)
     print(f"items_same_answer_as_lm_eval: {measured['items_same_answer']}")

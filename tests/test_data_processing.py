@@ -7,9 +7,11 @@ import numpy as np
 
 from data_helpers import topic_texts
 from glasslab.data import dedup
+from glasslab.data.blocks import FILTER_OUTCOME, StreamDocument, filter_blocks
 from glasslab.data.config import EvalSplitConfig, FilterConfig, SourceConfig
 from glasslab.data.decontaminate import Decontaminator, eval_count, held_out_mask, split_key
-from glasslab.data.filters import CODE_FILTERS, PROSE_FILTERS, Document, first_failed_filter
+from glasslab.data.docstore import KEPT
+from glasslab.data.filters import CODE_FILTERS, PROSE_FILTERS, Document
 from glasslab.data.normalize import normalize
 
 
@@ -20,7 +22,15 @@ def test_normalize_nfc_line_ends_and_blank_runs():
 
 
 def _fails(text: str, preset: str, skip: tuple[str, ...] = ()) -> str | None:
-    return first_failed_filter(Document(text), preset, FilterConfig(), skip)
+    """The filter block of ``preset`` that drops ``text`` (None: every block keeps it)."""
+    doc = StreamDocument(text, 0, 0, 0, [len(text), len(text), KEPT], text.encode(), Document(text))
+    stream = iter([doc])
+    for block in filter_blocks(preset, FilterConfig(), skip):
+        stream = block.run(stream)
+    kept = list(stream)
+    by_outcome = {code: name for name, code in FILTER_OUTCOME.items()}
+    assert bool(kept) == (doc.row[2] == KEPT)
+    return None if kept else by_outcome[doc.row[2]]
 
 
 def test_each_prose_filter_drops_what_it_names_and_keeps_real_prose():

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from glasslab.lab import Executor, Resources, Step, StepContext, read_step_record
-from glasslab.lab.local_backend import user_pythonpath
+from glasslab.lab.modules import user_pythonpath
 from test_lab_distributed import DDP_CONFIG, read_losses, train_tiny_dp
 from test_lab_executor import diamond
 

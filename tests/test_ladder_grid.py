@@ -14,7 +14,7 @@ from glasslab.data.config import MixtureConfig
 from glasslab.errors import UserError
 from glasslab.experiments import selfcal_ladder
 from glasslab.lab import Executor, Step, registry
-from glasslab.lab.inline_backend import InlineBackend
+from glasslab.lab.pool import InlinePool
 from glasslab.ladder.grid_ends import difference_check, end_points, fit_endpoint_law
 from glasslab.ladder.grid_fit import leave_largest_width_out
 from glasslab.ladder.grid_law import (
@@ -152,7 +152,7 @@ def test_a_tiny_grid_ladder_forks_its_branches_and_registers_the_heros_curve_bef
     lab = tmp_path / "lab"
     steps = tiny_grid()
     # Three widths within 4x of each other: the registration gate refuses the fit, so the hero runs forced.
-    report = Executor(lab, backend=InlineBackend(), echo=False, force_registration=True).run(steps)
+    report = Executor(lab, backend=InlinePool(), echo=False, force_registration=True).run(steps)
     assert report.ok, report.outcomes
     folders = {n.name: n.folder for n in report.plan.steps}
 
@@ -163,7 +163,7 @@ def test_a_tiny_grid_ladder_forks_its_branches_and_registers_the_heros_curve_bef
     straight = next(s for s in steps if s.name == "g-d16-x1-s0")
     alone = Step("g-d16-x1-alone", straight.fn, dataclasses.replace(straight.config, fork=None),
                  deps=(steps[0],))
-    solo = Executor(lab, backend=InlineBackend(), echo=False).run([steps[0], alone])
+    solo = Executor(lab, backend=InlinePool(), echo=False).run([steps[0], alone])
     solo_folder = next(n.folder for n in solo.plan.steps if n.name == "g-d16-x1-alone")
     solo_by_step = dict(zip(*RunReader(solo_folder).scalars("eval/macro/loss"), strict=True))
     assert by_step[20] == solo_by_step[20]

@@ -10,7 +10,7 @@ import pytest
 from glasslab.data.build import build_step
 from glasslab.data.config import MixtureConfig
 from glasslab.lab import Executor, Step, read_step_record, registry
-from glasslab.lab.inline_backend import InlineBackend
+from glasslab.lab.pool import InlinePool
 from glasslab.ladder.plan import LadderSpec, ScalingRule, plan_ladder
 from glasslab.ladder.steps import ladder_steps
 from glasslab.model import ModelConfig, MoEConfig
@@ -45,7 +45,7 @@ def hero_record(report) -> dict:
 @pytest.mark.slow
 def test_a_ladder_on_a_renamed_data_step_registers_its_prediction_and_keeps_it(tmp_path):
     lab = tmp_path / "lab"
-    first = Executor(lab, backend=InlineBackend(), echo=False).run(tiny_ladder(L_inf=1.0))
+    first = Executor(lab, backend=InlinePool(), echo=False).run(tiny_ladder(L_inf=1.0))
     assert first.ok, first.outcomes
     corpus = next(n.folder for n in first.plan.steps if n.name == "corpus")
     for node in first.plan.steps:
@@ -57,20 +57,20 @@ def test_a_ladder_on_a_renamed_data_step_registers_its_prediction_and_keeps_it(t
                                                                                             entry["low"])
 
     # --force on the fit reruns the fit and the hero: the same numbers again, nothing erased or added.
-    again = Executor(lab, backend=InlineBackend(), echo=False).run(tiny_ladder(L_inf=1.0), force=["tiny-fit"])
+    again = Executor(lab, backend=InlinePool(), echo=False).run(tiny_ladder(L_inf=1.0), force=["tiny-fit"])
     assert again.ok and sorted(again.executed) == sorted(n.key for n in again.plan.steps
                                                          if n.name in ("tiny-fit", "tiny-hero"))
     assert registry.history(lab, NAME) == [entry]
 
     # Another fit (another asymptote) predicts other numbers: refused without --re-register ...
-    other = Executor(lab, backend=InlineBackend(), echo=False).run(tiny_ladder(L_inf=1.3))
+    other = Executor(lab, backend=InlinePool(), echo=False).run(tiny_ladder(L_inf=1.3))
     (hero,) = [n for n in other.plan.steps if n.name == "tiny-hero"]
     assert other.outcomes[hero.key].status == "failed"
     assert "already registered" in read_step_record(hero.folder)["error"] and "--re-register" in \
         read_step_record(hero.folder)["error"]
     assert registry.history(lab, NAME) == [entry] and not (hero.folder / "metrics.db").exists()
     # ... and kept beside the old one, as an incident, with it.
-    replaced = Executor(lab, backend=InlineBackend(), echo=False, re_register=True).run(tiny_ladder(L_inf=1.3))
+    replaced = Executor(lab, backend=InlinePool(), echo=False, re_register=True).run(tiny_ladder(L_inf=1.3))
     assert replaced.ok, replaced.outcomes
     old, new = registry.history(lab, NAME)
     assert old == entry and new["seq"] == 2 and new["replaces"] == 1 and new["point"] != entry["point"]

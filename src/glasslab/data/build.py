@@ -153,6 +153,7 @@ class Build:
         self.raw_limits, inside = self._cap()
         # What a task past its source's cap met is not part of the build (whether it ran depends on timing).
         self.read_results = {i: r for i, r in self.read_results.items() if i in inside}
+        self.block_counts = _sum_block_counts(self.read_results.values())
         by_source: dict[int, sources.InputErrors] = defaultdict(sources.InputErrors)
         for index, result in sorted(self.read_results.items()):
             source_errors = by_source[self.tasks[index].source]
@@ -491,6 +492,17 @@ def build_dataset(cfg: BuildConfig, out_dir: Path, progress: bool = True) -> Pat
     return out_dir
 
 
+def _sum_block_counts(results) -> list[dict]:
+    """Each read block's documents in and out over the read tasks (``blocks.py``), in chain order."""
+    totals: dict[str, dict] = {}
+    for result in results:
+        for name, counts in result.get("blocks", {}).items():  # a task read before blocks had counts: none
+            into = totals.setdefault(name, {"block": name, "documents_in": 0, "documents_out": 0})
+            into["documents_in"] += counts["documents_in"]
+            into["documents_out"] += counts["documents_out"]
+    return list(totals.values())
+
+
 def _build(cfg: BuildConfig, work: Path, tasks: list[ReadTask], runner: TaskRunner, status: Progress) -> dict:
     started = time.perf_counter()
     build = Build(cfg, work, tasks, runner, status)
@@ -532,6 +544,7 @@ def _build(cfg: BuildConfig, work: Path, tasks: list[ReadTask], runner: TaskRunn
         "funnel": build.funnel.to_list(),
         "funnel_by_domain": build.funnel.by_domain(),
         "filters": build.filter_drops,
+        "read_blocks": build.block_counts,
         "errors": build.errors.to_dict(),
         "overlap": build.overlap_counts,
         "stages": stages,

@@ -248,18 +248,6 @@ FILTERS: dict[str, Callable[[Document, object], bool]] = {
 }
 
 
-def first_failed_filter(doc: Document, preset: str, filters, skip: tuple[str, ...] = ()) -> str | None:
-    """Name of the first rule of ``preset`` that ``doc`` fails (in preset order), or None if it passes.
-
-    ``filters`` is the build's :class:`~glasslab.data.config.FilterConfig` (each preset reads its part).
-    """
-    thresholds = getattr(filters, preset, None)
-    for name in PRESET_FILTERS[preset]:
-        if name not in skip and not FILTERS[name](doc, thresholds):
-            return name
-    return None
-
-
 def funnel_filters(presets: set[str]) -> tuple[str, ...]:
     """The rules of the presets in use, prose's first: the funnel's filter stages."""
     return tuple(name for preset in ("prose", "code") if preset in presets for name in PRESET_FILTERS[preset])

@@ -10,10 +10,10 @@
                  resources=Resources(cpus=1, workers=2), retry=RetryPolicy(count=2))
     Executor("lab", backend="local", jobs=2).run([tok, train])      # or: glasslab run FILE.py
 
-Where a step runs. Every attempt is one step process, ``python -m glasslab.lab.worker`` (worker.py):
-the local backend starts it as a subprocess of the executor; the Ray backend starts the same process
-inside a Ray task that asks for the step's CPUs/GPUs. So a step behaves the same on both, and the
-output folders and hashes are identical.
+Where a step runs. Every attempt is one call on the lab's task pool (pool.py), the pool the data
+build's tasks run on too: on ``local`` a forked pool process, on ``ray`` a Ray task that asks for the
+step's CPUs/GPUs; either starts the same step process, ``python -m glasslab.lab.worker`` (worker.py,
+step_task.py). So a step behaves the same on both, and the output folders and hashes are identical.
 
 Multi-worker steps: one mechanism, torchrun. ``Resources(workers=N)`` with N > 1 makes the step
 process a torchrun agent (one node, ``--standalone``) that runs the step function on N processes with
@@ -24,14 +24,15 @@ reserved ``N * cpus`` CPUs and ``N * gpus`` GPUs on one node. ``workers`` is not
 fixed global batch, the result does not depend on it.
 
 Commands are steps too: ``glasslab train``, ``data build`` and ``ladder fit`` each run one step
-through :func:`run_one_step` (one_step.py), in their own process (the inline backend), so every folder
+through :func:`run_one_step` (one_step.py), in their own process (the inline pool), so every folder
 in a lab has a ``step.json``, a lock and lab events, whoever made it.
 
 Modules, in import order: modules.py (experiment files as modules), retry.py, step.py (identity and
 hashing), status.py (``step.json``), lock.py (one executor per step, takeover of dead holders),
 plan.py (DAG checks and what runs), outcome.py (what became of each step), attempt.py and worker.py
-(the step process), local_backend.py, ray_backend.py, ray_join.py (the one way to join Ray, for the
-steps and the data build), inline_backend.py, display.py (terminal tables), executor.py, one_step.py,
+(the step process), ray_join.py (the one way to join Ray), pool.py and pool_ray.py (the one task pool:
+inline, local processes or Ray, for the steps and the data build's tasks alike), step_task.py (a step
+attempt as a call on the pool), display.py (terminal tables), executor.py, one_step.py,
 experiment.py (``steps()`` files and built-ins), registry.py (the lab's pre-registered predictions).
 """
 

@@ -1,7 +1,7 @@
 """One attempt of one step: what the step process is given, and how it reports back.
 
-The executor builds a :class:`WorkerSpec`; a backend hands it to ``python -m glasslab.lab.worker``
-(pickled to a file) and turns the process's result file and exit status into an
+The executor builds a :class:`WorkerSpec`; ``step_task.py`` hands it to ``python -m glasslab.lab.worker``
+(pickled to a file) on the task pool and turns the process's result file and exit status into an
 :class:`AttemptResult`.
 """
 
@@ -18,7 +18,7 @@ MAX_RESULT_CHARS = 100_000
 PARENT_PID_ENV = "GLASSLAB_PARENT_PID"
 """The pid a step process watches: when it dies, the step process stops (see worker.py)."""
 RAY_ADDRESS_ENV = "GLASSLAB_RAY_ADDRESS"
-"""Set for a step process the Ray backend runs: the cluster's address, so a step that runs tasks of its own
+"""Set for a step process run on Ray: the cluster's address, so a step that runs tasks of its own
 (a data build) runs them on the same cluster."""
 
 

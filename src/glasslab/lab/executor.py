@@ -1,10 +1,11 @@
-"""The executor: runs a DAG of steps in dependency order on a backend, reusing what succeeded.
+"""The executor: runs a DAG of steps in dependency order on the task pool, reusing what succeeded.
 
     report = Executor("lab", backend="local", jobs=2).run(steps, force=("train",))
 
 For each step the plan says *run* or *cached*. A step to run is locked (see lock.py), marked
 ``running`` in its ``step.json``, and started on the backend as soon as its dependencies have
-succeeded and fewer than ``jobs`` steps are in flight. A step is marked ``succeeded`` only when its
+succeeded and fewer than ``jobs`` steps are in flight (each attempt one call on the lab's
+task pool, pool.py and step_task.py). A step is marked ``succeeded`` only when its
 function returned; otherwise ``failed`` with the error, its folder kept so a rerun can resume. Retries
 follow the step's RetryPolicy. Every start, success, failure and retry is a lab event.
 
@@ -40,15 +41,16 @@ from glasslab.errors import UserError
 from glasslab.lab.attempt import AttemptResult, WorkerSpec
 from glasslab.lab.card import ExperimentCard, record_run
 from glasslab.lab.display import ProgressPrinter, plan_table, report_table
-from glasslab.lab.local_backend import LocalBackend
 from glasslab.lab.lock import GUARD_FILE, LOCK_FILE, StepLock, new_owner_id
 from glasslab.lab.narrate import INTERVAL_S as NARRATE_INTERVAL_S
 from glasslab.lab.narrate import Narrator
 from glasslab.lab.outcome import RunReport, StepOutcome
 from glasslab.lab.plan import Plan, PlannedStep, make_plan
+from glasslab.lab.pool import open_pool
 from glasslab.lab.retry import RetryPolicy
 from glasslab.lab.status import create_step_record, read_step_record, write_step_record
 from glasslab.lab.step import Step
+from glasslab.lab.step_task import poll_attempt, submit_attempt
 from glasslab.layout import code_version
 from glasslab.track import log_lab_event
 
@@ -76,7 +78,7 @@ class _Active:
 class Executor:
     """Runs steps under ``lab_root`` on the ``local`` or ``ray`` backend, ``jobs`` steps at a time.
 
-    ``backend`` may also be a backend object (``one_step.py`` passes an :class:`InlineBackend`, which
+    ``backend`` may also be a pool (``one_step.py`` passes an :class:`~glasslab.lab.pool.InlinePool`, which
     runs the function in this process; the executor then leaves the process's signals alone).
     ``retries``: when given, every step is retried up to this many times after a failure, whatever
     its own ``RetryPolicy.count`` says (``--retries``); ``re_register``: steps may replace registered
@@ -94,7 +96,7 @@ class Executor:
         heartbeat_s: float = 5.0,
         stale_after_s: float = 60.0, term_grace_s: float = 60.0, echo: bool = True, narrate: bool = False,
     ) -> None:
-        name = backend if isinstance(backend, str) else backend.name
+        name = backend if isinstance(backend, str) else backend.kind
         if isinstance(backend, str) and backend not in BACKENDS:
             raise UserError(f"--backend {backend!r}: expected one of {', '.join(BACKENDS)}")
         if not (isinstance(jobs, int) and jobs >= 1):
@@ -151,9 +153,9 @@ class Executor:
             self.progress.line("✓", str(self.lab_root), f"nothing to run: {len(plan.steps)} steps cached",
                                "green")
             return report
+        backend = self._make_backend(plan)  # first: a wrong --address is the only line said
         self.progress.line("▶", str(self.lab_root), f"{len(plan.to_run())} steps to run, "
                            f"{len(plan.cached())} cached, backend {self.backend_name}, jobs {self.jobs}")
-        backend = self._make_backend(plan)
         code = code_version()
         self._stop, self._hurry, self._active = None, False, {}
         self._wake.clear()
@@ -205,7 +207,7 @@ class Executor:
                 if active.lost:
                     self._finish_lost(key, active, report, backend)
                 elif active.handle is not None:
-                    result = backend.poll(active.handle)
+                    result = poll_attempt(backend, active.handle)
                     if result is not None:
                         self._finish_attempt(active, result, report)
                 elif active.retry_at is not None and now >= active.retry_at:
@@ -276,8 +278,8 @@ class Executor:
             lab_root=str(self.lab_root.resolve()), attempt=attempt, workers=node.step.resources.workers,
             re_register=self.re_register, force_registration=self.force_registration,
         )
-        active.handle = backend.launch(spec, node.step.resources)
-        worker_pid = backend.worker_pid(active.handle)
+        active.handle = submit_attempt(backend, spec, node.step.resources)
+        worker_pid = backend.pid(active.handle)
         if worker_pid is not None:
             active.lost = not active.lock.refresh(worker_pid)
 
@@ -361,7 +363,7 @@ class Executor:
                     report.outcomes[key] = StepOutcome("interrupted", active.record["attempts"],
                                                        error=active.record.get("error"))
                     continue
-                result = backend.poll(active.handle)
+                result = poll_attempt(backend, active.handle)
                 if result is not None:
                     self._finish_attempt(active, result, report)
             time.sleep(LOOP_INTERVAL_S)
@@ -424,16 +426,11 @@ class Executor:
     def _make_backend(self, plan: Plan) -> Any:
         if self._backend is not None:
             return self._backend
-        if self.backend_name == "local":
-            return LocalBackend()
-        try:
-            from glasslab.lab.ray_backend import RayBackend
-        except ImportError as exc:
-            raise UserError(f"--backend ray: Ray is not installed ({exc}); "
-                            "pip install 'glasslab[ray]'") from None
+        # A local Ray is sized so that the largest step fits (logical CPUs may exceed cores).
         need_cpus = max(n.step.resources.cpus * n.step.resources.workers for n in plan.to_run())
         need_gpus = max(n.step.resources.gpus * n.step.resources.workers for n in plan.to_run())
-        return RayBackend(self.address, need_cpus, need_gpus)
+        return open_pool(self.backend_name, self.jobs, self.address, local_cpus=max(os.cpu_count() or 1,
+                         int(need_cpus + 0.999)), local_gpus=int(need_gpus + 0.999))
 
     def _base_record(self, node: PlannedStep, code: dict) -> dict[str, Any]:
         step = node.step

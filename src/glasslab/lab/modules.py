@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import os
 import re
 import sys
 from pathlib import Path
@@ -56,3 +57,17 @@ def load_module_from_file(path: Path) -> ModuleType:
         del sys.modules[name]
         raise
     return module
+
+
+def user_pythonpath(paths: list[str] | None = None) -> str:
+    """``PYTHONPATH`` for processes this one starts (step processes, Ray workers): this process's
+    ``sys.path`` minus the interpreter's own folders (stdlib, site-packages), which their interpreter brings
+    itself, so they import what this one could (the checkout's ``src``, an experiment file's folder)."""
+    prefixes = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    keep = []
+    for entry in sys.path if paths is None else paths:
+        real = os.path.realpath(entry or os.getcwd())
+        if os.path.isdir(real) and not any(real == p or real.startswith(p + os.sep) for p in prefixes):
+            if real not in keep:
+                keep.append(real)
+    return os.pathsep.join(keep)

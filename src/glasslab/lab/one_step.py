@@ -9,7 +9,7 @@ as a step of ``glasslab run``, and a later experiment that plans the same step f
     step = Step("data", "glasslab.data.build:build_step", cfg)
     done = run_one_step(step, lab)           # -> StepRun(folder, status "succeeded" | "cached", value)
 
-The function runs in this process (the executor's inline backend): its output goes to the terminal,
+The function runs in this process (the inline task pool): its output goes to the terminal,
 its own signal handlers apply, and when it fails, the failure is recorded and the exception it raised
 is raised again here (a ``UserError`` stays one line for the CLI). A folder made by this call that a
 ``UserError`` left holding nothing but the step's record and lock (bad input refused before any
@@ -31,9 +31,9 @@ from typing import Any
 
 from glasslab.errors import UserError
 from glasslab.lab.executor import Executor
-from glasslab.lab.inline_backend import InlineBackend
 from glasslab.lab.lock import GUARD_FILE, LOCK_FILE
 from glasslab.lab.plan import make_plan
+from glasslab.lab.pool import InlinePool
 from glasslab.lab.status import read_step_record
 from glasslab.lab.step import Step, StepContext
 from glasslab.layout import STEP_RECORD, remove
@@ -66,22 +66,22 @@ def run_one_step(step: Step, lab_root: str | Path, *, force: bool = False, re_re
     lab_root = Path(lab_root)
     if int(os.environ.get("RANK", "0")) != 0:
         return _run_on_other_rank(step, lab_root)
-    backend = InlineBackend()
-    executor = Executor(lab_root, backend=backend, echo=False, re_register=re_register,
+    pool = InlinePool()
+    executor = Executor(lab_root, backend=pool, echo=False, re_register=re_register,
                         force_registration=force_registration)
     report = executor.run([step], force=[step.name] if force else [])
     node = next(n for n in report.plan.steps if n.step is step)
     outcome = report.outcomes[node.key]
     if outcome.status == "succeeded":
-        return StepRun(step.name, node.folder, node.hash, "succeeded", backend.last.value, outcome.attempts)
+        return StepRun(step.name, node.folder, node.hash, "succeeded", pool.last.value, outcome.attempts)
     if outcome.status == "cached":
         record = read_step_record(node.folder) or {}
         return StepRun(step.name, node.folder, node.hash, "cached", record.get("result"),
                        record.get("attempts", outcome.attempts))
-    if outcome.by == "here" and backend.last is not None and backend.last.exception is not None:
-        if isinstance(backend.last.exception, UserError) and outcome.attempts <= 1:
+    if outcome.by == "here" and pool.last is not None and pool.last.error is not None:
+        if isinstance(pool.last.error, UserError) and outcome.attempts <= 1:
             _remove_if_only_records(node.folder)
-        raise backend.last.exception
+        raise pool.last.error
     raise UserError(f"{node.folder}: step {step.name} {outcome.status}"
                     + (f": {outcome.error}" if outcome.error else "") + f" (see {node.folder}/step.json)")
 

@@ -11,6 +11,7 @@ import os
 import socket
 
 from glasslab.errors import UserError
+from glasslab.lab.modules import user_pythonpath
 
 
 def join_ray(address: str | None, num_cpus: int, num_gpus: int = 0) -> bool:
@@ -21,8 +22,6 @@ def join_ray(address: str | None, num_cpus: int, num_gpus: int = 0) -> bool:
         raise UserError("--backend ray: Ray is not installed; pip install 'glasslab[ray]'") from None
     if ray.is_initialized():
         return False
-    from glasslab.lab.local_backend import user_pythonpath
-
     runtime_env = {"env_vars": {"PYTHONPATH": user_pythonpath()}}
     if address:
         _check_reachable(address)
