@@ -20,7 +20,7 @@ from glasslab.store.lease import RootLease
 from glasslab.store.url import open_root
 from glasslab.track import RunReader
 from glasslab.train import checkpoint as ckpt
-from s3_server import s3_server
+from s3_server import CREDENTIALS, s3_server
 from train_data import build_tiny_dataset, tiny_run_config
 
 
@@ -157,6 +157,10 @@ def test_sigkill_on_one_node_resumes_on_another_bit_identical_to_a_local_run(end
     weights = ckpt.load_checkpoint(ckpt.list_checkpoints(run_b)[-1][1])["model"]
     assert all(torch.equal(ref_weights[k], weights[k]) for k in ref_weights)
     assert not Path(tmp_path / "node-b" / ref_dir.name / ".lock").exists()
+    secrets = [CREDENTIALS[k].encode() for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")]
+    written = [fs.cat_file(key) for key in fs.find("lab/killed")]  # records, run store, checkpoints, events
+    written += [p.read_bytes() for p in (tmp_path / "node-b").rglob("*") if p.is_file()]
+    assert written and not any(secret in blob for blob in written for secret in secrets)
 
 
 def test_an_experiment_on_the_root_is_found_done_by_another_node(endpoint, tmp_path, monkeypatch, capsys):
