@@ -38,7 +38,7 @@ def local_folder(value: str) -> str:
         return rest
     raise UserError(
         f"{value}: this command takes a local lab folder (or file://); object-store labs "
-        "are taken by glasslab train and glasslab run"
+        "are taken by glasslab train, run, data build and publish"
     )
 
 
