@@ -5,6 +5,7 @@ for bit the same as the uninterrupted run on a local folder."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -226,3 +227,45 @@ def test_a_data_build_on_the_root_lands_whole_and_is_cached_for_another_node(end
     assert cli_main(["data", "build", str(build), "--lab", "s3://lab/data", "--quiet"]) == 0
     assert "built before (cached)" in capsys.readouterr().err
     assert _exit_status(["data", "build", str(build), "--lab", "s3://lab/data", "--out", str(tmp_path / "d")]) == 2
+
+
+def _refuse_first_request(upstream: str) -> tuple[socket.socket, str]:
+    """A relay to ``upstream`` that answers the very first request with ``503 Slow Down`` (a transient
+    error) and passes every later connection through."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    host, port = upstream.removeprefix("http://").split(":")
+
+    def pump(source: socket.socket, sink: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := source.recv(65536):
+                sink.sendall(data)
+        for s in (source, sink):
+            s.close()
+
+    def serve() -> None:
+        first = True
+        with contextlib.suppress(OSError):
+            while True:
+                client, _ = listener.accept()
+                if first:
+                    first = False
+                    client.recv(65536)
+                    client.sendall(b"HTTP/1.1 503 Slow Down\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                    client.close()
+                    continue
+                server = socket.create_connection((host, int(port)))
+                threading.Thread(target=pump, args=(client, server), daemon=True).start()
+                threading.Thread(target=pump, args=(server, client), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return listener, f"http://127.0.0.1:{listener.getsockname()[1]}"
+
+
+def test_a_transient_error_is_retried_and_said_once(endpoint, monkeypatch, capsys):
+    listener, flaky = _refuse_first_request(endpoint)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", flaky)
+    root = open_root("s3://lab/flaky")  # the probe's first PUT gets 503, the retry goes through
+    assert root.put("k", b"v") and root.get("k") == b"v"
+    said = [line for line in capsys.readouterr().err.splitlines() if "retrying" in line]
+    assert said == ["s3://lab/flaky: a transient error from the store; retrying with backoff (said once)"]
+    listener.close()

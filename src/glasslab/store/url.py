@@ -11,7 +11,9 @@ tries, default 4); each request gives up after ``GLASSLAB_STORE_TIMEOUT_S`` seco
 
 from __future__ import annotations
 
+import logging
 import os
+import sys
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -118,6 +120,7 @@ def open_root(url: str) -> ObjectRoot:
     except ImportError as exc:
         raise UserError(f'{url}: the {scheme}:// backend is not installed ({exc}); pip install -e ".[cloud]"') from None
     root = ObjectRoot(url=url, fs=fs, prefix=rest.strip("/"))
+    say_retries_once(url)
     probe = f"{TEMP_PREFIX}probe-{uuid.uuid4().hex}"
     # The probe has a deadline of its own (fsspec's): a store that accepts a connection and never answers
     # is otherwise waited on past botocore's read timeout.
@@ -147,3 +150,31 @@ def _timeout_s() -> float:
 
 def _attempts() -> int:
     return int(os.environ.get("GLASSLAB_STORE_ATTEMPTS", "4"))
+
+
+class _RetrySaidOnce(logging.Handler):
+    """Says on stderr, once per lab root and process, that the store gave a transient error and botocore
+    is retrying (the root being the one opened last)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.url, self.said = "", set()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.url not in self.said and record.getMessage().startswith("Retry needed, retrying"):
+            self.said.add(self.url)
+            print(f"{self.url}: a transient error from the store; retrying with backoff (said once)", file=sys.stderr)
+
+
+def say_retries_once(url: str) -> None:
+    """Listen to botocore's retry decisions (its ``botocore.retries.standard`` logger, which aiobotocore
+    shares) and say the first retry for ``url`` in one line; the logger's records stop there (not
+    propagated), so raising it to DEBUG prints nothing else."""
+    logger = logging.getLogger("botocore.retries.standard")
+    handler = next((h for h in logger.handlers if isinstance(h, _RetrySaidOnce)), None)
+    if handler is None:
+        handler = _RetrySaidOnce()
+        logger.addHandler(handler)
+        logger.setLevel(logging.DEBUG)
+        logger.propagate = False
+    handler.url = url
