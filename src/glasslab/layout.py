@@ -4,7 +4,9 @@ Every part that writes into the lab (the executor, the trainer, a data build, a 
 the publisher) and every part that reads it back (the observatory, ``glasslab note``, the ladder) uses
 the names here, so a file's name is spelled once. Writes are atomic: a temp name in the same folder,
 fsync, then one ``os.replace``, so a reader (or a later step) sees the old file or the whole new one,
-never half of one — the same rule for a JSON record, a page, a checkpoint folder or a dataset.
+never half of one — the same rule for a JSON record, a page, a checkpoint folder or a dataset. On an
+object-store lab root (``s3://``) there is no rename: one PUT of the whole object is the atomic write
+(:func:`put_object_atomic`), and a conditional create stands in for ``O_EXCL``.
 
 This module sits at the bottom of the import order beside ``config`` and ``errors``: it imports no
 other part (only ``errors``, for the one-line error about a file that does not parse).
@@ -279,6 +281,24 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
             f.flush()
             os.fsync(f.fileno())
     return Path(path)
+
+
+def put_object_atomic(fs: Any, key: str, data: bytes, *, if_absent: bool = False, **options: Any) -> bool:
+    """The object-store form of :func:`write_bytes_atomic`: ``data`` as one whole object at ``key`` on the
+    fsspec filesystem ``fs`` (an ``s3://`` or ``gs://`` lab root). There is no rename on an object store;
+    instead a single PUT is atomic (S3 and GCS both make a new object visible whole or not at all, and
+    reads after a PUT are strongly consistent), so no temp key is written. ``if_absent``: a conditional
+    create (S3 ``If-None-Match: *``, GCS ``ifGenerationMatch=0``) that fails when ``key`` exists; returns
+    False then, True when this call wrote the object. Objects over the single-PUT size go as a multipart
+    upload, which S3 also makes visible only when completed. ``options`` go to ``fs.pipe_file`` (fsspec's
+    ``timeout``: a deadline for the whole call)."""
+    try:
+        fs.pipe_file(key, data, mode="create" if if_absent else "overwrite", **options)
+    except FileExistsError:
+        if not if_absent:
+            raise
+        return False
+    return True
 
 
 def write_text_atomic(path: str | Path, text: str) -> Path:

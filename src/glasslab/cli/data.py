@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from glasslab.cli.options import add_lab_option, step_lab
+from glasslab.errors import UserError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -39,7 +40,7 @@ def add_build_parser(data_sub: argparse._SubParsersAction) -> None:
     build.add_argument("--quick", action="store_true", help="with 'demo': the data of `glasslab demo --quick`")
     build.add_argument("--out", default=None,
                        help="a fixed dataset folder instead of <lab>/data-<hash8> (its parent is then the lab)")
-    add_lab_option(build)
+    add_lab_option(build, urls=True)
     build.add_argument(
         "--strict", action="store_true",
         help="fail on a malformed record or invalid UTF-8 instead of skipping (replacing) and counting it",
@@ -143,6 +144,8 @@ def run_map(args: argparse.Namespace) -> int:
 def run_build(args: argparse.Namespace) -> int:
     from glasslab.cli.data_build import data_build_step
     from glasslab.lab import run_one_step
+    from glasslab.store.mirror import lab_workspace
+    from glasslab.store.url import OBJECT_STORES
 
     overrides = list(args.overrides)
     if args.strict:
@@ -157,8 +160,11 @@ def run_build(args: argparse.Namespace) -> int:
         overrides.append(f"ray_address={args.address}")
     if args.quiet:
         overrides.append("progress=false")
+    if args.out and args.lab.partition("://")[0] in OBJECT_STORES:
+        raise UserError(f"--out {args.out}: a fixed folder is not taken with an object-store --lab {args.lab}")
     step = data_build_step(args.config, overrides, quick=args.quick, folder=args.out)
-    done = run_one_step(step, step_lab(args.lab, args.out), force=args.force)
+    with lab_workspace(args.lab) as lab:  # on an s3:// lab: this node's working copy, pushed as it ends
+        done = run_one_step(step, step_lab(lab, args.out), force=args.force)
     if done.status == "cached":
         print(f"built before (cached): {done.folder}", file=sys.stderr)
     print(done.folder)

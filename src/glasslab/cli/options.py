@@ -12,17 +12,37 @@ DEFAULT_LAB = "lab"
 
 
 def local_lab_root(value: str) -> str:
-    """A ``--lab`` value that is a local folder; a URL (``s3://…``) is refused in one line rather than
-    made into a local folder named ``s3:`` (object-storage labs are issue 44, not built yet)."""
-    if "://" in value:
-        raise argparse.ArgumentTypeError(f"{value}: a URL lab root is not supported yet; expected a local folder")
+    """A ``--lab`` value that is a local folder (``file:///x`` is ``/x``); an object-store URL is refused
+    in one line by a command that cannot take one yet, rather than made into a local folder ``s3:``."""
+    from glasslab.store.url import local_folder
+
+    try:
+        return local_folder(value)
+    except UserError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def lab_root_or_url(value: str) -> str:
+    """A ``--lab`` value for a command that takes an object-store lab (``s3://bucket/prefix``, ``gs://``,
+    ``file://`` or a folder); a URL of another scheme is refused in one line. Whether the store is usable
+    is checked when the command opens it (``store.mirror.lab_workspace``)."""
+    from glasslab.store.url import OBJECT_STORES
+
+    scheme, sep, _ = value.partition("://")
+    if sep and scheme not in (*OBJECT_STORES, "file"):
+        raise argparse.ArgumentTypeError(f"{value}: unknown lab root scheme {scheme!r}; expected a folder, "
+                                         "file://, s3:// or gs://")
     return value
 
 
-def add_lab_option(parser: argparse.ArgumentParser | argparse._ArgumentGroup, what: str = "lab root") -> None:
-    """``--lab DIR``: the lab root, from ``$GLASSLAB_ROOT`` or ``./lab`` when not given."""
-    parser.add_argument("--lab", type=local_lab_root, default=os.environ.get("GLASSLAB_ROOT", DEFAULT_LAB),
-                        help=f"{what} (default: $GLASSLAB_ROOT or ./{DEFAULT_LAB})")
+def add_lab_option(parser: argparse.ArgumentParser | argparse._ArgumentGroup, what: str = "lab root",
+                   urls: bool = False) -> None:
+    """``--lab DIR``: the lab root, from ``$GLASSLAB_ROOT`` or ``./lab`` when not given; ``urls``: the
+    command also takes an object-store URL (``s3://bucket/prefix``)."""
+    parser.add_argument("--lab", type=lab_root_or_url if urls else local_lab_root,
+                        default=os.environ.get("GLASSLAB_ROOT", DEFAULT_LAB),
+                        help=f"{what} (default: $GLASSLAB_ROOT or ./{DEFAULT_LAB})"
+                        + ("; s3://bucket/prefix for a lab on object storage" if urls else ""))
 
 
 def split_config_items(items: list[str], what: str = "config") -> tuple[Path | None, list[str]]:

@@ -16,13 +16,27 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--watch, re-export the pages whose runs changed every few seconds (a near-live public lab).",
     )
     p.add_argument("--out", required=True, help="folder to write the site into")
-    add_lab_option(p)
+    add_lab_option(p, urls=True)
     p.add_argument("--watch", action="store_true", help="keep re-exporting what changed")
     p.add_argument("--every", type=float, default=3.0, help="seconds between re-exports with --watch")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    """Publish the lab ``--lab`` names: a folder, or an object-store lab's snapshot (pulled into this node's
+    working copy, nothing pushed back)."""
+    from glasslab.store.mirror import lab_workspace
+    from glasslab.store.url import OBJECT_STORES
+
+    if args.watch and args.lab.partition("://")[0] in OBJECT_STORES:
+        raise UserError(f"--lab {args.lab}: --watch needs a lab folder; an object-store lab is published "
+                        "from a snapshot (run it again to refresh)")
+    with lab_workspace(args.lab, push=False) as lab:
+        args.lab = str(lab)
+        return _publish(args)
+
+
+def _publish(args: argparse.Namespace) -> int:
     from glasslab.observatory.publish import publish, watch
 
     if not Path(args.lab).is_dir():

@@ -15,7 +15,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "Each step writes only its own folder <lab>/<name>-<hash8>.",
     )
     p.add_argument("experiment", metavar="FILE.py|NAME", help="experiment file or built-in experiment name")
-    add_lab_option(p)
+    add_lab_option(p, urls=True)
     p.add_argument("--dry-run", action="store_true",
                    help="print the plan (what runs, what is cached) and stop")
     add_executor_options(p)
@@ -27,6 +27,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the experiment in the lab ``--lab`` names: a folder, or on an object-store lab this node's working
+    copy of it (pulled first; each step's folder goes to the root when it ends, a run's at every checkpoint)."""
+    from glasslab.store.mirror import lab_workspace
+
+    with lab_workspace(args.lab) as lab:
+        args.lab = str(lab)
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     import signal
 
     from glasslab.lab import Executor, load_experiment

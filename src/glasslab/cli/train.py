@@ -32,7 +32,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     where = p.add_mutually_exclusive_group()
     where.add_argument("--run-dir", help="a fixed run folder instead of <lab>/<name>-<hash8> (its parent is then the "
                        "lab); one that already holds a run needs --resume")
-    add_lab_option(where, "lab root (step folders, event log)")
+    add_lab_option(where, "lab root (step folders, event log)", urls=True)
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--resume", action="store_true",
                       help="continue the run from its latest intact checkpoint (CONFIG may be left out with --run-dir)")
@@ -46,6 +46,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Train in the lab ``--lab`` names: a folder, or on an object-store lab this node's working copy of it
+    (pulled first; the run goes to the root at every checkpoint and when it ends)."""
+    from glasslab.store.mirror import lab_workspace
+
+    with lab_workspace(args.lab) as lab:
+        args.lab = str(lab)
+        return _train(args)
+
+
+def _train(args: argparse.Namespace) -> int:
     from glasslab import config as configs
     from glasslab.cli.data_build import data_build_step
     from glasslab.cli.progress import CALLBACK

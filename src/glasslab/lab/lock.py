@@ -10,6 +10,12 @@ Every read-check-write of the lock happens under ``flock`` on ``<folder>/.lock.g
 microseconds; the kernel drops it if the process dies, so the guard itself never goes stale. Two
 executors that both find a stale lock therefore cannot both take it over, and a holder that was
 suspended past the timeout learns on its next heartbeat that it lost the lock.
+
+On an object-store lab (``--lab s3://…``) the folder is this node's working copy and ``flock`` guards
+only this node: the lock also takes the step's lease on the root (``store/lease.py``: a conditional
+create, the same record and staleness rule, renewed with every heartbeat); once it holds the lease it
+pulls the step's folder from the root, and on release it first pushes it, so the next holder on any
+node finds what this one did.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from glasslab.layout import write_json_atomic
+from glasslab.store.mirror import LEASE_RETRY_S, active_mirror
 
 LOCK_FILE = ".lock"
 GUARD_FILE = ".lock.guard"
@@ -58,6 +65,9 @@ class StepLock:
         self.path = folder / LOCK_FILE
         self.taken_over: dict[str, Any] | None = None
         """The stale record this lock replaced when acquired by takeover (for the event log)."""
+        self.mirror = active_mirror()
+        self.remote = self.mirror.lease(folder, owner, stale_after_s, self.is_stale) if self.mirror else None
+        """The step's lease on an object-store lab root (None on a local lab)."""
 
     @contextmanager
     def _guard(self) -> Iterator[None]:
@@ -77,6 +87,8 @@ class StepLock:
     def holder(self) -> dict[str, Any] | None:
         """The live holder's record, or None when the lock is free or stale."""
         record = self._read()
+        if record is None and self.remote is not None:
+            return self.remote.holder()
         return None if record is None or self.is_stale(record) else record
 
     def is_stale(self, record: dict[str, Any]) -> bool:
@@ -95,10 +107,16 @@ class StepLock:
                     return False
                 self.taken_over = record
             now = time.time()
-            write_json_atomic(self.path, {
-                "owner": self.owner, "host": socket.gethostname(), "pid": os.getpid(), "worker_pid": None,
-                "acquired": now, "heartbeat": now,
-            })
+            record = {"owner": self.owner, "host": socket.gethostname(), "pid": os.getpid(), "worker_pid": None,
+                      "acquired": now, "heartbeat": now}
+            if self.remote is not None:
+                if now - self.mirror.refused_at.get(self.folder.name, 0.0) < LEASE_RETRY_S:
+                    return False  # another node held it a moment ago: the store is asked once a second
+                if not self.remote.acquire(record):
+                    self.mirror.refused_at[self.folder.name] = now
+                    return False  # another node holds the step
+                self.mirror.pull(self.folder)  # what the last holder pushed (it may have finished the step)
+            write_json_atomic(self.path, record)
             return True
 
     def refresh(self, worker_pid: int | None = None) -> bool:
@@ -110,14 +128,19 @@ class StepLock:
             record["heartbeat"] = time.time()
             if worker_pid is not None:
                 record["worker_pid"] = worker_pid
+            if self.remote is not None and not self.remote.refresh(record):
+                return False
             write_json_atomic(self.path, record)
             return True
 
     def release(self) -> None:
-        """Drop the lock if it is still ours."""
+        """Drop the lock if it is still ours (on an object-store lab: push the folder, then the lease)."""
         with self._guard():
             record = self._read()
             if record is not None and record.get("owner") == self.owner:
+                if self.remote is not None:
+                    self.mirror.push(self.folder)
+                    self.remote.release()
                 self.path.unlink()
 
 

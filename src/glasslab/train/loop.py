@@ -34,6 +34,7 @@ from torch import nn
 from glasslab.data.batches import batch_hash
 from glasslab.layout import EXTRA_CHECKPOINT, latest_checkpoint
 from glasslab.model.load import weights_sha256
+from glasslab.store.mirror import active_mirror
 from glasslab.track import Run
 from glasslab.train import checkpoint as ckpt
 from glasslab.train import distributed
@@ -47,6 +48,7 @@ from glasslab.train.norms import grads_by_group, group_norms, named_norms, uniqu
 from glasslab.train.objectives import NextToken
 from glasslab.train.optim import build_optimizer
 from glasslab.train.rng import capture_rng, restore_rng
+from glasslab.train.root_sync import RootSync
 from glasslab.train.samples import Sampler
 from glasslab.train.schedule import lr_multiplier
 from glasslab.train.throughput import ThroughputMeter
@@ -394,13 +396,14 @@ class Trainer:
 
 def built_in_callbacks(cfg: TrainConfig, parts: RunParts, peak_flops: float, world_size: int) -> list[Callback]:
     """What every run does at fixed points: measure throughput, evaluate and sample (when the parts
-    can), and write checkpoints."""
+    can), and write checkpoints (on an object-store lab, and send them to the root)."""
     callbacks: list[Callback] = [ThroughputMeter(parts.flops_per_token, peak_flops, world_size)]
     if parts.evaluate is not None:
         callbacks.append(Evaluator(parts.evaluate, cfg.eval_interval))
     if parts.sample is not None:
         callbacks.append(Sampler(parts.sample, cfg.sample_interval))
-    return [*callbacks, ckpt.Checkpointer()]
+    mirror = active_mirror()  # an object-store lab: the run folder goes to the root at every checkpoint
+    return [*callbacks, ckpt.Checkpointer(), *([RootSync(mirror)] if mirror is not None else [])]
 
 
 def _detached_copy(state: Any) -> Any:

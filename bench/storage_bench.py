@@ -1,0 +1,245 @@
+"""The lab on object storage against a local folder, side by side, on moto's S3-compatible server
+started here (issue 44).
+
+What runs on an ``s3://`` lab is the same code on a node-local working copy of the lab, kept in step with
+the root whole file by whole file (``store/mirror.py``); so what this measures is what that copy costs:
+
+1. ``train_tokens_per_s_s3_vs_local``: ``glasslab train`` of one small MoE run config, tokens trained over
+   the command's wall seconds (start-up, the pull, every checkpoint's push and the last push included),
+   on an ``s3://`` lab (a fresh working folder each time) over a local folder; interleaved, the median of
+   the rounds' ratios.
+2. ``loader_tokens_per_s_s3_vs_local``: a node that starts with nothing: pulling the dataset folder from
+   the root, then the loader's batches from the working copy, over the loader alone on the local folder.
+3. ``checkpoint_write_s3_vs_local``: seconds of a checkpoint written and pushed to the root over seconds
+   of it written locally (above 1 is slower).
+4. ``data_build_s3_vs_local``: ``glasslab data build`` of the tests' tiny corpus (its sources are built
+   in, so only the outputs go to the root), throughput on an ``s3://`` lab over a local folder.
+5. ``run_store_sync_lag_s``: seconds from a run store's last row to its snapshot on the root when pushed
+   (the trainer pushes at every checkpoint, so a page elsewhere lags by at most the checkpoint interval
+   plus this).
+
+``--latency-ms 20`` puts every request through a small delaying proxy of the bench's own
+(``DelayProxy``: a TCP relay that holds each new request ``--latency-ms`` before passing it on), the
+``_latency`` lines. Run: ``python bench/storage_bench.py [--steps 60] [--repeats 3] [--latency-ms 20]``;
+``--smoke`` (4 steps, one round, 1 ms of latency) only checks that it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import yaml
+from interleave import LoadWatch, headline
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from cli_runner import run_cli  # noqa: E402
+from s3_server import s3_server  # noqa: E402
+from train_data import build_tiny_dataset, tiny_run_config  # noqa: E402
+
+
+class DelayProxy:
+    """A TCP relay to ``upstream`` (host, port) on a free loopback port that holds every new request for
+    ``latency_s`` before passing it on: a request is the client's bytes after the server last spoke."""
+
+    def __init__(self, upstream: tuple[str, int], latency_s: float) -> None:
+        self.upstream, self.latency_s = upstream, latency_s
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self.upstream)
+            turn = {"server_spoke": True}
+            threading.Thread(target=self._pump, args=(client, server, turn, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(server, client, turn, False), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket, turn: dict, delays: bool) -> None:
+        try:
+            while data := source.recv(65536):
+                if delays and turn["server_spoke"]:
+                    time.sleep(self.latency_s)
+                turn["server_spoke"] = not delays
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (source, sink):
+                s.close()
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def _train_seconds(config: Path, lab: str, work: Path) -> float:
+    started = time.perf_counter()
+    done = run_cli("train", str(config), "--lab", lab, GLASSLAB_WORK=str(work))
+    if done.returncode != 0:
+        raise SystemExit(f"glasslab train --lab {lab} failed: {done.stderr[-2000:]}")
+    return time.perf_counter() - started
+
+
+def train_ratio(config: Path, tmp: Path, repeats: int, endpoint: str) -> list[float]:
+    """Per round: s3 tokens/s over local tokens/s (the same tokens, so local seconds over s3 seconds)."""
+    ratios = []
+    for i in range(repeats):
+        local = _train_seconds(config, str(tmp / f"local-{i}"), tmp / "unused")
+        os.environ["AWS_ENDPOINT_URL"] = endpoint
+        s3 = _train_seconds(config, f"s3://lab/train-{endpoint[-5:]}-{i}", tmp / f"work-{endpoint[-5:]}-{i}")
+        ratios.append(local / s3)
+    return ratios
+
+
+def data_build_ratio(tmp: Path, repeats: int) -> list[float]:
+    """Per round: ``glasslab data build`` of the tests' tiny corpus, local seconds over s3 seconds."""
+    from glasslab import config as configs
+    from train_data import tiny_build_config
+
+    build = tmp / "build.yaml"
+    build.write_text(yaml.safe_dump(configs.to_dict(tiny_build_config())))
+    ratios = []
+    for i in range(repeats):
+        seconds = []
+        for lab in (str(tmp / f"build-local-{i}"), f"s3://lab/build-{i}"):
+            started = time.perf_counter()
+            done = run_cli("data", "build", str(build), "--lab", lab, "--quiet", GLASSLAB_WORK=str(tmp / f"bw-{i}"))
+            if done.returncode != 0:
+                raise SystemExit(f"glasslab data build --lab {lab} failed: {done.stderr[-2000:]}")
+            seconds.append(time.perf_counter() - started)
+        ratios.append(seconds[0] / seconds[1])
+    return ratios
+
+
+def loader_ratio(dataset: Path, tmp: Path, repeats: int, batches: int) -> list[float]:
+    """Per round: (pull the dataset + read ``batches``) seconds on a fresh node over reading them locally."""
+    from glasslab.store.mirror import Mirror
+    from glasslab.store.url import open_root
+
+    root = open_root("s3://lab/loader")
+    Mirror(root, dataset.parent).push(dataset)
+    ratios = []
+    for i in range(repeats):
+        local = _read_batches(dataset, batches)
+        started = time.perf_counter()
+        work = tmp / f"loader-{i}"
+        Mirror(open_root("s3://lab/loader"), work).pull()
+        _read_batches(work / dataset.name, batches)
+        ratios.append(local / (time.perf_counter() - started))
+    return ratios
+
+
+def _read_batches(dataset: Path, batches: int) -> float:
+    from glasslab.data.config import DataConfig
+    from glasslab.data.loader import Loader
+    from glasslab.data.mixture import MixtureConfig
+
+    started = time.perf_counter()
+    cfg = DataConfig(path=str(dataset), mixture=MixtureConfig(weights={"code": 0.5, "prose": 0.5}))
+    loader = Loader(cfg, seq_len=32, global_batch=8, prefetch=False)
+    for _ in range(batches):
+        loader.next_batch()
+    return time.perf_counter() - started
+
+
+def checkpoint_ratio(run_dir: Path, repeats: int) -> list[float]:
+    """Per round: seconds to write a checkpoint and push it to the root over writing it locally."""
+    from glasslab.store.mirror import Mirror
+    from glasslab.store.url import open_root
+    from glasslab.train import checkpoint as ckpt
+
+    parts = ckpt.load_checkpoint(ckpt.list_checkpoints(run_dir)[-1][1])
+    mirror = Mirror(open_root("s3://lab/ckpt"), run_dir.parent)
+    ratios = []
+    for i in range(repeats):
+        started = time.perf_counter()
+        ckpt.save_checkpoint(run_dir, 1000 + 2 * i, parts)
+        local = time.perf_counter() - started
+        started = time.perf_counter()
+        ckpt.save_checkpoint(run_dir, 1001 + 2 * i, parts)
+        mirror.push(run_dir)
+        ratios.append((time.perf_counter() - started) / local)
+    return ratios
+
+
+def sync_lag_s(run_dir: Path) -> float:
+    """Seconds from the run store's last row to its consistent snapshot on the root."""
+    import sqlite3
+
+    from glasslab.store.mirror import sqlite_snapshot
+    from glasslab.store.url import open_root
+
+    root = open_root("s3://lab/lag")
+    with sqlite3.connect(run_dir / "metrics.db") as db:
+        db.execute("INSERT INTO events(step, time, kind, severity, title, body) VALUES (0, 0, 'note', 'info', 'x', '')")
+    started = time.perf_counter()
+    root.put(f"{run_dir.name}/metrics.db", sqlite_snapshot(run_dir / "metrics.db"))
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--latency-ms", type=float, default=20.0, help="the proxy's delay per request")
+    parser.add_argument("--smoke", action="store_true")
+    args = parser.parse_args()
+    steps, repeats = (4, 1) if args.smoke else (args.steps, args.repeats)
+    if args.smoke:
+        args.latency_ms = 1.0
+    with LoadWatch(), tempfile.TemporaryDirectory() as scratch, s3_server(buckets=("lab",)) as endpoint:
+        figures = measure(Path(scratch), endpoint, steps, repeats, args.latency_ms)
+        print(
+            f"# {repeats} round(s), {steps} steps; latency proxy {args.latency_ms:g} ms per request; "
+            f"load average {os.getloadavg()[0]:.1f} at the end"
+        )
+        for name, values, note in figures[:-1]:
+            print(f"{name}: {headline(values, note)}")
+        print(f"run_store_sync_lag_s: {figures[-1][1][0]:.3f}  ({figures[-1][2]})")
+
+
+def measure(tmp: Path, endpoint: str, steps: int, repeats: int, latency_ms: float) -> list[tuple]:
+    """Every figure as (name, per-round values, note), the sync lag last."""
+    dataset = build_tiny_dataset(tmp / "data")
+    config = tmp / "run.yaml"
+    config.write_text(
+        yaml.safe_dump(tiny_run_config(dataset, moe=True, max_steps=steps, checkpoint_interval=max(2, steps // 5)))
+    )
+    host, port = endpoint.removeprefix("http://").split(":")
+    proxy = DelayProxy((host, int(port)), latency_ms / 1000)
+    try:
+        train = train_ratio(config, tmp, repeats, endpoint)
+        train_slow = train_ratio(config, tmp, repeats, proxy.url)
+        os.environ["AWS_ENDPOINT_URL"] = proxy.url
+        loader_slow = loader_ratio(dataset, tmp / "slow", repeats, batches=steps * 10)
+        os.environ["AWS_ENDPOINT_URL"] = endpoint
+        loader = loader_ratio(dataset, tmp, repeats, batches=steps * 10)
+        build = data_build_ratio(tmp, repeats)
+        run_dir = next(p for p in (tmp / "local-0").iterdir() if p.is_dir())
+        ckpt, lag = checkpoint_ratio(run_dir, repeats), sync_lag_s(run_dir)
+    finally:
+        proxy.close()
+    target = "target >= 0.8"
+    return [
+        ("train_tokens_per_s_s3_vs_local", train, target),
+        ("train_tokens_per_s_s3_vs_local_latency", train_slow, f"{target}; {latency_ms:g} ms per request"),
+        ("loader_tokens_per_s_s3_vs_local", loader, target),
+        ("loader_tokens_per_s_s3_vs_local_latency", loader_slow, f"{target}; {latency_ms:g} ms per request"),
+        ("data_build_s3_vs_local", build, "target >= 0.7; throughput, s3 over local"),
+        ("checkpoint_write_s3_vs_local", ckpt, "seconds ratio, write + push over write; lower is better"),
+        ("run_store_sync_lag_s", [lag], "the snapshot's PUT; a page elsewhere lags a checkpoint interval + this"),
+    ]
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,232 @@
+"""A node's working copy of an object-store lab, kept in step with the root.
+
+Every part of glasslab reads and writes a local folder (memory-mapped shards, SQLite run stores,
+``flock``-guarded locks). On an ``s3://`` lab root each node therefore works in a local working folder
+(``$GLASSLAB_WORK``, default ``~/.cache/glasslab/labs/<hash of the URL>``) that mirrors the root, whole
+files through fsspec:
+
+- **pull** at the start of a command: every object the working copy lacks, or holds an older or
+  different-sized copy of, is fetched (written locally with a temp name and renamed, its time set to
+  the object's), so a resume on another node finds the run's checkpoints and run store;
+- **push** at every checkpoint (the trainer's ``on_checkpoint``, for its own run folder) and when a step
+  ends (before its lease is released), and the lab's own files (event log, registry, cards) as the
+  command ends: every file newer than its object is sent with one PUT (atomic: a reader sees the old
+  object or the whole new one). A checkpoint's files go before its manifest and ``step.json`` goes
+  last, so a reader of the root never trusts a partial checkpoint or a step that is not there yet. A
+  SQLite file (``metrics.db``, ``events.db``) is sent as a consistent snapshot (SQLite's online
+  backup), never as a file that a writer is changing. A checkpoint folder that retention removed
+  locally is removed from the root by the same push.
+
+Node-local files never leave the node: temp names, ``.lock``/``.lock.guard``, SQLite's ``-wal``/``-shm``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import os
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from glasslab.layout import CHECKPOINTS_DIR, MANIFEST_FILE, STEP_RECORD, TEMP_PREFIX, temp_path
+from glasslab.store.lease import LEASE_PREFIX, RootLease
+from glasslab.store.url import ObjectRoot, is_url, local_folder, open_root
+
+LAB_URL_ENV = "GLASSLAB_LAB_URL"
+"""Set for the processes of a command run on an object-store lab: the root's URL."""
+WORK_ENV = "GLASSLAB_WORK"
+"""The node's local working folder for an object-store lab (the lab root every part sees)."""
+LEASE_RETRY_S = 1.0
+"""How often a node waiting for another's step asks the root for its lease again."""
+SQLITE_SUFFIXES = (".db",)
+NODE_LOCAL_SUFFIXES = ("-wal", "-shm", "-journal", ".lock", ".lock.guard")
+
+
+def _node_local(relative: str) -> bool:
+    parts = relative.split("/")
+    return any(p.startswith((TEMP_PREFIX, LEASE_PREFIX)) for p in parts) or relative.endswith(NODE_LOCAL_SUFFIXES)
+
+
+def _push_order(relative: str) -> int:
+    """Files first, then checkpoint manifests, then step records: what trusts a file comes after it."""
+    name = relative.rsplit("/", 1)[-1]
+    if name == STEP_RECORD:
+        return 2
+    return 1 if name == MANIFEST_FILE and f"/{CHECKPOINTS_DIR}/" in relative else 0
+
+
+class Mirror:
+    """The object-store root ``root`` and this node's working copy ``work``."""
+
+    def __init__(self, root: ObjectRoot, work: Path) -> None:
+        self.root, self.work = root, Path(work)
+        self.refused_at: dict[str, float] = {}
+        """When another node last held each step's lease (step name → time): an executor waiting for a step
+        asks the store again after :data:`LEASE_RETRY_S`, not at every turn of its loop."""
+
+    def _remote(self, folder: Path) -> dict[str, dict[str, Any]]:
+        """Objects under ``folder`` of the working copy as lab-relative path → fsspec info (size, LastModified)."""
+        under = folder.relative_to(self.work).as_posix() if folder != self.work else ""
+        fs, base = self.root.fs, self.root.key(under)
+        fs.invalidate_cache(base)
+        found = self.root.call("list the lab", fs.find, base, detail=True)
+        return {self.root.relative(k): v for k, v in found.items() if not _node_local(self.root.relative(k))}
+
+    def pull(self, folder: Path | None = None) -> int:
+        """Fetch what ``folder`` (default: the whole working copy) lacks or holds an older copy of (all at
+        once, each into a temp name, then renamed into place with the object's time); returns the number
+        of files."""
+        folder = Path(folder or self.work)
+        wanted = {}
+        for relative, info in self._remote(folder).items():
+            local = self.work / relative
+            if local.is_file() and local.stat().st_size == info["size"] and local.stat().st_mtime >= _mtime(info):
+                continue
+            wanted[relative] = (local, temp_path(local), _mtime(info))
+            local.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            if wanted:
+                self.root.call(
+                    "read the lab",
+                    self.root.fs.get,
+                    [self.root.key(r) for r in wanted],
+                    [str(tmp) for _, tmp, _ in wanted.values()],
+                )
+            for relative, (local, tmp, remote_time) in wanted.items():
+                if relative.endswith(SQLITE_SUFFIXES):  # a stale -wal beside a replaced database would corrupt it
+                    for suffix in ("-wal", "-shm"):
+                        local.with_name(local.name + suffix).unlink(missing_ok=True)
+                os.replace(tmp, local)
+                os.utime(local, (remote_time, remote_time))
+        finally:
+            for _, tmp, _ in wanted.values():
+                tmp.unlink(missing_ok=True)
+        return len(wanted)
+
+    def push(self, folder: Path | None = None) -> int:
+        """Send every file of step folder ``folder`` newer than its object, in the order that keeps the root
+        trustworthy (each group's files at once), and drop the checkpoints retention removed; returns the
+        number sent. Without ``folder``: the lab's own files (event log, registry, cards, site), never a
+        step folder — those go only from the node that held the step's lock, so a node's stale copy of a
+        step another node is running is never sent over the newer one."""
+        whole_lab = folder is None
+        folder = Path(folder or self.work)
+        remote = self._remote(folder)
+        steps = {p.parent.name for p in self.work.glob(f"*/{STEP_RECORD}")} if whole_lab else set()
+        groups: list[list[Path]] = [[], [], []]
+        for path in (p for p in folder.rglob("*") if p.is_file()):
+            relative = path.relative_to(self.work).as_posix()
+            if relative.split("/", 1)[0] in steps:
+                continue
+            info = remote.get(relative)
+            if _node_local(relative) or (
+                info is not None and info["size"] == path.stat().st_size and _changed_at(path) <= _mtime(info)
+            ):
+                continue
+            groups[_push_order(relative)].append(path)
+        for group in groups:
+            self._send(group)
+        if not whole_lab:
+            self._drop_removed_checkpoints(folder, remote)
+        return sum(len(g) for g in groups)
+
+    def _send(self, paths: list[Path]) -> None:
+        """One atomic PUT per file, concurrently; a SQLite file as a consistent snapshot."""
+        key = {p: self.root.key(p.relative_to(self.work).as_posix()) for p in paths}
+        databases = [p for p in paths if p.name.endswith(SQLITE_SUFFIXES)]
+        files = [p for p in paths if p not in databases]
+        if databases:
+            self.root.call("write run stores", self.root.fs.pipe, {key[p]: sqlite_snapshot(p) for p in databases})
+        if files:
+            self.root.call("write the lab", self.root.fs.put, [str(p) for p in files], [key[p] for p in files])
+
+    def _drop_removed_checkpoints(self, folder: Path, remote: dict[str, dict[str, Any]]) -> None:
+        gone = [
+            r
+            for r in remote
+            if f"{CHECKPOINTS_DIR}/" in r
+            and not (self.work / r).exists()
+            and (self.work / r.split(f"/{CHECKPOINTS_DIR}/")[0] / CHECKPOINTS_DIR).is_dir()
+        ]
+        for relative in sorted(gone, key=lambda r: -_push_order(r)):  # the manifest goes first
+            self.root.call(f"remove {relative}", self.root.fs.rm_file, self.root.key(relative))
+
+    def lease(self, folder: Path, owner: str, lease_s: float, is_stale: Any) -> RootLease | None:
+        """The root lease on step folder ``folder``; None when it is not a step folder of the working copy."""
+        if Path(folder).resolve().parent != self.work.resolve():
+            return None
+        return RootLease(self.root, Path(folder).name, owner, lease_s, is_stale)
+
+
+def _mtime(info: dict[str, Any]) -> float:
+    modified = info.get("LastModified") or info.get("mtime") or info.get("updated")
+    return modified.timestamp() if hasattr(modified, "timestamp") else float(modified or 0)
+
+
+def _changed_at(path: Path) -> float:
+    """When ``path`` last changed; a SQLite file's write-ahead log counts."""
+    wal = path.with_name(path.name + "-wal")
+    return max(path.stat().st_mtime, wal.stat().st_mtime if wal.exists() else 0.0)
+
+
+def sqlite_snapshot(path: Path) -> bytes:
+    """A consistent copy of the SQLite database at ``path`` (online backup; writers may be active)."""
+    tmp = temp_path(path)
+    try:
+        source, copy = sqlite3.connect(path), sqlite3.connect(tmp)
+        try:
+            source.backup(copy)
+        finally:
+            source.close()
+            copy.close()
+        return tmp.read_bytes()
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def default_work_folder(url: str) -> Path:
+    """The local working folder of the lab at ``url`` on this node when ``$GLASSLAB_WORK`` is not set."""
+    return Path.home() / ".cache" / "glasslab" / "labs" / hashlib.sha256(url.encode()).hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=4)
+def _mirror_for(url: str, work: str) -> Mirror:
+    return Mirror(open_root(url), Path(work))
+
+
+def active_mirror() -> Mirror | None:
+    """The mirror of the object-store lab this process works for (set by :func:`lab_workspace`, and
+    inherited by the step processes it starts), or None on a local lab."""
+    url, work = os.environ.get(LAB_URL_ENV), os.environ.get(WORK_ENV)
+    return _mirror_for(url, work) if url and work else None
+
+
+@contextlib.contextmanager
+def lab_workspace(value: str, push: bool = True) -> Iterator[Path]:
+    """The local lab root a command works in for ``--lab value``: the folder itself, or for an
+    object-store URL the node's working copy, pulled first and pushed at the end (also after a failure,
+    so a resume elsewhere finds what was done); with ``push`` false a snapshot that a reader (``publish``)
+    works from, sending nothing back. One-line UserError when the URL cannot be used."""
+    if not is_url(value) or value.startswith("file://"):
+        yield Path(local_folder(value))
+        return
+    work = Path(os.environ.get(WORK_ENV) or default_work_folder(value)).resolve()
+    mirror = _mirror_for(value, str(work))  # opens the root: nothing is made locally for a bad URL
+    work.mkdir(parents=True, exist_ok=True)
+    mirror.pull()
+    if not push:
+        yield work
+        return
+    saved = {k: os.environ.get(k) for k in (LAB_URL_ENV, WORK_ENV)}
+    os.environ.update({LAB_URL_ENV: value, WORK_ENV: str(work)})
+    try:
+        yield work
+    finally:
+        try:
+            mirror.push()
+        finally:
+            for key, old in saved.items():
+                os.environ.pop(key) if old is None else os.environ.__setitem__(key, old)

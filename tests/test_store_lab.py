@@ -1,0 +1,271 @@
+"""The lab on object storage (issue 44), against moto's S3-compatible server started here: the store
+honours conditional creates, two nodes racing for a step get one lease, a URL the lab cannot use is one
+line and exit 2, and a run SIGKILLed on one node resumes on another (its own local working folder) bit
+for bit the same as the uninterrupted run on a local folder."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from cli_runner import run_cli, start_cli
+from glasslab.cli import main as cli_main
+from glasslab.store.lease import RootLease
+from glasslab.store.url import open_root
+from glasslab.track import RunReader
+from glasslab.train import checkpoint as ckpt
+from s3_server import CREDENTIALS, s3_server
+from train_data import build_tiny_dataset, tiny_run_config
+
+
+@pytest.fixture(scope="module")
+def endpoint():
+    with s3_server(buckets=("lab",)) as url:
+        yield url
+
+
+def _record(**extra):
+    return {"host": "node", "pid": None, "heartbeat": time.time(), **extra}
+
+
+def test_the_server_honours_if_none_match_and_one_racer_gets_the_lease(endpoint):
+    root = open_root("s3://lab/leases")
+    assert root.put("k", b"first", if_absent=True)
+    assert not root.put("k", b"second", if_absent=True)  # a store that ignored If-None-Match would say True
+    assert root.get("k") == b"first"
+
+    wins, start = [], threading.Barrier(6)
+
+    def race(owner: str) -> None:
+        lease = RootLease(root, "step-a", owner, lease_s=60)
+        start.wait()
+        if lease.acquire(_record()):
+            wins.append(owner)
+
+    threads = [threading.Thread(target=race, args=(f"node{i}",)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(wins) == 1
+    holder = RootLease(root, "step-a", "other", lease_s=60).holder()
+    assert holder is not None and holder["owner"] == wins[0]
+
+
+def test_a_stale_lease_is_taken_over_once_and_its_old_holder_learns_it_lost(endpoint):
+    root = open_root("s3://lab/stale")
+    old = RootLease(root, "step-b", "old", lease_s=0.5)
+    assert old.acquire(_record())
+    assert not RootLease(root, "step-b", "early", lease_s=0.5).acquire(_record())  # live: refused
+    time.sleep(0.6)
+    racers = [RootLease(root, "step-b", f"new{i}", lease_s=0.5) for i in range(2)]
+    assert [r.acquire(_record()) for r in racers] == [True, False]  # the second sees a live holder
+    assert not old.refresh(_record())  # the suspended holder stops writing
+    racers[0].release()
+    assert RootLease(root, "step-b", "next", lease_s=0.5).acquire(_record())  # released: free at once
+
+
+def _unanswering_endpoint() -> tuple[socket.socket, str]:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)  # accepts connections (the kernel's backlog) and never answers a request
+    return listener, f"http://127.0.0.1:{listener.getsockname()[1]}"
+
+
+@pytest.mark.parametrize("case", ["no bucket", "no credentials", "times out", "unknown scheme"])
+def test_a_url_the_lab_cannot_use_is_one_line_and_nothing_local(case, endpoint, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("GLASSLAB_WORK", str(tmp_path / "work"))
+    url, expected = "s3://lab/x", ""
+    if case == "no bucket":
+        url, expected = "s3://missing-bucket/x", "bucket does not exist"
+    elif case == "no credentials":
+        for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+            monkeypatch.delenv(key)
+        monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+        monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+        monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+        expected = "no credentials"
+    elif case == "times out":
+        listener, silent = _unanswering_endpoint()
+        monkeypatch.setenv("AWS_ENDPOINT_URL", silent)
+        monkeypatch.setenv("GLASSLAB_STORE_TIMEOUT_S", "0.3")
+        monkeypatch.setenv("GLASSLAB_STORE_ATTEMPTS", "1")
+        expected = "timed out"
+    else:
+        url, expected = "ftp://host/x", "unknown lab root scheme"
+    started = time.monotonic()
+    assert _exit_status(["run", "hello", "--lab", url]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and url in err and expected in err, err
+    assert list(tmp_path.iterdir()) == []
+    assert time.monotonic() - started < 20
+    if case == "times out":
+        listener.close()
+
+
+def _exit_status(argv: list[str]) -> int:
+    """The command's exit status, whether it returns it or argparse exits with it."""
+    try:
+        return cli_main(argv)
+    except SystemExit as exc:
+        return int(exc.code)
+
+
+def _root_checkpoints(fs, run: str) -> list[int]:
+    fs.invalidate_cache()
+    found = fs.glob(f"lab/killed/{run}/checkpoints/step-*/manifest.json")
+    return sorted(int(p.split("/")[-2][5:]) for p in found)
+
+
+def test_sigkill_on_one_node_resumes_on_another_bit_identical_to_a_local_run(endpoint, tmp_path):
+    import s3fs
+
+    dataset = build_tiny_dataset(tmp_path / "data")
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(tiny_run_config(dataset, moe=True, max_steps=32, checkpoint_interval=4)))
+    ref = run_cli("train", str(config), "--lab", str(tmp_path / "local"))
+    assert ref.returncode == 0, ref.stderr[-3000:]
+    (ref_dir,) = [p for p in (tmp_path / "local").iterdir() if p.is_dir()]
+
+    fs = s3fs.S3FileSystem()
+    proc = start_cli("train", str(config), "--lab", "s3://lab/killed", GLASSLAB_WORK=str(tmp_path / "node-a"))
+    deadline = time.monotonic() + 120
+    while not [s for s in _root_checkpoints(fs, ref_dir.name) if s >= 8] and time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stderr.read()[-3000:]
+        time.sleep(0.05)
+    proc.kill()  # SIGKILL: no handler runs, nothing more is pushed
+    proc.wait()
+    on_root = _root_checkpoints(fs, ref_dir.name)
+    assert on_root and on_root[-1] < 32 and not fs.exists(f"lab/killed/{ref_dir.name}/result.json")
+
+    resumed = run_cli("train", str(config), "--lab", "s3://lab/killed", GLASSLAB_WORK=str(tmp_path / "node-b"))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resuming from step " in resumed.stderr
+    run_b = tmp_path / "node-b" / ref_dir.name
+    assert fs.exists(f"lab/killed/{ref_dir.name}/result.json")  # the finished run is on the root
+    with RunReader(ref_dir) as a, RunReader(run_b) as b:  # the run store came back from the root
+        assert b.scalars("train/loss") == a.scalars("train/loss")  # bit for bit, every step
+        assert any(e["kind"] == "resume" for e in b.events())
+    ref_weights = ckpt.load_checkpoint(ckpt.list_checkpoints(ref_dir)[-1][1])["model"]
+    weights = ckpt.load_checkpoint(ckpt.list_checkpoints(run_b)[-1][1])["model"]
+    assert all(torch.equal(ref_weights[k], weights[k]) for k in ref_weights)
+    assert not Path(tmp_path / "node-b" / ref_dir.name / ".lock").exists()
+    secrets = [CREDENTIALS[k].encode() for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")]
+    written = [fs.cat_file(key) for key in fs.find("lab/killed")]  # records, run store, checkpoints, events
+    written += [p.read_bytes() for p in (tmp_path / "node-b").rglob("*") if p.is_file()]
+    assert written and not any(secret in blob for blob in written for secret in secrets)
+
+
+def test_an_experiment_on_the_root_is_found_done_by_another_node(endpoint, tmp_path, monkeypatch, capsys):
+    import s3fs
+
+    monkeypatch.setenv("GLASSLAB_WORK", str(tmp_path / "node-a"))
+    assert cli_main(["run", "hello", "--lab", "s3://lab/exp"]) == 0
+    fs = s3fs.S3FileSystem()
+    fs.invalidate_cache()
+    records = fs.glob("lab/exp/*/step.json")
+    assert len(records) == 2 and all(b'"succeeded"' in fs.cat_file(r) for r in records)
+    assert not fs.glob("lab/exp/*/.lock") and fs.exists("lab/exp/events.db")
+    capsys.readouterr()
+    monkeypatch.setenv("GLASSLAB_WORK", str(tmp_path / "node-b"))  # nothing local: all from the root
+    assert cli_main(["run", "hello", "--lab", "s3://lab/exp"]) == 0
+    assert "nothing to run: 2 steps cached" in capsys.readouterr().err
+    monkeypatch.setenv("GLASSLAB_WORK", str(tmp_path / "node-c"))  # publish reads a snapshot of the root
+    assert cli_main(["publish", "--lab", "s3://lab/exp", "--out", str(tmp_path / "site")]) == 0
+    site = [p for p in (tmp_path / "site").rglob("*") if p.is_file()]
+    assert (tmp_path / "site" / "index.html") in site
+    assert any("greet-" in p.read_text(errors="ignore") for p in site if p.suffix in (".json", ".js", ".html"))
+    assert _exit_status(["publish", "--lab", "s3://lab/exp", "--out", str(tmp_path / "s2"), "--watch"]) == 2
+
+
+def test_two_nodes_racing_for_one_run_train_it_once(endpoint, tmp_path):
+    dataset = build_tiny_dataset(tmp_path / "data")
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(tiny_run_config(dataset, max_steps=8, checkpoint_interval=4)))
+    nodes = [
+        start_cli("train", str(config), "--lab", "s3://lab/race", GLASSLAB_WORK=str(tmp_path / f"node-{i}"))
+        for i in range(2)
+    ]
+    outs = [(proc.wait(timeout=240), *proc.communicate()) for proc in nodes]
+    assert [rc for rc, _, _ in outs] == [0, 0], [err[-2000:] for _, _, err in outs]
+    lines = sorted(out.strip().splitlines()[-1].split(": ", 1)[1] for _, out, _ in outs)
+    assert lines[0].startswith("finished at step 8") and lines[1].startswith("finished before (cached) at step 8")
+    (run,) = [p.parent for p in (tmp_path / "node-0").glob("*/run.json")]
+    with RunReader(run) as reader:  # trained once: one attempt of every step, no resume
+        assert not any(e["kind"] == "resume" for e in reader.events())
+
+
+def test_a_data_build_on_the_root_lands_whole_and_is_cached_for_another_node(endpoint, tmp_path, monkeypatch, capsys):
+    import s3fs
+
+    from glasslab import config as configs
+    from train_data import tiny_build_config
+
+    build = tmp_path / "build.yaml"
+    build.write_text(yaml.safe_dump(configs.to_dict(tiny_build_config())))
+    monkeypatch.setenv("GLASSLAB_WORK", str(tmp_path / "node-a"))
+    assert cli_main(["data", "build", str(build), "--lab", "s3://lab/data", "--quiet"]) == 0
+    fs = s3fs.S3FileSystem()
+    fs.invalidate_cache()
+    (manifest,) = fs.glob("lab/data/data-*/manifest.json")
+    local = tmp_path / "node-a" / manifest.split("/")[-2]
+    assert fs.cat_file(manifest) == (local / "manifest.json").read_bytes()
+    folder = manifest.rsplit("/", 1)[0]
+    on_root = {key[len(folder) + 1 :] for key in fs.find(folder) if "/.lease-" not in key}
+    here = {p.relative_to(local).as_posix() for p in local.rglob("*") if p.is_file() and ".lock" not in p.name}
+    assert on_root == here  # every file of the build, and nothing node-local
+    capsys.readouterr()
+    monkeypatch.setenv("GLASSLAB_WORK", str(tmp_path / "node-b"))
+    assert cli_main(["data", "build", str(build), "--lab", "s3://lab/data", "--quiet"]) == 0
+    assert "built before (cached)" in capsys.readouterr().err
+    assert _exit_status(["data", "build", str(build), "--lab", "s3://lab/data", "--out", str(tmp_path / "d")]) == 2
+
+
+def _refuse_first_request(upstream: str) -> tuple[socket.socket, str]:
+    """A relay to ``upstream`` that answers the very first request with ``503 Slow Down`` (a transient
+    error) and passes every later connection through."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    host, port = upstream.removeprefix("http://").split(":")
+
+    def pump(source: socket.socket, sink: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := source.recv(65536):
+                sink.sendall(data)
+        for s in (source, sink):
+            s.close()
+
+    def serve() -> None:
+        first = True
+        with contextlib.suppress(OSError):
+            while True:
+                client, _ = listener.accept()
+                if first:
+                    first = False
+                    client.recv(65536)
+                    client.sendall(b"HTTP/1.1 503 Slow Down\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                    client.close()
+                    continue
+                server = socket.create_connection((host, int(port)))
+                threading.Thread(target=pump, args=(client, server), daemon=True).start()
+                threading.Thread(target=pump, args=(server, client), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return listener, f"http://127.0.0.1:{listener.getsockname()[1]}"
+
+
+def test_a_transient_error_is_retried_and_said_once(endpoint, monkeypatch, capsys):
+    listener, flaky = _refuse_first_request(endpoint)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", flaky)
+    root = open_root("s3://lab/flaky")  # the probe's first PUT gets 503, the retry goes through
+    assert root.put("k", b"v") and root.get("k") == b"v"
+    said = [line for line in capsys.readouterr().err.splitlines() if "retrying" in line]
+    assert said == ["s3://lab/flaky: a transient error from the store; retrying with backoff (said once)"]
+    listener.close()
