@@ -120,6 +120,7 @@ def posttrain_folders(lab: Path, demo: str, smoke: bool, threads: int) -> dict[s
     """The demo's post-training steps run (or found cached) in ``lab``: their folders by step name."""
     from glasslab.experiments.demo import demo_steps
     from glasslab.lab import Executor
+    from glasslab.lab.pool import InlinePool
 
     if smoke:
         size = dataclasses.replace(QUICK, sft_steps=6, dpo_steps=6, sft_max_modules=40, sft_task_items=20)
@@ -127,7 +128,8 @@ def posttrain_folders(lab: Path, demo: str, smoke: bool, threads: int) -> dict[s
     else:
         size = FULL if demo == "full" else QUICK
         steps = demo_steps(size, threads=max(1, threads or torch.get_num_threads()), hero_threads=threads)
-    report = Executor(lab, jobs=1, narrate=False).run(steps, experiment="sft-bench")
+    backend = InlinePool() if smoke else "local"  # a smoke's steps in this process: no interpreter start per step
+    report = Executor(lab, backend, jobs=1, narrate=False).run(steps, experiment="sft-bench")
     if not report.ok:
         raise SystemExit(f"sft_bench: {', '.join(report.keys('failed'))} failed; see step.json in {lab}")
     return {planned.name: planned.folder for planned in report.plan.steps}

@@ -560,8 +560,8 @@ def outcomes(shared, tmp_path_factory, request) -> dict[str, Outcome]:
     """Every selected case run once, in parallel (``-k`` runs only the cases it selects)."""
     cases_root = tmp_path_factory.mktemp("cases")
     prefix = unprivileged_prefix()
-    selected = {item.callspec.params["case"].name for item in request.session.items
-                if hasattr(item, "callspec") and "case" in item.callspec.params}
+    selected = {item.callspec.params["case"].name for item in request.session.items  # this file's cases only
+                if hasattr(item, "callspec") and isinstance(item.callspec.params.get("case"), Case)}
     media = can_mount_read_only_media()
     runnable = [c for c in CASES if c.name in selected and not (c.read_only and prefix is None)
                 and not (c.media and not media)]

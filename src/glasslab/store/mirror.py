@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from glasslab.layout import CHECKPOINTS_DIR, MANIFEST_FILE, STEP_RECORD, TEMP_PREFIX, temp_path
+from glasslab.layout import CHECKPOINTS_DIR, MANIFEST_FILE, STEP_RECORD, TEMP_PREFIX, move_into_place, temp_path
 from glasslab.store.lease import LEASE_PREFIX, RootLease
 from glasslab.store.url import ObjectRoot, is_url, local_folder, open_root
 
@@ -99,7 +99,7 @@ class Mirror:
                 if relative.endswith(SQLITE_SUFFIXES):  # a stale -wal beside a replaced database would corrupt it
                     for suffix in ("-wal", "-shm"):
                         local.with_name(local.name + suffix).unlink(missing_ok=True)
-                os.replace(tmp, local)
+                move_into_place(tmp, local)
                 os.utime(local, (remote_time, remote_time))
         finally:
             for _, tmp, _ in wanted.values():
