@@ -27,17 +27,23 @@ def chinchilla_points() -> Path:
     pytest.skip("chinchilla_points.csv not found in ../shared/data or /work/shared/data")
 
 
+def chinchilla_rungs(drop_outliers: bool) -> list[Rung]:
+    """The published points as rungs (tokens from C = 6ND); ``drop_outliers``: as Epoch did, the five highest
+    losses left out."""
+    with open(chinchilla_points()) as f:
+        rows = sorted(csv.DictReader(f), key=lambda r: float(r["loss"]))
+    assert len(rows) == 245
+    return [Rung(f"p{i}", float(r["flops"]), (float(r["loss"]),), params_active=float(r["params"]),
+                 tokens=float(r["flops"]) / (6 * float(r["params"])))
+            for i, r in enumerate(rows[:-5] if drop_outliers else rows)]
+
+
 def truth_loss(n, d):
     return TRUTH["E"] + TRUTH["A"] / n ** TRUTH["alpha"] + TRUTH["B"] / d ** TRUTH["beta"]
 
 
 def test_chinchilla_points_reproduce_epoch_estimates_within_one_standard_error():
-    with open(chinchilla_points()) as f:
-        rows = list(csv.DictReader(f))
-    assert len(rows) == 245
-    rows = sorted(rows, key=lambda r: float(r["loss"]))[:-5]  # as Epoch did: the five highest-loss points dropped
-    rungs = [Rung(f"p{i}", float(r["flops"]), (float(r["loss"]),), params_active=float(r["params"]),
-                  tokens=float(r["flops"]) / (6 * float(r["params"]))) for i, r in enumerate(rows)]
+    rungs = chinchilla_rungs(drop_outliers=True)
     start = time.perf_counter()
     a3 = approach3_record(rungs, 5.76e23, (70e9, 1.4e12), num_bootstrap=100)
     seconds = time.perf_counter() - start
@@ -53,10 +59,7 @@ def test_chinchilla_points_reproduce_epoch_estimates_within_one_standard_error()
 
 def test_chinchilla_points_with_their_outliers_are_refused_by_the_objectives_check():
     """Kept, the five points Epoch dropped pull least squares away from the Huber fit: the gate says so."""
-    rows = list(csv.DictReader(open(chinchilla_points())))
-    rungs = [Rung(f"p{i}", float(r["flops"]), (float(r["loss"]),), params_active=float(r["params"]),
-                  tokens=float(r["flops"]) / (6 * float(r["params"]))) for i, r in enumerate(rows)]
-    gate = approach3_record(rungs, 5.76e23, None, num_bootstrap=100)["gate"]
+    gate = approach3_record(chinchilla_rungs(drop_outliers=False), 5.76e23, None, num_bootstrap=100)["gate"]
     assert not gate["registered"] and [r.split(":")[0] for r in gate["reasons"]] == ["objectives agree"]
 
 
