@@ -64,7 +64,7 @@ from interleave import LoadWatch, headline, interleaved, paired_ratios
 from scipy.optimize import least_squares
 
 from glasslab import track
-from glasslab.ladder.approach3 import Approach3Law, fit_approach3
+from glasslab.ladder.approach3 import approach3_record
 from glasslab.ladder.compute_law import ComputeLaw
 from glasslab.ladder.fit import fit_ladder, read_fit
 from glasslab.ladder.gate_sim import DESIGNS, gate_figures, simulate_grid, width_frontier
@@ -122,13 +122,11 @@ def time_chinchilla() -> float | None:
     if not path.is_file():
         return None
     with open(path) as f:
-        rows = list(csv.DictReader(f))
-    params = np.array([float(r["params"]) for r in rows])
-    flops = np.array([float(r["flops"]) for r in rows])
-    loss = np.array([float(r["loss"]) for r in rows])
-    keep = np.argsort(loss)[:-5]
+        rows = sorted(csv.DictReader(f), key=lambda r: float(r["loss"]))[:-5]  # Epoch's five outliers dropped
+    rungs = [Rung(f"p{i}", float(r["flops"]), (float(r["loss"]),), params_active=float(r["params"]),
+                  tokens=float(r["flops"]) / (6 * float(r["params"]))) for i, r in enumerate(rows)]
     start = time.perf_counter()
-    fit_approach3(params[keep], flops[keep] / (6 * params[keep]), loss[keep], num_bootstrap=100)
+    approach3_record(rungs, 5.76e23, None, num_bootstrap=100)
     return time.perf_counter() - start
 
 
@@ -408,9 +406,12 @@ def isoflop_report(lab: Path, jobs: int, smoke: bool = False) -> dict[str, float
     else:
         record = track.read_record(long_hero)
         tokens = float(record["steps"]) * float(record["batch_size"]) * float(record["seq_len"])
-        law = Approach3Law(*(p[k] for k in ("E", "A", "B", "alpha", "beta")),
-                           bootstrap=tuple(map(tuple, a3["bootstrap"])), residual_sigma=a3["residual_sigma"])
-        point, low, high = law.predict_run(float(record["params_active"]), tokens)
+        target = a3["target"]  # the isoFLOP plan's hero: the long ladder's
+        if (target["params_active"], target["tokens"]) != (float(record["params_active"]), tokens):
+            print(f"long hero: N {record['params_active']}, D {tokens:.4g}; approach 3 predicted N "
+                  f"{target['params_active']:.4g}, D {target['tokens']:.4g}, another run: no comparison")
+            return headlines
+        point, low, high = target["point"], target["lo"], target["hi"]
         measured = read_rungs([long_hero])[0].loss_mean
         headlines["hero_error_pct"] = 100 * (point - measured) / measured
         print(f"long hero ({record['size_name']}, {tokens / float(record['params_active']):.1f} tokens/param): "

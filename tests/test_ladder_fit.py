@@ -11,7 +11,7 @@ import pytest
 from cli_runner import run_cli
 from glasslab import track
 from glasslab.errors import UserError
-from glasslab.ladder.approach3 import Approach3Law
+from glasslab.ladder.approach3 import compute_optimal
 from glasslab.ladder.figures import draw_fit
 from glasslab.ladder.fit import compute_frontier, fit_ladder, read_fit, rungs_from_fit, write_fit
 from glasslab.ladder.predict import CURVE_FRACTIONS
@@ -99,16 +99,16 @@ def test_isoflop_ladder_fits_approach3_and_frontier():
     assert a3["params"]["E"] == pytest.approx(1.7, rel=0.1)
     assert a3["compute_optimal"]["flops_per_param_token"] == pytest.approx(6.0, rel=0.01)
     assert len(fit["law"]["fitted_on"]) == 4  # L(C) sees the best size of each budget
-    # Intervals from the kept bootstrap refits: the optimum's tokens per parameter and a run's loss.
-    truth = Approach3Law(1.7, 400, 1200, 0.34, 0.3)
-    n_true, d_true = truth.compute_optimal(1e20)
+    # Intervals from the bootstrap's refits: the optimum's tokens per parameter and a run's loss; the gate's verdict.
+    n_true, d_true = compute_optimal(400, 0.34, 1200, 0.3, 1e20)
     low, high = a3["compute_optimal"]["tokens_per_param_interval"]
     assert low < a3["compute_optimal"]["tokens_per_param"] < high
     assert a3["compute_optimal"]["tokens_per_param"] == pytest.approx(d_true / n_true, rel=0.5)  # 10x beyond
     target = a3["target"]
     assert target["lo"] < target["point"] < target["hi"]
-    assert target["lo"] < truth(1e9, 2e10) < target["hi"]
-    assert len(a3["bootstrap"]) == 100 and a3["residual_sigma"] < 0.01
+    assert target["lo"] < 1.7 + 400 / 1e9**0.34 + 1200 / 2e10**0.3 < target["hi"]
+    assert a3["gate"]["registered"], a3["gate"]["reasons"]
+    assert a3["noise"]["sigma"] < 0.01
 
 
 def test_read_rungs_rejects_a_run_the_planner_did_not_make(tmp_path):

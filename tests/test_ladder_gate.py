@@ -30,7 +30,7 @@ def refused_by(gate: dict) -> set[str]:
     return {reason.split(":")[0] for reason in gate["reasons"]}
 
 
-def test_protocol_b_as_registered_is_refused_for_four_reasons():
+def test_protocol_b_as_registered_is_refused_for_five_reasons():
     gate = gate_endpoint_fit(B_LAW, point=2.8815, low=2.8241, high=3.0086, other_point=2.90,
                              floor_interval=(0.017, 1.673), lowest_loss=3.29, size_span=55048 / 7024,
                              top=(55048.0, 4.0e5), hero=B_HERO, beta_difference=0.010)

@@ -7,7 +7,8 @@ Modules, one idea each (imported directly; this package imports nothing so ``fit
 - ``rungs``: ``Rung`` (what a rung's seeds measured) and the input checks; ``runs``: rungs from run
   folders; ``points``: rungs from a CSV or JSON file of (flops, loss[, seed, params, tokens]) points.
 - ``compute_law``: ``L(C) = L∞ + A·C^(−α)`` fits (pinned or free L∞), vectorised.
-- ``approach3``: Chinchilla approach 3 (Huber on log loss, L-BFGS from a grid), compute-optimal (N, D).
+- ``approach3``: Chinchilla approach 3 as the end-point law (``grid_ends``) over rungs that vary tokens per
+  parameter, gated, with the compute-optimal (N, D) in closed form.
 - ``uncertainty``: the seed-spread parametric bootstrap; ``predict``: point + 90% interval widened by
   the L∞ sweep, and the curve every 5% of training; ``backtest``: roll-forward leave-last-rung-out.
 - ``fit``: the whole analysis as ``fit.json`` (``fit_ladder``, ``write_fit``, ``read_fit``);

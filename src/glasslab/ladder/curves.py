@@ -30,8 +30,8 @@ from scipy.signal import lfilter
 
 from glasslab import config, track
 from glasslab.errors import UserError
-from glasslab.ladder.fit import TARGET_METRIC
 from glasslab.ladder.plan import record_law_flops, record_law_params
+from glasslab.ladder.rungs import TARGET_METRIC
 from glasslab.layout import METRICS_DB, RESULT_FILE
 from glasslab.train.config import ScheduleConfig
 from glasslab.train.schedule import lr_multiplier

@@ -18,20 +18,21 @@ from typing import Any
 import numpy as np
 
 from glasslab.errors import UserError
-from glasslab.ladder.approach3 import fit_approach3, identifiable, interval
+from glasslab.ladder.approach3 import approach3_record, identifiable
 from glasslab.ladder.backtest import roll_forward
 from glasslab.ladder.compute_law import fit_log_gap
 from glasslab.ladder.gate import gate_compute_fit
 from glasslab.ladder.predict import Prediction, predict, predict_curve
-from glasslab.ladder.rungs import Rung, check_rungs
+from glasslab.ladder.rungs import TARGET_METRIC, Rung, check_rungs
 from glasslab.ladder.task_law import TaskSeries, fit_task_laws
-from glasslab.ladder.uncertainty import bootstrap_laws, law_param_se
+from glasslab.ladder.uncertainty import bootstrap_laws, law_param_se, percentile_interval
 from glasslab.layout import write_json_atomic
 
-TARGET_METRIC = "eval/macro/loss"
 ISOFLOP_TOLERANCE = 0.02
 """Rungs whose compute differs by less than this fraction share one isoFLOP budget."""
 LAW_LINE_POINTS = 64
+NOT_ISOFLOP = {"fitted": False, "reason": "every rung has the same tokens per parameter (D ∝ N), so N and D cannot "
+               "be told apart; only L(C) is fitted. Plan an isoFLOP ladder to fit approach 3."}
 
 
 def fit_ladder(rungs: Sequence[Rung], *, ladder: str, target_flops: float, L_inf: float | None,
@@ -80,7 +81,8 @@ def fit_ladder(rungs: Sequence[Rung], *, ladder: str, target_flops: float, L_inf
         "curve": predict_curve(law_rungs, target_flops, seeds_at_target=1, **options),
         "backtest": roll_forward(law_rungs, L_inf=L_inf, sweep=sweep, L_inf_prior=L_inf_prior, level=level,
                                  num_bootstrap=min(num_bootstrap, 400), seed=seed),
-        "approach3": _approach3_record(rungs, target_flops, target_size, isoflop, level, seed),
+        "approach3": approach3_record(rungs, target_flops, target_size, level=level, num_bootstrap=num_bootstrap,
+                                      seed=seed) if isoflop else NOT_ISOFLOP,
         "law_line": law_line,
         "tasks": fit_task_laws(tasks, target_flops, level=level, num_bootstrap=num_bootstrap, seed=seed)
         if tasks else None,
@@ -101,7 +103,8 @@ def free_floor_interval(rungs: Sequence[Rung], prediction: Prediction, *, num_bo
         return None
     L_inf_B, _, _ = bootstrap_laws(rungs, law, prediction.noise, level=prediction.level,
                                    num_bootstrap=num_bootstrap, rng=np.random.default_rng(seed + 3))
-    return interval(L_inf_B[np.isfinite(L_inf_B)], prediction.level)
+    low, high = percentile_interval(L_inf_B[np.isfinite(L_inf_B)], prediction.level)
+    return float(low), float(high)
 
 
 def floor_text(floor: dict[str, Any], se: float | None = None) -> str:
@@ -146,31 +149,6 @@ def compute_frontier(rungs: Sequence[Rung]) -> list[Rung]:
 def _budget(rung: Rung) -> float:
     """The compute an isoFLOP budget fixes: all training FLOPs (a points file gives only one compute)."""
     return rung.total_flops or rung.flops
-
-
-def _approach3_record(rungs: Sequence[Rung], target_flops: float, target_size: tuple[float, float] | None,
-                      isoflop: bool, level: float, seed: int) -> dict:
-    if not isoflop:
-        return {"fitted": False, "reason": "every rung has the same tokens per parameter (D ∝ N), so N and D "
-                "cannot be told apart; only L(C) is fitted. Plan an isoFLOP ladder to fit approach 3."}
-    points = [(r.params_active, r.tokens, loss, r.name) for r in rungs for loss in r.losses]
-    params_n, tokens_n, loss_n, names = zip(*points, strict=True)
-    law = fit_approach3(params_n, tokens_n, loss_n, names=names, seed=seed)
-    flops_per_param_token = float(np.median([r.flops / (r.params_active * r.tokens) for r in rungs]))
-    n_opt, d_opt = law.compute_optimal(target_flops, flops_per_param_token)
-    optimal_ratio_B = [d / n for n, d in (b.compute_optimal(target_flops, flops_per_param_token)
-                                          for b in law.replicates())]
-    record = {"fitted": True, "form": law.form, "params": law.params, "param_se": law.param_se,
-              "residual_sigma": law.residual_sigma, "bootstrap": [list(b) for b in law.bootstrap],
-              "compute_optimal": {"flops": target_flops, "params_active": n_opt, "tokens": d_opt,
-                                  "tokens_per_param": d_opt / n_opt,
-                                  "tokens_per_param_interval": list(interval(optimal_ratio_B, level)),
-                                  "loss": float(law(n_opt, d_opt)), "flops_per_param_token": flops_per_param_token}}
-    if target_size is not None:
-        point, low, high = law.predict_run(*target_size, level=level, seed=seed)
-        record["target"] = {"params_active": target_size[0], "tokens": target_size[1], "point": point, "lo": low,
-                            "hi": high}
-    return record
 
 
 def rung_record(rung: Rung) -> dict[str, Any]:

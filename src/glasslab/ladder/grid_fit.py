@@ -31,7 +31,7 @@ import numpy as np
 
 from glasslab.errors import UserError
 from glasslab.ladder.curves import RunCurve, TargetCurve, target_curve
-from glasslab.ladder.fit import TARGET_METRIC, floor_text, rung_record
+from glasslab.ladder.fit import floor_text, rung_record
 from glasslab.ladder.fit_inputs import inputs_record
 from glasslab.ladder.grid_ends import (
     GRID_FLOOR,
@@ -58,7 +58,7 @@ from glasslab.ladder.grid_law import (
 from glasslab.ladder.hero_floor import EarlierHero, predict_with_heroes
 from glasslab.ladder.nd_fit import floor_record, param_se
 from glasslab.ladder.predict import CURVE_FRACTIONS
-from glasslab.ladder.rungs import Rung
+from glasslab.ladder.rungs import TARGET_METRIC, Rung
 from glasslab.ladder.uncertainty import percentile_interval
 
 BACKTEST_BOOTSTRAP = 400

@@ -25,9 +25,9 @@ import numpy as np
 from glasslab import config, track
 from glasslab.lab import registry
 from glasslab.ladder.curves import schedule_multipliers
-from glasslab.ladder.fit import TARGET_METRIC
 from glasslab.ladder.hero_floor import EarlierHero
 from glasslab.ladder.plan import record_law_params
+from glasslab.ladder.rungs import TARGET_METRIC
 from glasslab.train.config import ScheduleConfig
 
 RESULT_KIND = "result"

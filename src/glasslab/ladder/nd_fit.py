@@ -17,12 +17,12 @@ from typing import Any
 import numpy as np
 
 from glasslab.errors import UserError
-from glasslab.ladder.fit import TARGET_METRIC, floor_text, rung_record
+from glasslab.ladder.fit import floor_text, rung_record
 from glasslab.ladder.fit_inputs import inputs_record
 from glasslab.ladder.grid_ends import GRID_FLOOR, EndpointPrediction, points_of_rungs
 from glasslab.ladder.hero_floor import EarlierHero, predict_with_heroes
 from glasslab.ladder.points import DENSE_FLOPS_PER_PARAM_TOKEN
-from glasslab.ladder.rungs import Rung
+from glasslab.ladder.rungs import TARGET_METRIC, Rung
 
 
 def fit_points_law(rungs: Sequence[Rung], *, ladder: str, target_size: tuple[float, float], level: float = 0.9,

@@ -30,7 +30,7 @@ import numpy as np
 from glasslab import track
 from glasslab.errors import UserError
 from glasslab.lab import registry
-from glasslab.ladder.fit import TARGET_METRIC
+from glasslab.ladder.rungs import TARGET_METRIC
 from glasslab.ladder.task_law import registry_entries
 from glasslab.layout import code_version
 from glasslab.track.store import append_event

@@ -21,6 +21,9 @@ from dataclasses import dataclass, field
 
 from glasslab.errors import UserError
 
+TARGET_METRIC = "eval/macro/loss"
+"""The metric a rung's losses are, and what a ladder predicts for its hero."""
+
 
 @dataclass(frozen=True)
 class Rung:

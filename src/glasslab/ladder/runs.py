@@ -20,10 +20,9 @@ import numpy as np
 
 from glasslab import config, track
 from glasslab.errors import UserError
-from glasslab.ladder.fit import TARGET_METRIC
 from glasslab.ladder.plan import record_law_flops
 from glasslab.ladder.predict import CURVE_FRACTIONS
-from glasslab.ladder.rungs import Rung
+from glasslab.ladder.rungs import TARGET_METRIC, Rung
 from glasslab.layout import METRICS_DB, RESULT_FILE
 
 REQUIRED_FIELDS = ("rung", "params_active", "flops", "steps", "tokens")

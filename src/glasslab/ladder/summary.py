@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from glasslab import track
-from glasslab.ladder.fit import TARGET_METRIC, read_fit
+from glasslab.ladder.fit import read_fit
+from glasslab.ladder.rungs import TARGET_METRIC
 from glasslab.layout import FIT_FILE, RESULT_FILE
 
 MAX_RUNG_ROWS = 30
@@ -103,8 +104,10 @@ def fit_table(fit: dict[str, Any]) -> Any:
     if a3["fitted"]:
         opt = a3["compute_optimal"]
         a3_params = ", ".join(f"{k}={v:.4g}" for k, v in a3["params"].items())
+        gate = a3["gate"]
+        verdict = "passes the gate" if gate["registered"] else "refused by the gate: " + "; ".join(gate["reasons"])
         table.add_row("approach 3", f"{a3['form']}  ({a3_params}); compute-optimal at {opt['flops']:.3g} FLOPs: "
-                      f"N={opt['params_active']:.3g}, D={opt['tokens']:.3g}")
+                      f"N={opt['params_active']:.3g}, D={opt['tokens']:.3g}; {verdict}")
     else:
         table.add_row("approach 3", f"not fitted: {a3['reason']}")
     return table

@@ -64,7 +64,8 @@
     return el("p", { id: "approach3" }, el("code", {}, a3.form || ""), ": compute-optimal ",
       el("b", {}, fmt(opt.tokens_per_param)), ` tokens per parameter [${fmt(lo)}, ${fmt(hi)}] at ${fmt(opt.flops, "flops")} FLOPs`,
       a3.target ? ` · the target run (${fmt(a3.target.params_active)} params, ${fmt(a3.target.tokens)} tokens): ` +
-        `${fmt(a3.target.point)} [${fmt(a3.target.lo)}, ${fmt(a3.target.hi)}]` : "");
+        `${fmt(a3.target.point)} [${fmt(a3.target.lo)}, ${fmt(a3.target.hi)}]` : "",
+      a3.gate ? (a3.gate.registered ? " · passes the gate" : ` · refused by the gate: ${a3.gate.reasons.join("; ")}`) : "");
   }
 
   function drawLadder(d) {
