@@ -28,7 +28,7 @@ import torch
 from glasslab import config as configs
 from glasslab.config import UNVERSIONED, require
 from glasslab.data.config import MixtureConfig
-from glasslab.data.handle import open_dataset
+from glasslab.data.handle import dataset_trained_on, open_dataset
 from glasslab.data.loader import eval_batches
 from glasslab.errors import UserError
 from glasslab.layout import (
@@ -90,8 +90,9 @@ def export_step(ctx: Any) -> dict[str, Any]:
                         "differs); run `glasslab export` again")
     model = load_model(source)
     record = read_record(run_dir) or {}
-    facts = Publicizer(ctx.lab_root, [str(record.get("host") or "")]).data(export_facts(run_dir, cfg, source, record))
-    dataset = source.dataset
+    dataset = dataset_trained_on(source)
+    facts = Publicizer(ctx.lab_root, [str(record.get("host") or "")]).data(
+        export_facts(run_dir, cfg, source, record, dataset))
     digest = open_dataset(dataset).manifest_hash if dataset else None
     manifest = export_hf(
         model, source.model_config, source.tokenizer, Path(ctx.output_dir),
@@ -143,9 +144,9 @@ def check_tokens(dataset: Path | None, vocab_size: int, seq_len: int, sequences:
     return torch.stack(rows[:sequences])
 
 
-def export_facts(run_dir: Path, cfg: ExportConfig, source: ModelSource, record: dict[str, Any]) -> dict[str, Any]:
-    """What the model card says (``model/card.py`` lists the fields), from the run's and dataset's files."""
-    dataset = source.dataset
+def export_facts(run_dir: Path, cfg: ExportConfig, source: ModelSource, record: dict[str, Any],
+                 dataset: Path | None) -> dict[str, Any]:
+    """What the model card says (``model/card.py`` lists the fields), from the run's and ``dataset``'s files."""
     report = (read_json(dataset / REPORT_FILE) or {}) if dataset else {}
     train_cfg = source.config.get("train", {})
     data_cfg = source.config.get("data", {})
