@@ -23,7 +23,7 @@ from typing import Any
 from glasslab.data.config import DataConfig, MixtureConfig
 from glasslab.data.reference import DatasetRef
 from glasslab.errors import UserError
-from glasslab.lab import Resources, Step, StepContext, StepOutput, output_of, planned_folder_name
+from glasslab.lab import Resources, Step, StepContext, StepOutput, output_of, run_output_of
 from glasslab.ladder.curves import read_grid_runs
 from glasslab.ladder.figures import draw_fit
 from glasslab.ladder.fit import fit_ladder, read_fit, write_fit
@@ -161,12 +161,11 @@ def ladder_steps(plan: LadderPlan, data_step: Step, mixture: MixtureConfig, trai
     for rung in plan.rungs:
         for seed in rung.seeds:
             parent = trunk_steps.get((rung.trunk, seed))
-            fork = ForkPoint(run=planned_folder_name(parent), step=rung.fork_step) if parent else None
+            fork = ForkPoint(**run_output_of(parent), step=rung.fork_step) if parent else None
             config = TrainStepConfig(run_config_for(rung, seed, mixture, train),
                                      rung_record_extra(rung, seed, ladder), dataset, fork=fork,
                                      device=device, threads=threads)
-            rung_steps.append(Step(f"{ladder}-{rung.name}-s{seed}", train_step, config,
-                                   deps=(parent,) if parent else (), resources=resources))
+            rung_steps.append(Step(f"{ladder}-{rung.name}-s{seed}", train_step, config, resources=resources))
     hero_cfg = run_config_for(plan.hero, 0, mixture, train)
     grid = GridTarget(float(plan.hero.model.param_counts()["active_non_embedding"]), plan.hero.steps,
                       hero_cfg.train.global_batch_tokens, hero_cfg.train.schedule) if plan.mode == "grid" else None

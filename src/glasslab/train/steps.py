@@ -10,7 +10,6 @@ training finished. ``glasslab train`` is this step, run as a one-step experiment
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,9 +41,9 @@ class TrainStepConfig(StepRuntime):
     """The dataset: a data build step's output or a folder's manifest hash (empty: ``run.data.path``).
     Recorded and hashed as the ``data_from``, ``data_manifest`` and ``data_path`` fields it holds."""
     fork: ForkPoint | None = None
-    """Start from another run's checkpoint (``--fork RUN@STEP``); None: from scratch. A fork without
-    ``run_dir`` starts from the dependency whose folder is ``fork.run`` (a ladder's cooldown branch off
-    its trunk, planned before the trunk exists)."""
+    """Start from another run's checkpoint (``--fork RUN@STEP``); None: from scratch. A fork made with
+    ``run_output_of(step)`` starts from that dependency's run (a ladder's cooldown branch off its trunk, planned
+    before the trunk exists): the executor resolves its folder."""
     hooks: tuple[str, ...] = field(default=(), metadata=UNVERSIONED)
     """Trainer callbacks (``train/callbacks.py``) as importable ``"module:name"`` factories, each called with
     no arguments in the step's process (``glasslab train`` names its progress bar here). The field keeps
@@ -78,13 +77,12 @@ def run_training(ctx: Any, record_extra: dict[str, Any] | None = None,
     cfg = ctx.config if isinstance(ctx.config, TrainStepConfig) else TrainStepConfig(run=ctx.config)
     cfg.use_threads()
     recipe = Pretraining(cfg.run, cfg.data)  # the run's one look at its sinks, dataset and vocabulary
-    fork = _fork_from_inputs(cfg.fork, ctx) if cfg.fork is not None else None
     record_extra = dict(cfg.record_extra if record_extra is None else record_extra)
     every_callback = [_make_callback(ref) for ref in cfg.hooks] + list(callbacks)
     if cfg.stop_after:
         every_callback.append(StopAfter(cfg.stop_after))
     return train_in_folder(recipe, ctx.output_dir, device=cfg.device, record_extra=record_extra,
-                           callbacks=every_callback, fork=fork)
+                           callbacks=every_callback, fork=cfg.fork)
 
 
 def train_in_folder(run: RunConfig | Recipe, folder: str | Path, *, device: str = "cpu",
@@ -105,17 +103,6 @@ def has_started(folder: str | Path) -> bool:
     """Whether ``folder`` holds a run that started (its ``run.json`` is written before step 0): a rerun
     resumes it, and what was recorded before step 0 stays as it was."""
     return read_record(folder) is not None
-
-
-def _fork_from_inputs(fork: ForkPoint, ctx: Any) -> ForkPoint:
-    """``fork`` with its parent's folder: as given, else the dependency whose folder is named ``fork.run``."""
-    if fork.run_dir:
-        return fork
-    for folder in getattr(ctx, "inputs", {}).values():
-        if folder.name == fork.run:
-            return dataclasses.replace(fork, run_dir=str(folder))
-    raise UserError(f"step {ctx.name}: fork {fork} names no dependency's run (dependencies: "
-                    f"{', '.join(sorted(f.name for f in ctx.inputs.values())) or 'none'})")
 
 
 def _make_callback(ref: str) -> Callback:
