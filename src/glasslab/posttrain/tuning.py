@@ -20,7 +20,6 @@ from typing import Any, ClassVar
 
 from torch import nn
 
-from glasslab.config import UNVERSIONED
 from glasslab.data.tokenizer import PAD
 from glasslab.lab import NO_OUTPUT, StepOutput
 from glasslab.lab.runtime import StepRuntime
@@ -130,9 +129,6 @@ class TuningStepConfig(StepRuntime):
     """Or: the step whose output folder is the base run (its newest intact checkpoint)."""
     record_extra: dict[str, Any] = field(default_factory=dict)
     """More ``run.json`` fields."""
-    command: str = field(default="", metadata=UNVERSIONED)
-    """The command that planned the step (``glasslab sft …``), recorded in ``run.json`` for the run page's
-    Reproduce box; not part of what the step computes."""
 
     def recipe(self, base: ModelSource) -> TuningRecipe:
         """The run's recipe: ``base``'s model and tokenizer, this step's schedule and data."""
@@ -156,7 +152,7 @@ def tune_step(ctx: Any) -> dict[str, Any]:
     source = step_base(cfg.base, cfg.base_sha256, cfg.base_from, getattr(ctx, "lab_root", None))
     recipe = cfg.recipe(source)
     recipe.say_counts()
-    record_extra = {**cfg.record_extra, **({"command": cfg.command} if cfg.command else {})}
+    record_extra = cfg.recorded(cfg.record_extra)
     if not has_started(ctx.output_dir):  # the base model's numbers and replies, beside the run's own
         record_extra["base"] = baseline(recipe, cfg.device)
     return train_in_folder(recipe, ctx.output_dir, device=cfg.device, record_extra=record_extra)

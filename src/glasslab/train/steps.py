@@ -77,7 +77,7 @@ def run_training(ctx: Any, record_extra: dict[str, Any] | None = None,
     cfg = ctx.config if isinstance(ctx.config, TrainStepConfig) else TrainStepConfig(run=ctx.config)
     cfg.use_threads()
     recipe = Pretraining(cfg.run, cfg.data)  # the run's one look at its sinks, dataset and vocabulary
-    record_extra = dict(cfg.record_extra if record_extra is None else record_extra)
+    record_extra = cfg.recorded(cfg.record_extra if record_extra is None else record_extra)
     every_callback = [_make_callback(ref) for ref in cfg.hooks] + list(callbacks)
     if cfg.stop_after:
         every_callback.append(StopAfter(cfg.stop_after))
