@@ -13,6 +13,7 @@ A new method (say RL) adds its step config and recipe and runs as ``Step(name, t
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -138,10 +139,11 @@ class TuningStepConfig(StepRuntime):
         """The ``model``, ``data`` and ``train`` sections of a run tuned from ``base`` by this step."""
         return {"model": base.model_config, "data": base_data(base), "train": self.train}
 
-
-def data_folder(made_by: StepOutput, given: str) -> str:
-    """A tuning run's data folder: the output folder of the step ``made_by`` refers to, else ``given``."""
-    return made_by.path if made_by else given
+    def method_config(self, method: Any, base: ModelSource, made_by: StepOutput, data_field: str) -> Any:
+        """The method's section (``sft``, ``dpo``, ``rl``) with the base and its data folder filled in: the
+        output folder of the step ``made_by`` refers to, else the folder ``method.<data_field>`` names."""
+        data = made_by.path if made_by else getattr(method, data_field)
+        return dataclasses.replace(method, base=base.ref, **{data_field: data})
 
 
 def tune_step(ctx: Any) -> dict[str, Any]:
