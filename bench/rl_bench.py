@@ -38,8 +38,9 @@ from pathlib import Path
 import torch
 from interleave import LoadWatch, headline, interleaved, paired_ratios
 
+from glasslab.data.reference import DatasetRef
 from glasslab.experiments.demo import QUICK, VOCAB_SIZE, data_step
-from glasslab.lab import Step, output_of, run_one_step
+from glasslab.lab import Step, run_one_step
 from glasslab.posttrain.outcome import outcome
 from glasslab.posttrain.plans import sft_steps
 from glasslab.posttrain.rewards_builtin import arithmetic_problems, split_problems
@@ -65,7 +66,7 @@ def base_step(smoke: bool, steps: int) -> Step:
         "data": {"mixture": {"weights": {"code": 0.75, "prose": 0.18, "reference": 0.07}}},
         "train": {"seq_len": 128, "global_batch_tokens": 128 * 16, "max_steps": steps, "checkpoint_interval": steps,
                   "sample_prompts": [], "eval_max_tokens": 256 if smoke else 1024, "optimizer": {"lr": 3e-3}}})
-    return Step("rl-bench-base", train_step, TrainStepConfig(run=run, data_from=output_of(data)))
+    return Step("rl-bench-base", train_step, TrainStepConfig(run=run, data=DatasetRef.of_build(data)))
 
 
 def task_sft(lab: Path, base: str, steps: int, threads: int, smoke: bool) -> list[Step]:

@@ -139,7 +139,8 @@ def smoke_steps(size) -> list:
     """The demo's SFT and DPO (what this bench measures) on a tiny base trained here instead of the ladder's hero
     (smoke only); the export and the task's RL, which ``rl_bench.py`` covers, are left out."""
     from glasslab.config import from_dict
-    from glasslab.lab import Step, output_of
+    from glasslab.data.reference import DatasetRef
+    from glasslab.lab import Step
     from glasslab.train.run_config import RunConfig
     from glasslab.train.steps import TrainStepConfig, train_step
 
@@ -149,7 +150,7 @@ def smoke_steps(size) -> list:
         "data": {"mixture": {"weights": {"code": 0.75, "prose": 0.18, "reference": 0.07}}},
         "train": {"seq_len": 64, "global_batch_tokens": 64 * 8, "max_steps": 30, "checkpoint_interval": 30,
                   "sample_prompts": [], "eval_max_tokens": 256}})
-    base = Step("bench-base", train_step, TrainStepConfig(run=run, data_from=output_of(data)))
+    base = Step("bench-base", train_step, TrainStepConfig(run=run, data=DatasetRef.of_build(data)))
     measured = {CONVERSATIONS_STEP, SFT_STEP, PAIRS_STEP, DPO_STEP}
     return [data, base, *(step for step in posttrain_steps(size, data, base) if step.name in measured)]
 

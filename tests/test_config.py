@@ -15,6 +15,7 @@ from typing import Literal
 import pytest
 
 from cli_runner import subprocess_env
+from glasslab import config as configs
 from glasslab.config import (
     UNVERSIONED,
     ConfigError,
@@ -29,6 +30,8 @@ from glasslab.config import (
     require,
     to_dict,
 )
+from glasslab.data.reference import DatasetRef
+from glasslab.lab.inputs import StepOutput
 
 
 @dataclass(frozen=True)
@@ -184,3 +187,36 @@ def test_redaction():
     assert red["train"]["flops_per_token"] == 6.0
     assert red["keys"] == {"x": 1}
     assert "s3cret" not in dumps(Root(train=Train(api_token="s3cret")))
+
+
+
+@dataclass(frozen=True)
+class ThreeDataFields:
+    """A training step's config as it was: the dataset in three fields."""
+
+    seed: int = 0
+    data_from: str = ""
+    data_path: str = field(default="", metadata=configs.UNVERSIONED)
+    data_manifest: str = ""
+
+
+@dataclass(frozen=True)
+class OneDatasetRef:
+    seed: int = 0
+    data: DatasetRef = field(default=DatasetRef(), metadata=configs.INLINE)
+
+
+def test_an_inline_field_is_written_hashed_and_read_as_its_fields_beside_the_parents():
+    """``TrainStepConfig.data`` (a DatasetRef) records and hashes as the three fields it replaced."""
+    pairs = [(ThreeDataFields(1, data_path="/a/data", data_manifest="f" * 64),
+              OneDatasetRef(1, DatasetRef(data_manifest="f" * 64, data_path="/a/data"))),
+             (ThreeDataFields(2, data_from="data"), OneDatasetRef(2, DatasetRef(data_from=StepOutput("data")))),
+             (ThreeDataFields(), OneDatasetRef())]
+    for old, new in pairs:
+        assert configs.to_dict(new) == configs.to_dict(old)
+        assert configs.config_hash(new) == configs.config_hash(old)
+        assert configs.from_dict(OneDatasetRef, configs.to_dict(old)) == new
+    here, moved = (OneDatasetRef(data=DatasetRef(data_manifest="f" * 64, data_path=p)) for p in ("/a", "/b"))
+    assert configs.config_hash(moved) == configs.config_hash(here)  # where it lies is not hashed
+    with pytest.raises(configs.ConfigError, match="data_manifests: unknown key; did you mean 'data_manifest'"):
+        configs.from_dict(OneDatasetRef, {"data_manifests": ""})

@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from glasslab.data.handle import find_dataset, open_dataset
+from glasslab.data.handle import dataset_trained_on, find_dataset, open_dataset
 from glasslab.data.shards import FORMAT, manifest_hash
 from glasslab.errors import UserError
 
@@ -70,9 +71,6 @@ OTHER_MANIFESTS = {
     ("posttrain/records.py", "(folder / MANIFEST_FILE)"),  # a conversations or pairs folder's
 }
 """Reads of ``manifest.json`` files that are not a dataset's: (module, what the line reads)."""
-STILL_TO_MOVE = {("model/load.py", "file_sha256(candidate / MANIFEST_FILE)")}
-"""A dataset manifest hashed outside ``data/`` that is known and not yet moved: ``model/`` finds an export's
-dataset by its manifest hash, and ``model`` sits beside ``data`` in the layers, so it may not import the handle."""
 
 
 def test_no_module_outside_data_reads_a_dataset_manifest_file():
@@ -85,12 +83,22 @@ def test_no_module_outside_data_reads_a_dataset_manifest_file():
         module = str(path.relative_to(SRC))
         for line in path.read_text(encoding="utf-8").splitlines():
             if MANIFEST_READ.search(line):
-                known = [what for where, what in OTHER_MANIFESTS | STILL_TO_MOVE if where == module and what in line]
+                known = [what for where, what in OTHER_MANIFESTS if where == module and what in line]
                 found.add((module, known[0] if known else line.strip()))
-    assert found - OTHER_MANIFESTS == STILL_TO_MOVE, f"dataset manifest read without data.open_dataset: {found}"
+    assert found - OTHER_MANIFESTS == set(), f"dataset manifest read without data.open_dataset: {found}"
 
 
 def test_the_scan_sees_a_manifest_read_by_path():
     assert MANIFEST_READ.search('data_step["manifest"] = read_json(folder.parent / dataset / MANIFEST_FILE)')
     assert MANIFEST_READ.search("built_by['manifest'] = lab.json(folder / MANIFEST_FILE)")
     assert not MANIFEST_READ.search("if (folder / MANIFEST_FILE).is_file():")
+
+
+def test_dataset_of_a_model_is_the_first_folder_holding_its_dataset(tmp_path):
+    """A model names where its dataset may be and the hash an export recorded; the handle says which folder it is."""
+    other, ours = _dataset(tmp_path / "other", vocab_size=301), _dataset(tmp_path / "ours")
+    folders = (tmp_path / "gone", other, ours)
+    assert dataset_trained_on(SimpleNamespace(dataset_folders=folders, dataset_manifest_hash="")) == other
+    digest = open_dataset(ours).manifest_hash
+    assert dataset_trained_on(SimpleNamespace(dataset_folders=folders, dataset_manifest_hash=digest)) == ours
+    assert dataset_trained_on(SimpleNamespace(dataset_folders=folders[:2], dataset_manifest_hash=digest)) is None

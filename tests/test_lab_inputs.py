@@ -3,14 +3,25 @@ the step's name (as a ``*_from`` string was, so no hash moves) and reaches the f
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from glasslab import config as configs
 from glasslab.errors import UserError
-from glasslab.lab import NO_OUTPUT, Executor, Step, StepOutput, make_plan, output_of, run_one_step
+from glasslab.lab import (
+    NO_OUTPUT,
+    Executor,
+    RunOutput,
+    Step,
+    StepOutput,
+    make_plan,
+    output_of,
+    planned_folder_name,
+    run_one_step,
+    run_output_of,
+)
 
 
 @dataclass(frozen=True)
@@ -59,3 +70,40 @@ def test_a_reference_read_back_names_a_dependency_and_an_unknown_one_is_refused(
         make_plan([Step("lost", read_sources, ReadConfig(StepOutput("nowhere")))], tmp_path)
     with pytest.raises(UserError, match="source=3: expected the name of a step"):
         configs.from_dict(ReadConfig, {"source": 3})
+
+
+@dataclass(frozen=True)
+class FromRunConfig(RunOutput):
+    """A config that starts from a run (as ``ForkPoint`` and ``ExportConfig`` do)."""
+
+    step: int = 0
+
+
+@dataclass(frozen=True)
+class OldFromRunConfig:
+    """The same as it was written before: the run's folder name as a string, its folder found by hand."""
+
+    run: str = ""
+    step: int = 0
+    run_dir: str = field(default="", metadata=configs.UNVERSIONED)
+
+
+def read_run(ctx) -> str:
+    return Path(ctx.config.run_folder, "value.txt").read_text(encoding="utf-8")
+
+
+def test_a_run_reference_adds_the_edge_hashes_as_the_folder_name_and_resolves_a_folder(tmp_path):
+    a = Step("a", write_name)
+    reader = Step("reader", read_run, FromRunConfig(**run_output_of(a), step=3))
+    assert [d.name for d in reader.deps] == ["a"]  # the reference is the edge
+    old = Step("reader", read_run, OldFromRunConfig(planned_folder_name(a), 3), deps=(a,))
+    assert make_plan([reader], tmp_path).steps[-1].hash == make_plan([old], tmp_path).steps[-1].hash
+    assert configs.to_dict(reader.config) == {"run": planned_folder_name(a), "run_dir": "", "step": 3}
+    assert run_one_step(reader, tmp_path).value == "a"  # the dependency's folder, by its folder name
+    report = Executor(tmp_path, backend="local", echo=False).run([reader], force=["reader"])
+    assert report.ok
+    # A run given by id (not a step of the plan) is that folder under the lab; one read back keeps its folder.
+    by_id = run_one_step(Step("by_id", read_run, FromRunConfig(run=planned_folder_name(a))), tmp_path)
+    assert by_id.value == "a"
+    read_back = configs.from_dict(FromRunConfig, {"run": "x", "run_dir": "/y", "step": 1})
+    assert read_back == FromRunConfig("x", "/y", step=1)

@@ -7,6 +7,7 @@ import re
 import socket
 from pathlib import Path
 
+from glasslab.data.handle import dataset_trained_on
 from glasslab.layout import EXPORT_MANIFEST, STEP_RECORD, read_json, write_json_atomic
 from glasslab.model.export import copy_export
 from glasslab.model.load import find_model
@@ -73,9 +74,9 @@ def test_an_export_names_its_dataset_by_folder_and_hash_and_no_local_path(demo_l
     assert "dataset_path" not in manifest and manifest["dataset_manifest_hash"] == read_json(
         dataset / "report.json")["manifest_hash"]
     # Found again in the lab by folder name and manifest hash; another dataset of that name is not it.
-    assert find_model(str(given), lab).dataset == dataset
+    assert dataset_trained_on(find_model(str(given), lab)) == dataset
     write_json_atomic(given / EXPORT_MANIFEST, {**manifest, "dataset_manifest_hash": "0" * 64})
-    assert find_model(str(given), lab).dataset is None
+    assert dataset_trained_on(find_model(str(given), lab)) is None
 
 
 def test_paths_become_the_labs_name_and_below_and_hosts_go():

@@ -241,13 +241,13 @@ def test_train_is_a_step_with_a_record_events_and_a_cached_rerun(tmp_path, datas
 def _step_config(config: Path):
     from glasslab import config as configs
     from glasslab.cli.progress import CALLBACK
-    from glasslab.data.shards import manifest_hash
+    from glasslab.data.reference import DatasetRef
     from glasslab.train.run_config import RunConfig
     from glasslab.train.steps import TrainStepConfig
 
     run = configs.load(RunConfig, config)  # the step names its dataset by manifest hash, not by path
-    return TrainStepConfig(configs.replace(run, ["data.path="]), hooks=(CALLBACK,), data_path=run.data.path,
-                           data_manifest=manifest_hash(run.data.path))
+    return TrainStepConfig(configs.replace(run, ["data.path="]), hooks=(CALLBACK,),
+                           data=DatasetRef.of_folder(run.data.path))
 
 
 def test_a_mixture_naming_an_unknown_domain_fails_before_any_folder_or_progress_bar(tmp_path, dataset, capsys):

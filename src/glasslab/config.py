@@ -13,6 +13,9 @@ Conventions for config classes:
   with ``field(default=..., metadata=UNVERSIONED)`` and is left out of :func:`config_hash`.
 - A field added to a config that already names steps in labs is declared ``metadata=VERSIONED_WHEN_SET``:
   left at its default it is out of the hash, so every existing step keeps its identity; set, it is hashed.
+- A field declared ``metadata=TRANSIENT`` is held while planning only: never written, hashed or read back.
+- A dataclass field declared ``metadata=INLINE`` is written with its own fields beside the parent's (not under
+  its name) and read back from them: several fields become one value without moving a hash or a record.
 """
 
 from __future__ import annotations
@@ -38,6 +41,11 @@ UNVERSIONED = {"versioned": False}
 """Field metadata for values that do not change what a step computes (see module docstring)."""
 VERSIONED_WHEN_SET = {"versioned": "when_set"}
 """Field metadata for a field added later: hashed only when it differs from its default (module docstring)."""
+INLINE = {"inline": True}
+"""Field metadata for a dataclass value whose fields sit among its parent's (module docstring)."""
+TRANSIENT = {"transient": True, "versioned": False}
+"""Field metadata for a value held while planning only (the step a reference was made from): neither
+written, hashed nor read back."""
 
 SECRET_WORDS = frozenset({"token", "key", "apikey", "secret", "password", "passwd", "credential", "credentials"})
 """A key is secret when one of its words (split on ``_``, ``-``, ``.`` and case) is one of these, so
@@ -76,18 +84,28 @@ def from_dict(cls: type[T], data: Mapping[str, Any] | None, prefix: str = "") ->
     data = {} if data is None else data
     if not isinstance(data, Mapping):
         raise ConfigError(f"{prefix or '<root>'}={data!r}: expected a mapping of {cls.__name__} fields")
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init and not f.metadata.get("transient")}
     hints = get_type_hints(cls)
+    inline = {name: _field_names(hints[name]) for name, f in fields.items() if f.metadata.get("inline")}
+    known = (set(fields) - set(inline)).union(*inline.values())
     for key in data:
-        if key not in fields:
-            raise ConfigError(_unknown_key_message(_join(prefix, str(key)), str(key), fields))
-    kwargs = {name: _coerce(data[name], hints[name], _join(prefix, name)) for name in fields if name in data}
+        if key not in known:
+            raise ConfigError(_unknown_key_message(_join(prefix, str(key)), str(key), known))
+    kwargs = {name: _coerce(data[name], hints[name], _join(prefix, name))
+              for name in fields if name in data and name not in inline}
+    for name, keys in inline.items():
+        if keys & set(data):
+            kwargs[name] = from_dict(hints[name], {key: data[key] for key in keys if key in data}, prefix)
     try:
         return cls(**kwargs)
     except ConfigError as exc:
         raise _at_path(exc, prefix, fields) from None
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{prefix or cls.__name__}: {exc}") from None
+
+
+def _field_names(cls: type) -> set[str]:
+    return {f.name for f in dataclasses.fields(cls) if f.init and not f.metadata.get("transient")}
 
 
 def _join(prefix: str, key: str) -> str:
@@ -229,11 +247,12 @@ def to_dict(cfg: Any, versioned_only: bool = False) -> Any:
     if hasattr(type(cfg), "config_value"):
         return cfg.config_value()
     if dataclasses.is_dataclass(cfg) and not isinstance(cfg, type):
-        return {
-            f.name: to_dict(getattr(cfg, f.name), versioned_only)
-            for f in dataclasses.fields(cfg)
-            if not (versioned_only and _unhashed(f, getattr(cfg, f.name)))
-        }
+        data = {}
+        for f in dataclasses.fields(cfg):
+            if not (f.metadata.get("transient") or versioned_only and _unhashed(f, getattr(cfg, f.name))):
+                value = to_dict(getattr(cfg, f.name), versioned_only)
+                data.update(value if f.metadata.get("inline") else {f.name: value})
+        return data
     if isinstance(cfg, Mapping):
         return {str(k): to_dict(v, versioned_only) for k, v in cfg.items()}
     if isinstance(cfg, (list, tuple)):

@@ -76,9 +76,11 @@ def run(args: argparse.Namespace) -> int:
     if args.data:
         dataset = str(Path(args.data).resolve())
     elif kind == "export":
+        from glasslab.data.handle import dataset_trained_on
         from glasslab.model.load import find_model
 
-        dataset = str(find_model(str(folder), args.lab).dataset or "")
+        source = find_model(str(folder), args.lab)
+        dataset = str(dataset_trained_on(source) or "")
     else:
         dataset = ""
     record = read_json(folder / RUN_RECORD) if kind == "run" else None

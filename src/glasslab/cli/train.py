@@ -57,11 +57,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _train(args: argparse.Namespace) -> int:
     from glasslab import config as configs
-    from glasslab.cli.data_build import data_build_step
     from glasslab.cli.progress import CALLBACK
-    from glasslab.data.handle import open_dataset
-    from glasslab.data.mixture import check_mixture
-    from glasslab.lab import Step, make_plan, output_of, run_one_step
+    from glasslab.lab import Step, make_plan, run_one_step
     from glasslab.train.run import check_fresh
     from glasslab.train.run_config import RunConfig
     from glasslab.train.steps import TrainingPreempted, TrainStepConfig, has_started, train_step
@@ -76,24 +73,16 @@ def _train(args: argparse.Namespace) -> int:
     config_path, overrides = split_config_items(args.items, "run config")
     run_dir = Path(args.run_dir) if args.run_dir else None
     lab = step_lab(args.lab, run_dir)
-    base, name, fork, record_extra = _starting_config(args, config_path, run_dir, lab)
+    base, name, fork, record_extra, recorded_data = _starting_config(args, config_path, run_dir, lab)
     run_cfg = configs.from_dict(RunConfig, configs.apply_overrides(base, overrides))
-    # The dataset is named by what it is: a data build (a dependency step the executor builds first) or a
-    # folder's manifest hash; the path as written stays out of the step's hash. Everything else about the
+    # The dataset is named by what it is, a reference the step's config holds (a resumed run's as recorded);
+    # the run config's data.build or data.path only say where to take it from. Everything else about the
     # run (sinks, dataset, mixture, vocabulary, a resume's config) the step checks, once, before its first
     # folder write or bar: a folder the refusal leaves with only the step's record is removed again.
-    data_fields = {}
-    if run_cfg.data.build:
-        data = data_build_step(run_cfg.data.build, relative_to=config_path.parent if config_path else None)
-        _check_built_under_torchrun(data, lab)
-        data_fields = {"data_from": output_of(data)}
-    elif run_cfg.data.path:
-        dataset = open_dataset(run_cfg.data.path)
-        check_mixture(run_cfg.data.mixture, dataset.domains)  # the commonest slip, said before the lab is made
-        data_fields = {"data_path": run_cfg.data.path, "data_manifest": dataset.manifest_hash}
+    data = _dataset_named(run_cfg, config_path, lab) or recorded_data
     unplaced = dataclasses.replace(run_cfg, data=dataclasses.replace(run_cfg.data, build="", path=""))
-    config = TrainStepConfig(run=unplaced, record_extra=record_extra, fork=fork, device=args.device, hooks=(CALLBACK,),
-                             **data_fields)
+    config = TrainStepConfig(run=unplaced, record_extra=record_extra, data=data, fork=fork, device=args.device,
+                             hooks=(CALLBACK,))
     step = Step(name, train_step, config, folder=run_dir)
     folder = make_plan([step], lab).steps[-1].folder
     if args.resume and not has_started(folder):
@@ -118,10 +107,11 @@ def _starting_config(args: argparse.Namespace, config_path: Path | None, run_dir
     fields: from the config file, the forked run's checkpoint, or the run being resumed."""
     from glasslab import config as configs
     from glasslab.cli.note import resolve_run_dir
+    from glasslab.data.reference import NO_DATASET
     from glasslab.train.checkpoint import checkpoint_config
     from glasslab.train.fork import ForkPoint
 
-    fork, record_extra = None, {}
+    fork, record_extra, data = None, {}, NO_DATASET
     if args.fork:
         parent_ref, sep, step = args.fork.rpartition("@")
         if not sep or not step.isdigit():
@@ -135,15 +125,35 @@ def _starting_config(args: argparse.Namespace, config_path: Path | None, run_dir
         base, name = configs.read_file(config_path), step_name(config_path.stem)
     elif args.resume and run_dir is not None:
         recorded = _recorded_step_config(run_dir)
-        base, fork, record_extra = configs.to_dict(recorded.run), recorded.fork, dict(recorded.record_extra)
-        base["data"]["path"] = recorded.data_path or base["data"]["path"]
+        base, fork, record_extra, data = (configs.to_dict(recorded.run), recorded.fork,
+                                          dict(recorded.record_extra), recorded.data)
         name = _recorded_name(run_dir)
     else:
         raise UserError("expected a run config file (glasslab train CONFIG [KEY=VALUE ...])")
     if "sft" in base:  # run configs had an sft: section before post-training became its own command
         raise UserError(f"{config_path or args.run_dir}: an sft: section is not a training run's; fine-tune with "
                         "`glasslab sft BASE CONVERSATIONS...` (no data mixture asked for)")
-    return base, name, fork, record_extra
+    return base, name, fork, record_extra, data
+
+
+def _dataset_named(run_cfg, config_path: Path | None, lab: Path):
+    """The reference to the dataset the run config names: its data build (a dependency step the executor runs
+    first) or the folder at its path, by manifest hash (its mixture checked against its domains: the commonest
+    slip, said before the lab is made); empty when it names none."""
+    from glasslab.cli.data_build import data_build_step
+    from glasslab.data.handle import open_dataset
+    from glasslab.data.mixture import check_mixture
+    from glasslab.data.reference import NO_DATASET, DatasetRef
+
+    if run_cfg.data.build:
+        data = data_build_step(run_cfg.data.build, relative_to=config_path.parent if config_path else None)
+        _check_built_under_torchrun(data, lab)
+        return DatasetRef.of_build(data)
+    if run_cfg.data.path:
+        dataset = open_dataset(run_cfg.data.path)
+        check_mixture(run_cfg.data.mixture, dataset.domains)
+        return DatasetRef.of_folder(run_cfg.data.path, dataset)
+    return NO_DATASET
 
 
 def _print_outcome(done) -> None:
@@ -183,9 +193,10 @@ def _recorded_step_config(run_dir: Path):
     if record is None or not str(record.get("function", "")).endswith(":train_step"):
         raise UserError(f"{run_dir}: no step.json of a `glasslab train` run to take the config from; pass CONFIG too")
     step_config = configs.from_dict(TrainStepConfig, record["config"])
-    if step_config.data_from:
-        raise UserError(f"{run_dir}: its data comes from step {step_config.data_from.name!r}; rerun the command that "
-                        "made it (`glasslab train CONFIG` with its data.build, or `glasslab run` for an experiment)")
+    if step_config.data.data_from:
+        raise UserError(f"{run_dir}: its data comes from step {step_config.data.data_from.name!r}; rerun the "
+                        "command that made it (`glasslab train CONFIG` with its data.build, or `glasslab run` for an "
+                        "experiment)")
     return step_config
 
 

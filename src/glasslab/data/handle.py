@@ -12,7 +12,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from glasslab.data.shards import FORMAT, checked_manifest
 from glasslab.layout import MANIFEST_FILE, UnreadableFile
@@ -87,6 +87,25 @@ def find_dataset(ref: str | Path) -> DatasetHandle | None:
     if not (isinstance(manifest, dict) and str(manifest.get("format", "")).startswith(DATASET_FORMAT_PREFIX)):
         return None
     return _handle(path, data, manifest)
+
+
+class TrainedOn(Protocol):
+    """Where a model's dataset may be (``model.load.ModelSource`` is one): the folders, in order, and the sha256
+    its manifest must have (empty: any dataset there)."""
+
+    dataset_folders: tuple[Path, ...]
+    dataset_manifest_hash: str
+
+
+def dataset_trained_on(model: TrainedOn) -> Path | None:
+    """The folder of the dataset ``model`` trained on: the first of its ``dataset_folders`` that holds a dataset
+    with its ``dataset_manifest_hash`` (when it has one), or None when none does (not at hand)."""
+    digest = model.dataset_manifest_hash
+    for folder in model.dataset_folders:
+        found = find_dataset(folder)
+        if found is not None and (not digest or found.manifest_hash == digest):
+            return Path(folder)
+    return None
 
 
 def _parsed(manifest_file: Path, data: bytes) -> dict:

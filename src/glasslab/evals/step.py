@@ -27,6 +27,7 @@ from typing import Any
 import torch
 from tokenizers import Tokenizer
 
+from glasslab.data.handle import dataset_trained_on
 from glasslab.data.tokenizer import EOT, load_tokenizer
 from glasslab.errors import UserError
 from glasslab.evals.load import MACRO_ACC, TaskScorer, load_tasks
@@ -80,7 +81,7 @@ def load_model(cfg: EvalStepConfig) -> tuple[torch.nn.Module, Tokenizer, int, st
     if kind == "run":
         source = model_load.find_model(f"{path}@{cfg.step}" if cfg.step >= 0 else str(path))
         model = model_load.load_model(source)
-        dataset = cfg.data or str(source.dataset or "")
+        dataset = cfg.data or str(dataset_trained_on(source) or "")
         tokenizer = load_tokenizer(source.tokenizer)
         about = {"path": str(path), "kind": kind, "run": path.name, "step": source.step,
                  "size_name": model.cfg.size_name()}

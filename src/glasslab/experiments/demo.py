@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from glasslab.data.build import data_step as build_data_step
 from glasslab.data.config import BuildConfig, MixtureConfig, TokenizerConfig
 from glasslab.evals.task import TaskConfig
-from glasslab.lab import Step, output_of, planned_folder_name
+from glasslab.lab import Step, output_of, run_output_of
 from glasslab.lab.card import Expectation, ExperimentCard
 from glasslab.ladder.plan import LadderPlan, LadderSpec, plan_ladder
 from glasslab.ladder.steps import ladder_steps
@@ -242,8 +242,7 @@ def demo_steps(size: DemoSize = FULL, device: str = "cpu", threads: int = 1, her
     ladder = ladder_steps(ladder_plan, data, MIXTURE, train_recipe(size, sinks), L_inf=L_INF, sweep=L_INF_SWEEP,
                           device=device, threads=threads, hero_threads=hero_threads, num_bootstrap=size.num_bootstrap)
     hero = ladder[-1]
-    export = Step(EXPORT_STEP, export_step, ExportConfig(run=planned_folder_name(hero), step=ladder_plan.hero.steps),
-                  deps=(hero,))
+    export = Step(EXPORT_STEP, export_step, ExportConfig(**run_output_of(hero), step=ladder_plan.hero.steps))
     return [data, *ladder, export, *posttrain_steps(size, data, hero, device, hero_threads)]
 
 
@@ -259,8 +258,7 @@ def posttrain_steps(size: DemoSize, data: Step, hero: Step, device: str = "cpu",
     sft = Step(SFT_STEP, tune_step, SFTStepConfig(train=train, sft=SFTConfig(eval_max_conversations=256),
                                                  base_from=output_of(hero), conversations_from=output_of(conversations),
                                                  device=device, threads=threads))
-    export = Step(EXPORT_STEP, export_step, ExportConfig(run=planned_folder_name(sft), step=size.sft_steps),
-                  deps=(sft,))
+    export = Step(EXPORT_STEP, export_step, ExportConfig(**run_output_of(sft), step=size.sft_steps))
     pairs = Step(PAIRS_STEP, pairs_step, PairsConfig(describe=False))
     dpo_train = dataclasses.replace(default_dpo_train(), seq_len=size.sft_seq_len, max_steps=size.dpo_steps,
                                     global_batch_tokens=size.sft_seq_len * 16, checkpoint_interval=size.dpo_steps)

@@ -39,7 +39,7 @@ experiment.py (``steps()`` files and built-ins), registry.py (the lab's pre-regi
 
 from glasslab.lab.executor import Executor
 from glasslab.lab.experiment import builtin_experiments, load_experiment
-from glasslab.lab.inputs import NO_OUTPUT, StepOutput, output_of
+from glasslab.lab.inputs import NO_OUTPUT, RunOutput, StepOutput, output_of, run_output_of
 from glasslab.lab.one_step import StepRun, run_one_step
 from glasslab.lab.outcome import RunReport, StepOutcome
 from glasslab.lab.plan import Plan, PlannedStep, make_plan
@@ -48,7 +48,8 @@ from glasslab.lab.status import read_step_record
 from glasslab.lab.step import Resources, Step, StepContext, folder_name, planned_folder_name, step_hash
 
 __all__ = [
-    "NO_OUTPUT", "Executor", "Plan", "PlannedStep", "Resources", "RetryPolicy", "RunReport", "Step", "StepContext",
+    "NO_OUTPUT", "Executor", "Plan", "PlannedStep", "Resources", "RetryPolicy", "RunOutput", "RunReport", "Step",
+    "StepContext",
     "StepOutcome", "StepOutput", "StepRun", "builtin_experiments", "folder_name", "load_experiment", "make_plan",
-    "output_of", "planned_folder_name", "read_step_record", "run_one_step", "step_hash",
+    "output_of", "planned_folder_name", "run_output_of", "read_step_record", "run_one_step", "step_hash",
 ]

@@ -148,7 +148,7 @@ class Executor:
             return RunReport(plan)
         if experiment is not None:
             record_run(self.lab_root, experiment, card, {node.name: node.key for node in plan.steps})
-        config_pickles = {node.key: _pickle_config(node) for node in plan.to_run()}
+        config_pickles = {node.key: _pickle_config(node, self.lab_root) for node in plan.to_run()}
         report = RunReport(plan, {node.key: StepOutcome("cached", by="before") for node in plan.cached()})
         if not plan.to_run():
             self.progress.line("✓", str(self.lab_root), f"nothing to run: {len(plan.steps)} steps cached",
@@ -449,10 +449,10 @@ class Executor:
         log_lab_event(self.lab_root, kind, subject=node.key, title=title, body=body, severity=severity)
 
 
-def _pickle_config(node: PlannedStep) -> bytes:
+def _pickle_config(node: PlannedStep, lab_root: Path) -> bytes:
     try:
         folders = {name: dep.folder.resolve() for name, dep in node.deps.items()}
-        return pickle.dumps(resolve_outputs(node.step.config, folders, node.name))
+        return pickle.dumps(resolve_outputs(node.step.config, folders, node.name, lab_root))
     except Exception as exc:
         raise UserError(f"step {node.name!r}: config cannot be sent to the step process ({exc})") from None
 

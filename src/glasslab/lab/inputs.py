@@ -12,6 +12,11 @@ A step that reads what another wrote holds ``output_of(that_step)`` in its confi
   dependency's output folder (:func:`resolve_outputs`, when the config is sent to the step's process).
 
 An empty reference (:data:`NO_OUTPUT`, written ``""`` as the empty ``*_from`` was) means no such input.
+
+A run another step starts from or exports (a fork's parent, an export's run) is a :class:`RunOutput`: named by
+its run id, the folder name ``<name>-<hash8>`` (``run_output_of(step)``), which is what such configs always
+hashed, or a run given by the user (its id under the lab root, or its path). The executor fills its
+``run_dir``: the dependency's folder of that name, else that folder under the lab root.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from glasslab.config import TRANSIENT, UNVERSIONED
 from glasslab.errors import UserError
 
 if TYPE_CHECKING:
@@ -43,6 +49,11 @@ class StepOutput:
     def __bool__(self) -> bool:
         return bool(self.name)
 
+    @property
+    def dependency(self) -> Step | str:
+        """The step this reference is an edge to: itself, or its name when read back from a ``step.json``."""
+        return self.step if self.step is not None else self.name
+
     def config_value(self) -> str:
         return self.name
 
@@ -63,15 +74,50 @@ NO_OUTPUT = StepOutput("")
 """No input of this kind (the default of an optional reference)."""
 
 
+@dataclass(frozen=True)
+class RunOutput:
+    """A run's folder named by its run id; a config that starts from or exports a run extends it (``ForkPoint``,
+    ``ExportConfig``), so ``run`` and ``run_dir`` sit among its own fields."""
+
+    run: str = ""
+    """The run id (its folder name, which carries its hash), or the path of a run folder outside the lab."""
+    run_dir: str = field(default="", metadata=UNVERSIONED)
+    """Where the run's folder is: filled by the executor (or given with the run); the same run may be reached
+    by several paths, so it is not hashed."""
+    producer: Any = field(default=None, compare=False, repr=False, metadata=TRANSIENT)
+    """The step whose output the run is, when the reference was made from it (the executor adds the edge)."""
+
+    @property
+    def dependency(self) -> Step:
+        return self.producer
+
+    @property
+    def run_folder(self) -> Path:
+        """The resolved run folder; an internal error before the executor filled it."""
+        assert self.run_dir, f"the folder of run {self.run!r} was not resolved by the executor"
+        return Path(self.run_dir)
+
+
 def output_of(step: Step) -> StepOutput:
     """A reference to ``step``'s output folder, for another step's config."""
     return StepOutput(step.name, step=step)
 
 
-def step_outputs(config: Any) -> Iterator[StepOutput]:
-    """Every non-empty reference in ``config`` (nested dataclasses, lists and tuples)."""
+def run_output_of(step: Step) -> dict[str, Any]:
+    """The fields of a :class:`RunOutput` naming the run ``step`` makes by the folder the executor will give it
+    (``ForkPoint(**run_output_of(trunk), step=200)``)."""
+    from glasslab.lab.step import planned_folder_name
+
+    return {"run": planned_folder_name(step), "producer": step}
+
+
+def step_outputs(config: Any) -> Iterator[StepOutput | RunOutput]:
+    """Every reference in ``config`` made from a step (nested dataclasses, lists and tuples): the step's edges."""
     if isinstance(config, StepOutput):
         if config:
+            yield config
+    elif isinstance(config, RunOutput):
+        if config.producer is not None:  # one read back from a step.json names a listed dependency's run
             yield config
     elif dataclasses.is_dataclass(config) and not isinstance(config, type):
         for f in dataclasses.fields(config):
@@ -81,9 +127,14 @@ def step_outputs(config: Any) -> Iterator[StepOutput]:
             yield from step_outputs(value)
 
 
-def resolve_outputs(config: Any, folders: Mapping[str, Path], step_name: str) -> Any:
+def resolve_outputs(config: Any, folders: Mapping[str, Path], step_name: str, lab_root: Path) -> Any:
     """``config`` with every reference's ``path`` set to the folder of the dependency it names (``folders``:
-    dependency name → output folder) and its ``step`` dropped (the config travels to another process)."""
+    dependency name → output folder), each run's ``run_dir`` to the dependency's folder of that name, else that
+    folder under ``lab_root``, and the steps they were made from dropped (the config travels to another process)."""
+    if isinstance(config, RunOutput):
+        by_folder = {folder.name: folder for folder in folders.values()}
+        found = config.run_dir or by_folder.get(config.run) or Path(lab_root) / config.run
+        return dataclasses.replace(config, run_dir=str(found), producer=None)
     if isinstance(config, StepOutput):
         if not config:
             return config
@@ -95,7 +146,7 @@ def resolve_outputs(config: Any, folders: Mapping[str, Path], step_name: str) ->
         return StepOutput(config.name, str(folders[config.name]))
     if dataclasses.is_dataclass(config) and not isinstance(config, type):
         changed = {
-            f.name: resolve_outputs(getattr(config, f.name), folders, step_name)
+            f.name: resolve_outputs(getattr(config, f.name), folders, step_name, lab_root)
             for f in dataclasses.fields(config)
             if f.init
         }
@@ -103,5 +154,5 @@ def resolve_outputs(config: Any, folders: Mapping[str, Path], step_name: str) ->
             return config
         return dataclasses.replace(config, **changed)
     if isinstance(config, (list, tuple)) and any(True for _ in step_outputs(config)):
-        return type(config)(resolve_outputs(value, folders, step_name) for value in config)
+        return type(config)(resolve_outputs(value, folders, step_name, lab_root) for value in config)
     return config

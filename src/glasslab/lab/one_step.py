@@ -101,8 +101,8 @@ def _run_on_other_rank(step: Step, lab_root: Path) -> StepRun:
     if node.action == "cached":
         return StepRun(step.name, node.folder, node.hash, "cached", None, 0)
     inputs = {name: dep.folder for name, dep in node.deps.items()}
-    ctx = StepContext(name=step.name, output_dir=node.folder, config=resolve_outputs(step.config, inputs, step.name),
-                      inputs=inputs, lab_root=lab_root,
+    config = resolve_outputs(step.config, inputs, step.name, lab_root)
+    ctx = StepContext(name=step.name, output_dir=node.folder, config=config, inputs=inputs, lab_root=lab_root,
                       step_hash=node.hash)
     value = node.ref.load()(ctx)
     return StepRun(step.name, node.folder, node.hash, "succeeded", value, 0)

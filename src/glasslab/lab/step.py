@@ -107,9 +107,9 @@ class Step:
         deps = (self.deps,) if isinstance(self.deps, (Step, str)) else tuple(self.deps)
         named = {dep_name(d) for d in deps if isinstance(d, (Step, str))}
         for ref in step_outputs(self.config):  # a reference to a step's output is an edge to that step
-            if ref.name not in named:
-                deps += (ref.step if ref.step is not None else ref.name,)
-                named.add(ref.name)
+            if dep_name(ref.dependency) not in named:
+                deps += (ref.dependency,)
+                named.add(dep_name(ref.dependency))
         for dep in deps:
             if not isinstance(dep, (Step, str)):
                 raise UserError(f"step {self.name!r}: dependency {dep!r} is neither a Step nor a step name")

@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from glasslab.data.config import DataConfig, MixtureConfig
+from glasslab.data.reference import DatasetRef
 from glasslab.errors import UserError
-from glasslab.lab import Resources, Step, StepContext, StepOutput, output_of, planned_folder_name
+from glasslab.lab import Resources, Step, StepContext, StepOutput, output_of, run_output_of
 from glasslab.ladder.curves import read_grid_runs
 from glasslab.ladder.figures import draw_fit
 from glasslab.ladder.fit import fit_ladder, read_fit, write_fit
@@ -143,6 +144,7 @@ def ladder_steps(plan: LadderPlan, data_step: Step, mixture: MixtureConfig, trai
     resources = Resources(cpus=max(1, threads), gpus=1 if device.startswith("cuda") else 0)
     if plan.mode == "grid":
         _check_grid_recipe(plan, train, L_inf)
+    dataset = DatasetRef.of_build(data_step)
     trunk_steps = {}
     for trunk in plan.trunks:
         # Checkpoints at every branch's fork step, kept: each is a whole multiple of the smallest one.
@@ -151,7 +153,7 @@ def ladder_steps(plan: LadderPlan, data_step: Step, mixture: MixtureConfig, trai
         recipe = dataclasses.replace(train, checkpoint_interval=every, keep_every=every)
         for seed in trunk.seeds:
             config = TrainStepConfig(run_config_for(trunk, seed, mixture, recipe),
-                                     rung_record_extra(trunk, seed, ladder), output_of(data_step), device=device,
+                                     rung_record_extra(trunk, seed, ladder), dataset, device=device,
                                      threads=threads)
             trunk_steps[trunk.name, seed] = Step(f"{ladder}-{trunk.name}-s{seed}", train_step, config,
                                                  resources=resources)
@@ -159,12 +161,11 @@ def ladder_steps(plan: LadderPlan, data_step: Step, mixture: MixtureConfig, trai
     for rung in plan.rungs:
         for seed in rung.seeds:
             parent = trunk_steps.get((rung.trunk, seed))
-            fork = ForkPoint(run=planned_folder_name(parent), step=rung.fork_step) if parent else None
+            fork = ForkPoint(**run_output_of(parent), step=rung.fork_step) if parent else None
             config = TrainStepConfig(run_config_for(rung, seed, mixture, train),
-                                     rung_record_extra(rung, seed, ladder), output_of(data_step), fork=fork,
+                                     rung_record_extra(rung, seed, ladder), dataset, fork=fork,
                                      device=device, threads=threads)
-            rung_steps.append(Step(f"{ladder}-{rung.name}-s{seed}", train_step, config,
-                                   deps=(parent,) if parent else (), resources=resources))
+            rung_steps.append(Step(f"{ladder}-{rung.name}-s{seed}", train_step, config, resources=resources))
     hero_cfg = run_config_for(plan.hero, 0, mixture, train)
     grid = GridTarget(float(plan.hero.model.param_counts()["active_non_embedding"]), plan.hero.steps,
                       hero_cfg.train.global_batch_tokens, hero_cfg.train.schedule) if plan.mode == "grid" else None
@@ -173,7 +174,7 @@ def ladder_steps(plan: LadderPlan, data_step: Step, mixture: MixtureConfig, trai
                                target_size=(float(plan.hero.params_active), float(plan.hero.tokens)), grid=grid,
                                trunk_steps=tuple(map(output_of, trunk_steps.values())))
     fit = Step(f"{ladder}-fit", fit_step, fit_config)
-    hero_train = TrainStepConfig(hero_cfg, rung_record_extra(plan.hero, 0, ladder), output_of(data_step), device=device,
+    hero_train = TrainStepConfig(hero_cfg, rung_record_extra(plan.hero, 0, ladder), dataset, device=device,
                                  threads=hero_threads)
     hero_resources = dataclasses.replace(resources, cpus=max(1, hero_threads))
     hero = Step(f"{ladder}-hero", hero_step, HeroStepConfig(hero_train, output_of(fit)),

@@ -5,7 +5,8 @@ them reaches into the trainer::
 
     source = find_model("demo-sft-1a2b3c4d@150", lab)    # a run id or folder, @STEP; or an export
     model = load_model(source)                            # Transformer in eval mode
-    source.tokenizer, source.dataset, source.context      # where its tokenizer is, its dataset, its context
+    source.tokenizer, source.context                      # where its tokenizer is, its context
+    dataset_trained_on(source)                            # its dataset's folder (data.handle), or None
 
 A run's checkpoint is read through the lab's file contract (``layout``: listed, checked against its
 manifest, its config as JSON); an export (``glasslab export``) is loaded by ``transformers`` and its weights mapped
@@ -14,8 +15,10 @@ a model given to someone as an export can be fine-tuned or chatted with here as 
 
 Every run config, pretraining or post-training, names in ``data.path`` the folder its tokenizer is in: a
 dataset (``glasslab data build``: its ``tokenizer/``) or, for a model tuned from an export with no
-dataset at hand, that export. ``dataset`` is that folder when it is a dataset, so a caller knows whether
-held-out domains and built-in tasks can be measured.
+dataset at hand, that export. ``dataset_folders`` are where the dataset it trained on may be, so a caller
+knows whether held-out domains and built-in tasks can be measured; this part reads no dataset manifest
+(``model`` sits beside ``data``): the caller asks the data handle (``data.handle.dataset_trained_on``)
+which of them holds the dataset, with the manifest hash an export recorded.
 """
 
 from __future__ import annotations
@@ -68,8 +71,11 @@ class ModelSource:
     makes a new folder."""
     tokenizer: Path
     """The folder holding ``tokenizer.json`` (with the chat template)."""
-    dataset: Path | None
-    """The dataset the model trained on, when it is at hand (held-out domains, built-in tasks)."""
+    dataset_folders: tuple[Path, ...]
+    """Where the dataset the model trained on may be, in order (held-out domains, built-in tasks): a run's
+    data folder; an export's named dataset, in the lab or beside the export, then the one its run recorded."""
+    dataset_manifest_hash: str
+    """The sha256 that dataset's manifest must have (an export records it); empty: any dataset there."""
     context: int
     """Tokens per training sequence: the longest context it has seen (0 for an export made without a run,
     which does not say)."""
@@ -166,7 +172,7 @@ def _run_source(run_dir: Path, step: int | None) -> ModelSource:
         kind="run", folder=run_dir, step=step,
         model_config=configs.from_dict(ModelConfig, config["model"], "model"), config=config, weights=path,
         sha256=file_sha256(path / MANIFEST_FILE), tokenizer=_tokenizer_folder(tokenizer_home),
-        dataset=tokenizer_home if (tokenizer_home / MANIFEST_FILE).is_file() else None,
+        dataset_folders=(tokenizer_home,), dataset_manifest_hash="",
         context=int(config["train"]["seq_len"]), run=run_dir.name)
 
 
@@ -190,31 +196,28 @@ def _export_source(folder: Path, lab: str | Path | None) -> ModelSource:
         raise UserError(f"{folder}: not a finished glasslab export ({EXPORT_MANIFEST} of format {EXPORT_FORMAT})")
     if "model_config" not in manifest:
         raise UserError(f"{folder}: exported before exports recorded their model config; export the run again")
-    dataset = _export_dataset(folder, manifest, lab)
     return ModelSource(
         kind="export", folder=folder, step=int(manifest.get("step") or 0),
         model_config=configs.from_dict(ModelConfig, manifest["model_config"], "model_config"), config={},
-        weights=folder, sha256=file_sha256(folder / EXPORT_MANIFEST), tokenizer=folder, dataset=dataset,
+        weights=folder, sha256=file_sha256(folder / EXPORT_MANIFEST), tokenizer=folder,
+        dataset_folders=_export_dataset_folders(folder, manifest, lab),
+        dataset_manifest_hash=str(manifest.get("dataset_manifest_hash") or ""),
         context=int(manifest.get("seq_len") or 0), run=str(manifest.get("run") or ""))
 
 
-def _export_dataset(folder: Path, manifest: dict[str, Any], lab: str | Path | None) -> Path | None:
-    """The dataset the export's run trained on, when its manifest hash is the one the export recorded
-    (``dataset_manifest_hash``): the folder the export names (``dataset``) in ``lab`` or beside the export,
-    else the dataset the run it came from (``run``, in the same places) recorded; None when none is (a
-    caller that needs it takes ``--data``)."""
-    name, digest = manifest.get("dataset"), manifest.get("dataset_manifest_hash")
+def _export_dataset_folders(folder: Path, manifest: dict[str, Any], lab: str | Path | None) -> tuple[Path, ...]:
+    """Where the dataset of the export's run may be: the folder the export names (``dataset``) in ``lab`` or
+    beside the export, then the dataset the run it came from (``run``, in the same places) recorded; none when
+    the export names no dataset (a caller that needs it takes ``--data``)."""
+    name = manifest.get("dataset")
     if not name:
-        return None
+        return ()
     roots = ([Path(lab)] if lab is not None else []) + [folder.resolve().parent]
     candidates = [root / name for root in roots]
     if manifest.get("run"):
         records = (read_json(root / manifest["run"] / RUN_RECORD) or {} for root in roots)
         candidates += [Path(path) for record in records if (path := (record.get("dataset") or {}).get("path"))]
-    for candidate in candidates:
-        if (candidate / MANIFEST_FILE).is_file() and (not digest or file_sha256(candidate / MANIFEST_FILE) == digest):
-            return candidate
-    return None
+    return tuple(candidates)
 
 
 def _holds_tokenizer(folder: Path) -> bool:

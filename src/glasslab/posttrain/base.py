@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from glasslab.data.chat import ChatEncoder
-from glasslab.data.handle import DatasetHandle, find_dataset
+from glasslab.data.handle import DatasetHandle, dataset_trained_on, find_dataset
 from glasslab.data.tokenizer import EOT, load_tokenizer
 from glasslab.errors import UserError
 from glasslab.evals.load import TaskScorer, load_tasks
@@ -72,7 +72,8 @@ def step_base(base: str, base_sha256: str, base_from: StepOutput, lab_root: Path
 
 def base_data(source: ModelSource) -> BaseData:
     """The ``data`` section a run tuned from ``source`` records."""
-    return BaseData(path=str((source.dataset or source.tokenizer).resolve()))
+    dataset = dataset_trained_on(source)
+    return BaseData(path=str((dataset or source.tokenizer).resolve()))
 
 
 def chat_encoder(tokenizer_folder: str | Path, owner: str | Path) -> ChatEncoder:

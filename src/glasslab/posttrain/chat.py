@@ -20,6 +20,7 @@ from pathlib import Path
 
 from glasslab import config as configs
 from glasslab.data.chat import ChatEncoder
+from glasslab.data.handle import dataset_trained_on
 from glasslab.data.tokenizer import EOT
 from glasslab.layout import EXPORT_MANIFEST, RUN_RECORD, read_json
 from glasslab.model import Transformer
@@ -75,7 +76,7 @@ def load_chat_model(ref: str, lab: str | Path | None = None, device: str = "cpu"
         return stream(model, prompt, max_new, temperature, top_p, seed=seed, eos_id=stop, top_k=top_k)
 
     return ChatModel(tokens, encoder, source.context, source.name, source.step, _role(source.folder, source.run),
-                     model, source.dataset)
+                     model, dataset_trained_on(source))
 
 
 def _role(folder: Path, run: str) -> str | None:

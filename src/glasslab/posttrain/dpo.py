@@ -16,7 +16,6 @@ forward, so MFU stays comparable.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +29,7 @@ from glasslab.model.load import ModelSource, load_model
 from glasslab.posttrain.base import BaseData
 from glasslab.posttrain.pairs import read_pair_split
 from glasslab.posttrain.preference import PairLoader, Preference, encode_pairs, heldout_logps, preference_metrics
-from glasslab.posttrain.tuning import MethodParts, TuningRecipe, TuningStepConfig, data_folder, tuning_train
+from glasslab.posttrain.tuning import MethodParts, TuningRecipe, TuningStepConfig, tuning_train
 from glasslab.train.config import TrainConfig
 from glasslab.train.distributed import DistContext
 
@@ -135,6 +134,5 @@ class DPOStepConfig(TuningStepConfig):
     """Dependency whose output folder is the pairs folder."""
 
     def recipe(self, base: ModelSource) -> DPORecipe:
-        pairs = data_folder(self.pairs_from, self.dpo.pairs)
-        return DPORecipe(DPORunConfig(**self.run_sections(base), dpo=dataclasses.replace(
-            self.dpo, base=base.ref, pairs=pairs)), base)
+        dpo = self.method_config(self.dpo, base, self.pairs_from, "pairs")
+        return DPORecipe(DPORunConfig(**self.run_sections(base), dpo=dpo), base)

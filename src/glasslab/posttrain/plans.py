@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from glasslab.errors import UserError
-from glasslab.lab import NO_OUTPUT, Step, output_of, planned_folder_name
+from glasslab.lab import NO_OUTPUT, Step, output_of, run_output_of
 from glasslab.model.export import ExportError, hf_architecture
 from glasslab.model.load import ModelSource
 from glasslab.posttrain.base import find_base
@@ -94,4 +94,4 @@ def export_note(source: ModelSource) -> str | None:
 def _export(tuned: Step, source: ModelSource, steps: int) -> list[Step]:
     if export_note(source) is not None:
         return []
-    return [Step("export", export_step, ExportConfig(run=planned_folder_name(tuned), step=steps), deps=(tuned,))]
+    return [Step("export", export_step, ExportConfig(**run_output_of(tuned), step=steps))]

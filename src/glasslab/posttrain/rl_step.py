@@ -23,7 +23,7 @@ from glasslab.posttrain.rewards import RewardTask, open_reward
 from glasslab.posttrain.rl import ROLE, RLConfig, RLRunConfig, Rollouts, default_rl_train, pass_rates
 from glasslab.posttrain.rl_prompts import read_prompt_split
 from glasslab.posttrain.samples import chat_turns
-from glasslab.posttrain.tuning import MethodParts, TuningRecipe, TuningStepConfig, data_folder
+from glasslab.posttrain.tuning import MethodParts, TuningRecipe, TuningStepConfig
 from glasslab.train.config import TrainConfig
 from glasslab.train.distributed import DistContext
 from glasslab.train.loop import RunParts
@@ -103,6 +103,5 @@ class RLStepConfig(TuningStepConfig):
     """Dependency whose output folder is the prompts folder."""
 
     def recipe(self, base: ModelSource) -> RLRecipe:
-        prompts = data_folder(self.prompts_from, self.rl.prompts)
-        return RLRecipe(RLRunConfig(**self.run_sections(base), rl=dataclasses.replace(
-            self.rl, base=base.ref, prompts=prompts)), base)
+        rl = self.method_config(self.rl, base, self.prompts_from, "prompts")
+        return RLRecipe(RLRunConfig(**self.run_sections(base), rl=rl), base)

@@ -13,7 +13,6 @@ base model's metrics and replies (``base``).
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -30,7 +29,7 @@ from glasslab.posttrain.base import BaseData
 from glasslab.posttrain.conversations import read_conversation_split
 from glasslab.posttrain.fitting import FitCounts, fit_conversations
 from glasslab.posttrain.packing import ConversationLoader, heldout_batches
-from glasslab.posttrain.tuning import MethodParts, TuningRecipe, TuningStepConfig, data_folder, tuning_train
+from glasslab.posttrain.tuning import MethodParts, TuningRecipe, TuningStepConfig, tuning_train
 from glasslab.train.config import TrainConfig
 from glasslab.train.distributed import DistContext
 from glasslab.train.objectives import AssistantOnly
@@ -153,6 +152,5 @@ class SFTStepConfig(TuningStepConfig):
     """Dependency whose output folder is the conversations folder."""
 
     def recipe(self, base: ModelSource) -> SFTRecipe:
-        conversations = data_folder(self.conversations_from, self.sft.conversations)
-        return SFTRecipe(SFTRunConfig(**self.run_sections(base), sft=dataclasses.replace(
-            self.sft, base=base.ref, conversations=conversations)), base)
+        sft = self.method_config(self.sft, base, self.conversations_from, "conversations")
+        return SFTRecipe(SFTRunConfig(**self.run_sections(base), sft=sft), base)

@@ -13,6 +13,7 @@ A new method (say RL) adds its step config and recipe and runs as ``Step(name, t
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,7 +21,6 @@ from typing import Any, ClassVar
 
 from torch import nn
 
-from glasslab.config import UNVERSIONED
 from glasslab.data.tokenizer import PAD
 from glasslab.lab import NO_OUTPUT, StepOutput
 from glasslab.lab.runtime import StepRuntime
@@ -130,9 +130,6 @@ class TuningStepConfig(StepRuntime):
     """Or: the step whose output folder is the base run (its newest intact checkpoint)."""
     record_extra: dict[str, Any] = field(default_factory=dict)
     """More ``run.json`` fields."""
-    command: str = field(default="", metadata=UNVERSIONED)
-    """The command that planned the step (``glasslab sft …``), recorded in ``run.json`` for the run page's
-    Reproduce box; not part of what the step computes."""
 
     def recipe(self, base: ModelSource) -> TuningRecipe:
         """The run's recipe: ``base``'s model and tokenizer, this step's schedule and data."""
@@ -142,10 +139,11 @@ class TuningStepConfig(StepRuntime):
         """The ``model``, ``data`` and ``train`` sections of a run tuned from ``base`` by this step."""
         return {"model": base.model_config, "data": base_data(base), "train": self.train}
 
-
-def data_folder(made_by: StepOutput, given: str) -> str:
-    """A tuning run's data folder: the output folder of the step ``made_by`` refers to, else ``given``."""
-    return made_by.path if made_by else given
+    def method_config(self, method: Any, base: ModelSource, made_by: StepOutput, data_field: str) -> Any:
+        """The method's section (``sft``, ``dpo``, ``rl``) with the base and its data folder filled in: the
+        output folder of the step ``made_by`` refers to, else the folder ``method.<data_field>`` names."""
+        data = made_by.path if made_by else getattr(method, data_field)
+        return dataclasses.replace(method, base=base.ref, **{data_field: data})
 
 
 def tune_step(ctx: Any) -> dict[str, Any]:
@@ -156,7 +154,7 @@ def tune_step(ctx: Any) -> dict[str, Any]:
     source = step_base(cfg.base, cfg.base_sha256, cfg.base_from, getattr(ctx, "lab_root", None))
     recipe = cfg.recipe(source)
     recipe.say_counts()
-    record_extra = {**cfg.record_extra, **({"command": cfg.command} if cfg.command else {})}
+    record_extra = cfg.recorded(cfg.record_extra)
     if not has_started(ctx.output_dir):  # the base model's numbers and replies, beside the run's own
         record_extra["base"] = baseline(recipe, cfg.device)
     return train_in_folder(recipe, ctx.output_dir, device=cfg.device, record_extra=record_extra)

@@ -35,6 +35,7 @@ import torch
 
 from glasslab import config as configs
 from glasslab.data.handle import find_dataset, open_dataset
+from glasslab.data.reference import DatasetRef
 from glasslab.errors import UserError
 from glasslab.lab import Step, run_one_step
 from glasslab.layout import CHECKPOINT_LIST, MODEL_STATE, checkpoint_path, code_version, read_json
@@ -178,8 +179,8 @@ def replay(run: PublishedRun, lab: Path, dataset: Path, until: int | None = None
     total = run_cfg.train.total_steps
     stop = until if until is not None and until < total else 0
     device = "cuda" if str(run.record.get("device", "cpu")).startswith("cuda") else "cpu"
-    step_cfg = TrainStepConfig(run=unplaced, data_path=str(dataset), data_manifest=open_dataset(dataset).manifest_hash,
-                               device=device, threads=int(run.record.get("threads") or 0), stop_after=stop)
+    step_cfg = TrainStepConfig(run=unplaced, data=DatasetRef.of_folder(str(dataset)), device=device,
+                               threads=int(run.record.get("threads") or 0), stop_after=stop)
     name = f"reproduce-{run.run_id.rsplit('-', 1)[0]}"
     try:
         return run_one_step(Step(name, train_step, step_cfg), lab).folder

@@ -18,6 +18,7 @@ from torch import nn
 from glasslab.data.buckets import map_record, planned_mixture
 from glasslab.data.handle import DatasetHandle, open_dataset
 from glasslab.data.loader import Loader, eval_batches, eval_bytes_per_token
+from glasslab.data.reference import NO_DATASET, DatasetRef
 from glasslab.data.tokenizer import EOT, load_tokenizer
 from glasslab.errors import UserError
 from glasslab.evals.load import TaskScorer, load_tasks
@@ -33,39 +34,42 @@ from glasslab.train.run_config import RunConfig
 from glasslab.train.samples import take_samples
 
 
-def resolve_data(run_cfg: RunConfig) -> tuple[RunConfig, DatasetHandle]:
+def resolve_data(run_cfg: RunConfig, reference: DatasetRef = NO_DATASET) -> tuple[RunConfig, DatasetHandle]:
     """``run_cfg`` with what follows from its dataset filled in (``model.vocab_size=0`` becomes the size of
-    the dataset's tokenizer), and the dataset's handle: its manifest read once for the whole run. One-line
-    UserErrors: no dataset folder yet (``data.build`` is built by ``glasslab train`` as a step before this),
-    or a vocabulary smaller than the tokenizer's."""
+    the dataset's tokenizer; ``data.path`` where the dataset ``reference`` names lies, for the run's record and
+    checkpoints), and the dataset's handle: its manifest read once for the whole run. One-line UserErrors: no
+    dataset (``data.build`` is built by ``glasslab train`` as a step before this), a folder that no longer holds
+    the dataset the reference names, or a vocabulary smaller than the tokenizer's."""
     data = run_cfg.data
-    if not data.path:
+    if reference:
+        dataset = reference.open()
+        data = dataclasses.replace(data, path=reference.location)
+    elif not data.path:
         if data.build:
             raise UserError(f"data.build={data.build!r}: not built yet; `glasslab train` (or a data step "
                             "before the training step) builds it and trains on its folder")
         raise UserError("data.path: empty; name a data build (data.build: demo | FILE) or a folder built by "
                         "`glasslab data build`")
-    dataset = open_dataset(data.path)
+    else:
+        dataset = open_dataset(data.path)
     tokens, vocab = dataset.vocab_size, run_cfg.model.vocab_size
     if vocab and vocab < tokens:
         raise UserError(f"model.vocab_size={vocab}: expected at least the {tokens} tokens of the dataset's "
                         f"tokenizer ({data.path}), or 0 to take its size")
-    resolved = dataclasses.replace(run_cfg, model=dataclasses.replace(run_cfg.model, vocab_size=vocab or tokens))
+    resolved = dataclasses.replace(run_cfg, model=dataclasses.replace(run_cfg.model, vocab_size=vocab or tokens),
+                                   data=data)
     return resolved, dataset
 
 
 class Pretraining:
     """Pretraining's recipe (:mod:`glasslab.train.recipe`): a RunConfig's model from scratch, its mixture's
     loader, per-domain and task evals, and plain-text samples. Made once per run: the sinks are checked and the
-    dataset is opened here (``manifest_hash``: the sha256 its manifest must have, when the run was planned on a
-    dataset named by it), and the loader is built once, by :meth:`build`."""
+    dataset is opened here (``data``: the step's reference to it, else the run config's ``data.path``), and the
+    loader is built once, by :meth:`build`."""
 
-    def __init__(self, run_cfg: RunConfig, manifest_hash: str = "") -> None:
+    def __init__(self, run_cfg: RunConfig, data: DatasetRef = NO_DATASET) -> None:
         check_sinks(run_cfg.train.sinks)  # a missing sink package: one line before the dataset is read
-        self.config, self.dataset = resolve_data(run_cfg)
-        if manifest_hash and self.dataset.manifest_hash != manifest_hash:
-            raise UserError(f"{self.dataset.path}: not the dataset this run was planned on (its manifest's sha256 "
-                            "differs); rebuilt or replaced since?")
+        self.config, self.dataset = resolve_data(run_cfg, data)
         cluster_evals_record(self.config)  # a map that is gone or of another dataset: one line, before any compute
 
     def build(self, ctx: DistContext) -> RunParts:

@@ -28,9 +28,10 @@ import torch
 from glasslab import config as configs
 from glasslab.config import UNVERSIONED, require
 from glasslab.data.config import MixtureConfig
-from glasslab.data.handle import open_dataset
+from glasslab.data.handle import dataset_trained_on, open_dataset
 from glasslab.data.loader import eval_batches
 from glasslab.errors import UserError
+from glasslab.lab.inputs import RunOutput, resolve_outputs
 from glasslab.layout import (
     EXPORT_MANIFEST,
     REPORT_FILE,
@@ -51,11 +52,11 @@ DEFAULT_PAGE_URL = "http://127.0.0.1:8765"
 
 
 @dataclass(frozen=True)
-class ExportConfig:
-    """Which checkpoint of which run to export."""
+class ExportConfig(RunOutput):
+    """Which checkpoint of which run to export: the run (``run``, a run id or a run folder's path; the executor
+    resolves ``run_dir``, the folder of a dependency of that name or that folder under the lab root) and its step.
+    ``ExportConfig(**run_output_of(run_step), step=N)`` exports the run a step of the same plan makes."""
 
-    run: str = ""
-    """The run id (its folder name under the lab root), or the path of a run folder elsewhere."""
     step: int = 0
     """The checkpoint to export: the optimiser step it was taken after."""
     checkpoint_sha256: str = ""
@@ -72,17 +73,11 @@ class ExportConfig:
         require(self.check_sequences >= 1, "export.check_sequences", self.check_sequences, ">= 1")
 
 
-def run_folder(lab_root: Path, run: str) -> Path:
-    """The folder of run ``run`` (a run id under ``lab_root``, or a path)."""
-    path = Path(run)
-    return path if path.is_absolute() else Path(lab_root) / run
-
-
 def export_step(ctx: Any) -> dict[str, Any]:
     """Export ``ctx.config`` (an ExportConfig) into ``ctx.output_dir``; return a summary of the manifest."""
-    cfg: ExportConfig = ctx.config if isinstance(ctx.config, ExportConfig) else configs.from_dict(
-        ExportConfig, ctx.config)
-    run_dir = run_folder(ctx.lab_root, cfg.run)
+    given = ctx.config if isinstance(ctx.config, ExportConfig) else configs.from_dict(ExportConfig, ctx.config)
+    cfg: ExportConfig = resolve_outputs(given, ctx.inputs, ctx.name, ctx.lab_root)  # as given, or as the executor did
+    run_dir = cfg.run_folder
     checkpoint_folder(run_dir, cfg.step)  # a one-line error for a folder that is no run, or a missing step
     source = find_model(f"{run_dir}@{cfg.step}")
     if cfg.checkpoint_sha256 and source.sha256 != cfg.checkpoint_sha256:
@@ -90,8 +85,9 @@ def export_step(ctx: Any) -> dict[str, Any]:
                         "differs); run `glasslab export` again")
     model = load_model(source)
     record = read_record(run_dir) or {}
-    facts = Publicizer(ctx.lab_root, [str(record.get("host") or "")]).data(export_facts(run_dir, cfg, source, record))
-    dataset = source.dataset
+    dataset = dataset_trained_on(source)
+    facts = Publicizer(ctx.lab_root, [str(record.get("host") or "")]).data(
+        export_facts(run_dir, cfg, source, record, dataset))
     digest = open_dataset(dataset).manifest_hash if dataset else None
     manifest = export_hf(
         model, source.model_config, source.tokenizer, Path(ctx.output_dir),
@@ -143,9 +139,9 @@ def check_tokens(dataset: Path | None, vocab_size: int, seq_len: int, sequences:
     return torch.stack(rows[:sequences])
 
 
-def export_facts(run_dir: Path, cfg: ExportConfig, source: ModelSource, record: dict[str, Any]) -> dict[str, Any]:
-    """What the model card says (``model/card.py`` lists the fields), from the run's and dataset's files."""
-    dataset = source.dataset
+def export_facts(run_dir: Path, cfg: ExportConfig, source: ModelSource, record: dict[str, Any],
+                 dataset: Path | None) -> dict[str, Any]:
+    """What the model card says (``model/card.py`` lists the fields), from the run's and ``dataset``'s files."""
     report = (read_json(dataset / REPORT_FILE) or {}) if dataset else {}
     train_cfg = source.config.get("train", {})
     data_cfg = source.config.get("data", {})

@@ -9,27 +9,25 @@ from the parent's, so the curves join up.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from glasslab import config as configs
-from glasslab.config import UNVERSIONED
 from glasslab.errors import UserError
+from glasslab.lab.inputs import RunOutput
 from glasslab.layout import checkpoint_problem
 from glasslab.train import checkpoint as ckpt
 
 
 @dataclass(frozen=True)
-class ForkPoint:
-    """Where a forked run starts: the checkpoint at ``step`` of the run ``run``."""
+class ForkPoint(RunOutput):
+    """Where a forked run starts: the checkpoint at ``step`` of the parent run (``run``: its run id, the folder
+    name that carries its hash; ``run_dir``: where its folder is, which the executor resolves for a parent
+    that is a dependency: ``ForkPoint(**run_output_of(trunk_step), step=200)``)."""
 
-    run: str
-    """The parent's run id (its folder name, which carries its hash)."""
-    step: int
+    step: int = 0
     """The parent's checkpoint step; the fork's first step is ``step + 1``."""
-    run_dir: str = field(default="", metadata=UNVERSIONED)
-    """Where the parent's folder is (the same parent may be reached by several paths)."""
 
     @classmethod
     def at(cls, run_dir: str | Path, step: int) -> ForkPoint:
@@ -37,7 +35,7 @@ class ForkPoint:
 
     @property
     def checkpoint(self) -> Path:
-        return ckpt.checkpoint_path(self.run_dir, self.step)
+        return ckpt.checkpoint_path(self.run_folder, self.step)
 
     def lineage(self) -> dict[str, Any]:
         """What the fork's ``run.json`` records as ``parent``."""

@@ -1,23 +1,23 @@
 """The trainer as a lab step: ``Step("train", "glasslab.train.steps:train_step", config=...)``.
 
 The step's folder is the run folder, so the run id is the folder name. The config is a
-:class:`TrainStepConfig` (or a bare RunConfig); with ``data_from`` set, ``data.path`` is that step's
-output folder (a data build step; the executor resolves the reference). A retried attempt — after a crash, a preemption
+:class:`TrainStepConfig` (or a bare RunConfig); its ``data`` names the dataset by reference (a data build
+step's output, which the executor resolves, or a folder's manifest hash: ``data.reference``), and the
+recipe opens it; a bare RunConfig names its folder in ``data.path``. A retried attempt — after a crash, a preemption
 or a failed worker — resumes from the folder's checkpoints, so a step only counts as done once
 training finished. ``glasslab train`` is this step, run as a one-step experiment.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from glasslab.config import UNVERSIONED
+from glasslab.config import INLINE, UNVERSIONED
+from glasslab.data.reference import NO_DATASET, DatasetRef
 from glasslab.errors import UserError
-from glasslab.lab.inputs import NO_OUTPUT, StepOutput
 from glasslab.lab.runtime import StepRuntime
 from glasslab.lab.step import FunctionRef
 from glasslab.track import read_record
@@ -34,20 +34,16 @@ class TrainStepConfig(StepRuntime):
     """One training run as a step."""
 
     run: RunConfig
-    """The run; its ``data.path`` is filled from ``data_from`` when that is set."""
+    """The run; with ``data`` set its ``data.path`` (and ``data.build``) stay empty: the reference names it."""
     record_extra: dict[str, Any] = field(default_factory=dict)
     """Fields the run's ``run.json`` records beyond the config (role, ladder, rung, seed, …)."""
-    data_from: StepOutput = NO_OUTPUT
-    """The data build step whose output folder is the dataset (empty: ``data_path``, else ``run.data.path``)."""
-    data_path: str = field(default="", metadata=UNVERSIONED)
-    """A dataset folder named by path (``glasslab train`` with ``data.path``): where it lies is not what it
-    is, so the step's hash covers ``data_manifest`` instead and ``run.data.path`` stays empty."""
-    data_manifest: str = ""
-    """sha256 of that dataset's manifest (which holds every shard's and the tokenizer's sha256)."""
+    data: DatasetRef = field(default=NO_DATASET, metadata=INLINE)
+    """The dataset: a data build step's output or a folder's manifest hash (empty: ``run.data.path``).
+    Recorded and hashed as the ``data_from``, ``data_manifest`` and ``data_path`` fields it holds."""
     fork: ForkPoint | None = None
-    """Start from another run's checkpoint (``--fork RUN@STEP``); None: from scratch. A fork without
-    ``run_dir`` starts from the dependency whose folder is ``fork.run`` (a ladder's cooldown branch off
-    its trunk, planned before the trunk exists)."""
+    """Start from another run's checkpoint (``--fork RUN@STEP``); None: from scratch. A fork made with
+    ``run_output_of(step)`` starts from that dependency's run (a ladder's cooldown branch off its trunk, planned
+    before the trunk exists): the executor resolves its folder."""
     hooks: tuple[str, ...] = field(default=(), metadata=UNVERSIONED)
     """Trainer callbacks (``train/callbacks.py``) as importable ``"module:name"`` factories, each called with
     no arguments in the step's process (``glasslab train`` names its progress bar here). The field keeps
@@ -80,19 +76,13 @@ def run_training(ctx: Any, record_extra: dict[str, Any] | None = None,
     """
     cfg = ctx.config if isinstance(ctx.config, TrainStepConfig) else TrainStepConfig(run=ctx.config)
     cfg.use_threads()
-    run_cfg = cfg.run
-    if cfg.data_from:
-        run_cfg = dataclasses.replace(run_cfg, data=dataclasses.replace(run_cfg.data, path=str(cfg.data_from.folder)))
-    elif cfg.data_path:
-        run_cfg = dataclasses.replace(run_cfg, data=dataclasses.replace(run_cfg.data, path=cfg.data_path))
-    recipe = Pretraining(run_cfg, cfg.data_manifest)  # the run's one look at its sinks, dataset and vocabulary
-    fork = _fork_from_inputs(cfg.fork, ctx) if cfg.fork is not None else None
-    record_extra = dict(cfg.record_extra if record_extra is None else record_extra)
+    recipe = Pretraining(cfg.run, cfg.data)  # the run's one look at its sinks, dataset and vocabulary
+    record_extra = cfg.recorded(cfg.record_extra if record_extra is None else record_extra)
     every_callback = [_make_callback(ref) for ref in cfg.hooks] + list(callbacks)
     if cfg.stop_after:
         every_callback.append(StopAfter(cfg.stop_after))
     return train_in_folder(recipe, ctx.output_dir, device=cfg.device, record_extra=record_extra,
-                           callbacks=every_callback, fork=fork)
+                           callbacks=every_callback, fork=cfg.fork)
 
 
 def train_in_folder(run: RunConfig | Recipe, folder: str | Path, *, device: str = "cpu",
@@ -113,17 +103,6 @@ def has_started(folder: str | Path) -> bool:
     """Whether ``folder`` holds a run that started (its ``run.json`` is written before step 0): a rerun
     resumes it, and what was recorded before step 0 stays as it was."""
     return read_record(folder) is not None
-
-
-def _fork_from_inputs(fork: ForkPoint, ctx: Any) -> ForkPoint:
-    """``fork`` with its parent's folder: as given, else the dependency whose folder is named ``fork.run``."""
-    if fork.run_dir:
-        return fork
-    for folder in getattr(ctx, "inputs", {}).values():
-        if folder.name == fork.run:
-            return dataclasses.replace(fork, run_dir=str(folder))
-    raise UserError(f"step {ctx.name}: fork {fork} names no dependency's run (dependencies: "
-                    f"{', '.join(sorted(f.name for f in ctx.inputs.values())) or 'none'})")
 
 
 def _make_callback(ref: str) -> Callback:
