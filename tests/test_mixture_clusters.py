@@ -31,6 +31,7 @@ from glasslab.lab import run_one_step
 from glasslab.model import Transformer
 from glasslab.observatory.lab_scan import Lab
 from glasslab.observatory.ladder_page import ladder_page
+from glasslab.observatory.run_page import run_page
 from glasslab.reproduce.replay import find_or_make_map
 from glasslab.track import RunReader
 from glasslab.train.callbacks import StopAfter
@@ -268,21 +269,29 @@ def test_the_clusters_are_measured_at_every_nth_evaluation_and_the_last(runs):
 
 @pytest.mark.skipif(chromium_path() is None, reason="chromium is not installed")
 def test_the_run_page_draws_a_cluster_by_step_heatmap(runs, page):
-    title = "Held-out loss per content cluster (the data map)"
     with serve_lab(runs["map"].parent) as server:
-        page.goto(f"{server.url}/run/whole")
-        page.wait_for_selector("body[data-ready='1']")
-        card = page.locator(f"[data-panel='{title}']")
-        card.scroll_into_view_if_needed()
-        heat = card.locator(".heat")
-        heat.wait_for()
+        heat = _cluster_heatmap(page, f"{server.url}/run/whole")
         assert heat.locator(".heat-ytitle").inner_text() == "cluster"
         measured = int(min(json.loads((runs["whole"] / "run.json").read_text())["cluster_evals"]["clusters"]))
         name = map_clusters(_data(runs["map"].parent / "data", runs["map"])).summary["clusters"][measured]["name"]
         assert f"{measured} {name}" in heat.locator(".heat-yaxis").inner_text()  # rows named by their top terms
-        assert page.evaluate("t => window.GLASSLAB_HEATMAPS[t].steps", title) == [4, 8]
+        assert page.evaluate("t => window.GLASSLAB_HEATMAPS[t].steps", HEATMAP) == [4, 8]
         png = heat.locator("canvas.heat-cells").screenshot()
     assert _inked(png) > 0.9
+
+
+HEATMAP = "Held-out loss per content cluster (the data map)"
+
+
+def _cluster_heatmap(page, url: str):
+    """The run page at ``url``, scrolled to its cluster × step heatmap, drawn."""
+    page.goto(url)
+    page.wait_for_selector("body[data-ready='1']")
+    card = page.locator(f"[data-panel='{HEATMAP}']")
+    card.scroll_into_view_if_needed()
+    heat = card.locator(".heat")
+    heat.wait_for()
+    return heat
 
 
 def _inked(png: bytes) -> float:
@@ -297,14 +306,17 @@ def _inked(png: bytes) -> float:
 
 
 
-@pytest.mark.skipif(chromium_path() is None, reason="chromium is not installed")
-def test_the_heatmap_of_a_run_shaped_like_the_demo_hero_has_a_row_per_cluster_and_the_merged_row(tmp_path, page):
-    """As the demo's hero: 21 evaluations, the clusters measured at every 5th and the last; 9 clusters of 36
-    measured alone, the other 27 merged into one row, named and drawn last."""
-    lab, title = tmp_path / "lab", "Held-out loss per content cluster (the data map)"
-    alone = [0, 1, 2, 4, 7, 11, 16, 21, 24]
-    rows = [*map(str, alone), OTHER]
-    merged = {str(c): 300 for c in range(36) if c not in alone}
+HERO_ALONE = [0, 1, 2, 4, 7, 11, 16, 21, 24]
+"""As the demo's hero: 9 clusters of 36 measured alone, the other 27 merged into ``other``."""
+
+
+@pytest.fixture
+def hero_shaped(tmp_path) -> Path:
+    """A lab with a run shaped like the demo's hero: 21 evaluations, the clusters measured at every 5th, 9
+    clusters alone and the merged row; and its map's names."""
+    lab = tmp_path / "lab"
+    rows = [*map(str, HERO_ALONE), OTHER]
+    merged = {str(c): 300 for c in range(36) if c not in HERO_ALONE}
     run = track.init(lab / "demo-hero", {"name": "demo-hero"}, record_extra={"cluster_evals": {
         "map": "map-0000aaaa", "min_tokens": MIN_HELDOUT_TOKENS, "clusters": dict.fromkeys(rows, 4000),
         "merged": merged, "skipped": {}, "every": 5}})
@@ -317,16 +329,24 @@ def test_the_heatmap_of_a_run_shaped_like_the_demo_hero_has_a_row_per_cluster_an
     (lab / "map-0000aaaa").mkdir()
     (lab / "map-0000aaaa" / "map.json").write_text(json.dumps({"clusters": [
         {"id": c, "name": f"term{c} · word{c}"} for c in range(36)]}))
-    with serve_lab(lab) as server:
-        page.goto(f"{server.url}/run/demo-hero")
-        page.wait_for_selector("body[data-ready='1']")
-        card = page.locator(f"[data-panel='{title}']")
-        card.scroll_into_view_if_needed()
-        heat = card.locator(".heat")
-        heat.wait_for()
+    return lab
+
+
+def test_the_page_data_of_a_run_shaped_like_the_demo_hero_names_its_rows_and_the_merged_row(hero_shaped):
+    data = run_page(Lab(hero_shaped), "demo-hero")
+    chart = next(c for c in data["charts"] if c["id"] == HEATMAP)
+    assert chart["family"]["rows"] == [*HERO_ALONE, OTHER]  # the merged row last
+    assert data["cluster_rows"][OTHER] == "other (27 clusters)" and data["cluster_rows"]["7"] == "7 term7 · word7"
+
+
+@pytest.mark.skipif(chromium_path() is None, reason="chromium is not installed")
+def test_the_heatmap_of_a_run_shaped_like_the_demo_hero_has_a_row_per_cluster_and_the_merged_row(hero_shaped,
+                                                                                                  page):
+    with serve_lab(hero_shaped) as server:
+        heat = _cluster_heatmap(page, f"{server.url}/run/demo-hero")
         labels = heat.locator(".heat-yaxis").inner_text()
         assert "7 term7 · word7" in labels and "other (27 clusters)" in labels and "term3 " not in labels
-        drawn = page.evaluate("t => window.GLASSLAB_HEATMAPS[t]", title)
+        drawn = page.evaluate("t => window.GLASSLAB_HEATMAPS[t]", HEATMAP)
         assert drawn["steps"] == [0, 200, 400, 600, 800] and len(drawn["values"][0]) == 10
         assert drawn["values"][-1][-1] == pytest.approx(4.0 + 0.2 * 9)  # the merged row last, at the last step
         png = heat.locator("canvas.heat-cells").screenshot()
