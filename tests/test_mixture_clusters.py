@@ -21,18 +21,21 @@ from glasslab import track
 from glasslab.config import config_hash, from_dict, to_dict
 from glasslab.data.batches import rebuild_batch
 from glasslab.data.buckets import map_clusters
-from glasslab.data.cluster_heldout import MIN_HELDOUT_TOKENS, cluster_heldout
+from glasslab.data.cluster_heldout import MIN_HELDOUT_TOKENS, OTHER, cluster_heldout
 from glasslab.data.cluster_reads import tokens_per_cluster
 from glasslab.data.config import DataConfig, MixtureConfig
 from glasslab.data.loader import Loader
 from glasslab.data.map import DOCUMENTS_FILE, map_plan
 from glasslab.errors import UserError
 from glasslab.lab import run_one_step
+from glasslab.model import Transformer
 from glasslab.observatory.lab_scan import Lab
 from glasslab.observatory.ladder_page import ladder_page
+from glasslab.observatory.run_page import run_page
 from glasslab.reproduce.replay import find_or_make_map
 from glasslab.track import RunReader
 from glasslab.train.callbacks import StopAfter
+from glasslab.train.cluster_evals import cluster_evals_record, with_cluster_evals
 from glasslab.train.run import train
 from glasslab.train.run_config import RunConfig
 from observatory_lab import chromium_path, serve_lab
@@ -198,12 +201,13 @@ def test_the_data_page_shows_the_tokens_each_run_read_per_cluster(runs, page):
         assert f"{read['tokens'][0]:,}" in row.inner_text()
 
 
-def test_the_held_out_loss_is_measured_per_cluster_and_small_clusters_are_skipped_and_said(runs):
+def test_the_held_out_loss_is_measured_per_cluster_and_small_clusters_are_merged_and_said(runs):
     record = json.loads((runs["whole"] / "run.json").read_text())["cluster_evals"]
-    assert record["map"] == runs["map"].name and record["min_tokens"] == MIN_HELDOUT_TOKENS
-    measured = sorted(int(c) for c in record["clusters"])
+    assert record["map"] == runs["map"].name and record["min_tokens"] == MIN_HELDOUT_TOKENS and record["every"] == 1
+    measured = sorted(record["clusters"])
     assert measured and all(n >= MIN_HELDOUT_TOKENS for n in record["clusters"].values())
-    assert sorted(measured + [int(c) for c in record["skipped"]]) == list(range(4))
+    alone = [int(c) for c in measured if c != OTHER]
+    assert sorted(alone + [int(c) for c in [*record["merged"], *record["skipped"]]]) == list(range(4))
     heldout = cluster_heldout(runs["map"].parent / "data", runs["map"], 32, 4096)
     with RunReader(runs["whole"]) as reader:
         for cluster in measured:
@@ -211,38 +215,142 @@ def test_the_held_out_loss_is_measured_per_cluster_and_small_clusters_are_skippe
             _, bpb = reader.scalars(f"eval/cluster/{cluster}/bpb")
             assert steps == [4, 8] and losses[-1] < losses[0]  # it learns
             assert bpb[-1] == pytest.approx(losses[-1] / math.log(2) / heldout.bytes_per_token[cluster])
-        assert not reader.scalars(f"eval/cluster/{max(measured) + 4}/loss")[0]
+        assert not reader.scalars(f"eval/cluster/{max(alone) + 4}/loss")[0]
         macro = reader.scalars("eval/macro/loss")[1][-1]
         domains = [reader.scalars(f"eval/{d}/loss")[1][-1] for d in ("code", "prose")]
         assert macro == pytest.approx(sum(domains) / 2)  # the ladder's target leaves the clusters out
-    everything_skipped = cluster_heldout(runs["map"].parent / "data", runs["map"], 32, 4096, min_tokens=10**9)
+    data = runs["map"].parent / "data"
+    everything_skipped = cluster_heldout(data, runs["map"], 32, 4096, min_tokens=10**9)
     assert not everything_skipped.windows and sorted(everything_skipped.skipped) == list(range(4))
+
+
+def test_clusters_too_small_alone_are_measured_together_as_other(mapped, tmp_path):
+    dataset, folder = mapped
+    spread = _held_out_dealt_over_clusters(folder, tmp_path)
+    alone = cluster_heldout(dataset, spread, 32, 0, min_tokens=10**9).skipped  # each cluster's targets alone
+    assert sorted(alone) == list(range(4)) and min(alone.values()) > 0
+    floor = sorted(alone.values())[1] + 1  # above the two smallest clusters
+    heldout = cluster_heldout(dataset, spread, 32, 0, min_tokens=floor)
+    small = {c: n for c, n in alone.items() if n < floor}
+    assert len(small) == 2 and heldout.merged == small and not heldout.skipped
+    assert sorted(heldout.windows) == sorted([str(c) for c in alone if c not in small] + [OTHER])
+    together = heldout.record()["clusters"][OTHER]  # all of their held-out tokens (cut into windows once)
+    assert together >= floor and abs(together - sum(small.values())) <= 33 * (len(small) + 1)
+    assert heldout.record()["merged"] == {str(c): n for c, n in small.items()}
+
+
+def _held_out_dealt_over_clusters(folder: Path, tmp_path: Path) -> Path:
+    """A copy of the map with its held-out documents dealt in turn to its 4 clusters (the tiny data's held-out
+    split falls in one)."""
+    import pyarrow as pa
+
+    copy = tmp_path / folder.name
+    shutil.copytree(folder, copy)
+    table = pq.read_table(copy / DOCUMENTS_FILE)
+    held_out = np.cumsum(np.array(table["split"].to_pylist()) == "eval") - 1
+    clusters = np.where(np.array(table["split"].to_pylist()) == "eval", held_out % 4, table["cluster"].to_numpy())
+    column = table.schema.get_field_index("cluster")
+    dealt = table.set_column(column, "cluster", pa.array(clusters, table["cluster"].type))
+    pq.write_table(dealt, copy / DOCUMENTS_FILE)
+    return copy
+
+
+def test_the_clusters_are_measured_at_every_nth_evaluation_and_the_last(runs):
+    dataset, folder = runs["map"].parent / "data", runs["map"]
+    config = tiny_run_config(dataset, max_steps=8, eval_interval=2, cluster_eval_every=2, eval_map=folder.name,
+                             eval_max_tokens=4096)
+    run_cfg = from_dict(RunConfig, config)
+    evaluate = with_cluster_evals(lambda model, step: {"eval/macro/loss": 0.0}, run_cfg, torch.device("cpu"))
+    model = Transformer(run_cfg.model)
+    measured = [step for step in (2, 4, 6, 8) if any(k.startswith("eval/cluster/") for k in evaluate(model, step))]
+    assert measured == [4, 8]
+    assert cluster_evals_record(run_cfg)["cluster_evals"]["every"] == 2
 
 
 @pytest.mark.skipif(chromium_path() is None, reason="chromium is not installed")
 def test_the_run_page_draws_a_cluster_by_step_heatmap(runs, page):
-    title = "Held-out loss per content cluster (the data map)"
     with serve_lab(runs["map"].parent) as server:
-        page.goto(f"{server.url}/run/whole")
-        page.wait_for_selector("body[data-ready='1']")
-        card = page.locator(f"[data-panel='{title}']")
-        card.scroll_into_view_if_needed()
-        heat = card.locator(".heat")
-        heat.wait_for()
+        heat = _cluster_heatmap(page, f"{server.url}/run/whole")
         assert heat.locator(".heat-ytitle").inner_text() == "cluster"
         measured = int(min(json.loads((runs["whole"] / "run.json").read_text())["cluster_evals"]["clusters"]))
         name = map_clusters(_data(runs["map"].parent / "data", runs["map"])).summary["clusters"][measured]["name"]
         assert f"{measured} {name}" in heat.locator(".heat-yaxis").inner_text()  # rows named by their top terms
-        assert page.evaluate("t => window.GLASSLAB_HEATMAPS[t].steps", title) == [4, 8]
+        assert page.evaluate("t => window.GLASSLAB_HEATMAPS[t].steps", HEATMAP) == [4, 8]
         png = heat.locator("canvas.heat-cells").screenshot()
+    assert _inked(png) > 0.9
+
+
+HEATMAP = "Held-out loss per content cluster (the data map)"
+
+
+def _cluster_heatmap(page, url: str):
+    """The run page at ``url``, scrolled to its cluster × step heatmap, drawn."""
+    page.goto(url)
+    page.wait_for_selector("body[data-ready='1']")
+    card = page.locator(f"[data-panel='{HEATMAP}']")
+    card.scroll_into_view_if_needed()
+    heat = card.locator(".heat")
+    heat.wait_for()
+    return heat
+
+
+def _inked(png: bytes) -> float:
+    """The share of a screenshot's pixels that are not white, once it holds more than one colour."""
     from PIL import Image
 
     with Image.open(io.BytesIO(png)) as image:
         rgb = image.convert("RGB").tobytes()
     pixels = [rgb[i : i + 3] for i in range(0, len(rgb), 3)]
-    distinct, inked = len(set(pixels)), sum(p != b"\xff\xff\xff" for p in pixels) / len(pixels)
-    assert distinct >= 2 and inked > 0.9, (distinct, inked)  # a colour per cell, the plot filled
+    assert len(set(pixels)) >= 2  # a colour per cell
+    return sum(p != b"\xff\xff\xff" for p in pixels) / len(pixels)
 
+
+
+HERO_ALONE = [0, 1, 2, 4, 7, 11, 16, 21, 24]
+"""As the demo's hero: 9 clusters of 36 measured alone, the other 27 merged into ``other``."""
+
+
+@pytest.fixture
+def hero_shaped(tmp_path) -> Path:
+    """A lab with a run shaped like the demo's hero: 21 evaluations, the clusters measured at every 5th, 9
+    clusters alone and the merged row; and its map's names."""
+    lab = tmp_path / "lab"
+    rows = [*map(str, HERO_ALONE), OTHER]
+    merged = {str(c): 300 for c in range(36) if c not in HERO_ALONE}
+    run = track.init(lab / "demo-hero", {"name": "demo-hero"}, record_extra={"cluster_evals": {
+        "map": "map-0000aaaa", "min_tokens": MIN_HELDOUT_TOKENS, "clusters": dict.fromkeys(rows, 4000),
+        "merged": merged, "skipped": {}, "every": 5}})
+    for evaluation in range(21):
+        metrics = {"train/loss": 6.0 - 0.1 * evaluation, "eval/macro/loss": 6.0 - 0.1 * evaluation}
+        if evaluation % 5 == 0:
+            metrics |= {f"eval/cluster/{r}/loss": 6.0 - 0.1 * evaluation + 0.2 * i for i, r in enumerate(rows)}
+        run.log(metrics, 40 * evaluation)
+    run.finish()
+    (lab / "map-0000aaaa").mkdir()
+    (lab / "map-0000aaaa" / "map.json").write_text(json.dumps({"clusters": [
+        {"id": c, "name": f"term{c} · word{c}"} for c in range(36)]}))
+    return lab
+
+
+def test_the_page_data_of_a_run_shaped_like_the_demo_hero_names_its_rows_and_the_merged_row(hero_shaped):
+    data = run_page(Lab(hero_shaped), "demo-hero")
+    chart = next(c for c in data["charts"] if c["id"] == HEATMAP)
+    assert chart["family"]["rows"] == [*HERO_ALONE, OTHER]  # the merged row last
+    assert data["cluster_rows"][OTHER] == "other (27 clusters)" and data["cluster_rows"]["7"] == "7 term7 · word7"
+
+
+@pytest.mark.skipif(chromium_path() is None, reason="chromium is not installed")
+def test_the_heatmap_of_a_run_shaped_like_the_demo_hero_has_a_row_per_cluster_and_the_merged_row(hero_shaped,
+                                                                                                  page):
+    with serve_lab(hero_shaped) as server:
+        heat = _cluster_heatmap(page, f"{server.url}/run/demo-hero")
+        labels = heat.locator(".heat-yaxis").inner_text()
+        assert "7 term7 · word7" in labels and "other (27 clusters)" in labels and "term3 " not in labels
+        drawn = page.evaluate("t => window.GLASSLAB_HEATMAPS[t]", HEATMAP)
+        assert drawn["steps"] == [0, 200, 400, 600, 800] and len(drawn["values"][0]) == 10
+        assert drawn["values"][-1][-1] == pytest.approx(4.0 + 0.2 * 9)  # the merged row last, at the last step
+        png = heat.locator("canvas.heat-cells").screenshot()
+    assert _inked(png) > 0.9
 
 
 @pytest.mark.skipif(chromium_path() is None, reason="chromium is not installed")

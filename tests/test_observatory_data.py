@@ -103,9 +103,12 @@ def test_per_layer_families_become_charts_of_their_own():
     assert charts["MoE routing entropy per layer"]["family"] is None
     # Content clusters of the data map are a family too, even one alone (the run page's cluster × step heatmap).
     assert layer_of("eval/cluster/7/loss") == ("eval/cluster/*/loss", 7)
-    clusters = {c["id"]: c for c in chart_specs(["eval/cluster/3/loss", "eval/code/loss"])}
+    assert layer_of("eval/cluster/other/loss") == ("eval/cluster/*/loss", "other")  # the small clusters merged
+    assert layer_of("moe/layer_other/x") is None
+    keys = ["eval/cluster/other/loss", "eval/cluster/12/loss", "eval/cluster/3/loss", "eval/code/loss"]
+    clusters = {c["id"]: c for c in chart_specs(keys)}
     assert clusters["Held-out loss per content cluster (the data map)"]["family"] == {
-        "pattern": "eval/cluster/*/loss", "rows": [3], "row": "cluster"}
+        "pattern": "eval/cluster/*/loss", "rows": [3, 12, "other"], "row": "cluster"}  # the merged row last
     assert clusters["Eval loss per domain"]["keys"] == ["eval/code/loss"]
 
 

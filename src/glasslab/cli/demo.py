@@ -39,9 +39,12 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from glasslab.cli.run import print_verdict
+    from glasslab.data.map import MAP_FILE
+    from glasslab.data.map import STEP_NAME as MAP_STEP
     from glasslab.experiments.demo import EXPORT_STEP, FULL, LADDER, QUICK, SFT_STEP, card, demo_steps
     from glasslab.lab import Executor
     from glasslab.ladder.summary import summary_tables
+    from glasslab.layout import read_json
     from glasslab.observatory.app import BackgroundServer
     from glasslab.observatory.publish import publish
     from glasslab.track import check_sinks
@@ -74,7 +77,10 @@ def run(args: argparse.Namespace) -> int:
     console.print(f"the hero for transformers (with a model card): {exports[f'{LADDER}-hero']}")
     console.print(f"its chat model (SFT), with the chat template: {exports[SFT_STEP]}  "
                   f"(glasslab chat {exports[SFT_STEP].name} --lab {lab})")
-    index_and_map_hero_data(folders[f"{LADDER}-hero"], lab, size.map_k, console)
+    index_hero_data(folders[f"{LADDER}-hero"], lab, console)
+    data_map = folders[MAP_STEP]
+    console.print(f"map of the hero's training data, {len(read_json(data_map / MAP_FILE)['clusters'])} content "
+                  f"domains: {data_map}  (its held-out loss per domain: the hero's page)")
     site = publish(lab, lab / "site")
     console.print(f"static site: {site}  ({time.monotonic() - started:.0f} s in all)")
     print_verdict(str(lab), "demo")
@@ -87,21 +93,14 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def index_and_map_hero_data(hero: Path, lab: Path, map_k: int, console) -> None:
-    """Index the hero's training tokens (so the pages mark what its samples copied) and map its data into
-    ``map_k`` content domains (the data page's Map), each a cached step of the lab."""
+def index_hero_data(hero: Path, lab: Path, console) -> None:
+    """Index the hero's training tokens (so the pages mark what its samples copied), a cached step of the lab."""
     from glasslab.data.batches import trained_dataset
-    from glasslab.data.map import map_plan
     from glasslab.data.token_index import index_for
-    from glasslab.lab import run_one_step
 
-    dataset = trained_dataset(hero)
-    index = index_for(dataset, lab)
+    index = index_for(trained_dataset(hero), lab)
     console.print(f"trace index of the hero's training data: {index.folder}  "
                   f"(glasslab trace {hero.name} \"TEXT\" --lab {lab})")
-    data_map = run_one_step(map_plan(dataset, k=map_k, progress=False), lab)
-    console.print(f"map of the hero's training data, {data_map.value['clusters']} content domains: {data_map.folder}  "
-                  f"(glasslab data map {hero.name} --lab {lab})")
 
 
 def posttrain_table(folders: dict[str, Path]):

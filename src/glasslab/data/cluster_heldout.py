@@ -7,9 +7,11 @@ concatenated and cut into consecutive windows of ``seq_len + 1`` tokens, as a do
 ``max_tokens``; the loss counts the tokens the build flagged as scored (``eval.scored.npy``: held-out text
 that training does not hold).
 
-A cluster whose windows hold fewer than :data:`MIN_HELDOUT_TOKENS` scored targets is skipped, not merged: a
-loss over a few hundred tokens moves more with the draw than with training. The skipped clusters and their
-token counts are recorded with the run (``run.json`` ``cluster_evals``), so the page says which are missing.
+A cluster whose windows hold fewer than :data:`MIN_HELDOUT_TOKENS` scored targets is not measured alone (a
+loss over a few hundred tokens moves more with the draw than with training): such clusters are merged into one
+row, :data:`OTHER` (their held-out documents together, in canonical order, cut as one cluster's are), measured
+when it holds enough, skipped only when even all of them together do not. The run records which clusters each
+row holds and which were skipped, with their token counts (``run.json`` ``cluster_evals``), so the page says it.
 Bits per byte use the cluster's own held-out text: its UTF-8 bytes (decoded) over its tokens.
 """
 
@@ -21,30 +23,37 @@ from pathlib import Path
 import numpy as np
 
 MIN_HELDOUT_TOKENS = 2048
-"""Fewest scored held-out targets a cluster's loss is measured on; clusters below it are skipped."""
+"""Fewest scored held-out targets a row's loss is measured on; clusters below it are merged into :data:`OTHER`."""
+OTHER = "other"
+"""The row of the clusters too small to measure alone (``eval/cluster/other/loss``)."""
 
 
 @dataclass(frozen=True)
 class ClusterHeldout:
-    """Per evaluated cluster its windows ``(tokens int64 (W, seq_len + 1), scored bool (W, seq_len + 1))`` and
-    bytes per token; the clusters skipped (id → scored targets they had) and the map's folder name."""
+    """Per evaluated row (a cluster's id, or :data:`OTHER`) its windows ``(tokens int64 (W, seq_len + 1), scored
+    bool (W, seq_len + 1))`` and bytes per token; the clusters merged into :data:`OTHER` and those skipped (id →
+    scored targets each had alone), the fewest targets a row needs, and the map's folder name."""
 
-    windows: dict[int, tuple[np.ndarray, np.ndarray]]
-    bytes_per_token: dict[int, float]
+    windows: dict[str, tuple[np.ndarray, np.ndarray]]
+    bytes_per_token: dict[str, float]
+    merged: dict[int, int]
     skipped: dict[int, int]
+    min_tokens: int
     map: str
 
     def record(self) -> dict:
-        """What ``run.json`` records (``cluster_evals``)."""
-        return {"map": self.map, "min_tokens": MIN_HELDOUT_TOKENS,
-                "clusters": {str(c): int(s[:, 1:].sum()) for c, (_, s) in self.windows.items()},
+        """What ``run.json`` records (``cluster_evals``, without the evaluations' cadence)."""
+        return {"map": self.map, "min_tokens": self.min_tokens,
+                "clusters": {row: int(s[:, 1:].sum()) for row, (_, s) in self.windows.items()},
+                "merged": {str(c): n for c, n in self.merged.items()},
                 "skipped": {str(c): n for c, n in self.skipped.items()}}
 
 
 def cluster_heldout(dataset: str | Path, map_folder: str | Path, seq_len: int, max_tokens: int,
                     min_tokens: int = MIN_HELDOUT_TOKENS) -> ClusterHeldout:
     """The held-out windows of every coarse cluster of the map in ``map_folder`` (a map of ``dataset`` as it is:
-    one line otherwise), each up to ``max_tokens`` tokens (0: all)."""
+    one line otherwise) with ``min_tokens`` scored targets, and of :data:`OTHER` (the others together), each up
+    to ``max_tokens`` tokens (0: all)."""
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
@@ -56,16 +65,32 @@ def cluster_heldout(dataset: str | Path, map_folder: str | Path, seq_len: int, m
     members: dict[int, list[tuple[str, int]]] = {}
     for domain, document, cluster in zip(rows["domain"], rows["document"], rows["cluster"], strict=True):
         members.setdefault(int(cluster), []).append((domain, int(document)))
-    windows, bytes_per_token, skipped = {}, {}, {}
+    windows, bytes_per_token, small = {}, {}, {}
     for cluster in (c["id"] for c in summary["clusters"]):
-        tokens, scored, text_bytes = _concatenated(str(dataset), sorted(members.get(cluster, [])))
-        cut = _windows(tokens, scored, seq_len + 1, max_tokens)
-        targets = int(cut[1][:, 1:].sum())
-        if targets < min_tokens:
-            skipped[cluster] = targets
+        keys = sorted(members.get(cluster, []))
+        cut, per_token = _cut(str(dataset), keys, seq_len, max_tokens)
+        if _targets(cut) < min_tokens:
+            small[cluster] = _targets(cut)
             continue
-        windows[cluster], bytes_per_token[cluster] = cut, text_bytes / max(len(tokens), 1)
-    return ClusterHeldout(windows, bytes_per_token, skipped, Path(map_folder).name)
+        windows[str(cluster)], bytes_per_token[str(cluster)] = cut, per_token
+    keys = sorted(key for cluster in small for key in members.get(cluster, []))
+    cut, per_token = _cut(str(dataset), keys, seq_len, max_tokens)
+    merged = small if small and _targets(cut) >= min_tokens else {}
+    if merged:
+        windows[OTHER], bytes_per_token[OTHER] = cut, per_token
+    skipped = {c: n for c, n in small.items() if c not in merged}
+    return ClusterHeldout(windows, bytes_per_token, merged, skipped, min_tokens, Path(map_folder).name)
+
+
+def _cut(dataset: str, keys: list[tuple[str, int]], seq_len: int,
+         max_tokens: int) -> tuple[tuple[np.ndarray, np.ndarray], float]:
+    """The windows of the documents ``keys`` (up to ``max_tokens``) and their text's bytes per token."""
+    tokens, scored, text_bytes = _concatenated(dataset, keys)
+    return _windows(tokens, scored, seq_len + 1, max_tokens), text_bytes / max(len(tokens), 1)
+
+
+def _targets(cut: tuple[np.ndarray, np.ndarray]) -> int:
+    return int(cut[1][:, 1:].sum())
 
 
 def _concatenated(dataset: str, keys: list[tuple[str, int]]) -> tuple[np.ndarray, np.ndarray, int]:

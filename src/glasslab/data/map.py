@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import functools
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -36,6 +36,7 @@ from glasslab.data.map_cluster import Clusters, cluster, default_fine_k, nearest
 from glasslab.data.map_embed import TfidfEmbedder, fit_embedder
 from glasslab.data.runner import Task
 from glasslab.errors import UserError
+from glasslab.lab.inputs import NO_OUTPUT, StepOutput, output_of
 from glasslab.layout import MANIFEST_FILE, atomic_path, read_json, remove, write_json_atomic
 
 if TYPE_CHECKING:
@@ -59,6 +60,7 @@ class MapConfig:
     dataset: str = field(metadata=UNVERSIONED)
     """Where the dataset is (not its identity: the manifest hash is)."""
     manifest_hash: str
+    """sha256 of the dataset's manifest; empty when the dataset is ``data_from``'s (its step's hash is the identity)."""
     k: int = 40
     """Coarse clusters (content domains), at most; small ones are merged, so the map may hold fewer."""
     fine_k: int = 0
@@ -77,6 +79,10 @@ class MapConfig:
     min_share: float = 0.01
     """Smallest coarse cluster, as a share of the sampled documents."""
     seed: int = 0
+    data_from: StepOutput = field(default=NO_OUTPUT, metadata=VERSIONED_WHEN_SET)
+    """The data build step whose output is the dataset, when the map is a step of the same DAG (the demo's: its
+    hero measures its held-out loss per cluster of it); ``dataset`` and ``manifest_hash`` are then read when the
+    step runs."""
     num_workers: int = field(default=0, metadata=UNVERSIONED)
     backend: str = field(default="", metadata=UNVERSIONED)
     progress: bool = field(default=True, metadata=UNVERSIONED)
@@ -102,6 +108,14 @@ def map_plan(dataset_dir: str | Path, function=None, **settings) -> Step:
     cfg = MapConfig(dataset=str(path), manifest_hash=manifest_hash(path), **settings)
     check_settings(cfg, shard_counts(path))
     return Step(STEP_NAME, function or map_step, cfg)
+
+
+def map_after(data: Step, **settings) -> Step:
+    """The map step of the dataset the data build step ``data`` makes, planned before it is built: it depends
+    on ``data``, and its settings are checked against the dataset when it runs."""
+    from glasslab.lab import Step
+
+    return Step(STEP_NAME, map_step, MapConfig(dataset="", manifest_hash="", data_from=output_of(data), **settings))
 
 
 def shard_counts(dataset_dir: Path) -> list[tuple[str, str, int]]:
@@ -141,6 +155,9 @@ def map_step(ctx, pretrained=None) -> dict:
     from glasslab.data.shards import manifest_hash
 
     cfg = ctx.config if isinstance(ctx.config, MapConfig) else from_dict(MapConfig, ctx.config)
+    if cfg.data_from:
+        folder = cfg.data_from.folder
+        cfg = replace(cfg, dataset=str(folder), manifest_hash=manifest_hash(folder))
     if cfg.embedder.startswith(SENTENCE_TRANSFORMERS):
         pretrained = load_sentence_transformer
     elif cfg.embedder != "tfidf" and pretrained is None:

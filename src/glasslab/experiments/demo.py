@@ -10,8 +10,10 @@
 3. ``demo-fit``: ``L(C) = L∞ + A·C^(−α)`` at a recorded asymptote swept over a range, the hero's
    predicted curve with a 90% band, and the leave-last-rung-out back-test; per task, compute → task
    bpb → accuracy, the hero's predicted accuracy with its interval and back-test;
-4. ``demo-hero``: a run with ≥ 4× the top rung's compute, its predictions (loss and task accuracies)
-   registered before step 0;
+4. ``map``: the data map of the dataset (its documents embedded and clustered into content domains, the data
+   page's Map), beside the rungs; then ``demo-hero``: a run with ≥ 4× the top rung's compute, its predictions
+   (loss and task accuracies) registered before step 0, its held-out loss measured per content domain of the
+   map too (the run page's cluster × step heatmap);
 5. ``export``: the hero's last checkpoint as a Hugging Face ``transformers`` folder with a model card
    (its logits checked against ours), linked from the hero's page;
 6. ``demo-conversations`` → ``demo-sft`` → ``export``: the built-in instruction set (decontaminated
@@ -37,6 +39,7 @@ from dataclasses import dataclass
 
 from glasslab.data.build import data_step as build_data_step
 from glasslab.data.config import BuildConfig, MixtureConfig, TokenizerConfig
+from glasslab.data.map import map_after
 from glasslab.evals.task import TaskConfig
 from glasslab.lab import Step, output_of, run_output_of
 from glasslab.lab.card import Expectation, ExperimentCard
@@ -162,6 +165,9 @@ class DemoSize:
     """Optimiser steps of the DPO of the SFT model (16 pairs per step)."""
     map_k: int = 40
     """Content domains of the map of the hero's training data (``glasslab data map --k``)."""
+    cluster_eval_every: int = 5
+    """The hero measures its held-out loss per content domain of the map at every this-many-th evaluation
+    and at the last (``train.cluster_eval_every``)."""
     task_sft_steps: int = 200
     """Optimiser steps of the task SFT of the DPO model before RL (32 one-turn problems per step)."""
     rl_steps: int = 40
@@ -219,7 +225,8 @@ def train_recipe(size: DemoSize, sinks: tuple[str, ...] = ()) -> TrainConfig:
                                                decay_fraction=0.2, min_lr_ratio=0.0),
                        guard=GuardConfig(sigma=8.0), eval_max_tokens=size.eval_max_tokens, eval_batch_size=32,
                        sample_max_new_tokens=24, checkpoint_interval=size.checkpoint_interval, sinks=sinks,
-                       eval_tasks=TASKS, task_eval_every=size.task_eval_every, keep_log=True)
+                       eval_tasks=TASKS, task_eval_every=size.task_eval_every,
+                       cluster_eval_every=size.cluster_eval_every, keep_log=True)
 
 
 def sft_tasks(size: DemoSize) -> tuple[TaskConfig, ...]:
@@ -235,15 +242,19 @@ def plan(size: DemoSize = FULL) -> LadderPlan:
 
 def demo_steps(size: DemoSize = FULL, device: str = "cpu", threads: int = 1, hero_threads: int = 0,
                sinks: tuple[str, ...] = ()) -> list[Step]:
-    """The demo's DAG: data, rungs, fit, hero, the hero's export (``threads`` per rung, ``hero_threads``
+    """The demo's DAG: data, its map, rungs, fit, hero, the hero's export (``threads`` per rung, ``hero_threads``
     for the hero; ``sinks`` are every run's ``train.sinks``)."""
     data = data_step(size)
+    data_map = map_after(data, k=size.map_k, progress=False)
     ladder_plan = plan(size)
     ladder = ladder_steps(ladder_plan, data, MIXTURE, train_recipe(size, sinks), L_inf=L_INF, sweep=L_INF_SWEEP,
-                          device=device, threads=threads, hero_threads=hero_threads, num_bootstrap=size.num_bootstrap)
+                          device=device, threads=threads, hero_threads=hero_threads, num_bootstrap=size.num_bootstrap,
+                          hero_map=data_map)
     hero = ladder[-1]
     export = Step(EXPORT_STEP, export_step, ExportConfig(**run_output_of(hero), step=ladder_plan.hero.steps))
-    return [data, *ladder, export, *posttrain_steps(size, data, hero, device, hero_threads)]
+    # The map after the rungs: the executor starts ready steps in list order, the longest runs first.
+    return [data, *ladder[:-2], data_map, *ladder[-2:], export,
+            *posttrain_steps(size, data, hero, device, hero_threads)]
 
 
 def posttrain_steps(size: DemoSize, data: Step, hero: Step, device: str = "cpu", threads: int = 0) -> list[Step]:

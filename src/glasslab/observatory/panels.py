@@ -17,9 +17,9 @@ from glasslab.observatory.posttrain_page import POSTTRAIN_PANELS
 from glasslab.observatory.runs import LOSS_KEY
 
 TASK_KEY = re.compile(r"^eval/task/([^/]+)/(acc|acc_norm)$")
-LAYER_SEGMENT = re.compile(r"(^|/)(layer_|cluster/)(\d+)(?=/|$)")
+LAYER_SEGMENT = re.compile(r"(^|/)(layer_(?=\d)|cluster/)(\d+|other)(?=/|$)")
 """The segment a family of metrics differs in: a layer (``moe/layer_3/...``) or a content cluster of the run's
-data map (``eval/cluster/3/loss``)."""
+data map (``eval/cluster/3/loss``, or ``eval/cluster/other/loss``: the clusters too small to measure alone)."""
 
 # Run-page panels: (title, test on the metric name, log-scale y). First match wins; what no panel
 # claims lands in a panel named after its prefix (or after the metric, when it is alone there).
@@ -71,15 +71,22 @@ def group_panels(keys: list[str]) -> list[dict[str, Any]]:
     return out
 
 
-def layer_of(key: str) -> tuple[str, int] | None:
+def layer_of(key: str) -> tuple[str, int | str] | None:
     """(the key with its layer or cluster number replaced by ``*``, the number) for a per-layer or per-cluster
     metric, else None. The last such segment counts (``grad/norm/layer_3/attn`` → ``grad/norm/layer_*/attn``, 3;
-    ``eval/cluster/7/loss`` → ``eval/cluster/*/loss``, 7)."""
+    ``eval/cluster/7/loss`` → ``eval/cluster/*/loss``, 7; ``eval/cluster/other/loss`` → ..., ``"other"``)."""
     matches = list(LAYER_SEGMENT.finditer(key))
     if not matches:
         return None
     m = matches[-1]
-    return key[:m.start(3)] + "*" + key[m.end(3):], int(m.group(3))
+    row = m.group(3)
+    return key[:m.start(3)] + "*" + key[m.end(3):], int(row) if row.isdigit() else row
+
+
+def _row_order(member: tuple[int | str, str]) -> tuple[bool, int]:
+    """Numbered rows in order, ``other`` last."""
+    row = member[0]
+    return (isinstance(row, str), row if isinstance(row, int) else 0)
 
 
 def chart_specs(keys: list[str]) -> list[dict[str, Any]]:
@@ -93,7 +100,8 @@ def chart_specs(keys: list[str]) -> list[dict[str, Any]]:
             if found:
                 families.setdefault(found[0], []).append((found[1], key))
         # A family of layers from two on; the clusters' always (a cluster × step heatmap, however few).
-        families = {p: sorted(members) for p, members in families.items() if len(members) >= 2 or "/cluster/*" in p}
+        families = {p: sorted(members, key=_row_order) for p, members in families.items()
+                    if len(members) >= 2 or "/cluster/*" in p}
         in_family = {key for members in families.values() for _, key in members}
         rest = [k for k in panel["keys"] if k not in in_family]
         if rest:

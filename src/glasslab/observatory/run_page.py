@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from glasslab import sources
+from glasslab.data.cluster_heldout import OTHER as OTHER_ROW
 from glasslab.layout import CHECKPOINT_LIST, RUN_RECORD
 from glasslab.observatory.batch_view import with_batches
 from glasslab.observatory.changes import experts_now, what_changed
@@ -140,12 +141,15 @@ def task_scores(lab: Lab, run_id: str, record: dict[str, Any], last: dict[str, A
     return rows
 
 
-def cluster_names(lab: Lab, record: dict[str, Any]) -> dict[str, str]:
-    """The names of the content clusters the run's held-out loss is measured per (its map's ``map.json``), by id:
-    the rows of its cluster × step heatmap."""
-    name = (record.get("cluster_evals") or {}).get("map")
+def cluster_rows(lab: Lab, record: dict[str, Any]) -> dict[str, str]:
+    """The rows of the run's cluster × step heatmap, by row id: each cluster its held-out loss is measured on,
+    named by its map's ``map.json`` (``3 def · self``), and ``other (n clusters)``, the small clusters it merged."""
+    evals = record.get("cluster_evals") or {}
+    name = evals.get("map")
     summary = lab.json(lab.root / name / "map.json") if isinstance(name, str) and "/" not in name else None
-    return {str(c["id"]): c.get("name", "") for c in (summary or {}).get("clusters") or []}
+    rows = {str(c["id"]): f"{c['id']} {c.get('name', '')}".strip() for c in (summary or {}).get("clusters") or []}
+    merged = evals.get("merged") or {}
+    return rows | ({OTHER_ROW: f"{OTHER_ROW} ({len(merged)} clusters)"} if merged else {})
 
 
 def run_page(lab: Lab, run_id: str) -> dict[str, Any] | None:
@@ -164,7 +168,7 @@ def run_page(lab: Lab, run_id: str) -> dict[str, Any] | None:
         "band": band_on_steps(record), "chance": {}, "reproduce": relations.reproduce(run_id),
         "lab_name": lab.root.resolve().name, "chat_models": chat_models(relations, run_id),
         "checkpoints": kept_checkpoints(lab, run_id), "trace": None, "sources": run_sources(lab, run_id, record),
-        "task_scores": [], "cluster_names": cluster_names(lab, record),
+        "task_scores": [], "cluster_rows": cluster_rows(lab, record),
     }
     stored = store_part(lab, run_id)
     if stored is None:

@@ -2,8 +2,9 @@
 
 Which content the model learns and which stays flat: the run's data map (``train.eval_map``, else
 ``data.map``) cuts the held-out split into its coarse clusters (``data/cluster_heldout.py``: clusters with
-too few held-out tokens are skipped and recorded), and every evaluation measures each of them as it measures
-a domain. These keys are not part of ``eval/macro/loss`` (what the ladder predicts stays what it was).
+too few held-out tokens are merged into one ``other`` row, and recorded), and every
+``train.cluster_eval_every``-th evaluation (and the last) measures each row as it measures a domain.
+These keys are not part of ``eval/macro/loss`` (what the ladder predicts stays what it was).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from torch import nn
 
 from glasslab.data.buckets import map_folder
 from glasslab.data.cluster_heldout import ClusterHeldout, cluster_heldout
-from glasslab.train.evals import heldout_loss
+from glasslab.train.evals import every_nth_eval, heldout_loss
 from glasslab.train.run_config import RunConfig
 
 
@@ -46,7 +47,7 @@ def _heldout(dataset: str, folder: str, seq_len: int, max_tokens: int) -> Cluste
 @torch.no_grad()
 def cluster_losses(model: nn.Module, heldout: ClusterHeldout, batch_size: int,
                    device: torch.device) -> dict[str, float]:
-    """``eval/cluster/<c>/loss`` (nats per scored token) and ``/bpb`` of every evaluated cluster."""
+    """``eval/cluster/<c>/loss`` (nats per scored token) and ``/bpb`` of every evaluated row (a cluster, ``other``)."""
     was_training = model.training
     model.eval()
     metrics = {}
@@ -64,19 +65,24 @@ def cluster_losses(model: nn.Module, heldout: ClusterHeldout, batch_size: int,
 
 def with_cluster_evals(evaluate: Callable[[nn.Module, int], dict[str, float]], run_cfg: RunConfig,
                        device: torch.device) -> Callable[[nn.Module, int], dict[str, float]]:
-    """``evaluate`` with the run's per-cluster held-out losses added (``evaluate`` itself without a map)."""
+    """``evaluate`` with the run's per-cluster held-out losses added when they are due (``evaluate`` itself
+    without a map)."""
     heldout = heldout_by_cluster(run_cfg)
     if heldout is None:
         return evaluate
+    cfg = run_cfg.train
 
     def evaluate_with_clusters(model: nn.Module, step: int) -> dict[str, float]:
-        return {**evaluate(model, step), **cluster_losses(model, heldout, run_cfg.train.eval_batch_size, device)}
+        if not every_nth_eval(step, cfg, cfg.cluster_eval_every):
+            return evaluate(model, step)
+        return {**evaluate(model, step), **cluster_losses(model, heldout, cfg.eval_batch_size, device)}
 
     return evaluate_with_clusters
 
 
 def cluster_evals_record(run_cfg: RunConfig) -> dict:
-    """What ``run.json`` records of the per-cluster evals (``cluster_evals``: the map, the clusters measured
-    with their scored held-out targets, the ones skipped), or nothing without a map."""
+    """What ``run.json`` records of the per-cluster evals (``cluster_evals``: the map, the rows measured with
+    their scored held-out targets, the clusters merged into ``other`` and the ones skipped, the cadence), or
+    nothing without a map."""
     heldout = heldout_by_cluster(run_cfg)
-    return {} if heldout is None else {"cluster_evals": heldout.record()}
+    return {} if heldout is None else {"cluster_evals": heldout.record() | {"every": run_cfg.train.cluster_eval_every}}

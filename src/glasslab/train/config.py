@@ -141,6 +141,9 @@ class TrainConfig:
     """A data map of the run's dataset (a map step's folder name beside it, or a path) whose content clusters
     the held-out loss is measured per too (``eval/cluster/<c>/loss``, ``/bpb``; up to ``eval_max_tokens`` each);
     empty: ``data.map``'s, when the run mixes by cluster, else none."""
+    cluster_eval_every: int = field(default=1, metadata=UNVERSIONED)
+    """Measure the held-out loss per cluster of ``eval_map`` at every this-many-th evaluation (and always at the
+    last one): it costs an evaluation per cluster."""
     eval_tasks: tuple[TaskConfig, ...] = field(default=(), metadata=UNVERSIONED)
     """Downstream tasks scored at evaluations (built-in ones are made from ``data.path``)."""
     task_eval_every: int = field(default=1, metadata=UNVERSIONED)
@@ -185,6 +188,7 @@ class TrainConfig:
         require(self.eval_max_tokens >= self.seq_len, "train.eval_max_tokens", self.eval_max_tokens,
                 f">= train.seq_len={self.seq_len}")
         require(self.task_eval_every >= 1, "train.task_eval_every", self.task_eval_every, ">= 1")
+        require(self.cluster_eval_every >= 1, "train.cluster_eval_every", self.cluster_eval_every, ">= 1")
         require(self.eval_batch_size >= 1, "train.eval_batch_size", self.eval_batch_size, ">= 1")
         require(self.checkpoint_interval >= 1, "train.checkpoint_interval", self.checkpoint_interval, ">= 1")
         require(self.keep_last >= 1, "train.keep_last", self.keep_last, ">= 1")

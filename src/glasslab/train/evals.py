@@ -72,7 +72,13 @@ def evaluate(
 
 def tasks_due(step: int, cfg: TrainConfig) -> bool:
     """Whether the evaluation at ``step`` scores the tasks: every ``task_eval_every``-th eval, and the last."""
-    return step >= cfg.total_steps or (cfg.eval_interval > 0 and step % (cfg.eval_interval * cfg.task_eval_every) == 0)
+    return every_nth_eval(step, cfg, cfg.task_eval_every)
+
+
+def every_nth_eval(step: int, cfg: TrainConfig, every: int) -> bool:
+    """Whether the evaluation at ``step`` is an ``every``-th one (counting from step 0) or the run's last: a
+    resumed run measures at the same steps."""
+    return step >= cfg.total_steps or (cfg.eval_interval > 0 and step % (cfg.eval_interval * every) == 0)
 
 
 class TaskEvals:

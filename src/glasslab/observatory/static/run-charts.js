@@ -85,7 +85,7 @@
       const series = this.keys.map((k) => G.source.kept(d.id, "scalars", k, points));
       if (this.kind === "heat") {
         const rows = this.spec.family.rows.filter((_, i) => this.keys.includes(this.spec.keys[i]))
-          .map((r) => (this.spec.family.row === "cluster" && (d.cluster_names || {})[r] ? `${r} ${d.cluster_names[r]}` : r));
+          .map((r) => (this.spec.family.row === "cluster" && (d.cluster_rows || {})[r]) || r);
         const { steps, values } = familyColumns(series, this.smooth);
         this.chart = new Heatmap(this.node, { title: this.spec.title, key: this.spec.id, steps, values, bare: true,
           rowName: this.spec.family.row || "layer", rowLabels: rows, extremes: true, log: this.spec.logy, onHover: (step) => v.hoverLines(step) });
