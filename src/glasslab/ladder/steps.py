@@ -23,7 +23,7 @@ from typing import Any
 from glasslab.data.config import DataConfig, MixtureConfig
 from glasslab.data.reference import DatasetRef
 from glasslab.errors import UserError
-from glasslab.lab import Resources, Step, StepContext, StepOutput, output_of, run_output_of
+from glasslab.lab import Resources, Step, StepContext, StepOutput, output_of, planned_folder_name, run_output_of
 from glasslab.ladder.curves import read_grid_runs
 from glasslab.ladder.figures import draw_fit
 from glasslab.ladder.fit import fit_ladder, read_fit, write_fit
