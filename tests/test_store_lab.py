@@ -308,7 +308,7 @@ def _state_files(run: Path) -> dict[str, bytes]:
     return {p.relative_to(run).as_posix(): p.read_bytes() for p in run.rglob("*.pt")}
 
 
-@pytest.mark.slow  # three nodes train the chain: ~100 s of CPU, 12 min of wall at load 9
+@pytest.mark.slow  # the chain trained three times: ~100 s of CPU, 12 min of wall at load 9
 def test_a_chain_whose_hero_node_dies_finishes_on_another_node_as_on_a_local_folder(endpoint, tmp_path):
     import s3fs
 
