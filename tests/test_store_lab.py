@@ -333,7 +333,7 @@ def test_a_chain_whose_hero_node_dies_finishes_on_another_node_as_on_a_local_fol
     work = tmp_path / "node-b" / "work"
     assert "resuming from step " in (work / hero / "step.log").read_text()
     assert _summary(work) == _summary(tmp_path / "local")  # the rungs, the fit and the hero's outcome
-    for run in (p.name for p in (tmp_path / "local").glob("store-*-s0-*")) | {hero}:
+    for run in {p.name for p in (tmp_path / "local").glob("store-*-s0-*")} | {hero}:
         assert _state_files(work / run) == _state_files(tmp_path / "local" / run), run  # every checkpoint, bit for bit
     with RunReader(work / hero) as reader:
         assert any(e["kind"] == "resume" for e in reader.events())

@@ -36,7 +36,7 @@ from typing import Any
 from glasslab.errors import UserError
 from glasslab.layout import CHECKPOINTS_DIR, MANIFEST_FILE, STEP_RECORD, TEMP_PREFIX, move_into_place, temp_path
 from glasslab.store.lease import LEASE_PREFIX, RootLease
-from glasslab.store.url import ObjectRoot, is_url, local_folder, open_root
+from glasslab.store.url import MissingObject, ObjectRoot, is_url, local_folder, open_root
 
 LAB_URL_ENV = "GLASSLAB_LAB_URL"
 """Set for the processes of a command run on an object-store lab: the root's URL."""
@@ -266,9 +266,12 @@ def lab_snapshot(value: str, refresh_s: float = 0.0) -> Iterator[Path]:
 
 def _keep_pulling(mirror: Mirror, every_s: float, stop: threading.Event) -> None:
     """Pull the root into ``mirror``'s folder every ``every_s`` seconds until ``stop``; a failed pull is said
-    in one line and tried again at the next turn."""
+    in one line, and a pull that met an object removed after it was listed (a checkpoint that retention
+    dropped on another node) is tried again at the next turn."""
     while not stop.wait(every_s):
         try:
             mirror.pull()
+        except MissingObject:
+            continue
         except UserError as exc:
             print(f"{exc}; the pages show the last copy", file=sys.stderr, flush=True)
