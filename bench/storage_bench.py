@@ -22,12 +22,19 @@ the root whole file by whole file (``store/mirror.py``); so what this measures i
 (``DelayProxy``: a TCP relay that holds each new request ``--latency-ms`` before passing it on), the
 ``_latency`` lines. Run: ``python bench/storage_bench.py [--steps 60] [--repeats 3] [--latency-ms 20]``;
 ``--smoke`` (4 steps, one round, 1 ms of latency, no training behind the proxy) only checks that it runs.
+
+``--demo`` measures instead the whole ``glasslab demo --quick --no-serve`` on an ``s3://`` lab and on a local
+folder (``--demo-local LAB``: against a finished local quick demo lab, whose time is then not measured):
+``demo_tables_identical`` (the demo's tables, paths and times left out), ``demo_weights_identical`` (every
+``model.pt`` and ``optimizer.pt`` of the two labs, by sha256) and ``demo_seconds_s3`` / ``_local``.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
+import re
 import socket
 import sys
 import tempfile
@@ -187,13 +194,63 @@ def sync_lag_s(run_dir: Path) -> float:
     return time.perf_counter() - started
 
 
+def demo_comparison(tmp: Path, local_lab: Path | None) -> dict[str, object]:
+    """The quick demo on ``s3://lab/demo`` (a fresh working folder), then on a local folder unless ``local_lab``
+    names a finished one; the tables and the training state files compared."""
+    runs = {}
+    for side, lab in (("s3", "s3://lab/demo"), ("local", str(local_lab or tmp / "demo-local"))):
+        if side == "local" and local_lab is not None:
+            runs[side] = (None, (local_lab / "demo.out").read_text(), local_lab)
+            continue
+        started = time.perf_counter()
+        work = str(tmp / "demo-work")
+        done = run_cli("demo", "--quick", "--no-serve", "--lab", lab, timeout=3600, GLASSLAB_WORK=work)
+        if done.returncode != 0:
+            raise SystemExit(f"glasslab demo --lab {lab} failed: {done.stderr[-3000:]}")
+        runs[side] = (time.perf_counter() - started, done.stdout, tmp / "demo-work" if side == "s3" else Path(lab))
+    tables = {side: _demo_tables(out) for side, (_, out, _) in runs.items()}
+    weights = {side: _state_hashes(folder) for side, (_, _, folder) in runs.items()}
+    return {
+        "demo_seconds_s3": runs["s3"][0],
+        "demo_seconds_local": runs["local"][0],
+        "demo_tables_identical": tables["s3"] == tables["local"] and bool(tables["s3"]),
+        "demo_weights_identical": f"{sum(weights['s3'].get(k) == v for k, v in weights['local'].items())} of "
+                                  f"{len(weights['local'])} files (s3 has {len(weights['s3'])})",
+    }
+
+
+def _demo_tables(stdout: str) -> list[str]:
+    """The demo's tables: its output up to the export lines, with the lab's path and any seconds left out."""
+    lines = stdout.split("the hero for transformers")[0].splitlines()
+    return [re.sub(r"\d+(\.\d+)? s\b", "", line) for line in lines]
+
+
+def _state_hashes(lab: Path) -> dict[str, str]:
+    """sha256 of every checkpoint's ``model.pt`` and ``optimizer.pt`` under ``lab``, by path in the lab."""
+    return {
+        path.relative_to(lab).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest()
+        for name in ("model.pt", "optimizer.pt")
+        for path in lab.rglob(name)
+        if "/site/" not in path.as_posix()
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--latency-ms", type=float, default=20.0, help="the proxy's delay per request")
     parser.add_argument("--smoke", action="store_true")
+    parser.add_argument("--demo", action="store_true", help="the quick demo on s3 and on a local folder instead")
+    parser.add_argument("--demo-local", type=Path, default=None, metavar="LAB",
+                        help="with --demo: a finished local quick demo lab (its stdout in LAB/demo.out)")
     args = parser.parse_args()
+    if args.demo:
+        with LoadWatch(), tempfile.TemporaryDirectory() as scratch, s3_server(buckets=("lab",)):
+            for name, value in demo_comparison(Path(scratch), args.demo_local).items():
+                print(f"{name}: {value if not isinstance(value, float) else f'{value:.1f}'}")
+            print(f"# load average {os.getloadavg()[0]:.1f} at the end")
+        return
     steps, repeats = (4, 1) if args.smoke else (args.steps, args.repeats)
     if args.smoke:
         args.latency_ms = 1.0

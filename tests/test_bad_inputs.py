@@ -412,6 +412,7 @@ CASES = [
     Case("serve_port_too_large", ("serve", "--port", "70000"), r"port 70000: expected a port number from 0 to 65535",
          "serve"),
     Case("serve_port_negative", ("serve", "--port", "-1"), r"port -1: expected a port number", "serve"),
+    Case("serve_refresh_not_positive", ("serve", "--every", "0"), r"--every 0\.0: expected seconds > 0", "serve"),
     Case("serve_lab_is_a_file", ("serve", "--lab", "afile", "--port", "0"), r"--lab afile: is a file; expected a lab",
          "serve", a_file),
     Case("serve_on_a_busy_port", ("serve", "--lab", "{S}", "--port", "{port}"),

@@ -7,7 +7,7 @@ import pytest
 from glasslab.cli import main
 
 
-@pytest.mark.parametrize("argv", [["card", "run-x"], ["serve"], ["note", "run-x", "hello"]])
+@pytest.mark.parametrize("argv", [["card", "run-x"], ["trace", "run-x"], ["note", "run-x", "hello"]])
 def test_url_lab_is_refused_without_a_local_folder(argv, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as exc:

@@ -6,7 +6,11 @@ for bit the same as the uninterrupted run on a local folder."""
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -15,7 +19,7 @@ import pytest
 import torch
 import yaml
 
-from cli_runner import run_cli, start_cli
+from cli_runner import run_cli, start_cli, subprocess_env
 from glasslab.cli import main as cli_main
 from glasslab.store.lease import RootLease
 from glasslab.store.url import open_root
@@ -269,3 +273,110 @@ def test_a_transient_error_is_retried_and_said_once(endpoint, monkeypatch, capsy
     said = [line for line in capsys.readouterr().err.splitlines() if "retrying" in line]
     assert said == ["s3://lab/flaky: a transient error from the store; retrying with backoff (said once)"]
     listener.close()
+
+
+CHAIN = Path(__file__).with_name("store_chain.py")
+
+
+def _start_node(lab: str, node: Path) -> subprocess.Popen:
+    """``glasslab run`` of :data:`CHAIN` as a node of its own: its working copy and ``TMPDIR`` under ``node``,
+    in a process group of its own (a node's death kills its step processes too)."""
+    (node / "tmp").mkdir(parents=True)
+    env = subprocess_env(GLASSLAB_WORK=str(node / "work"), TMPDIR=str(node / "tmp"))
+    return subprocess.Popen([sys.executable, "-m", "glasslab", "run", str(CHAIN), "--lab", lab,
+                             "--force-registration"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def _summary(lab: Path) -> str:
+    from rich.console import Console
+
+    from glasslab.ladder.summary import summary_tables
+
+    console = Console(width=200, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
+    for table in summary_tables(_only(lab, "store-fit-*"), _only(lab, "store-hero-*")):
+        console.print(table)
+    return console.export_text()
+
+
+def _only(lab: Path, pattern: str) -> Path:
+    (match,) = lab.glob(pattern)
+    return match
+
+
+def _state_files(run: Path) -> dict[str, bytes]:
+    return {p.relative_to(run).as_posix(): p.read_bytes() for p in run.rglob("*.pt")}
+
+
+@pytest.mark.slow  # the chain trained three times: ~100 s of CPU, 12 min of wall at load 9
+def test_a_chain_whose_hero_node_dies_finishes_on_another_node_as_on_a_local_folder(endpoint, tmp_path):
+    import s3fs
+
+    ref = run_cli("run", str(CHAIN), "--lab", str(tmp_path / "local"), "--force-registration", timeout=600)
+    assert ref.returncode == 0, ref.stderr[-3000:]
+    hero = _only(tmp_path / "local", "store-hero-*").name
+    fs = s3fs.S3FileSystem()
+    node_a = _start_node("s3://lab/chain", tmp_path / "node-a")
+    deadline = time.monotonic() + 900  # generous: the rungs and the fit come first, and a loaded machine is slow
+    while not fs.glob(f"lab/chain/{hero}/checkpoints/step-*8/manifest.json"):
+        assert node_a.poll() is None, node_a.communicate()[1][-3000:]
+        assert time.monotonic() < deadline, "no checkpoint of the hero reached the root"
+        time.sleep(0.05)
+        fs.invalidate_cache()
+    os.killpg(node_a.pid, signal.SIGKILL)  # the node dies: its executor and the hero's process, no handler runs
+    node_a.wait()
+    assert not fs.exists(f"lab/chain/{hero}/result.json")
+
+    node_b = _start_node("s3://lab/chain", tmp_path / "node-b")
+    out, err = node_b.communicate(timeout=600)
+    assert node_b.returncode == 0, err[-3000:]
+    work = tmp_path / "node-b" / "work"
+    assert "resuming from step " in (work / hero / "step.log").read_text()
+    assert _summary(work) == _summary(tmp_path / "local")  # the rungs, the fit and the hero's outcome
+    for run in {p.name for p in (tmp_path / "local").glob("store-*-s0-*")} | {hero}:
+        assert _state_files(work / run) == _state_files(tmp_path / "local" / run), run  # every checkpoint, bit for bit
+    with RunReader(work / hero) as reader:
+        assert any(e["kind"] == "resume" for e in reader.events())
+
+    site = tmp_path / "site"  # a site published from the root is replayed into another lab on the root
+    published = run_cli("publish", "--lab", "s3://lab/chain", "--out", str(site), GLASSLAB_WORK=str(tmp_path / "c"))
+    assert published.returncode == 0, published.stderr[-3000:]
+    (page,) = site.glob(f"run-{hero}*.html")
+    replay = run_cli("reproduce", str(page), "--until", "8", "--lab", "s3://lab/replay", timeout=300,
+                     GLASSLAB_WORK=str(tmp_path / "node-d"))
+    assert replay.returncode == 0, replay.stderr[-3000:]
+    assert "bit-identical" in replay.stdout
+    fs.invalidate_cache()
+    assert fs.glob("lab/replay/*/step.json")
+
+
+def test_serve_on_the_root_shows_a_run_another_node_pushes_while_it_serves(endpoint, tmp_path):
+    import httpx
+
+    dataset = build_tiny_dataset(tmp_path / "data")
+    configs = []
+    for seed in (0, 1):
+        configs.append(tmp_path / f"run-{seed}.yaml")
+        configs[-1].write_text(yaml.safe_dump(tiny_run_config(dataset, max_steps=4, checkpoint_interval=2, seed=seed)))
+    first = run_cli("train", str(configs[0]), "--lab", "s3://lab/serve", GLASSLAB_WORK=str(tmp_path / "node-a"))
+    assert first.returncode == 0, first.stderr[-3000:]
+    server = start_cli("serve", "--lab", "s3://lab/serve", "--port", "0", "--every", "0.5",
+                       GLASSLAB_WORK=str(tmp_path / "viewer"))
+    try:
+        line = server.stdout.readline()
+        assert line.startswith("observatory for s3://lab/serve at http://"), line + server.stderr.read()[-2000:]
+        url = line.split(" at ")[1].strip().rstrip("/")
+        (run_a,) = [p.parent.name for p in (tmp_path / "node-a").glob("*/run.json")]
+        page = httpx.get(f"{url}/api/page/run", params={"id": run_a}, timeout=30)
+        assert page.status_code == 200 and run_a in page.text
+        second = run_cli("train", str(configs[1]), "--lab", "s3://lab/serve", GLASSLAB_WORK=str(tmp_path / "node-b"))
+        assert second.returncode == 0, second.stderr[-3000:]
+        (run_b,) = [p.parent.name for p in (tmp_path / "node-b").glob("*/run.json") if p.parent.name != run_a]
+        deadline = time.monotonic() + 30
+        while run_b not in httpx.get(f"{url}/api/page/overview", timeout=30).text:
+            assert time.monotonic() < deadline, f"{run_b} never showed up on the served overview"
+            time.sleep(0.2)
+        assert (tmp_path / "viewer-view" / run_b / "metrics.db").is_file()  # read from the view, beside the work copy
+    finally:
+        server.kill()
+        server.wait()

@@ -189,6 +189,23 @@ def test_an_empty_mixture_fails_before_any_compute(tmp_path, dataset, capsys):
     assert not (tmp_path / "run").exists()
 
 
+def test_the_same_data_at_another_path_resumes_and_other_data_does_not(tmp_path, dataset, capsys):
+    """A run resumed where its dataset lies elsewhere (another node's working copy of an object-store lab):
+    the same manifest is the same data; a changed shard is not."""
+    import shutil
+
+    config = _write(tmp_path / "run.yaml", tiny_run_config(dataset, max_steps=2, checkpoint_interval=1))
+    run_dir = tmp_path / "run"
+    assert cli_main(["train", str(config), "--run-dir", str(run_dir)]) == 0
+    moved = shutil.copytree(dataset, tmp_path / "elsewhere" / dataset.name)
+    assert cli_main(["train", str(config), f"data.path={moved}", "train.max_steps=2", "--run-dir", str(run_dir),
+                     "--resume"]) == 0
+    (moved / "manifest.json").write_text((moved / "manifest.json").read_text() + "\n")  # another manifest hash
+    capsys.readouterr()
+    assert cli_main(["train", str(config), f"data.path={moved}", "--run-dir", str(run_dir), "--resume"]) == 2
+    assert "data.path" in capsys.readouterr().err
+
+
 def test_lab_step_trains_then_resumes_on_a_retry(tmp_path, dataset):
     from types import SimpleNamespace
 

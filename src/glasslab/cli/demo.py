@@ -22,7 +22,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--quick", action="store_true", help="tiny sizes: the whole DAG in about two minutes")
     p.add_argument("--no-serve", action="store_true", help="do not serve the live page")
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
-    add_lab_option(p)
+    add_lab_option(p, urls=True)
     p.add_argument("--host", default="127.0.0.1", help="address the page binds to (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8765, help="port of the page (default 8765)")
     p.add_argument("--sinks", default="", metavar="NAME[,NAME]",
@@ -34,6 +34,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """The demo in the lab ``--lab`` names: a folder, or on an object-store lab this node's working copy of it
+    (pulled first; each step's folder goes to the root when it ends, a run's at every checkpoint, the site and
+    the lab's own files as the demo ends)."""
+    from glasslab.store.mirror import lab_workspace
+
+    with lab_workspace(args.lab) as lab:
+        args.lab = str(lab)
+        return _demo(args)
+
+
+def _demo(args: argparse.Namespace) -> int:
     import sys
 
     from rich.console import Console

@@ -24,14 +24,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Publish the lab ``--lab`` names: a folder, or an object-store lab's snapshot (pulled into this node's
-    working copy, nothing pushed back)."""
-    from glasslab.store.mirror import lab_workspace
+    view folder, nothing pushed back)."""
+    from glasslab.store.mirror import lab_snapshot
     from glasslab.store.url import OBJECT_STORES
 
     if args.watch and args.lab.partition("://")[0] in OBJECT_STORES:
         raise UserError(f"--lab {args.lab}: --watch needs a lab folder; an object-store lab is published "
                         "from a snapshot (run it again to refresh)")
-    with lab_workspace(args.lab, push=False) as lab:
+    with lab_snapshot(args.lab) as lab:
         args.lab = str(lab)
         return _publish(args)
 

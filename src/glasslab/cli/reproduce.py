@@ -33,11 +33,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--allow-dirty", action="store_true",
                    help="replay on a checkout with uncommitted changes the run was not trained with "
                    "(every line of the report is marked)")
-    add_lab_option(p, "lab root the replay (and a rebuilt dataset) goes into")
+    add_lab_option(p, "lab root the replay (and a rebuilt dataset) goes into", urls=True)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    """Replay into the lab ``--lab`` names: a folder, or on an object-store lab this node's working copy of it
+    (pulled first, the replay's folder pushed when its step ends)."""
+    from glasslab.store.mirror import lab_workspace
+
+    with lab_workspace(args.lab) as lab:
+        return _reproduce(args, lab)
+
+
+def _reproduce(args: argparse.Namespace, lab: Path) -> int:
     from glasslab.errors import UserError
     from glasslab.reproduce import replay as reproduce
     from glasslab.reproduce.published import read_published
@@ -46,7 +55,6 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--until {args.until}: expected a step >= 1")
     published = read_published(args.source)
     reproduce.check_replayable(published, args.allow_other_commit, args.allow_dirty)
-    lab = Path(args.lab)
     dataset = reproduce.find_or_build_dataset(published, lab)
     folder = reproduce.replay(published, lab, dataset, args.until)
     verdicts = reproduce.compare(published, folder, args.until)

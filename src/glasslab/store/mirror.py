@@ -27,13 +27,16 @@ import functools
 import hashlib
 import os
 import sqlite3
+import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from glasslab.errors import UserError
 from glasslab.layout import CHECKPOINTS_DIR, MANIFEST_FILE, STEP_RECORD, TEMP_PREFIX, move_into_place, temp_path
 from glasslab.store.lease import LEASE_PREFIX, RootLease
-from glasslab.store.url import ObjectRoot, is_url, local_folder, open_root
+from glasslab.store.url import MissingObject, ObjectRoot, is_url, local_folder, open_root
 
 LAB_URL_ENV = "GLASSLAB_LAB_URL"
 """Set for the processes of a command run on an object-store lab: the root's URL."""
@@ -204,22 +207,29 @@ def active_mirror() -> Mirror | None:
     return _mirror_for(url, work) if url and work else None
 
 
+def _work_folder(url: str) -> Path:
+    return Path(os.environ.get(WORK_ENV) or default_work_folder(url)).resolve()
+
+
+def view_folder(url: str) -> Path:
+    """The node's read-only copy of the lab at ``url`` (``publish``, ``serve``): beside the working copy, never
+    it, so a pull for a reader never replaces a file a command on this node is writing."""
+    work = _work_folder(url)
+    return work.with_name(work.name + "-view")
+
+
 @contextlib.contextmanager
-def lab_workspace(value: str, push: bool = True) -> Iterator[Path]:
+def lab_workspace(value: str) -> Iterator[Path]:
     """The local lab root a command works in for ``--lab value``: the folder itself, or for an
     object-store URL the node's working copy, pulled first and pushed at the end (also after a failure,
-    so a resume elsewhere finds what was done); with ``push`` false a snapshot that a reader (``publish``)
-    works from, sending nothing back. One-line UserError when the URL cannot be used."""
+    so a resume elsewhere finds what was done). One-line UserError when the URL cannot be used."""
     if not is_url(value) or value.startswith("file://"):
         yield Path(local_folder(value))
         return
-    work = Path(os.environ.get(WORK_ENV) or default_work_folder(value)).resolve()
+    work = _work_folder(value)
     mirror = _mirror_for(value, str(work))  # opens the root: nothing is made locally for a bad URL
     work.mkdir(parents=True, exist_ok=True)
     mirror.pull()
-    if not push:
-        yield work
-        return
     saved = {k: os.environ.get(k) for k in (LAB_URL_ENV, WORK_ENV)}
     os.environ.update({LAB_URL_ENV: value, WORK_ENV: str(work)})
     try:
@@ -230,3 +240,38 @@ def lab_workspace(value: str, push: bool = True) -> Iterator[Path]:
         finally:
             for key, old in saved.items():
                 os.environ.pop(key) if old is None else os.environ.__setitem__(key, old)
+
+
+@contextlib.contextmanager
+def lab_snapshot(value: str, refresh_s: float = 0.0) -> Iterator[Path]:
+    """The local lab root a reader (``publish``, ``serve``) reads for ``--lab value``: the folder itself, or for
+    an object-store URL the node's view folder (:func:`view_folder`) pulled from the root, and pulled again
+    every ``refresh_s`` seconds in a background thread while the caller reads it (0: once). Nothing is
+    pushed back. One-line UserError when the URL cannot be used."""
+    if not is_url(value) or value.startswith("file://"):
+        yield Path(local_folder(value))
+        return
+    view = view_folder(value)
+    mirror = _mirror_for(value, str(view))
+    view.mkdir(parents=True, exist_ok=True)
+    mirror.pull()
+    stop = threading.Event()
+    if refresh_s > 0:
+        threading.Thread(target=_keep_pulling, args=(mirror, refresh_s, stop), name="lab-view", daemon=True).start()
+    try:
+        yield view
+    finally:
+        stop.set()
+
+
+def _keep_pulling(mirror: Mirror, every_s: float, stop: threading.Event) -> None:
+    """Pull the root into ``mirror``'s folder every ``every_s`` seconds until ``stop``; a failed pull is said
+    in one line, and a pull that met an object removed after it was listed (a checkpoint that retention
+    dropped on another node) is tried again at the next turn."""
+    while not stop.wait(every_s):
+        try:
+            mirror.pull()
+        except MissingObject:
+            continue
+        except UserError as exc:
+            print(f"{exc}; the pages show the last copy", file=sys.stderr, flush=True)

@@ -32,6 +32,7 @@ import torch
 
 from glasslab import config as configs
 from glasslab import track
+from glasslab.data.shards import manifest_hash
 from glasslab.errors import UserError
 from glasslab.layout import METRICS_DB, RESULT_FILE, latest_checkpoint, write_json_atomic
 from glasslab.train import checkpoint as ckpt
@@ -173,7 +174,7 @@ def check_resumable(run_dir: str | Path, run: RunConfig | Recipe) -> None:
         raise UserError(f"{run_dir}: nothing to resume (no run.json); start it without --resume")
     config = as_recipe(run).config  # run.json holds the vocabulary the run resolved
     changed = configs.diff(record["config"], configs.redact(configs.to_dict(config)))
-    changed = [key for key in changed if key not in _unversioned_keys(config)]
+    changed = [key for key in changed if key not in _unversioned_keys(config) and not _data_moved(key, record, config)]
     if changed:
         raise UserError(f"{run_dir}: cannot resume with a changed config ({', '.join(changed)} differ); "
                         "use --fork RUN@STEP for a deliberate change")
@@ -184,6 +185,18 @@ def _say(ctx: distributed.DistContext, *lines: str) -> None:
     if ctx.is_main:
         for line in lines:
             print(line, file=sys.stderr, flush=True)
+
+
+def _data_moved(key: str, record: dict[str, Any], config: Any) -> bool:
+    """Whether ``key`` is ``data.path`` and the dataset there is the one the run trained on (the same
+    manifest): the same data at another path, as on another node of an object-store lab, whose working
+    copy is its own folder (docs/formats.md)."""
+    if key != "data.path" or not record.get("data_manifest_hash"):
+        return False
+    try:
+        return manifest_hash(config.data.path) == record["data_manifest_hash"]
+    except (OSError, UserError):
+        return False
 
 
 def _unversioned_keys(config: Any) -> set[str]:
