@@ -78,7 +78,10 @@ def test_the_heros_batches_rebuild_to_what_it_trained_on(demo_lab):
     for step, attempt in picks + [(last, None)]:
         batch = rebuild_batch(hero, step, attempt)
         assert batch.matches, (step, attempt)
-        assert all(p.source and p.text for row in batch.rows for p in row.pieces)
+        pieces = [p for row in batch.rows for p in row.pieces]
+        # A piece of a few tokens that end mid-character decodes to '' (3 of the quick hero's 173 steps hold
+        # one); its source is still named.
+        assert all(p.source for p in pieces) and sum(bool(p.text) for p in pieces) >= len(pieces) - 1
 
 
 def test_the_heros_samples_are_traced_to_its_training_data(demo_lab):

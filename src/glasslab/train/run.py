@@ -32,7 +32,7 @@ import torch
 
 from glasslab import config as configs
 from glasslab import track
-from glasslab.data.shards import manifest_hash
+from glasslab.data.handle import open_dataset
 from glasslab.errors import UserError
 from glasslab.layout import METRICS_DB, RESULT_FILE, latest_checkpoint, write_json_atomic
 from glasslab.train import checkpoint as ckpt
@@ -194,7 +194,7 @@ def _data_moved(key: str, record: dict[str, Any], config: Any) -> bool:
     if key != "data.path" or not record.get("data_manifest_hash"):
         return False
     try:
-        return manifest_hash(config.data.path) == record["data_manifest_hash"]
+        return open_dataset(config.data.path).manifest_hash == record["data_manifest_hash"]
     except (OSError, UserError):
         return False
 
