@@ -237,6 +237,7 @@ def test_the_data_page_shows_the_tokens_each_run_read_per_cluster(runs, page, tm
         page.locator(".map-disc[data-cluster='0']").dispatch_event("click")
         row = page.locator("#map-detail .map-runs tr[data-run='whole']")
         assert f"{read['tokens'][0]:,}" in row.inner_text()
+        page.locator("#map-detail").screenshot(path=tmp_path / "cluster-0-detail.png")  # kept to look at
 
 
 def test_the_held_out_loss_is_measured_per_cluster_and_small_clusters_are_merged_and_said(runs):
@@ -306,7 +307,7 @@ def test_the_clusters_are_measured_at_every_nth_evaluation_and_the_last(runs):
 
 
 @pytest.mark.skipif(chromium_path() is None, reason="chromium is not installed")
-def test_the_run_page_draws_a_cluster_by_step_heatmap(runs, page):
+def test_the_run_page_draws_a_cluster_by_step_heatmap(runs, page, tmp_path):
     with serve_lab(runs["map"].parent) as server:
         heat = _cluster_heatmap(page, f"{server.url}/run/whole")
         assert heat.locator(".heat-ytitle").inner_text() == "cluster"
@@ -314,7 +315,9 @@ def test_the_run_page_draws_a_cluster_by_step_heatmap(runs, page):
         name = map_clusters(_data(runs["map"].parent / "data", runs["map"])).summary["clusters"][measured]["name"]
         assert f"{measured} {name}" in heat.locator(".heat-yaxis").inner_text()  # rows named by their top terms
         assert page.evaluate("t => window.GLASSLAB_HEATMAPS[t].steps", HEATMAP) == [4, 8]
-        png = heat.locator("canvas.heat-cells").screenshot()
+        assert heat.locator(".heat-xaxis").inner_text().split() == ["4", "8"]  # each column's step, once
+        _check_axes(heat)
+        png = _screenshots(heat, tmp_path)
     assert _inked(png) > 0.9
 
 
@@ -330,6 +333,23 @@ def _cluster_heatmap(page, url: str):
     heat = card.locator(".heat")
     heat.wait_for()
     return heat
+
+
+def _check_axes(heat) -> None:
+    """Every row label whole inside the heatmap (a cluster's name is wider than an expert's number) and no two
+    step labels on top of each other."""
+    box = heat.bounding_box()
+    for tick in heat.locator(".heat-yaxis .heat-tick").all():
+        label = tick.bounding_box()
+        assert label["x"] >= box["x"] and tick.evaluate("t => t.scrollWidth <= t.clientWidth"), tick.inner_text()
+    steps = sorted((t.bounding_box() for t in heat.locator(".heat-xaxis .heat-tick").all()), key=lambda b: b["x"])
+    assert all(a["x"] + a["width"] <= b["x"] for a, b in zip(steps, steps[1:], strict=False)), steps
+
+
+def _screenshots(heat, folder: Path) -> bytes:
+    """The heatmap's cells (returned) and the whole heatmap with its axes, both kept in ``folder`` to look at."""
+    heat.screenshot(path=folder / "heatmap.png")
+    return heat.locator("canvas.heat-cells").screenshot(path=folder / "heatmap-cells.png")
 
 
 def _inked(png: bytes) -> float:
@@ -379,7 +399,7 @@ def test_the_page_data_of_a_run_shaped_like_the_demo_hero_names_its_rows_and_the
 
 @pytest.mark.skipif(chromium_path() is None, reason="chromium is not installed")
 def test_the_heatmap_of_a_run_shaped_like_the_demo_hero_has_a_row_per_cluster_and_the_merged_row(hero_shaped,
-                                                                                                  page):
+                                                                                                  page, tmp_path):
     with serve_lab(hero_shaped) as server:
         heat = _cluster_heatmap(page, f"{server.url}/run/demo-hero")
         labels = heat.locator(".heat-yaxis").inner_text()
@@ -387,7 +407,8 @@ def test_the_heatmap_of_a_run_shaped_like_the_demo_hero_has_a_row_per_cluster_an
         drawn = page.evaluate("t => window.GLASSLAB_HEATMAPS[t]", HEATMAP)
         assert drawn["steps"] == [0, 200, 400, 600, 800] and len(drawn["values"][0]) == 10
         assert drawn["values"][-1][-1] == pytest.approx(4.0 + 0.2 * 9)  # the merged row last, at the last step
-        png = heat.locator("canvas.heat-cells").screenshot()
+        _check_axes(heat)
+        png = _screenshots(heat, tmp_path)
     assert _inked(png) > 0.9
 
 
@@ -421,3 +442,4 @@ def test_the_ladder_page_draws_each_clusters_loss_against_compute(tmp_path, page
         assert rows.evaluate_all("rs => rs.map(r => r.dataset.cluster)") == ["2", "0", "1"]  # most improved first
         assert rows.nth(0).inner_text().endswith("-21.6%") and rows.nth(2).inner_text().endswith("0.0%")
         assert page.evaluate("() => window.GLASSLAB_CHARTS.clusters.series.length") == 4  # x and 3 clusters
+        page.locator("table.cluster-scaling").screenshot(path=tmp_path / "cluster-scaling.png")  # kept to look at
