@@ -220,3 +220,43 @@ def test_an_inline_field_is_written_hashed_and_read_as_its_fields_beside_the_par
     assert configs.config_hash(moved) == configs.config_hash(here)  # where it lies is not hashed
     with pytest.raises(configs.ConfigError, match="data_manifests: unknown key; did you mean 'data_manifest'"):
         configs.from_dict(OneDatasetRef, {"data_manifests": ""})
+
+
+@dataclass(frozen=True)
+class MapConfigAsItWas:
+    """A data map step's config as it was: the dataset in three fields of its own names."""
+
+    dataset: str = field(default="", metadata=configs.UNVERSIONED)
+    manifest_hash: str = ""
+    k: int = 40
+    fine_k: int = 0
+    embedder: str = "tfidf"
+    embedder_path: str = field(default="", metadata=configs.UNVERSIONED)
+    embedder_hash: str = field(default="", metadata=configs.VERSIONED_WHEN_SET)
+    dims: int = 256
+    sample: int = 20_000
+    min_share: float = 0.01
+    seed: int = 0
+    data_from: str = field(default="", metadata=configs.VERSIONED_WHEN_SET)
+    num_workers: int = field(default=0, metadata=configs.UNVERSIONED)
+    backend: str = field(default="", metadata=configs.UNVERSIONED)
+    progress: bool = field(default=True, metadata=configs.UNVERSIONED)
+
+
+def test_a_map_holds_a_dataset_reference_written_and_hashed_under_the_keys_its_fields_had():
+    """``MapConfig.data`` (renamed keys, ``data_from`` hashed only when set): no map's folder moves."""
+    from glasslab.data.map import MapConfig
+
+    pairs = [(MapConfigAsItWas("/a/data", "f" * 64, k=5), MapConfig(DatasetRef(data_manifest="f" * 64,
+                                                                               data_path="/a/data"), k=5)),
+             (MapConfigAsItWas(data_from="data", num_workers=2), MapConfig(DatasetRef(data_from=StepOutput("data")),
+                                                                           num_workers=2))]
+    for old, new in pairs:
+        assert configs.to_dict(new) == configs.to_dict(old)
+        assert configs.to_dict(new, versioned_only=True) == configs.to_dict(old, versioned_only=True)
+        assert configs.config_hash(new) == configs.config_hash(old)
+        assert configs.from_dict(MapConfig, configs.to_dict(old)) == new
+    assert "data_from" not in configs.to_dict(pairs[0][1], versioned_only=True)  # a map of a folder, as before
+    with pytest.raises(configs.ConfigError, match="datasets: unknown key; did you mean 'dataset'"):
+        configs.from_dict(MapConfig, {"datasets": "/a"})
+

@@ -84,8 +84,9 @@ def test_a_rebuilt_dataset_is_refused(dataset, tmp_path):
     with pytest.raises(UserError, match="rebuilt"):
         read_map(done.folder, rebuilt)
     planned = map_plan(dataset, k=5, progress=False).config  # planned before the rebuild, run after it
-    with pytest.raises(UserError, match="another dataset"):
-        run_one_step(Step("map", map_step, replace(planned, dataset=str(rebuilt))), tmp_path / "lab2")
+    moved = replace(planned, data=replace(planned.data, data_path=str(rebuilt)))
+    with pytest.raises(UserError, match="not the dataset this step was planned on"):
+        run_one_step(Step("map", map_step, moved), tmp_path / "lab2")
 
 
 def test_bad_settings_are_one_line(dataset, tmp_path):

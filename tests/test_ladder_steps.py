@@ -10,8 +10,11 @@ import pytest
 
 from glasslab.data.build import build_step
 from glasslab.data.config import MixtureConfig
+from glasslab.data.map import map_after
 from glasslab.lab import Executor, Step, read_step_record, registry
+from glasslab.lab.inputs import resolve_outputs
 from glasslab.lab.pool import InlinePool
+from glasslab.lab.step import dep_name, versioned_config
 from glasslab.ladder.hero_results import result_name
 from glasslab.ladder.plan import LadderSpec, ScalingRule, plan_ladder
 from glasslab.ladder.steps import ladder_steps
@@ -23,8 +26,9 @@ from train_data import VOCAB, tiny_build_config
 NAME = "tiny/hero/eval/macro/loss"
 
 
-def tiny_ladder(L_inf: float) -> list[Step]:
-    """Three rungs and a hero of 8 steps each, on a data step that is not called "data"."""
+def tiny_ladder(L_inf: float, hero_map: bool = False) -> list[Step]:
+    """Three rungs and a hero of 8 steps each, on a data step that is not called "data" (``hero_map``: and a
+    map of it whose clusters the hero measures its held-out loss per)."""
     base = ModelConfig(vocab_size=VOCAB, n_heads=2, n_kv_heads=2,
                        moe=MoEConfig(num_experts=4, top_k=2, num_shared_experts=0))
     # A rule with a large batch, capped by min_steps: every run takes 8 steps (a test, not a ladder).
@@ -35,8 +39,21 @@ def tiny_ladder(L_inf: float) -> list[Step]:
     corpus = Step("corpus", build_step, tiny_build_config())
     train = TrainConfig(eval_max_tokens=64, eval_batch_size=4, sample_prompts=(), checkpoint_interval=10,
                         peak_flops=1e11)
-    return [corpus, *ladder_steps(plan_ladder(spec), corpus, MixtureConfig(weights={"code": 0.5, "prose": 0.5}),
-                                  train, L_inf=L_inf, num_bootstrap=50)]
+    data_map = map_after(corpus, k=2, progress=False) if hero_map else None
+    return [corpus, *([data_map] if data_map else []),
+            *ladder_steps(plan_ladder(spec), corpus, MixtureConfig(weights={"code": 0.5, "prose": 0.5}), train,
+                          L_inf=L_inf, num_bootstrap=50, hero_map=data_map)]
+
+
+def test_the_heros_data_map_is_a_reference_an_edge_the_executor_fills_and_not_in_its_hash(tmp_path):
+    plain, mapped = tiny_ladder(L_inf=1.0)[-1], tiny_ladder(L_inf=1.0, hero_map=True)[-1]
+    deps = {dep_name(d) for d in mapped.deps}
+    assert deps == {dep_name(d) for d in plain.deps} | {"map"} == {"corpus", "tiny-fit", "map"}  # an edge
+    assert versioned_config(mapped.config, "tiny-hero") == versioned_config(plain.config, "tiny-hero")
+    folders = {dep_name(d): tmp_path / f"{dep_name(d)}-0000abcd" for d in mapped.deps}
+    resolved = resolve_outputs(mapped.config, folders, mapped.name, tmp_path)
+    assert resolved.train.run_config().train.eval_map == "map-0000abcd"  # named as a run records a map
+    assert not mapped.config.train.run.train.eval_map and plain.config.train.run_config() is plain.config.train.run
 
 
 def hero_record(report) -> dict:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import re
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -18,28 +19,33 @@ import pytest
 import torch
 
 from glasslab import track
+from glasslab.cli import main as cli_main
 from glasslab.config import config_hash, from_dict, to_dict
 from glasslab.data.batches import rebuild_batch
 from glasslab.data.buckets import map_clusters
+from glasslab.data.build import build_step
 from glasslab.data.cluster_heldout import MIN_HELDOUT_TOKENS, OTHER, cluster_heldout
 from glasslab.data.cluster_reads import tokens_per_cluster
 from glasslab.data.config import DataConfig, MixtureConfig
 from glasslab.data.loader import Loader
-from glasslab.data.map import DOCUMENTS_FILE, map_plan
+from glasslab.data.map import DOCUMENTS_FILE, map_after, map_plan
+from glasslab.data.reference import DatasetRef
 from glasslab.errors import UserError
-from glasslab.lab import run_one_step
+from glasslab.lab import Executor, Step, output_of, planned_folder_name, run_one_step
+from glasslab.lab.pool import InlinePool
 from glasslab.model import Transformer
 from glasslab.observatory.lab_scan import Lab
 from glasslab.observatory.ladder_page import ladder_page
 from glasslab.observatory.run_page import run_page
-from glasslab.reproduce.replay import find_or_make_map
+from glasslab.reproduce.replay import map_overrides
 from glasslab.track import RunReader
 from glasslab.train.callbacks import StopAfter
 from glasslab.train.cluster_evals import cluster_evals_record, with_cluster_evals
 from glasslab.train.run import train
 from glasslab.train.run_config import RunConfig
+from glasslab.train.steps import TrainStepConfig, train_step
 from observatory_lab import chromium_path, serve_lab
-from train_data import build_tiny_dataset, tiny_run_config
+from train_data import build_tiny_dataset, tiny_build_config, tiny_run_config
 
 
 @pytest.fixture(scope="module")
@@ -179,7 +185,8 @@ def test_reproduce_maps_the_dataset_again_for_a_run_by_cluster(runs, tmp_path):
     assert record["data_map"]["folder"] == runs["map"].name and record["data_map"]["config"]["k"] == 4
     dataset = tmp_path / "lab" / "data"
     shutil.copytree(runs["map"].parent / "data", dataset)  # a lab that has the dataset but not its map
-    find_or_make_map(SimpleNamespace(record=record, run_id="whole"), dataset)
+    assert record["cluster_evals"]["map"] == runs["map"].name and record["cluster_evals"]["map_config"]["k"] == 4
+    assert not map_overrides(SimpleNamespace(record=record, run_id="whole"), dataset)  # made under the same name
     again = dataset.parent / runs["map"].name
     assert pq.read_table(again / DOCUMENTS_FILE).equals(pq.read_table(runs["map"] / DOCUMENTS_FILE))
     buckets = [Loader(_data(d, folder, clusters={"*": 1.0}), 32, 8, prefetch=False).buckets.buckets
@@ -187,8 +194,39 @@ def test_reproduce_maps_the_dataset_again_for_a_run_by_cluster(runs, tmp_path):
     assert [(b.name, b.tokens) for b in buckets[0]] == [(b.name, b.tokens) for b in buckets[1]]
 
 
+def test_a_run_by_a_map_planned_in_its_dag_reproduces_bit_for_bit_in_another_lab(tmp_path, capsys):
+    """A DAG: the data build, its map (``map_after``: the recorded map config names ``data_from``), and a run by
+    cluster of that map whose held-out loss is measured per cluster too (``eval_map``: a reference the executor
+    resolves). ``glasslab reproduce`` of it in an empty lab builds the data, maps the dataset's folder again (the
+    same clusters under another folder name) and replays every checkpoint bit for bit."""
+    data = Step("data", build_step, tiny_build_config())
+    data_map = map_after(data, k=4, num_workers=1, progress=False)
+    config = tiny_run_config(Path("unused"), max_steps=4, checkpoint_interval=2, sample_prompts=[],
+                             eval_max_tokens=256)
+    config["data"] = {"map": planned_folder_name(data_map), "mixture": {"clusters": {"*": 1.0}}}
+    run = Step("by-cluster", train_step, TrainStepConfig(run=from_dict(RunConfig, config),
+                                                         data=DatasetRef.of_build(data), eval_map=output_of(data_map)))
+    report = Executor(tmp_path / "lab", backend=InlinePool(), echo=False).run([data, data_map, run])
+    assert report.ok, report.outcomes
+    folder = next(n.folder for n in report.plan.steps if n.name == "by-cluster")
+    record = json.loads((folder / "run.json").read_text())
+    assert record["cluster_evals"]["map"] == record["config"]["train"]["eval_map"] == planned_folder_name(data_map)
+    assert record["data_map"]["config"]["data_from"] == "data"
+    assert cli_main(["reproduce", str(folder), "--lab", str(tmp_path / "again")]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"\b(\d+) of \1 published checkpoints bit-identical", out) and "tolerance" not in out, out
+    (again,) = (tmp_path / "again").glob("map-*")
+    assert again.name != planned_folder_name(data_map)
+    original = tmp_path / "lab" / planned_folder_name(data_map) / DOCUMENTS_FILE
+    assert pq.read_table(again / DOCUMENTS_FILE).equals(pq.read_table(original))
+    # A run that names the map for its evals only (the demo's hero): its record's eval map config is made again.
+    evals_only = {**record, "data_map": None, "config": {**record["config"], "data": {}}}
+    dataset = next((tmp_path / "again").glob("data-*"))
+    assert map_overrides(SimpleNamespace(record=evals_only, run_id="hero"), dataset) == [f"train.eval_map={again.name}"]
+
+
 @pytest.mark.skipif(chromium_path() is None, reason="chromium is not installed")
-def test_the_data_page_shows_the_tokens_each_run_read_per_cluster(runs, page):
+def test_the_data_page_shows_the_tokens_each_run_read_per_cluster(runs, page, tmp_path):
     read = tokens_per_cluster(runs["whole"], runs["map"])
     with serve_lab(runs["map"].parent) as server:
         page.goto(f"{server.url}/data/data")
@@ -199,6 +237,7 @@ def test_the_data_page_shows_the_tokens_each_run_read_per_cluster(runs, page):
         page.locator(".map-disc[data-cluster='0']").dispatch_event("click")
         row = page.locator("#map-detail .map-runs tr[data-run='whole']")
         assert f"{read['tokens'][0]:,}" in row.inner_text()
+        page.locator("#map-detail").screenshot(path=tmp_path / "cluster-0-detail.png")  # kept to look at
 
 
 def test_the_held_out_loss_is_measured_per_cluster_and_small_clusters_are_merged_and_said(runs):
@@ -268,7 +307,7 @@ def test_the_clusters_are_measured_at_every_nth_evaluation_and_the_last(runs):
 
 
 @pytest.mark.skipif(chromium_path() is None, reason="chromium is not installed")
-def test_the_run_page_draws_a_cluster_by_step_heatmap(runs, page):
+def test_the_run_page_draws_a_cluster_by_step_heatmap(runs, page, tmp_path):
     with serve_lab(runs["map"].parent) as server:
         heat = _cluster_heatmap(page, f"{server.url}/run/whole")
         assert heat.locator(".heat-ytitle").inner_text() == "cluster"
@@ -276,7 +315,9 @@ def test_the_run_page_draws_a_cluster_by_step_heatmap(runs, page):
         name = map_clusters(_data(runs["map"].parent / "data", runs["map"])).summary["clusters"][measured]["name"]
         assert f"{measured} {name}" in heat.locator(".heat-yaxis").inner_text()  # rows named by their top terms
         assert page.evaluate("t => window.GLASSLAB_HEATMAPS[t].steps", HEATMAP) == [4, 8]
-        png = heat.locator("canvas.heat-cells").screenshot()
+        assert heat.locator(".heat-xaxis").inner_text().split() == ["4", "8"]  # each column's step, once
+        _check_axes(heat)
+        png = _screenshots(heat, tmp_path)
     assert _inked(png) > 0.9
 
 
@@ -292,6 +333,23 @@ def _cluster_heatmap(page, url: str):
     heat = card.locator(".heat")
     heat.wait_for()
     return heat
+
+
+def _check_axes(heat) -> None:
+    """Every row label whole inside the heatmap (a cluster's name is wider than an expert's number) and no two
+    step labels on top of each other."""
+    box = heat.bounding_box()
+    for tick in heat.locator(".heat-yaxis .heat-tick").all():
+        label = tick.bounding_box()
+        assert label["x"] >= box["x"] and tick.evaluate("t => t.scrollWidth <= t.clientWidth"), tick.inner_text()
+    steps = sorted((t.bounding_box() for t in heat.locator(".heat-xaxis .heat-tick").all()), key=lambda b: b["x"])
+    assert all(a["x"] + a["width"] <= b["x"] for a, b in zip(steps, steps[1:], strict=False)), steps
+
+
+def _screenshots(heat, folder: Path) -> bytes:
+    """The heatmap's cells (returned) and the whole heatmap with its axes, both kept in ``folder`` to look at."""
+    heat.screenshot(path=folder / "heatmap.png")
+    return heat.locator("canvas.heat-cells").screenshot(path=folder / "heatmap-cells.png")
 
 
 def _inked(png: bytes) -> float:
@@ -341,7 +399,7 @@ def test_the_page_data_of_a_run_shaped_like_the_demo_hero_names_its_rows_and_the
 
 @pytest.mark.skipif(chromium_path() is None, reason="chromium is not installed")
 def test_the_heatmap_of_a_run_shaped_like_the_demo_hero_has_a_row_per_cluster_and_the_merged_row(hero_shaped,
-                                                                                                  page):
+                                                                                                  page, tmp_path):
     with serve_lab(hero_shaped) as server:
         heat = _cluster_heatmap(page, f"{server.url}/run/demo-hero")
         labels = heat.locator(".heat-yaxis").inner_text()
@@ -349,7 +407,8 @@ def test_the_heatmap_of_a_run_shaped_like_the_demo_hero_has_a_row_per_cluster_an
         drawn = page.evaluate("t => window.GLASSLAB_HEATMAPS[t]", HEATMAP)
         assert drawn["steps"] == [0, 200, 400, 600, 800] and len(drawn["values"][0]) == 10
         assert drawn["values"][-1][-1] == pytest.approx(4.0 + 0.2 * 9)  # the merged row last, at the last step
-        png = heat.locator("canvas.heat-cells").screenshot()
+        _check_axes(heat)
+        png = _screenshots(heat, tmp_path)
     assert _inked(png) > 0.9
 
 
@@ -383,3 +442,4 @@ def test_the_ladder_page_draws_each_clusters_loss_against_compute(tmp_path, page
         assert rows.evaluate_all("rs => rs.map(r => r.dataset.cluster)") == ["2", "0", "1"]  # most improved first
         assert rows.nth(0).inner_text().endswith("-21.6%") and rows.nth(2).inner_text().endswith("0.0%")
         assert page.evaluate("() => window.GLASSLAB_CHARTS.clusters.series.length") == 4  # x and 3 clusters
+        page.locator("table.cluster-scaling").screenshot(path=tmp_path / "cluster-scaling.png")  # kept to look at

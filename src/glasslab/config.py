@@ -16,6 +16,8 @@ Conventions for config classes:
 - A field declared ``metadata=TRANSIENT`` is held while planning only: never written, hashed or read back.
 - A dataclass field declared ``metadata=INLINE`` is written with its own fields beside the parent's (not under
   its name) and read back from them: several fields become one value without moving a hash or a record.
+  ``inline(keys=..., when_set=...)`` also renames some of them (the keys the parent wrote before) and hashes
+  some only when set (as the parent's ``VERSIONED_WHEN_SET`` fields they replace were).
 """
 
 from __future__ import annotations
@@ -41,8 +43,17 @@ UNVERSIONED = {"versioned": False}
 """Field metadata for values that do not change what a step computes (see module docstring)."""
 VERSIONED_WHEN_SET = {"versioned": "when_set"}
 """Field metadata for a field added later: hashed only when it differs from its default (module docstring)."""
-INLINE = {"inline": True}
-"""Field metadata for a dataclass value whose fields sit among its parent's (module docstring)."""
+
+
+def inline(keys: Mapping[str, str] | None = None, when_set: Iterable[str] = ()) -> dict[str, Any]:
+    """Field metadata for a dataclass value whose fields sit among its parent's (module docstring). ``keys``:
+    field → the key it is written, hashed and read back under (others keep their names); ``when_set``: fields
+    hashed only when they differ from their default."""
+    return {"inline": True, "keys": dict(keys or {}), "when_set": frozenset(when_set)}
+
+
+INLINE = inline()
+"""Field metadata for a dataclass value whose fields sit among its parent's under their own names."""
 TRANSIENT = {"transient": True, "versioned": False}
 """Field metadata for a value held while planning only (the step a reference was made from): neither
 written, hashed nor read back."""
@@ -86,16 +97,16 @@ def from_dict(cls: type[T], data: Mapping[str, Any] | None, prefix: str = "") ->
         raise ConfigError(f"{prefix or '<root>'}={data!r}: expected a mapping of {cls.__name__} fields")
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init and not f.metadata.get("transient")}
     hints = get_type_hints(cls)
-    inline = {name: _field_names(hints[name]) for name, f in fields.items() if f.metadata.get("inline")}
-    known = (set(fields) - set(inline)).union(*inline.values())
+    inlined = {name: _inline_keys(f, hints[name]) for name, f in fields.items() if f.metadata.get("inline")}
+    known = (set(fields) - set(inlined)).union(*(keys.values() for keys in inlined.values()))
     for key in data:
         if key not in known:
             raise ConfigError(_unknown_key_message(_join(prefix, str(key)), str(key), known))
     kwargs = {name: _coerce(data[name], hints[name], _join(prefix, name))
-              for name in fields if name in data and name not in inline}
-    for name, keys in inline.items():
-        if keys & set(data):
-            kwargs[name] = from_dict(hints[name], {key: data[key] for key in keys if key in data}, prefix)
+              for name in fields if name in data and name not in inlined}
+    for name, keys in inlined.items():
+        if set(keys.values()) & set(data):
+            kwargs[name] = from_dict(hints[name], {f: data[key] for f, key in keys.items() if key in data}, prefix)
     try:
         return cls(**kwargs)
     except ConfigError as exc:
@@ -104,8 +115,11 @@ def from_dict(cls: type[T], data: Mapping[str, Any] | None, prefix: str = "") ->
         raise ConfigError(f"{prefix or cls.__name__}: {exc}") from None
 
 
-def _field_names(cls: type) -> set[str]:
-    return {f.name for f in dataclasses.fields(cls) if f.init and not f.metadata.get("transient")}
+def _inline_keys(f: dataclasses.Field, cls: type) -> dict[str, str]:
+    """An INLINE field's own fields (of class ``cls``) → the keys they sit under beside the parent's."""
+    renamed = f.metadata["keys"]
+    return {g.name: renamed.get(g.name, g.name) for g in dataclasses.fields(cls)
+            if g.init and not g.metadata.get("transient")}
 
 
 def _join(prefix: str, key: str) -> str:
@@ -251,7 +265,8 @@ def to_dict(cfg: Any, versioned_only: bool = False) -> Any:
         for f in dataclasses.fields(cfg):
             if not (f.metadata.get("transient") or versioned_only and _unhashed(f, getattr(cfg, f.name))):
                 value = to_dict(getattr(cfg, f.name), versioned_only)
-                data.update(value if f.metadata.get("inline") else {f.name: value})
+                data.update(_inlined(f, getattr(cfg, f.name), value, versioned_only) if f.metadata.get("inline")
+                            else {f.name: value})
         return data
     if isinstance(cfg, Mapping):
         return {str(k): to_dict(v, versioned_only) for k, v in cfg.items()}
@@ -260,11 +275,24 @@ def to_dict(cfg: Any, versioned_only: bool = False) -> Any:
     return cfg
 
 
+def _inlined(f: dataclasses.Field, value: Any, written: dict[str, Any], versioned_only: bool) -> dict[str, Any]:
+    """An INLINE field's ``written`` fields under the keys the parent writes them by; for a hash, those it hashes
+    only when set left out at their default."""
+    renamed, when_set = f.metadata["keys"], f.metadata["when_set"]
+    defaults = {g.name: _default(g) for g in dataclasses.fields(value) if g.name in when_set}
+    return {renamed.get(name, name): item for name, item in written.items()
+            if not (versioned_only and name in defaults and getattr(value, name) == defaults[name])}
+
+
 def _unhashed(f: dataclasses.Field, value: Any) -> bool:
     versioned = f.metadata.get("versioned", True)
     if versioned != "when_set":
         return versioned is False
-    return value == (f.default_factory() if f.default is dataclasses.MISSING else f.default)  # type: ignore[misc]
+    return value == _default(f)
+
+
+def _default(f: dataclasses.Field) -> Any:
+    return f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:

@@ -160,14 +160,19 @@ def map_folder(data_cfg: DataConfig) -> Path:
 
 
 def map_record(data_cfg: DataConfig) -> dict:
-    """What a run by cluster records of its map (``data_map``: its folder name and the versioned config of the
-    step that made it, which ``glasslab reproduce`` maps the dataset again with), or nothing without one."""
+    """What a run by cluster records of its map (``data_map``: its folder name and the config of the step that
+    made it, which ``glasslab reproduce`` maps the dataset again with), or nothing without one."""
     if not data_cfg.map:
         return {}
+    folder = map_folder(data_cfg)
+    return {"data_map": {"folder": folder.name, "config": map_step_config(folder)}}
+
+
+def map_step_config(folder: Path) -> dict | None:
+    """The config the map in ``folder`` was made with (its ``step.json``'s), None when it has no record."""
     from glasslab.layout import STEP_RECORD, read_json
 
-    folder = map_folder(data_cfg)
-    return {"data_map": {"folder": folder.name, "config": (read_json(folder / STEP_RECORD) or {}).get("config")}}
+    return (read_json(folder / STEP_RECORD) or {}).get("config")
 
 
 def map_clusters(data_cfg: DataConfig) -> MapClusters:

@@ -31,12 +31,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from glasslab.config import UNVERSIONED, VERSIONED_WHEN_SET
+from glasslab.config import UNVERSIONED, VERSIONED_WHEN_SET, inline
 from glasslab.data.map_cluster import Clusters, cluster, default_fine_k, nearest
 from glasslab.data.map_embed import TfidfEmbedder, fit_embedder
+from glasslab.data.reference import DatasetRef
 from glasslab.data.runner import Task
 from glasslab.errors import UserError
-from glasslab.lab.inputs import NO_OUTPUT, StepOutput, output_of
 from glasslab.layout import MANIFEST_FILE, atomic_path, read_json, remove, write_json_atomic
 
 if TYPE_CHECKING:
@@ -51,16 +51,20 @@ EMBEDDERS = ("tfidf", "model:RUN[@STEP]", "a sentence-transformers folder")
 CHUNK_DOCUMENTS = 1024
 EMBED_TOKENS = 4096
 """Tokens of a document the embedder reads (its start): a 2 MB file says what it is about early on."""
+DATASET_KEYS = {"data_path": "dataset", "data_manifest": "manifest_hash"}
+"""The keys a map's ``step.json`` held its dataset's folder and manifest hash under before they became a
+:class:`DatasetRef` (the map's folder name is a hash of them)."""
 
 
 @dataclass(frozen=True)
 class MapConfig:
-    """The map step's config: the dataset (path and manifest hash) and how to map it."""
+    """The map step's config: the dataset (by reference) and how to map it."""
 
-    dataset: str = field(metadata=UNVERSIONED)
-    """Where the dataset is (not its identity: the manifest hash is)."""
-    manifest_hash: str
-    """sha256 of the dataset's manifest; empty when the dataset is ``data_from``'s (its step's hash is the identity)."""
+    data: DatasetRef = field(metadata=inline(keys=DATASET_KEYS, when_set=("data_from",)))
+    """The dataset: a data build step's output when the map is a step of the same DAG (the demo's: its hero
+    measures its held-out loss per cluster of it), else a folder named by its manifest's hash. Written and hashed
+    as the three fields it replaced: ``dataset`` (the folder, not hashed), ``manifest_hash`` (empty for a build
+    step's output: that step's hash is the identity) and ``data_from`` (hashed only when set)."""
     k: int = 40
     """Coarse clusters (content domains), at most; small ones are merged, so the map may hold fewer."""
     fine_k: int = 0
@@ -79,10 +83,6 @@ class MapConfig:
     min_share: float = 0.01
     """Smallest coarse cluster, as a share of the sampled documents."""
     seed: int = 0
-    data_from: StepOutput = field(default=NO_OUTPUT, metadata=VERSIONED_WHEN_SET)
-    """The data build step whose output is the dataset, when the map is a step of the same DAG (the demo's: its
-    hero measures its held-out loss per cluster of it); ``dataset`` and ``manifest_hash`` are then read when the
-    step runs."""
     num_workers: int = field(default=0, metadata=UNVERSIONED)
     backend: str = field(default="", metadata=UNVERSIONED)
     progress: bool = field(default=True, metadata=UNVERSIONED)
@@ -93,7 +93,6 @@ def map_plan(dataset_dir: str | Path, function=None, **settings) -> Step:
     taken as a sentence-transformers model); bad settings are one line. ``function``: the step function, when
     not :func:`map_step` (a map by a lab model: ``evals/map_model.py``)."""
     from glasslab.data.map_pretrained import SENTENCE_TRANSFORMERS, folder_hash, is_sentence_transformers
-    from glasslab.data.shards import manifest_hash
     from glasslab.lab import Step
 
     path = Path(dataset_dir).resolve()
@@ -105,7 +104,7 @@ def map_plan(dataset_dir: str | Path, function=None, **settings) -> Step:
         folder = Path(embedder).resolve()
         settings |= {"embedder": SENTENCE_TRANSFORMERS + folder.name, "embedder_path": str(folder),
                      "embedder_hash": folder_hash(folder)}
-    cfg = MapConfig(dataset=str(path), manifest_hash=manifest_hash(path), **settings)
+    cfg = MapConfig(DatasetRef.of_folder(str(path)), **settings)
     check_settings(cfg, shard_counts(path))
     return Step(STEP_NAME, function or map_step, cfg)
 
@@ -115,7 +114,7 @@ def map_after(data: Step, **settings) -> Step:
     on ``data``, and its settings are checked against the dataset when it runs."""
     from glasslab.lab import Step
 
-    return Step(STEP_NAME, map_step, MapConfig(dataset="", manifest_hash="", data_from=output_of(data), **settings))
+    return Step(STEP_NAME, map_step, MapConfig(DatasetRef.of_build(data), **settings))
 
 
 def shard_counts(dataset_dir: Path) -> list[tuple[str, str, int]]:
@@ -133,7 +132,7 @@ def check_settings(cfg: MapConfig, counts: list[tuple[str, str, int]]) -> None:
         raise UserError(f"--embedder {cfg.embedder!r}: unknown; expected one of {', '.join(EMBEDDERS)}")
     for domain, split, documents in counts:
         if split == "train" and documents == 0:
-            raise UserError(f"{cfg.dataset}: domain {domain!r} has no training documents; nothing of it to map "
+            raise UserError(f"{cfg.data.location}: domain {domain!r} has no training documents; nothing of it to map "
                             "(build the dataset without it)")
     train = sum(n for _, split, n in counts if split == "train")
     if not 2 <= cfg.k <= train:
@@ -146,27 +145,22 @@ def check_settings(cfg: MapConfig, counts: list[tuple[str, str, int]]) -> None:
 
 
 def map_step(ctx, pretrained=None) -> dict:
-    """Lab step function: map ``ctx.config.dataset`` into ``ctx.output_dir``; returns map.json's headline.
+    """Lab step function: map ``ctx.config.data``'s dataset into ``ctx.output_dir``; returns map.json's headline.
     ``pretrained``: the loader (``MapConfig -> embedder``) of an embedder that is not fitted here (a lab model's,
     handed in by ``evals/map_model.py``); a sentence-transformers folder's is this part's own."""
     from glasslab.config import from_dict
     from glasslab.data.map_pretrained import SENTENCE_TRANSFORMERS, load_sentence_transformer
     from glasslab.data.map_summary import summarize  # it reads documents through this module
-    from glasslab.data.shards import manifest_hash
 
     cfg = ctx.config if isinstance(ctx.config, MapConfig) else from_dict(MapConfig, ctx.config)
-    if cfg.data_from:
-        folder = cfg.data_from.folder
-        cfg = replace(cfg, dataset=str(folder), manifest_hash=manifest_hash(folder))
+    dataset = cfg.data.open()  # a folder rebuilt since the map was planned: one line
+    cfg = replace(cfg, data=DatasetRef.of_folder(str(dataset.path), dataset))  # its tasks read the folder itself
     if cfg.embedder.startswith(SENTENCE_TRANSFORMERS):
         pretrained = load_sentence_transformer
     elif cfg.embedder != "tfidf" and pretrained is None:
         raise UserError(f"embedder {cfg.embedder!r}: mapped by the step glasslab data map plans for it "
                         "(evals.map_model), not by data.map.map_step")
-    if manifest_hash(cfg.dataset) != cfg.manifest_hash:
-        raise UserError(f"{cfg.dataset}: holds another dataset than manifest sha256 {cfg.manifest_hash[:16]} "
-                        "(rebuilt?); map it again")
-    counts = shard_counts(Path(cfg.dataset))
+    counts = shard_counts(dataset.path)
     check_settings(cfg, counts)
     out = Path(ctx.output_dir)
     clock = PhaseClock()
@@ -201,7 +195,7 @@ def _fitted(cfg: MapConfig, out: Path, counts, pretrained) -> Clusters:
     """The embedder and centroids in ``out`` (fitted on the sample now, unless a killed run wrote them); a
     pretrained embedder is not fitted, only the centroids on its vectors of the sample."""
     if not (out / CENTROIDS_FILE).is_file():
-        texts = decode_documents(cfg.dataset, sample_keys(counts, cfg.sample, cfg.seed))
+        texts = decode_documents(cfg.data.data_path, sample_keys(counts, cfg.sample, cfg.seed))
         if pretrained is None:
             embedder, vectors = fit_embedder(texts, cfg.dims, cfg.seed)
             embedder.save(out)
@@ -261,8 +255,9 @@ def _assign_all(cfg: MapConfig, out: Path, counts, pretrained) -> dict[tuple[str
     from glasslab.data.progress import Progress
     from glasslab.data.runner import TaskRunner
 
+    dataset = cfg.data.data_path
     tasks = [Task(f"{domain}.{split}.{start:09d}", assign_task,
-                  (cfg.dataset, domain, split, start, min(start + CHUNK_DOCUMENTS, n), str(out), cfg, pretrained))
+                  (dataset, domain, split, start, min(start + CHUNK_DOCUMENTS, n), str(out), cfg, pretrained))
              for domain, split, n in counts for start in range(0, n, CHUNK_DOCUMENTS)]
     progress = Progress(None, cfg.progress, label="data map")
     runner = TaskRunner(out / "work", cfg.num_workers, cfg.backend or "local", progress)

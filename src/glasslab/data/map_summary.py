@@ -38,7 +38,7 @@ def summarize(cfg, out: Path, counts, assigned: dict, clusters) -> dict:
     """Write ``documents.parquet`` into ``out`` and return map.json's content (see the module docstring)."""
     from glasslab.data.map import DOCUMENTS_FILE, FORMAT
 
-    table = _document_table(Path(cfg.dataset), counts, assigned)
+    table = _document_table(Path(cfg.data.data_path), counts, assigned)
     _write_documents(out / DOCUMENTS_FILE, table)
     train = table["split"] == "train"
     counts_by_cluster = _counts(table, train, len(clusters.coarse))
@@ -46,8 +46,8 @@ def summarize(cfg, out: Path, counts, assigned: dict, clusters) -> dict:
     xy = _plane(clusters.coarse)
     summaries = [_cluster(cfg, table, train, c, counts_by_cluster, rng) | {"xy": xy[c]}
                  for c in range(len(clusters.coarse))]
-    _add_terms(cfg.dataset, summaries)
-    return {"format": FORMAT, "manifest_hash": cfg.manifest_hash,
+    _add_terms(cfg.data.data_path, summaries)
+    return {"format": FORMAT, "manifest_hash": cfg.data.data_manifest,
             "settings": {"k": cfg.k, "fine_k": len(clusters.fine), "embedder": cfg.embedder,
                          "dims": cfg.dims if cfg.embedder == "tfidf" else int(clusters.fine.shape[1]),
                          "sample": cfg.sample, "min_share": cfg.min_share, "seed": cfg.seed},
@@ -126,8 +126,8 @@ def _cluster(cfg, table, train: np.ndarray, c: int, counts: dict, rng) -> dict:
             "heldout_share": heldout_tokens / max(counts["heldout_tokens"].sum(), 1),
             "mean_distance": float(counts["distance"][c] / documents) if documents else None,
             "sources": sources,
-            "representatives": _documents(cfg.dataset, table, nearest_first),
-            "samples": _documents(cfg.dataset, table, drawn[:SAMPLES]),
+            "representatives": _documents(cfg.data.data_path, table, nearest_first),
+            "samples": _documents(cfg.data.data_path, table, drawn[:SAMPLES]),
             "_term_rows": [(table["domain"][i], "train", int(table["document"][i])) for i in drawn]}
 
 

@@ -1,6 +1,7 @@
-"""A run's dataset named by what it is: a data build step's output, or a folder's manifest hash.
+"""A step's dataset named by what it is: a data build step's output, or a folder's manifest hash.
 
-A training step's config holds a :class:`DatasetRef`, not a path to strip from its run config and put back:
+A training step's config (and a data map's) holds a :class:`DatasetRef`, not a path to strip from its run
+config and put back:
 
 - ``DatasetRef.of_build(step)``: the dataset is the output of the data build ``step`` (a dependency the
   executor runs first and whose folder it fills in, ``lab.inputs``); hashed as that step's name;
@@ -10,7 +11,8 @@ A training step's config holds a :class:`DatasetRef`, not a path to strip from i
 :meth:`DatasetRef.open` gives the dataset's handle (``data.handle``), checked against the hash it was planned on.
 The reference's fields sit in the step's config beside its other fields (``config.INLINE``) under the names
 ``data_from``, ``data_manifest`` and ``data_path``, so a step's hash and ``step.json`` are what they were
-when these were three fields of the training step's config.
+when these were three fields of the training step's config (a map's, under the names its fields had:
+``data/map.py``).
 """
 
 from __future__ import annotations
@@ -57,10 +59,10 @@ class DatasetRef:
         return str(self.data_from.folder) if self.data_from else self.data_path
 
     def open(self) -> DatasetHandle:
-        """The dataset's handle, at :attr:`location`; a folder must still hold the dataset the run was planned on."""
+        """The dataset's handle, at :attr:`location`; a folder must still hold the dataset the step was planned on."""
         dataset = open_dataset(self.location)
         if self.data_manifest and dataset.manifest_hash != self.data_manifest:
-            raise UserError(f"{dataset.path}: not the dataset this run was planned on (its manifest's sha256 "
+            raise UserError(f"{dataset.path}: not the dataset this step was planned on (its manifest's sha256 "
                             "differs); rebuilt or replaced since?")
         return dataset
 

@@ -23,7 +23,7 @@ from typing import Any
 from glasslab.data.config import DataConfig, MixtureConfig
 from glasslab.data.reference import DatasetRef
 from glasslab.errors import UserError
-from glasslab.lab import Resources, Step, StepContext, StepOutput, output_of, planned_folder_name, run_output_of
+from glasslab.lab import NO_OUTPUT, Resources, Step, StepContext, StepOutput, output_of, run_output_of
 from glasslab.ladder.curves import read_grid_runs
 from glasslab.ladder.figures import draw_fit
 from glasslab.ladder.fit import fit_ladder, read_fit, write_fit
@@ -138,7 +138,7 @@ def ladder_steps(plan: LadderPlan, data_step: Step, mixture: MixtureConfig, trai
                  hero_map: Step | None = None) -> list[Step]:
     """Rung steps (one per rung and seed), the fit step and the hero step, in dependency order; every
     training step reads its dataset from ``data_step``'s folder. ``hero_map``: a data map step of that dataset
-    the hero depends on and measures its held-out loss per cluster of (``train.eval_map``).
+    the hero measures its held-out loss per cluster of (its ``eval_map``: a reference, so also a dependency).
 
     ``threads`` are torch CPU threads per rung (rungs run side by side), ``hero_threads`` the hero's
     (it runs alone, after the fit); 0 leaves torch's default."""
@@ -169,9 +169,6 @@ def ladder_steps(plan: LadderPlan, data_step: Step, mixture: MixtureConfig, trai
                                      device=device, threads=threads)
             rung_steps.append(Step(f"{ladder}-{rung.name}-s{seed}", train_step, config, resources=resources))
     hero_cfg = run_config_for(plan.hero, 0, mixture, train)
-    if hero_map is not None:
-        hero_cfg = dataclasses.replace(hero_cfg, train=dataclasses.replace(
-            hero_cfg.train, eval_map=planned_folder_name(hero_map)))
     grid = GridTarget(float(plan.hero.model.param_counts()["active_non_embedding"]), plan.hero.steps,
                       hero_cfg.train.global_batch_tokens, hero_cfg.train.schedule) if plan.mode == "grid" else None
     fit_config = FitStepConfig(ladder, plan.hero.law_flops, L_inf, tuple(sweep), tuple(map(output_of, rung_steps)),
@@ -180,10 +177,9 @@ def ladder_steps(plan: LadderPlan, data_step: Step, mixture: MixtureConfig, trai
                                trunk_steps=tuple(map(output_of, trunk_steps.values())))
     fit = Step(f"{ladder}-fit", fit_step, fit_config)
     hero_train = TrainStepConfig(hero_cfg, rung_record_extra(plan.hero, 0, ladder), dataset, device=device,
-                                 threads=hero_threads)
+                                 threads=hero_threads, eval_map=output_of(hero_map) if hero_map else NO_OUTPUT)
     hero_resources = dataclasses.replace(resources, cpus=max(1, hero_threads))
-    hero = Step(f"{ladder}-hero", hero_step, HeroStepConfig(hero_train, output_of(fit)),
-                deps=(hero_map,) if hero_map else (), resources=hero_resources)
+    hero = Step(f"{ladder}-hero", hero_step, HeroStepConfig(hero_train, output_of(fit)), resources=hero_resources)
     # Largest rung first: the executor starts ready steps in list order, so the longest run does not start
     # last and leave the other lanes idle while it finishes (the fit lists them smallest first, as before).
     # Trunks (the longest runs of a grid) go first of all.

@@ -10,7 +10,8 @@
 2. finds the dataset in the lab by folder name and manifest hash, else builds it again with the step the
    site published (its function and config) and refuses when the rebuilt manifest's sha256 differs,
    naming the first entry (and file) of the published manifest that the rebuild does not match; a run by
-   content cluster finds its data map beside the dataset, else maps it again from the recorded map config;
+   content cluster finds its data map beside the dataset, else maps it again from the recorded map config
+   (a map planned in a DAG, as a map of the dataset's folder, which the replay's config then names);
 3. trains the recorded config as a ``glasslab train`` step in the lab on the recorded device and CPU
    threads, up to ``until`` (the schedule stays
    the whole run's: it stops as a preemption does, and the same command without ``until`` resumes);
@@ -35,6 +36,7 @@ import torch
 
 from glasslab import config as configs
 from glasslab.data.handle import find_dataset, open_dataset
+from glasslab.data.map import MAP_FILE, STEP_NAME, MapConfig, map_step
 from glasslab.data.reference import DatasetRef
 from glasslab.errors import UserError
 from glasslab.lab import Step, run_one_step
@@ -150,30 +152,57 @@ def first_difference(published: Any, rebuilt: Any, where: str = "") -> str | Non
     return None if published == rebuilt else where or "the manifest"
 
 
-def find_or_make_map(run: PublishedRun, dataset: Path) -> None:
-    """For a run by cluster, its data map beside ``dataset``: found, else made again from the map step's recorded
-    config (a map is a function of the dataset and its settings: the same folder, the same clusters). One line
-    when the record names no config, its embedder is not fitted on the corpus, or the map made is another."""
-    recorded = run.record.get("data_map")
-    if not recorded or (dataset.parent / recorded["folder"] / "map.json").is_file():
-        return
-    from glasslab.data.map import STEP_NAME, MapConfig, map_step
+def recorded_maps(record: dict[str, Any]) -> dict[str, dict | None]:
+    """The data maps a run's record names, folder name → the config the map step was made with (None where the
+    record holds none): its mixture's (``data_map``) and its per-cluster evals' (``cluster_evals``)."""
+    maps: dict[str, dict | None] = {}
+    evals, mixture = record.get("cluster_evals") or {}, record.get("data_map") or {}
+    if evals.get("map"):
+        maps[evals["map"]] = evals.get("map_config")
+    if mixture:
+        maps[mixture["folder"]] = mixture.get("config")
+    return maps
 
-    config = recorded.get("config") or {}
+
+def find_or_make_map(run_id: str, folder: str, config: dict | None, dataset: Path) -> str:
+    """The folder name of the data map ``folder`` of a run beside ``dataset``: that one when it is there, else one
+    made again from ``config``, the map step's recorded config (a map is a function of the dataset and its
+    settings: the same clusters). A map planned from a folder is made again under its own folder name; one planned
+    in a DAG after the data build step (``data_from``, a step the replay does not plan) is made as a map of
+    ``dataset``'s folder with the same settings: the same clusters under another folder name. One line when there
+    is no config, the embedder is not fitted on the corpus, or a map planned from a folder comes out another."""
+    if (dataset.parent / folder / MAP_FILE).is_file():
+        return folder
+    if not config:
+        raise UserError(f"{run_id}: its data map {folder} is not beside {dataset} and its record holds no config to "
+                        "map it again with (recorded before runs kept it); copy that map folder there first")
     if config.get("embedder", "tfidf") != "tfidf":
-        raise UserError(f"{run.run_id}: its data map {recorded['folder']} used the embedder {config['embedder']!r}; "
+        raise UserError(f"{run_id}: its data map {folder} used the embedder {config['embedder']!r}; "
                         f"map {dataset} with it again (glasslab data map) before reproducing")
-    map_cfg = configs.from_dict(MapConfig, {**config, "dataset": str(dataset), "progress": False})
-    made = run_one_step(Step(STEP_NAME, map_step, map_cfg), dataset.parent)
-    if made.folder.name != recorded["folder"]:
-        raise UserError(f"{run.run_id}: mapping its dataset again made {made.folder.name}, not {recorded['folder']}")
+    map_cfg = configs.from_dict(MapConfig, {**config, "progress": False})
+    remade = dataclasses.replace(map_cfg, data=DatasetRef.of_folder(str(dataset)))
+    made = run_one_step(Step(STEP_NAME, map_step, remade), dataset.parent)
+    if not map_cfg.data.data_from and made.folder.name != folder:
+        raise UserError(f"{run_id}: mapping its dataset again made {made.folder.name}, not {folder}")
+    return made.folder.name
+
+
+def map_overrides(run: PublishedRun, dataset: Path) -> list[str]:
+    """Every data map the run names, found or made again beside ``dataset``; for those made under another folder
+    name (maps planned in a DAG), the overrides that name them instead (``data.map``, ``train.eval_map``)."""
+    found = {folder: find_or_make_map(run.run_id, folder, config, dataset)
+             for folder, config in recorded_maps(run.record).items()}
+    config = run.record.get("config") or {}
+    named = {"data.map": (config.get("data") or {}).get("map"),
+             "train.eval_map": (config.get("train") or {}).get("eval_map")}
+    return [f"{key}={found[Path(name).name]}" for key, name in named.items()
+            if name and found.get(Path(name).name, Path(name).name) != Path(name).name]
 
 
 def replay(run: PublishedRun, lab: Path, dataset: Path, until: int | None = None) -> Path:
     """Train the run's recorded config on ``dataset`` as a step in ``lab`` (stopping after ``until`` steps);
-    returns the replay's folder. A run by cluster finds or makes its data map first."""
-    find_or_make_map(run, dataset)
-    config = configs.apply_overrides(run.record["config"], [f"data.path={dataset}"])
+    returns the replay's folder. A run by cluster finds or makes its data map first (:func:`map_overrides`)."""
+    config = configs.apply_overrides(run.record["config"], [f"data.path={dataset}", *map_overrides(run, dataset)])
     run_cfg = configs.from_dict(RunConfig, config)
     unplaced = dataclasses.replace(run_cfg, data=dataclasses.replace(run_cfg.data, build="", path=""))
     total = run_cfg.train.total_steps

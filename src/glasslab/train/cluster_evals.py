@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from glasslab.data.buckets import map_folder
+from glasslab.data.buckets import map_folder, map_step_config
 from glasslab.data.cluster_heldout import ClusterHeldout, cluster_heldout
 from glasslab.train.evals import every_nth_eval, heldout_loss
 from glasslab.train.run_config import RunConfig
@@ -81,8 +81,11 @@ def with_cluster_evals(evaluate: Callable[[nn.Module, int], dict[str, float]], r
 
 
 def cluster_evals_record(run_cfg: RunConfig) -> dict:
-    """What ``run.json`` records of the per-cluster evals (``cluster_evals``: the map, the rows measured with
-    their scored held-out targets, the clusters merged into ``other`` and the ones skipped, the cadence), or
-    nothing without a map."""
+    """What ``run.json`` records of the per-cluster evals (``cluster_evals``: the map and the config it was made
+    with, the rows measured with their scored held-out targets, the clusters merged into ``other`` and the ones
+    skipped, the cadence), or nothing without a map."""
     heldout = heldout_by_cluster(run_cfg)
-    return {} if heldout is None else {"cluster_evals": heldout.record() | {"every": run_cfg.train.cluster_eval_every}}
+    if heldout is None:
+        return {}
+    return {"cluster_evals": heldout.record() | {"every": run_cfg.train.cluster_eval_every,
+                                                 "map_config": map_step_config(eval_map(run_cfg))}}

@@ -10,6 +10,7 @@ training finished. ``glasslab train`` is this step, run as a one-step experiment
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any
 from glasslab.config import INLINE, UNVERSIONED
 from glasslab.data.reference import NO_DATASET, DatasetRef
 from glasslab.errors import UserError
+from glasslab.lab.inputs import NO_OUTPUT, StepOutput
 from glasslab.lab.runtime import StepRuntime
 from glasslab.lab.step import FunctionRef
 from glasslab.track import read_record
@@ -51,6 +53,18 @@ class TrainStepConfig(StepRuntime):
     stop_after: int = field(default=0, metadata=UNVERSIONED)
     """Stop after this many steps as a preemption does (checkpoint written, the step not done, a rerun
     resumes); 0: at the end. The schedule stays the whole run's (``glasslab reproduce --until``)."""
+    eval_map: StepOutput = field(default=NO_OUTPUT, metadata=UNVERSIONED)
+    """A data map step of the same DAG (``output_of(map_step)``) whose clusters the held-out loss is measured per:
+    the executor runs it first and resolves its folder, which the run then names in ``train.eval_map``. Not
+    hashed, like every eval setting (the map is a dependency: its hash is in the step's)."""
+
+    def run_config(self) -> RunConfig:
+        """The run as it trains: with :attr:`eval_map` resolved, ``train.eval_map`` names that map's folder by its
+        name (found beside the dataset, both in the lab; how a run records a map, and a replay finds it)."""
+        if not self.eval_map:
+            return self.run
+        train = dataclasses.replace(self.run.train, eval_map=self.eval_map.folder.name)
+        return dataclasses.replace(self.run, train=train)
 
 
 class TrainingPreempted(RuntimeError):
@@ -76,7 +90,7 @@ def run_training(ctx: Any, record_extra: dict[str, Any] | None = None,
     """
     cfg = ctx.config if isinstance(ctx.config, TrainStepConfig) else TrainStepConfig(run=ctx.config)
     cfg.use_threads()
-    recipe = Pretraining(cfg.run, cfg.data)  # the run's one look at its sinks, dataset and vocabulary
+    recipe = Pretraining(cfg.run_config(), cfg.data)  # the run's one look at its sinks, dataset and vocabulary
     record_extra = cfg.recorded(cfg.record_extra if record_extra is None else record_extra)
     every_callback = [_make_callback(ref) for ref in cfg.hooks] + list(callbacks)
     if cfg.stop_after:

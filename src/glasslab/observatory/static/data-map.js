@@ -1,14 +1,15 @@
 /* The data page's Map section: what is in the dataset (``glasslab data map``). A picture of the content
  * domains (each a disc at its centroid's place on the two main axes of all centroids, coloured by id, its
- * area by training tokens, the largest labelled by their top terms), a sortable table of them, and on a
- * click (disc or row) one domain's terms, the documents nearest its centroid, a uniform sample, and bars
- * of its share of each source and each source's share of it. Drawn as plain SVG: 1,000 discs stay fast. */
+ * area by training tokens, the largest labelled by their top terms where a label has room), a sortable
+ * table of them, and on a click (disc or row) one domain's terms, the documents nearest its centroid, a
+ * uniform sample, and bars of its share of each source and each source's share of it. Drawn as plain SVG: 1,000 discs stay fast. */
 (function () {
   "use strict";
   const G = window.Glasslab;
   const { el, fmt, section, sortableTable } = G;
   const SVG = "http://www.w3.org/2000/svg";
   const WIDTH = 760, HEIGHT = 440, PAD_X = 100, PAD_Y = 40, LABELS = 40;
+  const LABEL_CHAR_PX = 6, LABEL_HEIGHT_PX = 11;  // a 10 px label's box, wide enough for its widest letters
 
   function svg(tag, attrs) {
     const node = document.createElementNS(SVG, tag);
@@ -35,14 +36,30 @@
       disc.addEventListener("click", () => select(c));
       root.append(disc);
     }
-    for (const c of bySize.slice(0, LABELS)) {
-      const [x, y] = at(c);
-      const label = svg("text", { x: x.toFixed(1), y: (y - radius(c) - 3).toFixed(1), "text-anchor": "middle",
-                                  class: "map-label" });
+    for (const [c, x, y] of labelPlaces(bySize, at, radius)) {
+      const label = svg("text", { x: x.toFixed(1), y: y.toFixed(1), "text-anchor": "middle", class: "map-label" });
       label.textContent = c.name;
       root.append(label);
     }
     return root;
+  }
+
+  // Up to LABELS labels, largest domain first, each above its disc; one that would overlap a label already
+  // placed (or leave the picture) is left out, so crowded domains stay readable rather than a blot of text.
+  function labelPlaces(bySize, at, radius) {
+    const placed = [], boxes = [];
+    for (const c of bySize) {
+      if (placed.length === LABELS) break;
+      const [x, discY] = at(c);
+      const y = discY - radius(c) - 3, half = LABEL_CHAR_PX * c.name.length / 2;
+      const box = [x - half, y - LABEL_HEIGHT_PX, x + half, y];
+      const inside = box[0] >= 0 && box[1] >= 0 && box[2] <= WIDTH;
+      if (inside && !boxes.some((b) => box[0] < b[2] && b[0] < box[2] && box[1] < b[3] && b[1] < box[3])) {
+        placed.push([c, x, y]);
+        boxes.push(box);
+      }
+    }
+    return placed;
   }
 
   function bars(entries, share) {

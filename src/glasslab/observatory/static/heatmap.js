@@ -21,6 +21,15 @@
     return [r0 + f * (r1 - r0), g0 + f * (g1 - g0), b0 + f * (b1 - b0)];
   }
 
+  const MEASURE = document.createElement("canvas").getContext("2d");
+  const MAX_ROW_LABEL_PX = 240;
+
+  // The width a row label takes in ``node``'s font (laid out or not: a heatmap in a closed panel too).
+  function textWidth(text, node) {
+    MEASURE.font = getComputedStyle(node).font || "11px sans-serif";
+    return MEASURE.measureText(text).width;
+  }
+
   // About ``count`` round step values inside [lo, hi] (the x ticks).
   function niceTicks(lo, hi, count) {
     if (!(hi > lo)) return [lo];
@@ -53,13 +62,12 @@
       this.barLabels = el("div", { class: "heat-colorbar-labels" });
       this.info = el("div", { class: "heat-info muted" }, `hover for each ${this.rowName}'s value`);
       const plot = el("div", { class: "heat-plot" }, this.canvas, this.cursor);
+      this.grid = el("div", { class: "heat-grid" },
+        el("div", { class: "heat-ytitle" }, this.rowName), this.yaxis, plot,
+        el("div", { class: "heat-colorbar" }, this.bar, this.barLabels),
+        this.xaxis, el("div", { class: "heat-xtitle" }, "step"));
       this.root = el("div", { class: opts.bare ? "heat" : "panel heat", "data-key": opts.key || null },
-        opts.bare ? null : el("h3", {}, opts.title),
-        el("div", { class: "heat-grid" },
-          el("div", { class: "heat-ytitle" }, this.rowName), this.yaxis, plot,
-          el("div", { class: "heat-colorbar" }, this.bar, this.barLabels),
-          this.xaxis, el("div", { class: "heat-xtitle" }, "step")),
-        this.info);
+        opts.bare ? null : el("h3", {}, opts.title), this.grid, this.info);
       container.appendChild(this.root);
       this.canvas.addEventListener("mousemove", (e) => this.hover(e));
       this.canvas.addEventListener("mouseleave", () => {
@@ -139,21 +147,31 @@
     }
 
     drawAxes(rows) {
-      // Experts top to bottom, at most ~10 labels; steps at round values placed on their column.
+      // Rows top to bottom, at most ~10 labels, the axis as wide as the widest (a cluster's name, not only an
+      // expert's number; longer ones end in an ellipsis and say themselves on hover).
       this.yaxis.textContent = "";
       const every = Math.max(1, Math.ceil(rows / 10));
+      let widest = 0;
       for (let r = 0; r < rows; r += every) {
-        const tick = el("div", { class: "heat-tick" }, String(this.label(r)));
+        const text = String(this.label(r));
+        const tick = el("div", { class: "heat-tick", title: text }, text);
         tick.style.top = `${100 * (r + 0.5) / rows}%`;
         this.yaxis.appendChild(tick);
+        widest = Math.max(widest, textWidth(text, tick));
       }
+      this.grid.style.setProperty("--heat-yaxis", `${Math.min(MAX_ROW_LABEL_PX, Math.ceil(widest) + 8)}px`);
+      // Steps: each column's own when there are few, else round values on their column; one label a column.
       this.xaxis.textContent = "";
       const first = this.steps[0], last = this.steps[this.steps.length - 1];
-      const ticks = niceTicks(first, last, 6);
+      const ticks = this.steps.length <= 8 ? this.steps.slice() : niceTicks(first, last, 6);
       const labels = tickLabels(ticks, "count");
+      const used = new Set();
       ticks.forEach((step, i) => {
+        const c = this.column(step);
+        if (used.has(c)) return;
+        used.add(c);
         const tick = el("div", { class: "heat-tick" }, labels[i]);
-        tick.style.left = `${100 * (this.column(step) + 0.5) / this.steps.length}%`;
+        tick.style.left = `${100 * (c + 0.5) / this.steps.length}%`;
         this.xaxis.appendChild(tick);
       });
     }
