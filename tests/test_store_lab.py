@@ -26,7 +26,7 @@ from glasslab.errors import UserError
 from glasslab.observatory.lab_scan import Lab
 from glasslab.observatory.run_page import run_page
 from glasslab.store.lease import RootLease
-from glasslab.store.mirror import lab_workspace
+from glasslab.store.mirror import lab_snapshot, lab_workspace
 from glasslab.store.url import open_root
 from glasslab.track import RunReader
 from glasslab.train import checkpoint as ckpt
@@ -264,7 +264,6 @@ with lab_workspace("s3://lab/shared") as lab:
 
 def test_two_nodes_register_and_log_into_one_root_and_a_killed_node_loses_nothing(endpoint, tmp_path, monkeypatch):
     from glasslab.lab import registry
-    from glasslab.store.mirror import lab_snapshot
     from glasslab.track import read_lab_events
 
     old = {"name": "old/hero/loss", "metric": "eval/macro/loss", "point": 3.5, "low": 3.4, "high": 3.6,
@@ -406,6 +405,23 @@ def test_a_chain_whose_hero_node_dies_finishes_on_another_node_as_on_a_local_fol
     assert "bit-identical" in replay.stdout
     fs.invalidate_cache()
     assert fs.glob("lab/replay/*/step.json")
+
+
+def test_the_views_refresh_outlives_objects_removed_between_its_listing_and_its_fetch(endpoint, tmp_path, monkeypatch):
+
+    root = open_root("s3://lab/churn")
+    root.put("run/step-0", b"x" * 4096)
+    monkeypatch.setenv("GLASSLAB_WORK", str(tmp_path / "viewer"))
+    with lab_snapshot("s3://lab/churn", refresh_s=0.01) as view:
+        for step in range(1, 150):  # a run keeping its last checkpoint, as retention does, while the view pulls
+            root.put(f"run/step-{step}", b"x" * 4096)
+            root.call("remove", root.fs.rm_file, root.key(f"run/step-{step - 1}"))
+        root.put("run/done", b"")
+        deadline = time.monotonic() + 20
+        while not (view / "run" / "done").exists():
+            assert time.monotonic() < deadline, "the view stopped refreshing"
+            time.sleep(0.05)
+        assert [t for t in threading.enumerate() if t.name == "lab-view"]
 
 
 def test_serve_on_the_root_shows_a_run_another_node_pushes_while_it_serves(endpoint, tmp_path):
