@@ -130,7 +130,8 @@ def test_eval_command_scores_a_run_and_its_export_the_same_and_above_chance(tmp_
     assert missing.returncode == 2 and "no folder at" in missing.stderr and "Traceback" not in missing.stderr
     bad = run_cli("eval", str(trained), "--tasks", "next_word:web", "--lab", str(lab))
     assert bad.returncode == 2 and "task.domain='web': expected one of" in bad.stderr
-    assert sorted(p.name.split("-")[0] for p in lab.iterdir() if p.is_dir()) == ["eval", "eval", "export", "run"]
+    folders = sorted(p.name.split("-")[0] for p in lab.iterdir() if p.is_dir())
+    assert folders == ["eval", "eval", "events", "export", "run"]  # the steps, and the lab's event log
     # The run's page lists both results: of its checkpoint and of its export.
     listed = run_page(Lab(lab), "run")["links"]["evaluations"]
     assert [(e["kind"], e["step"]) for e in listed] == [("export", 300), ("run", 300)]

@@ -100,6 +100,8 @@ def test_sigkill_of_executor_mid_step_then_rerun_completes(tmp_path):
     rerun = run_cli("run", str(exp), "--lab", str(lab))
     assert rerun.returncode == 0, rerun.stderr
     assert "took over" in rerun.stderr
+    (lost,) = [e for e in track.read_lab_events(lab) if e["kind"] == "node_lost"]  # the dead executor, on the timeline
+    assert lost["subject"] == b.name and lost["severity"] == "incident" and "last heartbeat" in lost["body"]
     assert calls(tmp_path) == ["a ran", "b attempt1", "b attempt2", "c ran", "d ran"]
     record = read_step_record(b)
     assert record["status"] == "succeeded" and record["attempts"] == 2

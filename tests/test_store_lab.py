@@ -6,6 +6,7 @@ for bit the same as the uninterrupted run on a local folder."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -21,7 +22,11 @@ import yaml
 
 from cli_runner import run_cli, start_cli, subprocess_env
 from glasslab.cli import main as cli_main
+from glasslab.errors import UserError
+from glasslab.observatory.lab_scan import Lab
+from glasslab.observatory.run_page import run_page
 from glasslab.store.lease import RootLease
+from glasslab.store.mirror import lab_snapshot, lab_workspace
 from glasslab.store.url import open_root
 from glasslab.track import RunReader
 from glasslab.train import checkpoint as ckpt
@@ -137,7 +142,7 @@ def test_sigkill_on_one_node_resumes_on_another_bit_identical_to_a_local_run(end
     config.write_text(yaml.safe_dump(tiny_run_config(dataset, moe=True, max_steps=32, checkpoint_interval=4)))
     ref = run_cli("train", str(config), "--lab", str(tmp_path / "local"))
     assert ref.returncode == 0, ref.stderr[-3000:]
-    (ref_dir,) = [p for p in (tmp_path / "local").iterdir() if p.is_dir()]
+    (ref_dir,) = [p for p in (tmp_path / "local").iterdir() if (p / "run.json").is_file()]
 
     fs = s3fs.S3FileSystem()
     proc = start_cli("train", str(config), "--lab", "s3://lab/killed", GLASSLAB_WORK=str(tmp_path / "node-a"))
@@ -158,6 +163,13 @@ def test_sigkill_on_one_node_resumes_on_another_bit_identical_to_a_local_run(end
     with RunReader(ref_dir) as a, RunReader(run_b) as b:  # the run store came back from the root
         assert b.scalars("train/loss") == a.scalars("train/loss")  # bit for bit, every step
         assert any(e["kind"] == "resume" for e in b.events())
+    timeline = run_page(Lab(tmp_path / "node-b"), ref_dir.name)["events"]  # the run page's: node_lost, resume
+    (lost,) = [e for e in timeline if e["kind"] == "node_lost"]
+    assert socket.gethostname() in lost["title"] and "last heartbeat" in lost["body"], lost
+    (resumed,) = [e for e in timeline if e["kind"] == "resume"]
+    assert resumed["title"] == f"resumed at step {on_root[-1]}" and resumed["time"] > lost["time"]
+    fs.invalidate_cache()
+    assert len(fs.glob("lab/killed/events/*.db")) == 2  # each node's segment of the lab's log, side by side
     ref_weights = ckpt.load_checkpoint(ckpt.list_checkpoints(ref_dir)[-1][1])["model"]
     weights = ckpt.load_checkpoint(ckpt.list_checkpoints(run_b)[-1][1])["model"]
     assert all(torch.equal(ref_weights[k], weights[k]) for k in ref_weights)
@@ -177,7 +189,7 @@ def test_an_experiment_on_the_root_is_found_done_by_another_node(endpoint, tmp_p
     fs.invalidate_cache()
     records = fs.glob("lab/exp/*/step.json")
     assert len(records) == 2 and all(b'"succeeded"' in fs.cat_file(r) for r in records)
-    assert not fs.glob("lab/exp/*/.lock") and fs.exists("lab/exp/events.db")
+    assert not fs.glob("lab/exp/*/.lock") and len(fs.glob("lab/exp/events/*.db")) == 1
     capsys.readouterr()
     monkeypatch.setenv("GLASSLAB_WORK", str(tmp_path / "node-b"))  # nothing local: all from the root
     assert cli_main(["run", "hello", "--lab", "s3://lab/exp"]) == 0
@@ -231,6 +243,51 @@ def test_a_data_build_on_the_root_lands_whole_and_is_cached_for_another_node(end
     assert cli_main(["data", "build", str(build), "--lab", "s3://lab/data", "--quiet"]) == 0
     assert "built before (cached)" in capsys.readouterr().err
     assert _exit_status(["data", "build", str(build), "--lab", "s3://lab/data", "--out", str(tmp_path / "d")]) == 2
+
+
+NODE_WRITES = """
+import sys, time
+from glasslab.lab import registry
+from glasslab.store.mirror import lab_workspace
+from glasslab.track import log_lab_event
+
+node = sys.argv[1]
+with lab_workspace("s3://lab/shared") as lab:
+    registry.register(lab, f"{node}/hero/loss", metric="eval/macro/loss", point=3.0, low=2.9, high=3.1,
+                      target=f"{node}-hero", source=f"{node}-fit")
+    log_lab_event(lab, "note", f"{node}-hero", f"{node} was here")
+    print("registered", flush=True)
+    if node == "a":
+        time.sleep(600)  # killed here: nothing more is pushed, no command end
+"""
+
+
+def test_two_nodes_register_and_log_into_one_root_and_a_killed_node_loses_nothing(endpoint, tmp_path, monkeypatch):
+    from glasslab.lab import registry
+    from glasslab.track import read_lab_events
+
+    old = {"name": "old/hero/loss", "metric": "eval/macro/loss", "point": 3.5, "low": 3.4, "high": 3.6,
+           "target": "old-hero", "source": "old-fit", "level": 0.9, "registered_at": "2026-01-01T00:00:00Z", "seq": 1}
+    open_root("s3://lab/shared").put("predictions.jsonl", (json.dumps(old) + "\n").encode())  # a lab from before
+    nodes = {}
+    for node in ("a", "b"):
+        env = subprocess_env(GLASSLAB_WORK=str(tmp_path / f"node-{node}"))
+        nodes[node] = subprocess.Popen([sys.executable, "-c", NODE_WRITES, node], env=env, text=True,
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    for proc in nodes.values():
+        assert proc.stdout.readline() == "registered\n", proc.stderr.read()[-3000:]
+    nodes["a"].kill()  # SIGKILL after its registration: no push at a command's end will come
+    assert nodes["b"].wait(timeout=60) == 0 and nodes["a"].wait() == -signal.SIGKILL
+    monkeypatch.setenv("GLASSLAB_WORK", str(tmp_path / "node-c"))
+    with lab_snapshot("s3://lab/shared") as view:  # a third node reads the root
+        names = list(registry.predictions(view))
+        events = {(e["kind"], e["subject"]) for e in read_lab_events(view)}
+    assert names[0] == "old/hero/loss" and sorted(names[1:]) == ["a/hero/loss", "b/hero/loss"]
+    assert {(k, f"{n}-hero") for k in ("prediction_registered", "note") for n in "ab"} <= events
+    with pytest.raises(UserError, match="already registered"):  # the registry each node decides against is the root's
+        with lab_workspace("s3://lab/shared") as lab:
+            registry.register(lab, "a/hero/loss", metric="eval/macro/loss", point=3.05, low=2.9, high=3.1,
+                              target="a-hero", source="c-fit")
 
 
 def _refuse_first_request(upstream: str) -> tuple[socket.socket, str]:
@@ -350,6 +407,23 @@ def test_a_chain_whose_hero_node_dies_finishes_on_another_node_as_on_a_local_fol
     assert fs.glob("lab/replay/*/step.json")
 
 
+def test_the_views_refresh_outlives_objects_removed_between_its_listing_and_its_fetch(endpoint, tmp_path, monkeypatch):
+
+    root = open_root("s3://lab/churn")
+    root.put("run/step-0", b"x" * 4096)
+    monkeypatch.setenv("GLASSLAB_WORK", str(tmp_path / "viewer"))
+    with lab_snapshot("s3://lab/churn", refresh_s=0.01) as view:
+        for step in range(1, 150):  # a run keeping its last checkpoint, as retention does, while the view pulls
+            root.put(f"run/step-{step}", b"x" * 4096)
+            root.call("remove", root.fs.rm_file, root.key(f"run/step-{step - 1}"))
+        root.put("run/done", b"")
+        deadline = time.monotonic() + 20
+        while not (view / "run" / "done").exists():
+            assert time.monotonic() < deadline, "the view stopped refreshing"
+            time.sleep(0.05)
+        assert [t for t in threading.enumerate() if t.name == "lab-view"]
+
+
 def test_serve_on_the_root_shows_a_run_another_node_pushes_while_it_serves(endpoint, tmp_path):
     import httpx
 
@@ -374,7 +448,10 @@ def test_serve_on_the_root_shows_a_run_another_node_pushes_while_it_serves(endpo
         (run_b,) = [p.parent.name for p in (tmp_path / "node-b").glob("*/run.json") if p.parent.name != run_a]
         deadline = time.monotonic() + 30
         while run_b not in httpx.get(f"{url}/api/page/overview", timeout=30).text:
-            assert time.monotonic() < deadline, f"{run_b} never showed up on the served overview"
+            if time.monotonic() > deadline:
+                server.kill()
+                pytest.fail(f"{run_b} never showed up on the served overview; the server said: "
+                            f"{server.communicate()[1][-3000:]}")
             time.sleep(0.2)
         assert (tmp_path / "viewer-view" / run_b / "metrics.db").is_file()  # read from the view, beside the work copy
     finally:

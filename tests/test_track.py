@@ -160,8 +160,8 @@ def test_lab_event_log(tmp_path):
     track.log_lab_event(tmp_path, "step_started", "train-abcd1234", "started")
     track.log_lab_event(tmp_path, "step_failed", "train-abcd1234", "failed", "ValueError: x", "incident")
     events = track.read_lab_events(tmp_path)
-    assert [e["kind"] for e in events] == ["step_started", "step_failed"]
-    assert track.read_lab_events(tmp_path, after_id=events[0]["id"])[0]["body"] == "ValueError: x"
+    assert [(e["id"], e["kind"]) for e in events] == [(1, "step_started"), (2, "step_failed")]
+    assert events[1]["body"] == "ValueError: x"
 
 
 class BrokenSink(track.Sink):

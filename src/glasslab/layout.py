@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import shutil
+import socket
 import subprocess
 import uuid
 from collections.abc import Callable, Iterator
@@ -38,8 +39,12 @@ RESULT_FILE = "result.json"
 """A finished training run's final metrics and counters."""
 METRICS_DB = "metrics.db"
 """A run's SQLite run store (scalars, vectors, events, samples)."""
+LAB_EVENTS_DIR = "events"
+"""The lab-wide event log (step started/succeeded/failed/retried, predictions, a lost node): one SQLite
+segment per node, ``events/<node>.db`` (:func:`lab_events_segment`), written only by that node and read
+merged (``track/lab_events.py``), so nodes that share no disk never overwrite one another's events."""
 LAB_EVENTS_DB = "events.db"
-"""The lab-wide event log at the lab root (step started/succeeded/failed/retried)."""
+"""The lab-wide event log of labs made before the segments: read with them, never written."""
 FIT_FILE = "fit.json"
 """A ladder fit: laws, predicted curve, back-test."""
 REPORT_FILE = "report.json"
@@ -89,9 +94,14 @@ check, every file with its size and sha256); written last, so a folder holding i
 MODEL_CARD = "README.md"
 """A Hugging Face export's model card (the name the Hub shows)."""
 
+PREDICTIONS_DIR = "predictions"
+"""The lab's append-only registry of pre-registered predictions: one file per entry,
+``predictions/<number:08d>.json``, each created once and never rewritten (:func:`create_file_once`, or a
+conditional create on an object store), read in number order (``lab/registry.py`` says what an entry
+holds); it lives at the lab root and outlives ``--force``."""
 PREDICTIONS_FILE = "predictions.jsonl"
-"""The lab's append-only registry of pre-registered predictions, one JSON object per line
-(``lab/registry.py`` says what an entry holds); it lives at the lab root and outlives ``--force``."""
+"""The registry of labs made before :data:`PREDICTIONS_DIR`, one entry per line: read before the entry
+files, never written."""
 
 CARDS_DIR = "cards"
 """Experiment cards at the lab root: ``cards/<experiment>/v<N>.json`` (each stored version of the card,
@@ -193,6 +203,14 @@ def checkpoint_config(path: str | Path) -> dict[str, Any]:
     return config
 
 
+def lab_events_segment(lab_root: str | Path) -> Path:
+    """This node's segment of the lab's event log: named by a hash of the host and the lab folder (the lab
+    itself, or the node's working copy of an object-store lab), so every process of a node shares one file,
+    two nodes never share one, and the name tells no host."""
+    node = hashlib.sha256(f"{socket.gethostname()}:{Path(lab_root).resolve()}".encode()).hexdigest()[:16]
+    return Path(lab_root) / LAB_EVENTS_DIR / f"{node}.db"
+
+
 def card_dir(lab_root: str | Path, experiment: str) -> Path:
     """The folder of experiment ``experiment``'s card versions, runs and notes."""
     if not experiment or "/" in experiment or experiment.startswith("."):
@@ -273,14 +291,36 @@ def remove(path: str | Path) -> None:
         path.unlink(missing_ok=True)
 
 
+def _write_synced(path: Path, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
 def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
     """Write ``data`` to ``path`` atomically (temp file, fsync, rename); returns ``path``."""
     with atomic_path(path) as tmp:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        _write_synced(tmp, data)
     return Path(path)
+
+
+def create_file_once(path: str | Path, data: bytes) -> bool:
+    """Create ``path`` holding ``data`` unless it exists (the local conditional create): the whole file is
+    written under a temp name, then hard-linked to ``path``, which fails when ``path`` exists, so of two
+    writers exactly one succeeds and a reader never sees half a file. False when ``path`` existed."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temp_path(path)
+    try:
+        _write_synced(tmp, data)
+        os.link(tmp, path)
+    except FileExistsError:
+        return False
+    finally:
+        tmp.unlink(missing_ok=True)
+    _fsync_dir(path.parent)
+    return True
 
 
 def put_object_atomic(fs: Any, key: str, data: bytes, *, if_absent: bool = False, **options: Any) -> bool:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from glasslab.layout import FIT_FILE, METRICS_DB, PREDICTIONS_FILE, RESULT_FILE
+from glasslab.layout import FIT_FILE, METRICS_DB, PREDICTIONS_DIR, RESULT_FILE
 
 Source = dict[str, Any]
 
@@ -105,8 +105,9 @@ def run_result(lab_name: str, run_folder: str, key: str) -> Source:
 
 
 def registry_entry(lab_name: str, name: str) -> Source:
-    """A registered prediction: the newest entry called ``name`` in the lab's prediction registry."""
-    path = f"{lab_name}/{PREDICTIONS_FILE}"
+    """A registered prediction: the newest entry called ``name`` in the lab's prediction registry (a folder of
+    one file per entry)."""
+    path = f"{lab_name}/{PREDICTIONS_DIR}/"
     return {"kind": "file", "file": path, "key": name, "text": f"{path}, the newest entry named {name}"}
 
 

@@ -23,7 +23,8 @@ from glasslab.layout import FIT_FILE, METRICS_DB, REPORT_FILE, RESULT_FILE, STEP
 from glasslab.track.lab_events import read_lab_events
 from glasslab.track.reader import RunReader
 
-LAB_INCIDENT_KINDS = ("step_retried", "step_failed", "prediction_replaced", "prediction_refused", "prediction_forced")
+LAB_INCIDENT_KINDS = ("step_retried", "step_failed", "node_lost", "prediction_replaced", "prediction_refused",
+                      "prediction_forced")
 """Lab events about a step that a card lists as incidents."""
 RUN_INCIDENT_KINDS = ("rollback", "spike_skipped", "prediction_out_of_band", "nonfinite", "checkpoint_fallback",
                       "preempted", "resume", "fork", "sink_failed", "note")
@@ -31,7 +32,7 @@ RUN_INCIDENT_KINDS = ("rollback", "spike_skipped", "prediction_out_of_band", "no
 INCIDENT_WORDS = {"rollback": "rollback", "spike_skipped": "spike skipped", "prediction_out_of_band": "out of band",
                   "nonfinite": "non-finite step", "checkpoint_fallback": "checkpoint fallback",
                   "preempted": "preempted", "resume": "resume", "fork": "fork", "sink_failed": "sink failed",
-                  "note": "note", "step_retried": "retry", "step_failed": "failure",
+                  "note": "note", "step_retried": "retry", "step_failed": "failure", "node_lost": "node lost",
                   "prediction_replaced": "prediction replaced", "prediction_refused": "prediction REFUSED by the gate",
                   "prediction_forced": "hero FORCED on a refused fit"}
 

@@ -245,6 +245,8 @@ class Executor:
         history = record.get("history", [])
         if taken and history and history[-1].get("status") == "running":
             history[-1].update(status="failed", error="its executor died (lock taken over)")
+        if taken:
+            self._event("node_lost", node, *_lost_node_words(node.name, taken), severity="incident")
         record = self._base_record(node, code) | {
             "status": "pending", "attempts": record.get("attempts", 0), "history": history,
             "timings": {"created": record.get("timings", {}).get("created", time.time())},
@@ -447,6 +449,16 @@ class Executor:
     def _event(self, kind: str, node: PlannedStep, title: str, body: str = "",
                severity: str = "info") -> None:
         log_lab_event(self.lab_root, kind, subject=node.key, title=title, body=body, severity=severity)
+
+
+def _lost_node_words(name: str, taken: dict[str, Any]) -> tuple[str, str]:
+    """The title and body of a ``node_lost`` event: whose lock ``taken`` (the stale record) was, and when it
+    last beat."""
+    heartbeat = float(taken.get("heartbeat") or 0)
+    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(heartbeat))
+    return (f"{name}: its node was lost ({taken.get('host')}, pid {taken.get('pid')}); taken over here",
+            f"last heartbeat {when}, {time.time() - heartbeat:.0f} s before the takeover; the step starts again "
+            "here and a run resumes from its last checkpoint")
 
 
 def _pickle_config(node: PlannedStep, lab_root: Path) -> bytes:

@@ -115,6 +115,7 @@ class StepLock:
                 if not self.remote.acquire(record):
                     self.mirror.refused_at[self.folder.name] = now
                     return False  # another node holds the step
+                self.taken_over = self.taken_over or self.remote.taken_over
                 self.mirror.pull(self.folder)  # what the last holder pushed (it may have finished the step)
             write_json_atomic(self.path, record)
             return True

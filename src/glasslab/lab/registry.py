@@ -2,9 +2,14 @@
 
 Every number the lab commits to before the run that tests it — the hero's loss from the ladder, a
 task accuracy, an experiment card's expectation — is registered here under a name, with its
-interval, *before* that run starts. The file (``<lab>/predictions.jsonl``, see ``layout``) is only
-ever appended to and lives at the lab root, outside every step folder, so ``glasslab run --force``
-cannot erase what was predicted: re-running the fit appends, it never rewrites.
+interval, *before* that run starts. Each entry is a file of its own, ``<lab>/predictions/<number>.json``
+(see ``layout``), created once under the next number and never rewritten, at the lab root outside every
+step folder, so ``glasslab run --force`` cannot erase what was predicted: re-running the fit adds an
+entry, it never rewrites one. Several nodes may register at once (on an object-store lab the entry is
+created on the root with a conditional create, ``store/lab_records.py``): a node that loses the race for
+a number reads the registry again — the winner may have registered the same name — and decides anew.
+The registry is the entries in number order, after those of ``predictions.jsonl``, the one file of labs
+made before the entry files (read, never written).
 
 Registering a name again with the same numbers is a no-op (a step re-run after a crash). Registering
 it with other numbers is refused unless ``replace=True``; a replacement is kept beside the old entry
@@ -37,7 +42,8 @@ from pathlib import Path
 from typing import Any
 
 from glasslab.errors import UserError
-from glasslab.layout import PREDICTIONS_FILE, append_json_line, code_version, read_json_lines
+from glasslab.layout import PREDICTIONS_DIR, PREDICTIONS_FILE, code_version, json_text, read_json, read_json_lines
+from glasslab.store.lab_records import create_record_once, refresh_records
 from glasslab.track import log_lab_event
 
 COMPARED = ("metric", "point", "low", "high", "level", "target", "kind", "forced")
@@ -67,50 +73,90 @@ def register(lab_root: str | Path, name: str, *, metric: str, point: float, low:
              "level": level, "target": target, "source": source, "details": details or {}, "schema": SCHEMA,
              "kind": kind, "forced": forced, "gate": gate}
     root = Path(lab_root)
-    previous = history(root, name)
-    current = previous[-1] if previous else None
-    if current is not None and all(current.get(k) == entry[k] for k in COMPARED):
-        return current
-    only_forced = current is not None and forced and not current["forced"] and all(
-        current[k] == entry[k] for k in COMPARED if k != "forced")
-    if current is not None and not replace and not only_forced:
-        raise UserError(
-            f"prediction {name!r} is already registered ({_describe(current)}, at {current['registered_at']} "
-            f"by {current['source']}); replacing a pre-registered prediction must be asked for explicitly "
-            "(glasslab run ... --re-register)"
-        )
-    entry.update(registered_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), code=code_version(),
-                 seq=len(previous) + 1, replaces=current["seq"] if current else None)
-    append_json_line(root / PREDICTIONS_FILE, entry)
+    while True:  # again only when another writer took the number: the registry it read has grown since
+        refresh_records(root, PREDICTIONS_DIR)
+        files = _entry_files(root)  # one listing for what is read and the number taken: none is passed over
+        number = files[-1][0] + 1 if files else 1
+        previous = [e for e in _entries(root, files) if e["name"] == name]
+        current = previous[-1] if previous else None
+        if current is not None and all(current.get(k) == entry[k] for k in COMPARED):
+            return current
+        only_forced = current is not None and forced and not current["forced"] and all(
+            current[k] == entry[k] for k in COMPARED if k != "forced")
+        if current is not None and not replace and not only_forced:
+            raise UserError(
+                f"prediction {name!r} is already registered ({_describe(current)}, at {current['registered_at']} "
+                f"by {current['source']}); replacing a pre-registered prediction must be asked for explicitly "
+                "(glasslab run ... --re-register)"
+            )
+        entry.update(registered_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), code=code_version(),
+                     seq=len(previous) + 1, replaces=current["seq"] if current else None)
+        data = json_text(entry, indent=None, allow_nan=False).encode("utf-8")
+        if create_record_once(root, f"{PREDICTIONS_DIR}/{number:08d}.json", data):
+            break
+    _announce(root, entry, current, only_forced)
+    return entry
+
+
+def _announce(root: Path, entry: dict[str, Any], current: dict[str, Any] | None, only_forced: bool) -> None:
+    """The event that says what a new entry is: registered, refused, a result, forced, or a replacement."""
+    name, target = entry["name"], entry["target"]
     if only_forced:
         log_lab_event(root, "prediction_forced", target, f"prediction {name} forced: {_describe(entry)}",
                       body="the registration gate refused this fit; its hero runs anyway (--force-registration)",
                       severity="warning")
     elif current is None:
-        refused = kind == "refusal"
+        refused = entry["kind"] == "refusal"
         event, verb = {"refusal": ("prediction_refused", "refused"), "result": ("hero_result_recorded", "recorded")
-                       }.get(kind, ("prediction_registered", "registered"))
+                       }.get(entry["kind"], ("prediction_registered", "registered"))
         log_lab_event(root, event, target, f"prediction {name} {verb}: {_describe(entry)}",
-                      body="; ".join((gate or {}).get("reasons", [])), severity="warning" if refused else "info")
+                      body="; ".join((entry["gate"] or {}).get("reasons", [])),
+                      severity="warning" if refused else "info")
     else:
         log_lab_event(root, "prediction_replaced", target,
                       f"prediction {name} replaced: {_describe(current)} -> {_describe(entry)}",
-                      body=f"registered by {source}; the replaced entry stays in {PREDICTIONS_FILE}",
+                      body=f"registered by {entry['source']}; the replaced entry stays in {PREDICTIONS_DIR}/",
                       severity="incident")
-    return entry
+
+
+def _entry_files(root: Path) -> list[tuple[int, Path]]:
+    """The registry's entry files as (number, path), in number order (temp names left out)."""
+    found = ((p.stem, p) for p in (root / PREDICTIONS_DIR).glob("*.json"))
+    return sorted((int(stem), p) for stem, p in found if stem.isdigit())
+
+
+def registry_entries(lab_root: str | Path) -> list[dict[str, Any]]:
+    """Every entry of the registry as written, in its canonical order: the old single file's, then the entry
+    files' by number."""
+    root = Path(lab_root)
+    return _read(root, _entry_files(root))
+
+
+def _read(root: Path, files: list[tuple[int, Path]]) -> list[dict[str, Any]]:
+    return [*read_json_lines(root / PREDICTIONS_FILE), *(read_json(p) for _, p in files)]
+
+
+def registry_files(lab_root: str | Path) -> list[Path]:
+    """The files the registry is read from (what a page that shows it depends on)."""
+    root = Path(lab_root)
+    return [root / PREDICTIONS_FILE, *(p for _, p in _entry_files(root))]
+
+
+def _entries(root: Path, files: list[tuple[int, Path]] | None = None) -> list[dict[str, Any]]:
+    """The entries with the fields of schema 2 filled in (``files``: a listing already taken)."""
+    return [{**SCHEMA_1_DEFAULTS, **e} for e in _read(root, _entry_files(root) if files is None else files)]
 
 
 def history(lab_root: str | Path, name: str) -> list[dict[str, Any]]:
     """Every registration of ``name``, oldest first."""
-    return [{**SCHEMA_1_DEFAULTS, **e} for e in read_json_lines(Path(lab_root) / PREDICTIONS_FILE)
-            if e.get("name") == name]
+    return [e for e in _entries(Path(lab_root)) if e.get("name") == name]
 
 
 def predictions(lab_root: str | Path) -> dict[str, dict[str, Any]]:
     """The entry in force for each name (the newest), in order of first registration."""
     latest: dict[str, dict[str, Any]] = {}
-    for entry in read_json_lines(Path(lab_root) / PREDICTIONS_FILE):
-        latest[entry["name"]] = {**SCHEMA_1_DEFAULTS, **entry}
+    for entry in _entries(Path(lab_root)):
+        latest[entry["name"]] = entry
     return latest
 
 

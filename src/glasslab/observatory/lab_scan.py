@@ -23,12 +23,12 @@ from glasslab.layout import (
     BUILD_PROGRESS,
     CARDS_DIR,
     FIT_FILE,
-    LAB_EVENTS_DB,
     METRICS_DB,
     REPORT_FILE,
     RUN_RECORD,
     STEP_RECORD,
 )
+from glasslab.track.lab_events import lab_event_files
 
 SCAN_DEPTH = 2  # <lab>/<step>/ and one level below (a step holding several runs)
 SKIP_DIRS = frozenset({"checkpoints", "tokenizer", "shards", "__pycache__"})
@@ -161,9 +161,6 @@ class Lab:
             self._scanned_at = time.monotonic()
         return self._index
 
-    def events_db(self) -> Path:
-        return self.root / LAB_EVENTS_DB
-
     def signature(self) -> tuple:
         """Changes when any file a page shows changes (for the static exporter and lab-wide ticks)."""
         index = self.index()
@@ -176,7 +173,8 @@ class Lab:
         ):
             for folder_id, folder in folders.items():
                 parts.append((kind, folder_id, tuple(file_stamp(folder / n) for n in names)))
-        parts.append(("events", file_stamp(self.events_db()), file_stamp(Path(f"{self.events_db()}-wal"))))
+        parts += [("events", db.name, file_stamp(db), file_stamp(Path(f"{db}-wal")))
+                  for db in lab_event_files(self.root)]
         # Experiment cards: a new version, run or conclusion changes the overview and the card page.
         parts += [("card", p.as_posix(), file_stamp(p)) for p in sorted((self.root / CARDS_DIR).glob("*/*"))]
         return tuple(parts)

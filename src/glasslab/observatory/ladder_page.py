@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from glasslab import sources
+from glasslab.lab import registry
 from glasslab.lab.registry import gate_status
-from glasslab.layout import CHECKPOINT_LIST, FIT_FILE, PREDICTIONS_FILE, RUN_RECORD, STEP_RECORD, read_json_lines
+from glasslab.layout import CHECKPOINT_LIST, FIT_FILE, RUN_RECORD, STEP_RECORD
 from glasslab.observatory.lab_scan import Lab
 from glasslab.observatory.runs import LOSS_KEY, open_run, planned_steps, run_curve, run_status
 from glasslab.observatory.series import clean, finite
@@ -127,10 +128,10 @@ def law_line(fit: dict[str, Any], hero_flops: float | None) -> list[dict[str, fl
 
 
 def registry_entries(lab: Lab) -> list[dict[str, Any]]:
-    """Every registration in ``<lab>/predictions.jsonl``, newest per name marked ``in_force``, each
-    with its verdict against the run its ``target`` names (by step name or folder)."""
+    """Every registration in the lab's registry (``<lab>/predictions/``), newest per name marked ``in_force``,
+    each with its verdict against the run its ``target`` names (by step name or folder)."""
     try:
-        entries = [e for e in read_json_lines(lab.root / PREDICTIONS_FILE) if isinstance(e, dict)]
+        entries = [e for e in registry.registry_entries(lab.root) if isinstance(e, dict)]
     except (OSError, ValueError):
         return []
     newest = {e.get("name"): i for i, e in enumerate(entries)}

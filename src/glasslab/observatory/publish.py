@@ -24,15 +24,14 @@ from typing import Any
 
 from glasslab.errors import UserError
 from glasslab.lab.card import experiments_in_lab
+from glasslab.lab.registry import registry_files
 from glasslab.layout import (
     BUILD_PROGRESS,
     BUILD_RECORD,
     CARDS_DIR,
     CHECKPOINT_LIST,
     FIT_FILE,
-    LAB_EVENTS_DB,
     METRICS_DB,
-    PREDICTIONS_FILE,
     REPORT_FILE,
     RESULT_FILE,
     RUN_RECORD,
@@ -54,6 +53,7 @@ from glasslab.observatory.run_page import MAX_KEYS_PER_READ, read_run_series, re
 from glasslab.observatory.runs import open_run, planned_steps
 from glasslab.observatory.shell import STATIC_FILES, render_shell, script_json, static_file
 from glasslab.public import Publicizer
+from glasslab.track.lab_events import lab_event_files
 from glasslab.track.step_record import step_record
 
 WATCH_SECONDS = 3.0
@@ -136,11 +136,11 @@ class SiteInputs:
                                       *(f / STEP_RECORD for f in index.steps.values()),
                                       *(f / REPORT_FILE for f in index.reports.values())])
             elif name == "lab_events":
-                stamps = self.stamps([root / LAB_EVENTS_DB, root / f"{LAB_EVENTS_DB}-wal"])
+                stamps = self.stamps(f for db in lab_event_files(root) for f in (db, Path(f"{db}-wal")))
             elif name == "lab":  # what the overview and the card pages add: steps, fits, cards, results
                 jsons = [f / n for f in (*index.steps.values(), *index.fits.values()) for n in (STEP_RECORD, FIT_FILE)]
                 # Cards: every stored version, run and conclusion, and the registry.
-                cards = sorted((root / CARDS_DIR).glob("*/*")) + [root / PREDICTIONS_FILE]
+                cards = sorted((root / CARDS_DIR).glob("*/*")) + registry_files(root)
                 stamps = self.stamps([*jsons, *cards, *(f / RESULT_FILE for f in index.runs.values())])
             else:
                 raise ValueError(name)
@@ -159,7 +159,7 @@ class SiteInputs:
             return (self.stamps([folder / REPORT_FILE, folder / BUILD_PROGRESS, folder / BUILD_RECORD]),
                     tuple(self.run(r) for r in users), self.group("records"))
         if page == "ladder":
-            return (self.stamps([self.index.fits[item_id] / FIT_FILE, self.lab.root / PREDICTIONS_FILE]),
+            return (self.stamps([self.index.fits[item_id] / FIT_FILE, *registry_files(self.lab.root)]),
                     self.group("runs"))
         if page == "compare":
             return self.group("runs")

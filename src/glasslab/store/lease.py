@@ -39,6 +39,9 @@ class RootLease:
         self._is_stale = is_stale or (lambda record: time.time() - float(record.get("heartbeat", 0)) > lease_s)
         self.number: int | None = None
         """The number of the key this owner created, while it holds the lease."""
+        self.taken_over: dict[str, Any] | None = None
+        """The stale holder's record when this owner's last :meth:`acquire` took the lease over (not a
+        released one): the node that was lost, and its last heartbeat."""
 
     def _numbers(self) -> list[int]:
         try:
@@ -83,6 +86,7 @@ class RootLease:
         if not self.root.put(self._key(current + 1), body, if_absent=True):
             return False
         self.number = current + 1
+        self.taken_over = held if held is not None and not held.get("released") else None
         for old in numbers:
             self.root.call("remove an old lease", self.root.fs.rm_file, self.root.key(self._key(old)))
         return True

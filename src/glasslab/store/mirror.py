@@ -9,13 +9,15 @@ files through fsspec:
   different-sized copy of, is fetched (written locally with a temp name and renamed, its time set to
   the object's), so a resume on another node finds the run's checkpoints and run store;
 - **push** at every checkpoint (the trainer's ``on_checkpoint``, for its own run folder) and when a step
-  ends (before its lease is released), and the lab's own files (event log, registry, cards) as the
-  command ends: every file newer than its object is sent with one PUT (atomic: a reader sees the old
-  object or the whole new one). A checkpoint's files go before its manifest and ``step.json`` goes
-  last, so a reader of the root never trusts a partial checkpoint or a step that is not there yet. A
-  SQLite file (``metrics.db``, ``events.db``) is sent as a consistent snapshot (SQLite's online
+  ends (before its lease is released), and the lab's own files (cards, the site) as the command ends:
+  every file newer than its object is sent with one PUT (atomic: a reader sees the old object or the
+  whole new one). A checkpoint's files go before its manifest and ``step.json`` goes last, so a reader
+  of the root never trusts a partial checkpoint or a step that is not there yet. A SQLite file
+  (``metrics.db``, a segment of the event log) is sent as a consistent snapshot (SQLite's online
   backup), never as a file that a writer is changing. A checkpoint folder that retention removed
-  locally is removed from the root by the same push.
+  locally is removed from the root by the same push. The event log and the registry have forms of
+  their own that several nodes write (``lab_records.py``): a push sends only this node's segment of
+  the log, and never a registry entry (each is created on the root).
 
 Node-local files never leave the node: temp names, ``.lock``/``.lock.guard``, SQLite's ``-wal``/``-shm``.
 """
@@ -34,7 +36,17 @@ from pathlib import Path
 from typing import Any
 
 from glasslab.errors import UserError
-from glasslab.layout import CHECKPOINTS_DIR, MANIFEST_FILE, STEP_RECORD, TEMP_PREFIX, move_into_place, temp_path
+from glasslab.layout import (
+    CHECKPOINTS_DIR,
+    LAB_EVENTS_DIR,
+    MANIFEST_FILE,
+    PREDICTIONS_DIR,
+    STEP_RECORD,
+    TEMP_PREFIX,
+    lab_events_segment,
+    move_into_place,
+    temp_path,
+)
 from glasslab.store.lease import LEASE_PREFIX, RootLease
 from glasslab.store.url import MissingObject, ObjectRoot, is_url, local_folder, open_root
 
@@ -84,8 +96,11 @@ class Mirror:
         of files."""
         folder = Path(folder or self.work)
         wanted = {}
+        own_segment = lab_events_segment(self.work)
         for relative, info in self._remote(folder).items():
             local = self.work / relative
+            if local == own_segment and local.is_file():  # only this node writes it: the root's is never newer
+                continue
             if local.is_file() and local.stat().st_size == info["size"] and local.stat().st_mtime >= _mtime(info):
                 continue
             wanted[relative] = (local, temp_path(local), _mtime(info))
@@ -112,7 +127,7 @@ class Mirror:
     def push(self, folder: Path | None = None) -> int:
         """Send every file of step folder ``folder`` newer than its object, in the order that keeps the root
         trustworthy (each group's files at once), and drop the checkpoints retention removed; returns the
-        number sent. Without ``folder``: the lab's own files (event log, registry, cards, site), never a
+        number sent. Without ``folder``: the lab's own files (this node's event log, cards, site), never a
         step folder — those go only from the node that held the step's lock, so a node's stale copy of a
         step another node is running is never sent over the newer one."""
         whole_lab = folder is None
@@ -125,19 +140,25 @@ class Mirror:
             if relative.split("/", 1)[0] in steps:
                 continue
             info = remote.get(relative)
-            if _node_local(relative) or (
+            if _node_local(relative) or self._written_elsewhere(path) or (
                 info is not None and info["size"] == path.stat().st_size and _changed_at(path) <= _mtime(info)
             ):
                 continue
             groups[_push_order(relative)].append(path)
         for group in groups:
-            self._send(group)
+            self.send(group)
         if not whole_lab:
             self._drop_removed_checkpoints(folder, remote)
         return sum(len(g) for g in groups)
 
-    def _send(self, paths: list[Path]) -> None:
-        """One atomic PUT per file, concurrently; a SQLite file as a consistent snapshot."""
+    def _written_elsewhere(self, path: Path) -> bool:
+        """Whether ``path`` reaches the root by another way than a push (``store/lab_records.py``): a registry
+        entry (created on the root itself), or another node's segment of the event log (never sent from here)."""
+        top = path.relative_to(self.work).parts[0]
+        return top == PREDICTIONS_DIR or (top == LAB_EVENTS_DIR and path != lab_events_segment(self.work))
+
+    def send(self, paths: list[Path]) -> None:
+        """One atomic PUT per file of the working copy, concurrently; a SQLite file as a consistent snapshot."""
         key = {p: self.root.key(p.relative_to(self.work).as_posix()) for p in paths}
         databases = [p for p in paths if p.name.endswith(SQLITE_SUFFIXES)]
         files = [p for p in paths if p not in databases]

@@ -1,7 +1,11 @@
-"""The lab-wide event log, ``<lab>/events.db``: step started/succeeded/failed/retried and lab notes.
+"""The lab-wide event log: step started/succeeded/failed/retried, predictions, a lost node, lab notes.
 
-Many processes (executors, steps, ``glasslab note``) append to it; SQLite in WAL mode with a busy
-timeout serialises their short writes. The observatory reads it to draw the lab's timeline.
+Each node writes its own SQLite segment, ``<lab>/events/<node>.db`` (``layout.lab_events_segment``): the
+processes of one node append to it (WAL mode with a busy timeout serialises their short writes), and no
+other node ever writes it, so on an object-store lab a node's segment is pushed to the root after every
+event (``store/lab_records.py``) without overwriting anyone's. Readers merge every segment, and the single
+``events.db`` of labs made before the segments, in time order. The observatory draws the lab's timeline
+from it.
 """
 
 from __future__ import annotations
@@ -11,7 +15,8 @@ import socket
 import time
 from pathlib import Path
 
-from glasslab.layout import LAB_EVENTS_DB
+from glasslab.layout import LAB_EVENTS_DB, LAB_EVENTS_DIR, lab_events_segment
+from glasslab.store.lab_records import push_own_segment
 from glasslab.track.store import check_event, connect
 
 SCHEMA = """
@@ -20,17 +25,18 @@ CREATE TABLE IF NOT EXISTS events(
     severity TEXT NOT NULL, subject TEXT NOT NULL, title TEXT NOT NULL, body TEXT NOT NULL DEFAULT '',
     host TEXT NOT NULL, pid INTEGER NOT NULL);
 """
-FIELDS = ("id", "time", "kind", "severity", "subject", "title", "body", "host", "pid")
+FIELDS = ("time", "kind", "severity", "subject", "title", "body", "host", "pid")
 
 
 def log_lab_event(
     lab_root: str | Path, kind: str, subject: str, title: str, body: str = "", severity: str = "info"
 ) -> None:
-    """Append one event about ``subject`` (a step folder name or run id) to the lab's log."""
+    """Append one event about ``subject`` (a step folder name or run id) to this node's segment of the log
+    (and, on an object-store lab, send the segment to the root)."""
     check_event(kind, severity)
-    lab_root = Path(lab_root)
-    lab_root.mkdir(parents=True, exist_ok=True)
-    conn = connect(lab_root / LAB_EVENTS_DB, schema=SCHEMA)
+    segment = lab_events_segment(lab_root)
+    segment.parent.mkdir(parents=True, exist_ok=True)
+    conn = connect(segment, schema=SCHEMA)
     try:
         conn.execute(
             "INSERT INTO events(time, kind, severity, subject, title, body, host, pid) VALUES (?,?,?,?,?,?,?,?)",
@@ -38,16 +44,26 @@ def log_lab_event(
         )
     finally:
         conn.close()
+    push_own_segment(lab_root)
 
 
-def read_lab_events(lab_root: str | Path, after_id: int = 0) -> list[dict]:
-    """Events after ``after_id`` in order; an empty list when the lab has none yet."""
-    path = Path(lab_root) / LAB_EVENTS_DB
-    if not path.is_file():
-        return []
-    conn = connect(path, readonly=True)
-    try:
-        rows = conn.execute(f"SELECT {', '.join(FIELDS)} FROM events WHERE id>? ORDER BY id", (after_id,))
-        return [dict(zip(FIELDS, r, strict=True)) for r in rows.fetchall()]
-    finally:
-        conn.close()
+def lab_event_files(lab_root: str | Path) -> list[Path]:
+    """The files the lab's log is read from: the old single ``events.db`` when there is one, then every
+    node's segment (by name)."""
+    root = Path(lab_root)
+    old = [root / LAB_EVENTS_DB] if (root / LAB_EVENTS_DB).is_file() else []
+    return old + sorted((root / LAB_EVENTS_DIR).glob("*.db"))
+
+
+def read_lab_events(lab_root: str | Path) -> list[dict]:
+    """Every event of every node in time order (ties: by file, then as written), each with ``id`` its place
+    in that order (1, 2, …); an empty list when the lab has none yet."""
+    events = []
+    for number, path in enumerate(lab_event_files(lab_root)):
+        conn = connect(path, readonly=True)
+        try:
+            rows = conn.execute(f"SELECT id, {', '.join(FIELDS)} FROM events ORDER BY id").fetchall()
+        finally:
+            conn.close()
+        events += [(row[1], number, row[0], dict(zip(FIELDS, row[1:], strict=True))) for row in rows]
+    return [{"id": i, **event} for i, (*_, event) in enumerate(sorted(events, key=lambda e: e[:3]), start=1)]

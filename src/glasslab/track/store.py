@@ -35,7 +35,7 @@ LEASE_STALE_SECONDS = 120.0
 EVENT_KINDS = frozenset(
     "note resume fork checkpoint_fallback spike_skipped rollback nonfinite preempted mixture_phase "
     "prediction_out_of_band sink_failed step_started step_succeeded step_failed step_retried prediction_registered "
-    "prediction_replaced prediction_refused prediction_forced hero_result_recorded export".split()
+    "prediction_replaced prediction_refused prediction_forced hero_result_recorded export node_lost".split()
 )
 SEVERITIES = ("info", "warning", "incident")
 

@@ -201,7 +201,7 @@
 
   function registrySection(entries) {
     if (!entries || !entries.length) {
-      section("Registered predictions", el("p", { class: "muted" }, "The lab's registry (predictions.jsonl) is empty."));
+      section("Registered predictions", el("p", { class: "muted" }, "The lab's registry (predictions/) is empty."));
       return;
     }
     const replacedBy = {};

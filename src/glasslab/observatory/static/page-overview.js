@@ -9,7 +9,7 @@
   const INCIDENT_WORDS = {
     rollback: ["rollback", "rollbacks"], prediction_out_of_band: ["out of band", "out of band"],
     spike_skipped: ["spike skipped", "spikes skipped"], step_retried: ["retry", "retries"],
-    step_failed: ["failure", "failures"], nonfinite: ["non-finite step", "non-finite steps"],
+    step_failed: ["failure", "failures"], node_lost: ["node lost", "nodes lost"], nonfinite: ["non-finite step", "non-finite steps"],
     checkpoint_fallback: ["checkpoint fallback", "checkpoint fallbacks"], preempted: ["preemption", "preemptions"],
     prediction_replaced: ["prediction replaced", "predictions replaced"], sink_failed: ["sink failure", "sink failures"],
   };
