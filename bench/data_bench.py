@@ -617,7 +617,9 @@ def stage_accounting(ones: list[dict], manys: list[dict], workers: int) -> tuple
     cpu_n = sum(row["cpu_n"] for row in rows) + serial_n
     groups = concurrent(manys[0])
     span = sum(group_span([r for r in rows if r["stage"] in group], workers) for group in groups) + serial_n
+    one_by_one = sum(row["span_n"] for row in rows) + serial_n  # every stage after the one before
     build = {"cpu_1": cpu_1, "cpu_n": cpu_n, "span_n": span, "serial_n": serial_n, "bound": cpu_1 / span,
+             "bound_one_by_one": cpu_1 / one_by_one,
              "together": set().union(*(group for group in groups if len(group) > 1)),
              "parallel_fraction": (1 - span / cpu_n) / (1 - 1 / workers),
              "driver_after_cpu_s": statistics.median(r["driver_after"]["cpu_s"] for r in manys),
@@ -647,7 +649,8 @@ def print_accounting(rows: list[dict], build: dict, workers: int, control: float
     print(f"data_build_cpu_parallel_fraction_{n}_workers: {build['parallel_fraction']:.2f}  (share of the {n}-worker "
           f"build's CPU seconds that can run {n} at once, Amdahl; load-independent)")
     print(f"data_build_cpu_scaling_bound_{n}_workers: {build['bound']:.2f}  (1-worker CPU seconds over the {n}-worker "
-          f"span: what {n} idle cores could give this build; load-independent)")
+          f"span: what {n} idle cores could give this build; load-independent; {build['bound_one_by_one']:.2f} with "
+          f"every stage after the one before)")
 
 
 def start_ray(workers: int) -> bool:
