@@ -13,7 +13,7 @@ Everything is measured side by side in one run, on a real corpus nobody here wro
    CPU with 1 and N workers, the longest task, the span its tasks need on N idle cores, what the pool adds
    around them, the driver's time alone before it, and its measured scaling beside the CPU-bound control;
    for the build, the share of its CPU that can run N at once and the scaling that allows — figures a
-   loaded machine does not change.
+   loaded machine moves far less than wall times.
 2. datatrove, stage by stage on identical inputs: the corpus as JSONL files of at most 4 MB (one task
    each on both sides), each stage fed all of it — Gopher quality + repetition filters (our ``prose``
    rules: the same thresholds, the same whitespace words), exact dedup, MinHash near-dedup (the same
@@ -594,7 +594,8 @@ def stage_accounting(ones: list[dict], manys: list[dict], workers: int) -> tuple
     before the stage, wall seconds with 1 and ``workers``. Then the build: its CPU seconds with 1 worker, its
     span on ``workers`` (the stages' spans, stages run at once as one group, and the driver's serial CPU
     seconds), the bound that gives, and the share of the CPU that can run ``workers`` at once (Amdahl). CPU
-    seconds do not grow with the machine's load, so neither do these figures."""
+    seconds move far less with the machine's load than wall times (caches shared with other processes still
+    inflate them some)."""
     rows = []
     for stage in (s["stage"] for s in manys[0]["stages"]):
         tasks_cpu = [_stage(r, stage)["task_cpu_s"] for r in manys]
@@ -647,9 +648,9 @@ def print_accounting(rows: list[dict], build: dict, workers: int, control: float
           f"{build['serial_n']:.2f} s; the build: {build['cpu_1']:.2f} s of CPU with 1 worker, {build['cpu_n']:.2f} "
           f"with {n}, a span of {build['span_n']:.2f} s on {n} idle cores; a CPU-bound loop's scaling: {control:.2f}")
     print(f"data_build_cpu_parallel_fraction_{n}_workers: {build['parallel_fraction']:.2f}  (share of the {n}-worker "
-          f"build's CPU seconds that can run {n} at once, Amdahl; load-independent)")
+          f"build's CPU seconds that can run {n} at once, Amdahl; from CPU seconds, not wall time)")
     print(f"data_build_cpu_scaling_bound_{n}_workers: {build['bound']:.2f}  (1-worker CPU seconds over the {n}-worker "
-          f"span: what {n} idle cores could give this build; load-independent; {build['bound_one_by_one']:.2f} with "
+          f"span: what {n} idle cores could give this build; {build['bound_one_by_one']:.2f} with "
           f"every stage after the one before)")
 
 

@@ -27,8 +27,8 @@ line.
 Every task is accounted (``build.json``'s ``stages``, :class:`~glasslab.data.progress.StageStats`): its CPU
 seconds inside the worker (``time.process_time``, the tokenizer's own threads included), its wall seconds,
 and the time the pool added around it (starting the worker, pickling the call and its result, the pipe).
-CPU seconds do not depend on how loaded the machine is, so they say how much of a stage several workers
-can share whatever the load (``bench/data_bench.py``).
+CPU seconds move far less than wall times with the machine's load, so they say how much of a stage several
+workers can share even on a busy machine (``bench/data_bench.py``).
 """
 
 from __future__ import annotations
