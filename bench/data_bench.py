@@ -8,7 +8,12 @@ Everything is measured side by side in one run, on a real corpus nobody here wro
    (started before the clock): MB/s of input per core, the 2-worker speed-up (it needs 2 idle cores:
    the load average is printed beside it), Ray's throughput over processes', and each stage's MB/s per
    core. The three builds run interleaved (1, 2, Ray, 1, 2, Ray … over ``--repeats`` rounds; each ratio is
-   the median of the rounds' ratios, printed with its spread) and must give the same manifest hash.
+   the median of the rounds' ratios, printed with its spread) and must give the same manifest hash. Then
+   where the workers lose, from the CPU seconds of every task (``build.json``): per stage its tasks, their
+   CPU with 1 and N workers, the longest task, the span its tasks need on N idle cores, what the pool adds
+   around them, the driver's time alone before it, and its measured scaling beside the CPU-bound control;
+   for the build, the share of its CPU that can run N at once and the scaling that allows — figures a
+   loaded machine moves far less than wall times.
 2. datatrove, stage by stage on identical inputs: the corpus as JSONL files of at most 4 MB (one task
    each on both sides), each stage fed all of it — Gopher quality + repetition filters (our ``prose``
    rules: the same thresholds, the same whitespace words), exact dedup, MinHash near-dedup (the same
@@ -25,7 +30,9 @@ Everything is measured side by side in one run, on a real corpus nobody here wro
    ``--scale``x: bounded memory means the same peak.
 5. The demo's data build, end to end (its seconds are quoted in the docs).
 
-Run: ``python bench/data_bench.py [--corpus DIR] [--max-mb N] [--datatrove-python PATH]``. ``--smoke`` (2 MB
+Run: ``python bench/data_bench.py [--corpus DIR] [--max-mb N] [--datatrove-python PATH]``. ``--baseline
+SRC`` (another checkout's ``src/``) runs section 1 only, every build in a fresh process, with SRC's sources and
+ours interleaved (1 and N workers each): before and after in one run. ``--smoke`` (2 MB
 of the corpus, 1 round, a tiny planted corpus, 0.3 MB x 10 for memory, the quick demo data) only checks that the
 bench still runs, and never needs datatrove.
 """
@@ -342,7 +349,7 @@ def timed_build(cfg, out: Path) -> tuple[float, dict, str]:
     start = time.perf_counter()
     build_dataset(cfg, out)
     seconds = time.perf_counter() - start
-    record = json.loads((out / "build.json").read_text())
+    record = {**json.loads((out / "build.json").read_text()), "bench_wall_s": seconds}
     return seconds, record, manifest_hash(out)
 
 
@@ -405,7 +412,7 @@ def our_stage_seconds(inputs: Path, work: Path, workers: int) -> dict[str, float
     build.dedup()
     build.survivors()
     build.choose_eval()
-    build.overlap()
+    build.overlap_and_tokenizer()
     build.tokenize()
     out["tokenize"] = seconds(status, ("tokenize", "assemble"))
     out["tokenizer_json"] = str(next((work / "tokenize").glob("tokenizer/*/tokenizer/tokenizer.json")))
@@ -441,17 +448,19 @@ def machine_scaling(n: int = 10_000_000) -> float:
 
 
 def build_rounds(corpus: Path, max_bytes: int, workers: int, repeats: int, work: Path,
-                 with_ray: bool) -> tuple[dict[str, list[float]], dict, float]:
+                 with_ray: bool) -> tuple[dict[str, list[float]], dict[str, list[dict]], float]:
     """The build end to end with 1 worker (in this process, so its CPU time is this process's), ``workers``
     worker processes and, ``with_ray``, as many Ray tasks, interleaved ``repeats`` times (bench/interleave.py);
-    every build must give the same dataset. Returns each side's seconds by round, the 1-worker build's
-    record (build.json) and its median CPU seconds."""
-    records, hashes, cpu = {}, set(), {}
+    every build must give the same dataset. Returns each side's seconds by round, each side's records
+    (build.json) by round and the 1-worker build's median CPU seconds."""
+    records: dict[str, list[dict]] = {}
+    hashes, cpu = set(), {}
 
     def side(name: str, **kwargs) -> Callable[[], float]:
         def seconds() -> float:
             before = resource.getrusage(resource.RUSAGE_SELF)
-            wall, records[name], digest = timed_build(corpus_config(corpus, max_bytes, **kwargs), work / name)
+            wall, record, digest = timed_build(corpus_config(corpus, max_bytes, **kwargs), work / name)
+            records.setdefault(name, []).append(record)
             after = resource.getrusage(resource.RUSAGE_SELF)
             cpu.setdefault(name, []).append((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime))
             hashes.add(digest)
@@ -463,7 +472,186 @@ def build_rounds(corpus: Path, max_bytes: int, workers: int, repeats: int, work:
         sides["ray"] = side("ray", num_workers=workers, backend="ray")
     rounds = interleaved(sides, repeats)
     assert len(hashes) == 1, f"the builds ({', '.join(sides)}) built {len(hashes)} different datasets"
-    return rounds, records["one"], statistics.median(cpu["one"])
+    return rounds, records, statistics.median(cpu["one"])
+
+
+# --- before/after: builds in fresh processes, our sources against a baseline's --------------------------------
+
+
+def build_child(src: str, corpus: str, max_bytes: int, workers: int, out: str) -> None:
+    """Build the corpus with the glasslab sources in ``src`` and print the wall seconds, the manifest hash and
+    build.json as JSON."""
+    sys.path.insert(0, src)
+    seconds, record, digest = timed_build(corpus_config(Path(corpus), max_bytes, num_workers=workers), Path(out))
+    print(json.dumps({"seconds": seconds, "hash": digest, "record": record}))
+
+
+def baseline_rounds(corpus: Path, max_bytes: int, workers: int, repeats: int, work: Path,
+                    baseline: Path) -> tuple[dict[str, list[float]], dict[str, list[dict]], dict[str, set]]:
+    """The build with 1 and ``workers`` workers, with our sources and with ``baseline``'s, each in a fresh
+    process, interleaved ``repeats`` times. Returns each side's seconds and records by round, and its hashes."""
+    records: dict[str, list[dict]] = {}
+    hashes: dict[str, set] = {}
+
+    def side(name: str, src: Path, n: int) -> Callable[[], float]:
+        def seconds() -> float:
+            command = [sys.executable, __file__, "--build-child", str(src), str(corpus), str(max_bytes), str(n),
+                       str(work / name)]
+            done = subprocess.run(command, capture_output=True, text=True)
+            if done.returncode != 0:
+                raise SystemExit(f"build {name} failed:\n{done.stderr[-3000:]}")
+            result = json.loads(done.stdout.strip().splitlines()[-1])
+            records.setdefault(name, []).append(result["record"])
+            hashes.setdefault(name[: name.index("_")], set()).add(result["hash"])
+            return result["seconds"]
+        return seconds
+
+    sides = {"base_one": side("base_one", baseline, 1), "base_many": side("base_many", baseline, workers),
+             "ours_one": side("ours_one", SRC, 1), "ours_many": side("ours_many", SRC, workers)}
+    return interleaved(sides, repeats), records, hashes
+
+
+def run_baseline(args: argparse.Namespace) -> None:
+    """``--baseline SRC``: section 1 only, before (SRC) and after (ours) in one interleaved run."""
+    max_bytes = int(args.max_mb * 1e6)
+    tmp = Path(tempfile.mkdtemp(prefix="data_bench_"))
+    files = python_files(Path(args.corpus), max_bytes)
+    n = args.workers
+    print(f"corpus {args.corpus}: {len(files)} files, {sum(p.stat().st_size for p in files) / 1e6:.1f} MB; "
+          f"workers={n} cpus={os.cpu_count()} baseline={args.baseline} load={loadavg()}")
+    control = machine_scaling()
+    rounds, records, hashes = baseline_rounds(Path(args.corpus), max_bytes, n, args.repeats, tmp,
+                                              Path(args.baseline))
+    for name, seconds in rounds.items():
+        print(f"{name}: {headline(seconds, 'seconds')}")
+    print(f"manifest hashes: baseline {sorted(h[:12] for h in hashes['base'])}, ours "
+          f"{sorted(h[:12] for h in hashes['ours'])}")
+    assert all(len(h) == 1 for h in hashes.values()), "1 and N workers built different datasets"
+    stages = [s["stage"] for s in records["ours_many"][0]["stages"]]
+    print("stage wall seconds (medians), baseline 1w/Nw -> ours 1w/Nw: " + ", ".join(
+        f"{st} " + "/".join(f"{_median_of(records[side], st, 'seconds'):.2f}" if any(
+            s["stage"] == st for s in records[side][0]["stages"]) else "-" for side in rounds) for st in stages))
+    print_accounting(*stage_accounting(records["ours_one"], records["ours_many"], n), n, control)
+    print(f"baseline data_build_scaling_{n}_workers: "
+          f"{headline(paired_ratios(rounds['base_one'], rounds['base_many']), 'before')}")
+    print(f"data_build_scaling_{n}_workers: "
+          f"{headline(paired_ratios(rounds['ours_one'], rounds['ours_many']), 'after')}")
+    print(f"{n}-worker build, baseline seconds over ours: "
+          f"{headline(paired_ratios(rounds['base_many'], rounds['ours_many']), 'above 1: faster after')}")
+    print(f"1-worker build, baseline seconds over ours: "
+          f"{headline(paired_ratios(rounds['base_one'], rounds['ours_one']), 'above 1: faster after')}")
+    print(f"load average (1/5/15 min) at the end: {loadavg()}; a CPU-bound loop's 2-process speed-up before: "
+          f"{control:.2f}, after: {machine_scaling():.2f}")
+    shutil.rmtree(tmp)
+
+
+# --- where the workers lose: each stage's tasks by their CPU seconds (build.json's stages) ------------------
+
+
+def fifo_span(task_cpu_s: list[float], workers: int) -> float:
+    """Seconds ``workers`` idle cores would take over tasks of these CPU seconds, each task handed in turn to the
+    first free worker (as the task runner hands them out)."""
+    ends = [0.0] * workers
+    for cpu in task_cpu_s:
+        ends[ends.index(min(ends))] += cpu
+    return max(ends)
+
+
+def concurrent(record: dict) -> list[set[str]]:
+    """The build's stages in groups that ran at the same time (their wall-clock intervals overlap), in order."""
+    groups: list[tuple[set[str], float]] = []
+    for stage in sorted(record["stages"], key=lambda s: s["started"]):
+        end = stage["started"] + stage["seconds"]
+        if groups and stage["started"] < groups[-1][1]:
+            groups[-1] = (groups[-1][0] | {stage["stage"]}, max(groups[-1][1], end))
+        else:
+            groups.append(({stage["stage"]}, end))
+    return [names for names, _ in groups]
+
+
+def group_span(rows: list[dict], workers: int) -> float:
+    """Seconds a group of stages run at once needs on ``workers`` idle cores, at least: all its CPU shared out,
+    and no less than its longest chain (a stage's span after the stages it waits for)."""
+    def chain(row: dict) -> float:
+        return row["span_n"] + max((chain(r) for r in rows if r["stage"] in row["after"]), default=0.0)
+
+    return max(sum(r["cpu_n"] for r in rows) / workers, max(chain(r) for r in rows)) if rows else 0.0
+
+
+def _median_of(records: list[dict], stage: str, field: str) -> float:
+    return statistics.median(next(s for s in r["stages"] if s["stage"] == stage)[field] for r in records)
+
+
+def _stage(record: dict, name: str) -> dict:
+    return next(s for s in record["stages"] if s["stage"] == name)
+
+
+def stage_accounting(ones: list[dict], manys: list[dict], workers: int) -> tuple[list[dict], dict]:
+    """Per stage (medians over the rounds' build.json): tasks, CPU seconds of its tasks with 1 worker and with
+    ``workers``, the longest task's CPU seconds, the span its tasks' CPU seconds need on ``workers`` idle
+    cores, the smallest task's CPU (a bound on what a task costs whatever its size: starting, reading its
+    inputs), the pool's seconds around the tasks, the driver's CPU seconds alone
+    before the stage, wall seconds with 1 and ``workers``. Then the build: its CPU seconds with 1 worker, its
+    span on ``workers`` (the stages' spans, stages run at once as one group, and the driver's serial CPU
+    seconds), the bound that gives, and the share of the CPU that can run ``workers`` at once (Amdahl). CPU
+    seconds move far less with the machine's load than wall times (caches shared with other processes still
+    inflate them some)."""
+    rows = []
+    for stage in (s["stage"] for s in manys[0]["stages"]):
+        tasks_cpu = [_stage(r, stage)["task_cpu_s"] for r in manys]
+        rows.append({"stage": stage, "tasks": _stage(manys[0], stage)["tasks"],
+                     "after": _stage(manys[0], stage).get("after", []),
+                     "cpu_1": _median_of(ones, stage, "cpu_s"), "cpu_n": _median_of(manys, stage, "cpu_s"),
+                     "longest_s": statistics.median(max(cpu, default=0.0) for cpu in tasks_cpu),
+                     "span_n": statistics.median(fifo_span(cpu, workers) for cpu in tasks_cpu),
+                     "dispatch_s": _median_of(manys, stage, "dispatch_s"),
+                     "smallest_ms": 1000 * statistics.median(min(cpu, default=0.0) for cpu in tasks_cpu),
+                     "driver_cpu_s": _median_of(manys, stage, "driver_before_cpu_s"),
+                     "wall_1": _median_of(ones, stage, "seconds"), "wall_n": _median_of(manys, stage, "seconds")})
+
+    def driver_cpu(records: list[dict]) -> float:
+        return statistics.median(r["driver_after"]["cpu_s"] + sum(s["driver_before_cpu_s"] for s in r["stages"])
+                                 for r in records)
+
+    serial_n = driver_cpu(manys)
+    cpu_1 = sum(row["cpu_1"] for row in rows) + driver_cpu(ones)
+    cpu_n = sum(row["cpu_n"] for row in rows) + serial_n
+    groups = concurrent(manys[0])
+    span = sum(group_span([r for r in rows if r["stage"] in group], workers) for group in groups) + serial_n
+    one_by_one = sum(row["span_n"] for row in rows) + serial_n  # every stage after the one before
+    build = {"cpu_1": cpu_1, "cpu_n": cpu_n, "span_n": span, "serial_n": serial_n, "bound": cpu_1 / span,
+             "bound_one_by_one": cpu_1 / one_by_one,
+             "together": set().union(*(group for group in groups if len(group) > 1)),
+             "parallel_fraction": (1 - span / cpu_n) / (1 - 1 / workers),
+             "driver_after_cpu_s": statistics.median(r["driver_after"]["cpu_s"] for r in manys),
+             "outside_s": statistics.median(r["bench_wall_s"] - r["timings"]["total_s"] for r in manys)}
+    return rows, build
+
+
+def print_accounting(rows: list[dict], build: dict, workers: int, control: float) -> None:
+    """The table of :func:`stage_accounting`, each stage's measured scaling beside the CPU-bound control's."""
+    n = workers
+    print(f"where {n} workers lose (CPU seconds inside each task; medians over the rounds; spans on {n} idle cores):")
+    print(f"  {'stage':<13} {'tasks':>5} {'cpu 1w':>7} {f'cpu {n}w':>7} {'longest':>7} {f'span {n}w':>7} "
+          f"{'bound':>5} {'min ms':>7} {'pool s':>6} {'driver':>6} {'wall 1w':>7} {f'wall {n}w':>7} {'scaling':>7}")
+    for r in rows:
+        bound = r["cpu_1"] / r["span_n"] if r["span_n"] else float("nan")
+        scaling = r["wall_1"] / r["wall_n"] if r["wall_n"] else float("nan")
+        name = r["stage"] + ("*" if r["stage"] in build["together"] else "")
+        print(f"  {name:<13} {r['tasks']:>5} {r['cpu_1']:>7.2f} {r['cpu_n']:>7.2f} {r['longest_s']:>7.2f} "
+              f"{r['span_n']:>7.2f} {bound:>5.2f} {r['smallest_ms']:>7.1f} {r['dispatch_s']:>6.2f} "
+              f"{r['driver_cpu_s']:>6.2f} {r['wall_1']:>7.2f} {r['wall_n']:>7.2f} {scaling:>7.2f}")
+    if build["together"]:
+        print("  * ran at the same time (their wall seconds overlap; the build's span counts them as one group)")
+    print(f"  driver after the last stage (shards' folder, manifest, report): {build['driver_after_cpu_s']:.2f} s of "
+          f"CPU (then {build['outside_s']:.2f} s of wall moving the dataset into place); the driver alone in all: "
+          f"{build['serial_n']:.2f} s; the build: {build['cpu_1']:.2f} s of CPU with 1 worker, {build['cpu_n']:.2f} "
+          f"with {n}, a span of {build['span_n']:.2f} s on {n} idle cores; a CPU-bound loop's scaling: {control:.2f}")
+    print(f"data_build_cpu_parallel_fraction_{n}_workers: {build['parallel_fraction']:.2f}  (share of the {n}-worker "
+          f"build's CPU seconds that can run {n} at once, Amdahl; from CPU seconds, not wall time)")
+    print(f"data_build_cpu_scaling_bound_{n}_workers: {build['bound']:.2f}  (1-worker CPU seconds over the {n}-worker "
+          f"span: what {n} idle cores could give this build; {build['bound_one_by_one']:.2f} with "
+          f"every stage after the one before)")
 
 
 def start_ray(workers: int) -> bool:
@@ -517,8 +705,16 @@ def main() -> None:
                         help="interleaved rounds of each side of a ratio (the headline is their median)")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, 1 round: check that the bench runs")
     parser.add_argument("--datatrove-child", nargs=7, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--baseline", default="",
+                        help="a glasslab src/ folder (e.g. main's): run only the end-to-end builds, each with 1 and "
+                             "--workers workers, with those sources and ours, in fresh processes, interleaved")
     parser.add_argument("--rss-child", nargs=3, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--build-child", nargs=5, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.build_child:
+        src, corpus, max_bytes, workers, out = args.build_child
+        build_child(src, corpus, int(max_bytes), int(workers), out)
+        return
     if args.datatrove_child:
         stage, inputs, work, workers, tokenizer, bands, rows = args.datatrove_child
         datatrove_child(stage, inputs, work, int(workers), tokenizer, int(bands), int(rows))
@@ -529,7 +725,7 @@ def main() -> None:
     if args.smoke:
         args.repeats = 1  # the smoke checks that the bench runs: a second round of 3 builds would add ~10 s
     with LoadWatch():
-        run_bench(args)
+        run_baseline(args) if args.baseline else run_bench(args)
 
 
 def run_bench(args: argparse.Namespace) -> None:
@@ -548,7 +744,8 @@ def run_bench(args: argparse.Namespace) -> None:
     # 1. End to end: 1 worker, N workers, Ray, interleaved.
     load_before, control_before = loadavg(), machine_scaling(2_000_000 if args.smoke else 10_000_000)
     with_ray = start_ray(args.workers)
-    rounds, one, one_cpu_s = build_rounds(corpus, max_bytes, args.workers, args.repeats, tmp, with_ray)
+    rounds, records, one_cpu_s = build_rounds(corpus, max_bytes, args.workers, args.repeats, tmp, with_ray)
+    one = records["one"][-1]
     if with_ray:
         import ray
 
@@ -562,6 +759,7 @@ def run_bench(args: argparse.Namespace) -> None:
     print("stages, 1 worker (MB/s of each stage's input): " + ", ".join(
         f"{s['stage']}={s['mb_per_s']:.1f}" for s in one["stages"]))
     print("funnel: " + ", ".join(f"{f['stage']} {f['documents']}/{f['bytes'] / 1e6:.1f}MB" for f in one["funnel"]))
+    print_accounting(*stage_accounting(records["one"], records["many"], args.workers), args.workers, control_before)
 
     # 2. datatrove stage by stage, interleaved with ours.
     inputs = tmp / "jsonl"

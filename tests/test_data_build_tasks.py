@@ -47,6 +47,19 @@ def test_three_workers_and_small_tasks_build_the_same_dataset(reference, tmp_pat
     assert manifest_hash(three) == expected and (three / REPORT_FILE).read_bytes() == report
     record = json.loads((three / BUILD_RECORD).read_text())
     assert record["workers"] == 3 and record["backend"] == "local" and record["reruns"] == []
+    # Every task that ran is accounted, with the CPU seconds it used in its worker process (not the driver's).
+    accounted = {s["stage"]: s for s in record["stages"]}
+    # The n-gram counts run beside the tokenizer's one task: they start before it ends.
+    tokenizer, ngrams = accounted["tokenizer"], accounted["ngrams"]
+    assert tokenizer["tasks"] == 1 and ngrams["started"] < tokenizer["started"] + tokenizer["seconds"]
+    for stage in record["stages"]:
+        assert len(stage["task_cpu_s"]) == stage["tasks"], stage["stage"]
+        assert 0 <= stage["longest_task_s"] <= stage["seconds"] and stage["dispatch_s"] >= 0
+        assert stage["driver_before_s"] >= stage["driver_before_cpu_s"] * 0.5 >= 0
+    inline = {s["stage"]: s for s in json.loads((tmp / "ds" / BUILD_RECORD).read_text())["stages"]}
+    for name in ("read", "tokenize"):  # the same work in the driver (1 worker) and in 3 workers: similar CPU
+        assert 0.3 < accounted[name]["cpu_s"] / inline[name]["cpu_s"] < 3, (name, accounted[name], inline[name])
+    assert sum(s["cpu_s"] for s in record["stages"]) > 0.05 and record["driver_after"]["cpu_s"] > 0
     # The read stage is a chain of blocks, each counting what came in and what went on to the next.
     blocks = {b["block"]: b for b in record["read_blocks"]}
     names = list(blocks)

@@ -44,7 +44,7 @@ def test_page_data_has_the_stages_of_a_finished_build_and_of_one_in_progress(lab
     done = build_page(Lab(lab), "data", DONE)
     assert done["build"]["state"] == "done" and done["build"]["workers"] == 2 and done["report"]
     stages = [s["stage"] for s in done["build"]["stages"]]
-    assert stages == ["read", "exact", "buckets", "verify", "clusters", "survivors", "ngrams", "tokenizer",
+    assert stages == ["read", "exact", "buckets", "verify", "clusters", "survivors", "tokenizer", "ngrams",
                       "tokenize", "assemble"]
     assert all(s["status"] == "done" and s["tasks_done"] == s["tasks"] for s in done["build"]["stages"])
     running = build_page(Lab(lab), "data", RUNNING)

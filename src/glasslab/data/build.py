@@ -33,6 +33,7 @@ from glasslab.data import report, sources
 from glasslab.data.config import BuildConfig
 from glasslab.data.decontaminate import choose_eval, text_ngrams
 from glasslab.data.dedup_stages import (
+    MIN_PARTITION_PAIRS,
     PartitionArgs,
     VerifyArgs,
     bucket_stage,
@@ -49,7 +50,7 @@ from glasslab.data.inputs import ReadTask, plan_read_tasks, plan_signature
 from glasslab.data.progress import Progress
 from glasslab.data.provenance import REFS_FILE
 from glasslab.data.read_stage import ReadArgs, read_stage
-from glasslab.data.runner import Task, TaskRunner
+from glasslab.data.runner import Stage, Task, TaskRunner
 from glasslab.data.shards import FORMAT, SPLITS, token_dtype
 from glasslab.data.stages import (
     CANDIDATE,
@@ -250,7 +251,7 @@ class Build:
         pairs = sum(np.diff(np.load(task_folder(work, "buckets", t.id) / "pairs.slots.npy")) for t in buckets)
         ids = tuple(t.id for t in buckets)
         verify = [Task(f"{i:04d}", verify_stage, VerifyArgs(work, ids, a, b, cfg.dedup), self._share(pairs, a, b))
-                  for i, (a, b) in enumerate(slot_ranges(pairs))]
+                  for i, (a, b) in enumerate(slot_ranges(pairs, MIN_PARTITION_PAIRS))]
         self.runner.run("verify", verify, counts="pairs similar")
         self.runner.run("clusters", [Task("0000", cluster_stage, (work, tuple(t.id for t in verify)),
                                           self.total_bytes)], counts="near-duplicate docs to remove")
@@ -300,17 +301,31 @@ class Build:
             grams.append(text_ngrams(store.text(int(local_of(np.int64(key)))).split(), self.cfg.eval.ngram_words))
         np.save(eval_dir / "ngrams.npy", np.unique(np.concatenate(grams)))
 
-    def overlap(self) -> None:
+    def overlap_and_tokenizer(self) -> None:
+        """Two jobs that need neither the other, run at once so that the tokenizer's one task does not leave the
+        other workers idle: the eval split's overlap with training (:meth:`_save_overlap`) and the tokenizer,
+        trained on the first training bytes of each domain in canonical order (``tokenizer_json``)."""
+        tok = self.cfg.tokenizer
+        domains = sorted(d for d, count in self.survivor_counts.items() if count)  # a domain left empty has no shards
+        self.order = tuple((d, tuple(i for i in sorted(self.read_results) if self.domain(i) == d)) for d in domains)
+        sample = TokenizerArgs(self.work, self.order, tok.sample_bytes, tok.vocab_size, tok.min_frequency)
+        ngrams = [Task(f"{i:06d}", ngram_stage, NgramArgs(self.work, i, self.cfg.eval.ngram_words),
+                       self.read_results[i]["kept_bytes"]) for i in sorted(self.read_results)]
+        results = self.runner.run_stages([
+            Stage("tokenizer", [Task("0000", tokenizer_stage, sample, min(tok.sample_bytes, self.total_bytes))],
+                  "docs sampled"),
+            Stage("ngrams", ngrams, "training docs scanned")])
+        self.tokenizer_json = task_folder(self.work, "tokenizer", "0000") / TOKENIZER_DIR / "tokenizer.json"
+        self._save_overlap(results["ngrams"])
+
+    def _save_overlap(self, results: dict[str, dict]) -> None:
         """The eval n-grams that training documents hold too (``eval/shared.npy``): the eval split's loss leaves
         their tokens out. Those held by more than ``common_ngram_documents`` training documents are
         boilerplate and stay counted (0: none is)."""
-        tasks = [Task(f"{i:06d}", ngram_stage, NgramArgs(self.work, i, self.cfg.eval.ngram_words),
-                      self.read_results[i]["kept_bytes"]) for i in sorted(self.read_results)]
-        results = self.runner.run("ngrams", tasks, counts="training docs scanned")
         eval_ngrams = np.load(self.work / "eval" / "ngrams.npy")
         counts = np.zeros(len(eval_ngrams), dtype=np.int64)
-        for task in tasks:
-            counts += np.load(task_folder(self.work, "ngrams", task.id) / "counts.npy")
+        for task in results:
+            counts += np.load(task_folder(self.work, "ngrams", task) / "counts.npy")
         cutoff = self.cfg.eval.common_ngram_documents
         common = counts > cutoff if cutoff else np.zeros(len(counts), dtype=bool)
         self.overlap_counts = {"eval_ngrams": len(counts), "shared_ngrams": int(((counts > 0) & ~common).sum()),
@@ -318,17 +333,10 @@ class Build:
                                "training_documents_sharing": sum(r["sharing"] for r in results.values())}
         np.save(self.work / "eval" / "shared.npy", eval_ngrams[(counts > 0) & ~common])
 
-    # --- tokenizer, tokens, shards -------------------------------------------------------------------
+    # --- tokens, shards ------------------------------------------------------------------------------
 
     def tokenize(self) -> dict:
-        cfg, work = self.cfg, self.work
-        domains = sorted(d for d, count in self.survivor_counts.items() if count)  # a domain left empty has no shards
-        order = tuple((d, tuple(i for i in sorted(self.read_results) if self.domain(i) == d)) for d in domains)
-        tok = cfg.tokenizer
-        sample = TokenizerArgs(work, order, tok.sample_bytes, tok.vocab_size, tok.min_frequency)
-        self.runner.run("tokenizer", [Task("0000", tokenizer_stage, sample, min(tok.sample_bytes, self.total_bytes))],
-                        counts="docs sampled")
-        tokenizer_json = task_folder(work, "tokenizer", "0000") / TOKENIZER_DIR / "tokenizer.json"
+        cfg, work, order, tokenizer_json = self.cfg, self.work, self.order, self.tokenizer_json
         bases = self._line_bases()
         tasks = [Task(f"{i:06d}", tokenize_stage, TokenizeArgs(work, i, tokenizer_json, bases.get(i, 0),
                                                                cfg.eval.ngram_words),
@@ -510,7 +518,7 @@ def _build(cfg: BuildConfig, work: Path, tasks: list[ReadTask], runner: TaskRunn
     build.dedup()
     build.survivors()
     build.choose_eval()
-    build.overlap()
+    build.overlap_and_tokenizer()
     made = build.tokenize()
     final = work / "final"
     entries = _final_folder(build, made, final)
@@ -554,9 +562,13 @@ def _build(cfg: BuildConfig, work: Path, tasks: list[ReadTask], runner: TaskRunn
         "timings": {**{s["stage"]: s["seconds"] for s in stages}, "total_s": time.perf_counter() - started},
         "config": to_dict(cfg),
     }
-    write_json_atomic(final / BUILD_RECORD, record, sort_keys=True)
+    write_json_atomic(final / BUILD_RECORD, record, sort_keys=True)  # the report reads it
     write_json_atomic(final / REPORT_FILE, report.make_report(final, samples_per_domain=cfg.samples_per_domain,
                                                               seed=cfg.seed), sort_keys=True)
+    after_s, after_cpu_s = status.driver_alone()  # the driver's serial tail, the report included
+    record["driver_after"] = {"seconds": round(after_s, 4), "cpu_s": round(after_cpu_s, 4)}
+    record["timings"]["total_s"] = time.perf_counter() - started
+    write_json_atomic(final / BUILD_RECORD, record, sort_keys=True)
     return record
 
 

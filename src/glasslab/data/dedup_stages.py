@@ -25,6 +25,9 @@ MIN_PARTITIONS = 8
 """Partitions a stage is cut into at least, so several workers share a middling corpus ..."""
 MIN_PARTITION_RECORDS = 50_000
 """... unless that leaves fewer records than this to a partition (a small corpus is one task or a few)."""
+MIN_PARTITION_PAIRS = 50
+"""The same for the verification stage, whose records cost ~10,000x more each (two documents shingled and
+compared, ~0.5 ms a pair on code, not a sort): 50 candidate pairs are worth a task of their own."""
 SHINGLE_CACHE_BYTES = 64 << 20
 """Shingle sets the verification stage keeps of recently seen documents."""
 
@@ -33,11 +36,11 @@ def task_folder(work: Path, stage: str, task: int | str) -> Path:
     return work / stage / (f"{task:06d}" if isinstance(task, int) else task)
 
 
-def slot_ranges(counts: np.ndarray) -> list[tuple[int, int]]:
+def slot_ranges(counts: np.ndarray, min_records: int = MIN_PARTITION_RECORDS) -> list[tuple[int, int]]:
     """Contiguous slot ranges with about ``total / partitions`` records each: enough partitions for
-    :data:`PARTITION_RECORDS` a range, and :data:`MIN_PARTITIONS` if they get :data:`MIN_PARTITION_RECORDS`."""
+    :data:`PARTITION_RECORDS` a range, and :data:`MIN_PARTITIONS` if they get ``min_records``."""
     total = int(counts.sum())
-    partitions = max(min(MIN_PARTITIONS, total // MIN_PARTITION_RECORDS), -(-total // PARTITION_RECORDS), 1)
+    partitions = max(min(MIN_PARTITIONS, total // min_records), -(-total // PARTITION_RECORDS), 1)
     target = max(total / partitions, 1)
     ranges, start, held = [], 0, 0
     for slot, count in enumerate(counts.tolist()):

@@ -9,7 +9,9 @@ counts (``counts``): documents kept for most stages, but candidate pairs for ``b
 for ``verify``, near-duplicates to remove for ``clusters``, training documents scanned for held-out n-grams for
 ``ngrams``, documents sampled for ``tokenizer``. ``build-progress.json`` in the dataset's folder
 (``layout.BUILD_PROGRESS``) holds the same numbers for every stage so far; the data page shows a build in
-progress from it, and ``build.json`` keeps the finished stages' numbers (``stages``).
+progress from it, and ``build.json`` keeps the finished stages' numbers (``stages``), with what each stage
+cost: its tasks' CPU seconds one by one (in the order they were handed out), the longest task, the time the
+pool added around the tasks, and the driver's own time (wall and CPU) since the stage before ended.
 """
 
 from __future__ import annotations
@@ -47,6 +49,29 @@ class StageStats:
     reruns: int = 0
     status: str = "running"
     started: float = field(default_factory=time.time)
+    task_cpu_s: list[float] = field(default_factory=list)
+    """CPU seconds of each task run (not reused), inside its worker, in the order the tasks were handed out."""
+    longest_task_s: float = 0.0
+    """Wall seconds of the stage's longest task: no number of workers makes the stage shorter."""
+    dispatch_s: float = 0.0
+    """Seconds the pool added around the tasks, summed: a worker's start, pickling, the pipe, the driver's wait."""
+    driver_before_s: float = 0.0
+    driver_before_cpu_s: float = 0.0
+    """Wall and CPU seconds of the driver alone between the stage before (or the build's start) and this one
+    (0 when it started beside a stage still running)."""
+    after: list[str] = field(default_factory=list)
+    """Stages run at the same time as this one that it had to wait for."""
+
+    def add_task(self, cpu_s: float, wall_s: float, round_trip_s: float) -> None:
+        """Account one task that ran: its CPU and wall seconds in its worker, and the driver's seconds from
+        handing it out to having its result."""
+        self.task_cpu_s.append(cpu_s)
+        self.longest_task_s = max(self.longest_task_s, wall_s)
+        self.dispatch_s += max(round_trip_s - wall_s, 0.0)
+
+    @property
+    def cpu_s(self) -> float:
+        return sum(self.task_cpu_s)
 
     @property
     def mb_per_s(self) -> float:
@@ -55,7 +80,10 @@ class StageStats:
     def to_dict(self) -> dict:
         out = asdict(self)
         out["mb_per_s"] = round(self.mb_per_s, 3)
-        out["seconds"] = round(self.seconds, 3)
+        out["cpu_s"] = round(self.cpu_s, 3)
+        out["task_cpu_s"] = [round(x, 4) for x in self.task_cpu_s]
+        for name in ("seconds", "longest_task_s", "dispatch_s", "driver_before_s", "driver_before_cpu_s"):
+            out[name] = round(out[name], 4)
         return out
 
 
@@ -70,7 +98,8 @@ class Progress:
         self.started = time.time()
         self._tty = enabled and sys.stderr.isatty()
         self._drawn = self._logged = self._saved = 0.0
-        self._stage_start = 0.0
+        self._clock: dict[int, float] = {}  # when each stage started (perf_counter), by id
+        self._driver_since = (time.perf_counter(), time.process_time())
 
     def say(self, message: str) -> None:
         """A line of its own (ending a live line first)."""
@@ -84,17 +113,21 @@ class Progress:
         print(f"[{self.label}] warning: {message}", file=sys.stderr, flush=True)
 
     def start(self, stage: str, tasks: int, counts: str = "docs kept") -> StageStats:
+        """A new stage's numbers; stages may run at once (the live line follows the latest one running)."""
         stats = StageStats(stage, tasks, counts=counts)
+        if not self._running():
+            stats.driver_before_s, stats.driver_before_cpu_s = self.driver_alone()
         self.stages.append(stats)
-        self._stage_start = time.perf_counter()
+        self._clock[id(stats)] = time.perf_counter()
         self._logged = time.monotonic()  # off a terminal, the first line comes LOG_EVERY_S into the stage
         self.update(force=True)
         return stats
 
     def update(self, force: bool = False) -> None:
         """Redraw the current stage's line and rewrite the progress file, if their time has come."""
-        stats = self.stages[-1]
-        stats.seconds = time.perf_counter() - self._stage_start
+        for running in self._running():
+            running.seconds = time.perf_counter() - self._clock[id(running)]
+        stats = (self._running() or self.stages)[-1]
         now = time.monotonic()
         if self.enabled and self._tty and (force or now - self._drawn >= REDRAW_EVERY_S):
             print(f"\r{self._line(stats)}\x1b[K", end="", file=sys.stderr, flush=True)
@@ -106,10 +139,22 @@ class Progress:
             self.save()
             self._saved = now
 
-    def end(self) -> StageStats:
-        stats = self.stages[-1]
-        stats.seconds = time.perf_counter() - self._stage_start
+    def driver_alone(self) -> tuple[float, float]:
+        """Wall and CPU seconds of the driver since the last stage ended (or this build began): no task runs
+        then, so this is the build's serial part between stages."""
+        wall, cpu = self._driver_since
+        return time.perf_counter() - wall, time.process_time() - cpu
+
+    def _running(self) -> list[StageStats]:
+        return [s for s in self.stages if s.status == "running"]
+
+    def end(self, stats: StageStats | None = None) -> StageStats:
+        """End ``stats`` (default: the latest stage running)."""
+        stats = stats or self._running()[-1]
+        stats.seconds = time.perf_counter() - self._clock[id(stats)]
         stats.status = "done"
+        if not self._running():
+            self._driver_since = (time.perf_counter(), time.process_time())
         if self.enabled:
             if self._tty:
                 print(f"\r{self._line(stats)}\x1b[K", file=sys.stderr, flush=True)
@@ -124,10 +169,10 @@ class Progress:
         write_json_atomic(self.path, {
             "status": "running", "pid": os.getpid(), "host": socket.gethostname(), "started": self.started,
             "updated": time.time(), "workers": self.workers, "backend": self.backend,
-            "stages": [s.to_dict() for s in self.stages]})
+            "stages": [{k: v for k, v in s.to_dict().items() if k != "task_cpu_s"} for s in self.stages]})
 
     def _clear(self) -> None:
-        if self._tty and self.stages and self.stages[-1].status == "running":
+        if self._tty and self._running():
             print("\r\x1b[K", end="", file=sys.stderr, flush=True)
 
     def _line(self, s: StageStats) -> str:

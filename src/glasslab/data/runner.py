@@ -23,6 +23,12 @@ Pools (``--backend``, ``--workers N``), the same pool the lab's steps run on:
 
 A :class:`~glasslab.errors.UserError` raised by a task (a damaged file) stops the build with its one
 line.
+
+Every task is accounted (``build.json``'s ``stages``, :class:`~glasslab.data.progress.StageStats`): its CPU
+seconds inside the worker (``time.process_time``, the tokenizer's own threads included), its wall seconds,
+and the time the pool added around it (starting the worker, pickling the call and its result, the pipe).
+CPU seconds move far less than wall times with the machine's load, so they say how much of a stage several
+workers can share even on a busy machine (``bench/data_bench.py``).
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ import signal
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +62,15 @@ WAIT_S = 0.25
 
 
 @dataclass(frozen=True)
+class TaskRun:
+    """What :func:`execute` sends back: the task's result and what it cost inside its worker."""
+
+    result: dict
+    cpu_s: float
+    wall_s: float
+
+
+@dataclass(frozen=True)
 class Task:
     """One unit of a stage: ``fn(arg, folder)`` and the input bytes it takes in (for progress)."""
 
@@ -63,6 +78,31 @@ class Task:
     fn: Callable[[Any, Path], dict]
     arg: Any
     input_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class Stage:
+    """A stage for :meth:`TaskRunner.run_stages`: its tasks, what their ``documents_kept`` count, the stages it
+    must wait for, and a ``skip`` rule (:meth:`TaskRunner.run`)."""
+
+    name: str
+    tasks: list[Task]
+    counts: str = "docs kept"
+    after: tuple[str, ...] = ()
+    skip: Callable[[Task, dict[str, dict]], bool] | None = None
+
+
+@dataclass(eq=False)
+class _StageRun:
+    """A stage while it runs: its progress numbers (once started), tasks to hand out, results, tasks running."""
+
+    stage: Stage
+    stats: StageStats | None = None
+    pending: deque[Task] = field(default_factory=deque)
+    results: dict[str, dict] = field(default_factory=dict)
+    losses: dict[str, int] = field(default_factory=dict)
+    running: int = 0
+    done: bool = False
 
 
 def available_cpus() -> int:
@@ -73,10 +113,15 @@ def available_cpus() -> int:
         return os.cpu_count() or 1
 
 
-def execute(fn: Callable[[Any, Path], dict], arg: Any, folder: str, kill_mark: str) -> dict:
-    """Run one task in ``folder`` (a worker's entry point) and write its completion marker; the marker of a
-    run that already finished is returned as is."""
-    folder_path = Path(folder)
+def execute(fn: Callable[[Any, Path], dict], arg: Any, folder: str, kill_mark: str) -> TaskRun:
+    """Run one task in ``folder`` (a worker's entry point), write its completion marker and return its result
+    with its CPU and wall seconds; the marker of a run that already finished is returned as is."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    result = _execute(fn, arg, Path(folder), kill_mark)
+    return TaskRun(result, time.process_time() - cpu, time.perf_counter() - wall)
+
+
+def _execute(fn: Callable[[Any, Path], dict], arg: Any, folder_path: Path, kill_mark: str) -> dict:
     done = read_json(folder_path / DONE)
     if done is not None:
         return done
@@ -112,28 +157,91 @@ class TaskRunner:
             counts: str = "docs kept") -> dict[str, dict]:
         """Run ``tasks`` (those without a completion marker) and return every finished task's result by id.
 
+        Tasks are handed out largest input first, or in their order when ``skip`` is given:
         ``skip(task, results)``, asked just before a task would start, may leave it out (it then has no
         result); ``results`` holds the tasks finished so far. ``counts`` names what the tasks'
         ``documents_kept`` count, for the progress line.
         """
-        stats = self.progress.start(stage, len(tasks), counts)
-        folder = self.work / stage
+        return self.run_stages([Stage(stage, tasks, counts, skip=skip)])[stage]
+
+    def run_stages(self, stages: list[Stage]) -> dict[str, dict[str, dict]]:
+        """Run stages whose data allow it at the same time; returns each stage's results by task id (as
+        :meth:`run`). A stage starts once every stage it comes ``after`` has finished; free workers take the
+        tasks of the stages earlier in the list first, so a stage's last tasks and a one-task stage leave no
+        worker idle while another stage has tasks."""
+        states = [_StageRun(stage) for stage in stages]
+        running: dict[Any, tuple[_StageRun, Task, float]] = {}
+        while True:
+            for state in states:
+                if state.stats is None and all(self._finished(states, name) for name in state.stage.after):
+                    self._start(state)
+            for state in states:
+                while state.pending and state.stats is not None and len(running) < self.workers:
+                    task = state.pending.popleft()
+                    if state.stage.skip is not None and state.stage.skip(task, state.results):
+                        state.stats.tasks_done += 1
+                        continue
+                    start = time.perf_counter()  # before submit: the inline pool runs the task inside it
+                    handle = self.pool.submit(execute, *self._args(state.stage.name, task),
+                                              name=f"{state.stage.name}/{task.id}")
+                    running[handle] = (state, task, start)
+                    state.running += 1
+                self._end_if_done(state)
+            if not running and all(state.done for state in states):
+                return {state.stage.name: state.results for state in states}
+            for handle in self.pool.wait(list(running), WAIT_S):
+                self._collect(handle, running)
+            self.progress.update()
+
+    def _finished(self, states: list[_StageRun], name: str) -> bool:
+        return next(state for state in states if state.stage.name == name).done
+
+    def _start(self, state: _StageRun) -> None:
+        """Start a stage's progress line; take the results of its tasks a run before finished (their markers)."""
+        stage = state.stage
+        state.stats = self.progress.start(stage.name, len(stage.tasks), stage.counts)
+        state.stats.after = list(stage.after)
+        folder = self.work / stage.name
         folder.mkdir(parents=True, exist_ok=True)
-        results: dict[str, dict] = {}
-        pending: deque[Task] = deque()
-        for task in tasks:
+        # Largest first, so that a stage does not end on one large task while the other workers wait; a stage
+        # that may skip tasks keeps the canonical order (its skip looks at the tasks before).
+        for task in stage.tasks if stage.skip is not None else sorted(stage.tasks, key=lambda t: -t.input_bytes):
             done = read_json(folder / task.id / DONE)
             if done is not None:
-                results[task.id] = done
-                self._count(stats, task, done, reused=True)
+                state.results[task.id] = done
+                self._count(state.stats, task, done, reused=True)
             else:
-                pending.append(task)
+                state.pending.append(task)
         self.progress.update(force=True)
-        self._run_pending(stage, pending, results, stats, skip)
-        self.progress.end()
-        return results
+
+    def _end_if_done(self, state: _StageRun) -> None:
+        if state.stats is not None and not state.done and not state.pending and not state.running:
+            self.progress.end(state.stats)
+            state.done = True
+
+    def _collect(self, handle: Any, running: dict[Any, tuple[_StageRun, Task, float]]) -> None:
+        """Take a finished call's outcome into its stage: its result, or a rerun of a task whose worker died,
+        or the build's failure."""
+        state, task, submitted = running.pop(handle)
+        round_trip, name = time.perf_counter() - submitted, state.stage.name
+        outcome = self.pool.poll(handle)
+        state.running -= 1
+        if outcome.lost is not None:
+            self._rerun(name, task, state.losses, state.stats, outcome.lost)
+            state.pending.appendleft(task)
+        elif outcome.error is not None:
+            for other in running:  # none may go on writing into a work folder being removed
+                self.pool.kill(other)
+            raise self._failure(name, outcome.error)
+        else:
+            run: TaskRun = outcome.value
+            state.results[task.id] = run.result
+            self._count(state.stats, task, run.result)
+            state.stats.add_task(run.cpu_s, run.wall_s, round_trip)
+        self._end_if_done(state)
 
     def _count(self, stats: StageStats, task: Task, result: dict, reused: bool = False) -> None:
+        """Add a finished task's counts to its stage's (its costs: :meth:`StageStats.add_task`)."""
         stats.tasks_done += 1
         stats.tasks_reused += int(reused)
         stats.input_bytes += task.input_bytes
@@ -144,31 +252,6 @@ class TaskRunner:
         kill = os.environ.get(KILL_TASK_ENV, "")
         mark = str(self.work / f"{stage}.{task.id}.killed") if kill == f"{stage}/{task.id}" else ""
         return task.fn, task.arg, str(self.work / stage / task.id), mark
-
-    def _run_pending(self, stage, pending: deque[Task], results, stats, skip) -> None:
-        losses: dict[str, int] = {}
-        running: dict[Any, Task] = {}
-        while pending or running:
-            while pending and len(running) < self.workers:
-                task = pending.popleft()
-                if skip is not None and skip(task, results):
-                    stats.tasks_done += 1
-                    continue
-                running[self.pool.submit(execute, *self._args(stage, task), name=f"{stage}/{task.id}")] = task
-            for handle in self.pool.wait(list(running), WAIT_S):
-                task = running.pop(handle)
-                outcome = self.pool.poll(handle)
-                if outcome.lost is not None:
-                    self._rerun(stage, task, losses, stats, outcome.lost)
-                    pending.appendleft(task)
-                elif outcome.error is not None:
-                    for other in running:  # none may go on writing into a work folder being removed
-                        self.pool.kill(other)
-                    raise self._failure(stage, outcome.error)
-                else:
-                    results[task.id] = outcome.value
-                    self._count(stats, task, outcome.value)
-            self.progress.update()
 
     def _failure(self, stage: str, error: BaseException) -> BaseException:
         if isinstance(error, PoolFailure):
