@@ -56,7 +56,7 @@ HEADLINES = {
 HEADLINE = re.compile(r"^([A-Za-z0-9_/]+): (\S+)", re.MULTILINE)
 
 
-HELPERS = {"interleave.py"}
+HELPERS = {"interleave.py", "step_profile.py"}
 """Modules in bench/ that benches import, not benches themselves."""
 
 
