@@ -17,10 +17,16 @@ from __future__ import annotations
 import os
 import statistics
 import threading
+import time
 from collections.abc import Callable
+from pathlib import Path
 
-QUIET_LOAD = 1.0
-"""A 1-minute load average above this means something else ran beside the bench."""
+QUIET_CORES = 0.5
+"""Cores kept busy by other processes, on average over a ``LoadWatch`` window, above which the bench is not
+alone on the machine."""
+
+TICK_S = 1 / os.sysconf("SC_CLK_TCK")
+PROC = Path("/proc")
 
 
 def interleaved(sides: dict[str, Callable[[], float]], repeats: int) -> dict[str, list[float]]:
@@ -46,29 +52,72 @@ def headline(values: list[float], note: str, digits: int = 2) -> str:
     return f"{fmt(statistics.median(values))}  (median of {len(values)}; {spread}; {note})"
 
 
-class LoadWatch:
-    """Samples the 1-minute load average every ``every_s`` seconds while the bench runs (a daemon thread)
-    and, on leaving the ``with`` block, prints one warning line when any sample was above
-    ``QUIET_LOAD``, so the ratios above it are not read as quiet figures."""
+def busy_cpu_seconds() -> float:
+    """Every CPU's busy seconds since boot (``/proc/stat``: user, nice, system, irq and softirq)."""
+    user, nice, system, _idle, _iowait, irq, softirq = (int(v) for v in (PROC / "stat").read_text().split()[1:8])
+    return (user + nice + system + irq + softirq) * TICK_S
 
-    def __init__(self, every_s: float = 1.0):
-        self.every_s = every_s
-        self.peak = os.getloadavg()[0]
+
+def own_cpu_seconds(root: int) -> float:
+    """CPU seconds of process ``root`` and every live process below it, each with its reaped children's."""
+    children: dict[int, list[int]] = {}
+    seconds: dict[int, float] = {}
+    for entry in PROC.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            text = (entry / "stat").read_text()
+        except OSError:  # ended while listed
+            continue
+        fields = text[text.rindex(")") + 2:].split()  # state, ppid, …; utime is the 12th, then stime, cutime, cstime
+        pid = int(entry.name)
+        children.setdefault(int(fields[1]), []).append(pid)
+        seconds[pid] = sum(int(v) for v in fields[11:15]) * TICK_S
+    total, todo = 0.0, [root]
+    while todo:
+        pid = todo.pop()
+        total += seconds.get(pid, 0.0)
+        todo.extend(children.get(pid, ()))
+    return total
+
+
+class LoadWatch:
+    """Samples every ``every_s`` seconds while the bench runs how much CPU the machine spent outside the
+    bench's own processes (this one and every process it started: workers, Ray, datatrove) and, on leaving
+    the ``with`` block, prints one warning line when other processes kept ``QUIET_CORES`` busy on average over
+    any ``window_s``, so the ratios above it are not read as quiet figures. The load average cannot tell: a
+    bench running 2 workers on 2 cores makes it 2 by itself."""
+
+    def __init__(self, every_s: float = 1.0, window_s: float = 10.0):
+        self.every_s, self.window_s = every_s, window_s
+        self.samples: list[tuple[float, float, float]] = []  # (time, busy CPU s, the bench's CPU s)
+        self.peak = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
 
+    def _take(self, last: bool = False) -> None:
+        """One sample; the other processes' cores since the latest sample at least a window back (the first
+        sample, on the last call of a run shorter than a window)."""
+        now, busy, own = time.monotonic(), busy_cpu_seconds(), own_cpu_seconds(os.getpid())
+        earlier = [s for s in self.samples if now - s[0] >= self.window_s] or (self.samples[:1] if last else [])
+        if earlier and now > earlier[-1][0]:
+            start, busy_then, own_then = earlier[-1]
+            self.peak = max(self.peak, (busy - busy_then - (own - own_then)) / (now - start))
+        self.samples.append((now, busy, own))
+
     def _sample(self) -> None:
         while not self._stop.wait(self.every_s):
-            self.peak = max(self.peak, os.getloadavg()[0])
+            self._take()
 
     def __enter__(self) -> LoadWatch:
+        self._take()
         self._thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._thread.join()
-        self.peak = max(self.peak, os.getloadavg()[0])
-        if exc[0] is None and self.peak > QUIET_LOAD:
-            print(f"warning: load average reached {self.peak:.1f} during this run (machine not quiet): "
-                  "ratios are not quiet figures")
+        self._take(last=True)
+        if exc[0] is None and self.peak > QUIET_CORES:
+            print(f"warning: other processes kept {self.peak:.1f} cores busy (the most over {self.window_s:.0f} s) "
+                  "during this run (machine not quiet): ratios are not quiet figures")
