@@ -185,7 +185,7 @@ def main() -> None:
     packages = package_files(corpus)
     all_mb = sum(p.stat().st_size for files in packages.values() for p in files) / 1e6
     files, read = sampled_corpus(packages, corpus, max_bytes, tmp / "corpus")
-    sampled_corpus(packages, corpus, max_bytes // args.scale, tmp / "corpus-small")
+    sampled_corpus(packages, corpus, read // args.scale, tmp / "corpus-small")
     print(f"corpus {corpus}: {len(packages)} packages, {all_mb:.0f} MB of .py; read {files} files, {read / 1e6:.1f} "
           f"MB, a file per package in turn; workers={args.workers} cpus={os.cpu_count()} load={loadavg()}", flush=True)
     dataset, small = build(tmp / "corpus", tmp / "data"), build(tmp / "corpus-small", tmp / "data-small")
