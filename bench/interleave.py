@@ -52,16 +52,9 @@ def headline(values: list[float], note: str, digits: int = 2) -> str:
     return f"{fmt(statistics.median(values))}  (median of {len(values)}; {spread}; {note})"
 
 
-def busy_cpu_seconds() -> float:
-    """Every CPU's busy seconds since boot (``/proc/stat``: user, nice, system, irq and softirq)."""
-    user, nice, system, _idle, _iowait, irq, softirq = (int(v) for v in (PROC / "stat").read_text().split()[1:8])
-    return (user + nice + system + irq + softirq) * TICK_S
-
-
-def own_cpu_seconds(root: int) -> float:
-    """CPU seconds of process ``root`` and every live process below it, each with its reaped children's."""
-    children: dict[int, list[int]] = {}
-    seconds: dict[int, float] = {}
+def cpu_by_process() -> dict[int, tuple[int, float]]:
+    """Every live process's parent and CPU seconds (``/proc/<pid>/stat``: user and system time)."""
+    table = {}
     for entry in PROC.iterdir():
         if not entry.name.isdigit():
             continue
@@ -69,41 +62,51 @@ def own_cpu_seconds(root: int) -> float:
             text = (entry / "stat").read_text()
         except OSError:  # ended while listed
             continue
-        fields = text[text.rindex(")") + 2:].split()  # state, ppid, …; utime is the 12th, then stime, cutime, cstime
-        pid = int(entry.name)
-        children.setdefault(int(fields[1]), []).append(pid)
-        seconds[pid] = sum(int(v) for v in fields[11:15]) * TICK_S
-    total, todo = 0.0, [root]
+        fields = text[text.rindex(")") + 2:].split()  # state, ppid, …; utime is the 12th, then stime
+        table[int(entry.name)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) * TICK_S)
+    return table
+
+
+def others_cpu_seconds(root: int) -> dict[int, float]:
+    """CPU seconds of every live process that is not ``root`` or below it, by process id."""
+    table = cpu_by_process()
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _) in table.items():
+        children.setdefault(parent, []).append(pid)
+    ours, todo = set(), [root]
     while todo:
-        pid = todo.pop()
-        total += seconds.get(pid, 0.0)
+        ours.add(pid := todo.pop())
         todo.extend(children.get(pid, ()))
-    return total
+    return {pid: cpu for pid, (_, cpu) in table.items() if pid not in ours}
 
 
 class LoadWatch:
-    """Samples every ``every_s`` seconds while the bench runs how much CPU the machine spent outside the
-    bench's own processes (this one and every process it started: workers, Ray, datatrove) and, on leaving
-    the ``with`` block, prints one warning line when other processes kept ``QUIET_CORES`` busy on average over
-    any ``window_s``, so the ratios above it are not read as quiet figures. The load average cannot tell: a
-    bench running 2 workers on 2 cores makes it 2 by itself."""
+    """Samples every ``every_s`` seconds while the bench runs the CPU seconds of every process outside the
+    bench's own (this one and every process it started: workers, Ray, datatrove) and, on leaving the ``with``
+    block, prints one warning line when they kept ``QUIET_CORES`` busy on average over any ``window_s``, so the
+    ratios above it are not read as quiet figures. The load average cannot tell: a bench running 2 workers on 2
+    cores makes it 2 by itself. A process counts over a window when it was alive at both ends of it."""
 
     def __init__(self, every_s: float = 1.0, window_s: float = 10.0):
         self.every_s, self.window_s = every_s, window_s
-        self.samples: list[tuple[float, float, float]] = []  # (time, busy CPU s, the bench's CPU s)
+        self.samples: list[tuple[float, dict[int, float]]] = []  # (time, the others' CPU seconds by process)
         self.peak = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
 
     def _take(self, last: bool = False) -> None:
-        """One sample; the other processes' cores since the latest sample at least a window back (the first
-        sample, on the last call of a run shorter than a window)."""
-        now, busy, own = time.monotonic(), busy_cpu_seconds(), own_cpu_seconds(os.getpid())
-        earlier = [s for s in self.samples if now - s[0] >= self.window_s] or (self.samples[:1] if last else [])
-        if earlier and now > earlier[-1][0]:
-            start, busy_then, own_then = earlier[-1]
-            self.peak = max(self.peak, (busy - busy_then - (own - own_then)) / (now - start))
-        self.samples.append((now, busy, own))
+        """One sample; the others' cores since the latest sample at least a window back (the first sample, on
+        the last call of a run shorter than a window). Samples older than that one are dropped."""
+        now, others = time.monotonic(), others_cpu_seconds(os.getpid())
+        back = [i for i, (then, _) in enumerate(self.samples) if now - then >= self.window_s]
+        if back:
+            del self.samples[:back[-1]]
+        start = self.samples[:1] if back or last else []
+        if start and now > start[0][0]:
+            then, before = start[0]
+            used = sum(cpu - before[pid] for pid, cpu in others.items() if pid in before)
+            self.peak = max(self.peak, used / (now - then))
+        self.samples.append((now, others))
 
     def _sample(self) -> None:
         while not self._stop.wait(self.every_s):
