@@ -53,9 +53,10 @@ def headline(values: list[float], note: str, digits: int = 2) -> str:
 
 
 def cpu_by_process() -> dict[int, tuple[int, float]]:
-    """Every live process's parent and CPU seconds (``/proc/<pid>/stat``: user and system time)."""
+    """Every live process's parent and CPU seconds (``/proc/<pid>/stat``: user and system time); none where
+    there is no ``/proc`` (not Linux)."""
     table = {}
-    for entry in PROC.iterdir():
+    for entry in PROC.iterdir() if PROC.is_dir() else ():
         if not entry.name.isdigit():
             continue
         try:
@@ -121,6 +122,8 @@ class LoadWatch:
         self._stop.set()
         self._thread.join()
         self._take(last=True)
-        if exc[0] is None and self.peak > QUIET_CORES:
+        if exc[0] is None and not PROC.is_dir():
+            print("note: no /proc on this machine: whether it was quiet during this run was not checked")
+        elif exc[0] is None and self.peak > QUIET_CORES:
             print(f"warning: other processes kept {self.peak:.1f} cores busy (the most over {self.window_s:.0f} s) "
                   "during this run (machine not quiet): ratios are not quiet figures")
