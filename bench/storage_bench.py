@@ -283,7 +283,7 @@ def measure(tmp: Path, endpoint: str, steps: int, repeats: int, latency_ms: floa
         os.environ["AWS_ENDPOINT_URL"] = endpoint
         loader = loader_ratio(dataset, tmp, repeats, batches=steps * 10)
         build = data_build_ratio(tmp, repeats)
-        run_dir = next(p for p in (tmp / "local-0").iterdir() if p.is_dir())
+        run_dir = next(p for p in (tmp / "local-0").iterdir() if (p / "checkpoints").is_dir())  # not events/
         ckpt, lag = checkpoint_ratio(run_dir, repeats), sync_lag_s(run_dir)
     finally:
         proxy.close()
