@@ -206,7 +206,10 @@ def demo_comparison(tmp: Path, local_lab: Path | None) -> dict[str, object]:
         work = str(tmp / "demo-work")
         done = run_cli("demo", "--quick", "--no-serve", "--lab", lab, timeout=3600, GLASSLAB_WORK=work)
         if done.returncode != 0:
-            raise SystemExit(f"glasslab demo --lab {lab} failed: {done.stderr[-3000:]}")
+            folder = Path(work if side == "s3" else lab)
+            logs = [f"--- {log}:\n{log.read_text()[-1500:]}" for log in sorted(folder.glob("*/step.log"))
+                    if '"failed"' in (log.parent / "step.json").read_text()]  # the scratch folder goes with the bench
+            raise SystemExit(f"glasslab demo --lab {lab} failed: {done.stderr[-3000:]}\n" + "\n".join(logs))
         runs[side] = (time.perf_counter() - started, done.stdout, tmp / "demo-work" if side == "s3" else Path(lab))
     tables = {side: _demo_tables(out) for side, (_, out, _) in runs.items()}
     weights = {side: _state_hashes(folder) for side, (_, _, folder) in runs.items()}

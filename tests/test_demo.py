@@ -205,18 +205,6 @@ def test_every_run_scores_the_tasks_and_the_ladder_predicts_the_heros_accuracy(d
     assert "Downstream tasks" in card and "| next_word_code | " in card and "| 25.0% |" in card
 
 
-def test_the_demo_on_a_local_ray_makes_the_same_steps_as_locally(demo_lab, tmp_path):
-    pytest.importorskip("ray")
-    lab = tmp_path / "lab"
-    result = run_cli("demo", "--quick", "--no-serve", "--backend", "ray", "--lab", str(lab), timeout=1500)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert step_hashes(lab) == step_hashes(demo_lab.root)
-    for rung in sorted(demo_lab.root.glob("demo-d[0-9]*")):
-        local = json.loads((rung / "result.json").read_text())["eval/macro/loss"]
-        on_ray = json.loads((lab / rung.name / "result.json").read_text())["eval/macro/loss"]
-        assert on_ray == pytest.approx(local, rel=1e-6)
-
-
 def test_a_data_build_from_the_command_line_is_the_demos_data_step(tmp_path):
     lab = tmp_path / "lab"
     built = run_cli("data", "build", "demo", "--lab", str(lab), "--quiet", timeout=600)

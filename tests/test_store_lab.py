@@ -248,6 +248,7 @@ def test_a_data_build_on_the_root_lands_whole_and_is_cached_for_another_node(end
 NODE_WRITES = """
 import sys, time
 from glasslab.lab import registry
+from glasslab.lab.card import ExperimentCard, add_conclusion, record_run
 from glasslab.store.mirror import lab_workspace
 from glasslab.track import log_lab_event
 
@@ -256,6 +257,8 @@ with lab_workspace("s3://lab/shared") as lab:
     registry.register(lab, f"{node}/hero/loss", metric="eval/macro/loss", point=3.0, low=2.9, high=3.1,
                       target=f"{node}-hero", source=f"{node}-fit")
     log_lab_event(lab, "note", f"{node}-hero", f"{node} was here")
+    record_run(lab, "shared", ExperimentCard("shared", f"asked by {node}"), {"hero": f"{node}-hero"})
+    add_conclusion(lab, "shared", f"{node} concludes")
     print("registered", flush=True)
     if node == "a":
         time.sleep(600)  # killed here: nothing more is pushed, no command end
@@ -264,6 +267,7 @@ with lab_workspace("s3://lab/shared") as lab:
 
 def test_two_nodes_register_and_log_into_one_root_and_a_killed_node_loses_nothing(endpoint, tmp_path, monkeypatch):
     from glasslab.lab import registry
+    from glasslab.lab.card import card_versions, conclusions, experiment_runs
     from glasslab.track import read_lab_events
 
     old = {"name": "old/hero/loss", "metric": "eval/macro/loss", "point": 3.5, "low": 3.4, "high": 3.6,
@@ -284,6 +288,10 @@ def test_two_nodes_register_and_log_into_one_root_and_a_killed_node_loses_nothin
         events = {(e["kind"], e["subject"]) for e in read_lab_events(view)}
     assert names[0] == "old/hero/loss" and sorted(names[1:]) == ["a/hero/loss", "b/hero/loss"]
     assert {(k, f"{n}-hero") for k in ("prediction_registered", "note") for n in "ab"} <= events
+    runs, notes = experiment_runs(view, "shared"), conclusions(view, "shared")  # a card's, from both nodes
+    assert sorted(r["steps"]["hero"] for r in runs) == ["a-hero", "b-hero"]
+    assert sorted(n["text"] for n in notes) == ["a concludes", "b concludes"]
+    assert sorted(v["card"]["question"] for v in card_versions(view, "shared")) == ["asked by a", "asked by b"]
     with pytest.raises(UserError, match="already registered"):  # the registry each node decides against is the root's
         with lab_workspace("s3://lab/shared") as lab:
             registry.register(lab, "a/hero/loss", metric="eval/macro/loss", point=3.05, low=2.9, high=3.1,
@@ -365,21 +373,39 @@ def _state_files(run: Path) -> dict[str, bytes]:
     return {p.relative_to(run).as_posix(): p.read_bytes() for p in run.rglob("*.pt")}
 
 
-@pytest.mark.slow  # the chain trained three times: ~100 s of CPU, 12 min of wall at load 9
-def test_a_chain_whose_hero_node_dies_finishes_on_another_node_as_on_a_local_folder(endpoint, tmp_path):
-    import s3fs
-
-    ref = run_cli("run", str(CHAIN), "--lab", str(tmp_path / "local"), "--force-registration", timeout=600)
+@pytest.fixture(scope="module")
+def local_chain(tmp_path_factory) -> Path:
+    """:data:`CHAIN` run on a local folder: what every run of it on the root must match."""
+    lab = tmp_path_factory.mktemp("local-chain")
+    ref = run_cli("run", str(CHAIN), "--lab", str(lab), "--force-registration", timeout=600)
     assert ref.returncode == 0, ref.stderr[-3000:]
-    hero = _only(tmp_path / "local", "store-hero-*").name
-    fs = s3fs.S3FileSystem()
-    node_a = _start_node("s3://lab/chain", tmp_path / "node-a")
+    return lab
+
+
+def _wait_for_hero_checkpoint(fs, lab: str, hero: str, *running: subprocess.Popen) -> None:
     deadline = time.monotonic() + 900  # generous: the rungs and the fit come first, and a loaded machine is slow
-    while not fs.glob(f"lab/chain/{hero}/checkpoints/step-*8/manifest.json"):
-        assert node_a.poll() is None, node_a.communicate()[1][-3000:]
+    while not fs.glob(f"{lab}/{hero}/checkpoints/step-*8/manifest.json"):
+        for proc in running:
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
         assert time.monotonic() < deadline, "no checkpoint of the hero reached the root"
         time.sleep(0.05)
         fs.invalidate_cache()
+
+
+def _assert_same_as_local(work: Path, local: Path, runs: set[str]) -> None:
+    assert _summary(work) == _summary(local)  # the rungs, the fit and the hero's outcome
+    for run in runs:
+        assert _state_files(work / run) == _state_files(local / run), run  # every checkpoint, bit for bit
+
+
+@pytest.mark.slow  # the chain trained twice (and once for the fixture): ~70 s of CPU, 10 min of wall at load 9
+def test_a_chain_whose_hero_node_dies_finishes_on_another_node_as_on_a_local_folder(endpoint, local_chain, tmp_path):
+    import s3fs
+
+    hero = _only(local_chain, "store-hero-*").name
+    fs = s3fs.S3FileSystem()
+    node_a = _start_node("s3://lab/chain", tmp_path / "node-a")
+    _wait_for_hero_checkpoint(fs, "lab/chain", hero, node_a)
     os.killpg(node_a.pid, signal.SIGKILL)  # the node dies: its executor and the hero's process, no handler runs
     node_a.wait()
     assert not fs.exists(f"lab/chain/{hero}/result.json")
@@ -389,9 +415,7 @@ def test_a_chain_whose_hero_node_dies_finishes_on_another_node_as_on_a_local_fol
     assert node_b.returncode == 0, err[-3000:]
     work = tmp_path / "node-b" / "work"
     assert "resuming from step " in (work / hero / "step.log").read_text()
-    assert _summary(work) == _summary(tmp_path / "local")  # the rungs, the fit and the hero's outcome
-    for run in {p.name for p in (tmp_path / "local").glob("store-*-s0-*")} | {hero}:
-        assert _state_files(work / run) == _state_files(tmp_path / "local" / run), run  # every checkpoint, bit for bit
+    _assert_same_as_local(work, local_chain, {p.name for p in local_chain.glob("store-*-s0-*")} | {hero})
     with RunReader(work / hero) as reader:
         assert any(e["kind"] == "resume" for e in reader.events())
 
@@ -405,6 +429,63 @@ def test_a_chain_whose_hero_node_dies_finishes_on_another_node_as_on_a_local_fol
     assert "bit-identical" in replay.stdout
     fs.invalidate_cache()
     assert fs.glob("lab/replay/*/step.json")
+
+
+def _kill_node(work: Path) -> int:
+    """SIGKILL every process of the Ray node whose processes were started with ``GLASSLAB_WORK=work`` (its raylet,
+    its workers and the step processes they started): the node dies as a machine does. Returns how many."""
+    marker = f"GLASSLAB_WORK={work}".encode()
+    killed = 0
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and marker in (proc / "environ").read_bytes().split(b"\0"):
+                os.kill(int(proc.name), signal.SIGKILL)
+                killed += 1
+        except (OSError, ProcessLookupError):
+            continue
+    return killed
+
+
+@pytest.mark.slow  # a Ray cluster of three raylets and the chain once more: ~60 s of CPU
+def test_two_ray_nodes_that_share_no_disk_run_the_chain_and_the_heros_node_dies_and_it_resumes_on_the_other(
+        endpoint, local_chain, tmp_path, monkeypatch):
+    """Issue 44's nodes that share no disk: a Ray cluster of a head (no CPUs: it runs no step) and two nodes, each
+    started with its own working folder; the executor runs on neither and joins the cluster with only the root's
+    URL. The node running the hero is killed with SIGKILL after a checkpoint reached the root: Ray reports the
+    task lost, the executor tries it again on the other node, which resumes from the root's checkpoint."""
+    import s3fs
+
+    cluster_utils = pytest.importorskip("ray.cluster_utils")
+    hero = _only(local_chain, "store-hero-*").name
+    cluster = cluster_utils.Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    try:
+        nodes = {name: tmp_path / name for name in ("node-a", "node-b")}
+        for work in nodes.values():
+            monkeypatch.setenv("GLASSLAB_WORK", str(work))  # what this node's raylet and its workers see
+            cluster.add_node(num_cpus=2)
+        monkeypatch.delenv("GLASSLAB_WORK")
+        driver = start_cli("run", str(CHAIN), "--backend", "ray", "--address", cluster.address, "--lab", "s3://lab/ray",
+                           "--force-registration", GLASSLAB_WORK=str(tmp_path / "driver"))
+        fs = s3fs.S3FileSystem()
+        _wait_for_hero_checkpoint(fs, "lab/ray", hero, driver)
+        (dying,) = [name for name, work in nodes.items() if (work / hero / "step.log").exists()]
+        assert _kill_node(nodes[dying]) >= 2  # at least its raylet and the hero's step process
+        out, err = driver.communicate(timeout=600)
+        assert driver.returncode == 0, err[-3000:]
+    finally:
+        cluster.shutdown()
+    (survivor,) = set(nodes) - {dying}
+    assert "resuming from step " in (nodes[survivor] / hero / "step.log").read_text()
+    ran_on = {p.parent.name for work in nodes.values() for p in work.glob("*/step.log")}
+    assert {p.name for p in local_chain.glob("store-*")} <= ran_on  # every step ran on a node, none by the executor
+    work = tmp_path / "driver"  # the executor's copy: every step's folder pulled from the root as it ended
+    _assert_same_as_local(work, local_chain, {p.name for p in local_chain.glob("store-*-s0-*")} | {hero})
+    record = json.loads((work / hero / "step.json").read_text())
+    assert record["status"] == "succeeded" and record["attempts"] == 2
+    timeline = run_page(Lab(work), hero)["events"]
+    (lost,) = [e for e in timeline if e["kind"] == "node_lost"]
+    assert "its worker was lost" in lost["title"] and "Ray lost its worker" in lost["body"], lost
+    assert any(e["kind"] == "resume" for e in timeline)
 
 
 def test_the_views_refresh_outlives_objects_removed_between_its_listing_and_its_fetch(endpoint, tmp_path, monkeypatch):

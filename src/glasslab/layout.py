@@ -104,11 +104,16 @@ PREDICTIONS_FILE = "predictions.jsonl"
 files, never written."""
 
 CARDS_DIR = "cards"
-"""Experiment cards at the lab root: ``cards/<experiment>/v<N>.json`` (each stored version of the card,
-never rewritten), ``runs.jsonl`` (every run of the experiment: card version, step folders) and
-``notes.jsonl`` (conclusions); ``lab/card.py`` says what they hold."""
+"""Experiment cards at the lab root: ``cards/<experiment>/v<N>.json`` (each stored version of the card),
+``runs/<number:08d>.json`` (one per run of the experiment: card version, step folders) and
+``notes/<number:08d>.json`` (conclusions), every file created once and never rewritten, so nodes sharing an
+object-store root add theirs side by side (``store/lab_records.py``); ``lab/card.py`` says what they hold."""
+CARD_RUNS_DIR = "runs"
+CARD_NOTES_DIR = "notes"
 CARD_RUNS_FILE = "runs.jsonl"
+"""The runs of a card in a lab made before :data:`CARD_RUNS_DIR`, one per line: read first, never written."""
 CARD_NOTES_FILE = "notes.jsonl"
+"""The conclusions of a lab made before :data:`CARD_NOTES_DIR`: read first, never written."""
 
 TEMP_PREFIX = ".tmp-"
 """Temp files and folders start with this; a reader skips them and a writer's sweep removes them."""

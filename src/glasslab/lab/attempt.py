@@ -12,6 +12,7 @@ import pickle
 from dataclasses import dataclass
 from pathlib import Path
 
+from glasslab.lab.inputs import relocate_outputs
 from glasslab.lab.step import FunctionRef, StepContext
 
 MAX_RESULT_CHARS = 100_000
@@ -38,10 +39,19 @@ class WorkerSpec:
     workers: int
     re_register: bool = False
     force_registration: bool = False
+    lab_url: str = ""
+    """The lab root's URL when the lab is on object storage (``--lab s3://…``), else empty: the step then runs
+    in the working copy of the node it lands on (``node_copy.py``)."""
+    moved_from: str = ""
+    """The working copy the executor named the paths in, when the step runs in another node's copy
+    (``lab_root`` is then this node's): the config's resolved inputs are moved over when it is unpickled."""
 
     def context(self) -> StepContext:
+        config = pickle.loads(self.config_pickle)
+        if self.moved_from:
+            config = relocate_outputs(config, Path(self.moved_from), Path(self.lab_root))
         return StepContext(
-            name=self.name, output_dir=Path(self.output_dir), config=pickle.loads(self.config_pickle),
+            name=self.name, output_dir=Path(self.output_dir), config=config,
             inputs={k: Path(v) for k, v in self.inputs.items()}, lab_root=Path(self.lab_root),
             attempt=self.attempt, step_hash=self.step_hash, re_register=self.re_register,
             force_registration=self.force_registration,
@@ -58,6 +68,8 @@ class AttemptResult:
     pid: int | None
     value: object = None
     """What the step function returned, when it was small, strict JSON (recorded in ``step.json``)."""
+    lost: bool = False
+    """The attempt ended without a word from it: the pool lost its worker (on Ray: the worker, or its node)."""
 
 
 def one_line_error(exc: BaseException) -> str:

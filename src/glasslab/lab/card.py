@@ -20,8 +20,10 @@ module-level ``CARD``. The decision rule has a fixed meaning: every expectation 
 The card is stored in the lab when the experiment runs (:func:`record_run`), immutably:
 ``<lab>/cards/<name>/v<N>.json`` holds the card, its sha256 and the code version; running with the same
 card again adds no version, a changed card adds the next one and the old ones stay. Every run of the
-experiment appends which card version it ran and which folder each step got to ``runs.jsonl`` beside
-them; conclusions (``glasslab note --experiment``) go to ``notes.jsonl``.
+experiment adds which card version it ran and which folder each step got as the next entry of ``runs/``
+beside them; conclusions (``glasslab note --experiment``) go to ``notes/``. Every file is created once
+(``store/lab_records.py``), so nodes sharing an object-store root never overwrite each other's; a lab
+made before the entry folders has its ``runs.jsonl`` and ``notes.jsonl`` read first.
 """
 
 from __future__ import annotations
@@ -36,10 +38,10 @@ from typing import Any
 from glasslab.config import to_dict
 from glasslab.errors import UserError
 from glasslab.layout import (
+    CARD_NOTES_DIR,
     CARD_NOTES_FILE,
+    CARD_RUNS_DIR,
     CARD_RUNS_FILE,
-    append_json_line,
-    atomic_path,
     card_dir,
     card_version_path,
     code_version,
@@ -47,6 +49,7 @@ from glasslab.layout import (
     read_json,
     read_json_lines,
 )
+from glasslab.store.lab_records import append_record, create_record_once, read_records, refresh_records
 
 VERDICTS = ("confirmed", "refuted", "open")
 
@@ -127,50 +130,57 @@ def card_versions(lab_root: str | Path, name: str) -> list[dict[str, Any]]:
 
 def store_card(lab_root: str | Path, name: str, card: ExperimentCard) -> dict[str, Any]:
     """The stored version of ``card``: the latest one when it has the same hash, else a new version
-    written beside the old ones (never replacing a file)."""
+    written beside the old ones (never replacing a file; another writer's version made meanwhile is read
+    and decided against)."""
     digest = card_hash(card)
-    versions = card_versions(lab_root, name)
-    if versions and versions[-1]["hash"] == digest:
-        return versions[-1]
-    record = {"experiment": name, "version": len(versions) + 1, "hash": digest, "card": to_dict(card),
-              "code": code_version(), "stored_at": _now()}
-    try:
-        with atomic_path(card_version_path(lab_root, name, record["version"]), replace=False) as tmp:
-            tmp.write_text(json_text(record), encoding="utf-8")
-    except FileExistsError:  # another executor stored this version a moment ago
-        return card_versions(lab_root, name)[-1]
-    return record
+    while True:
+        versions = card_versions(lab_root, name)
+        if versions and versions[-1]["hash"] == digest:
+            return versions[-1]
+        record = {"experiment": name, "version": len(versions) + 1, "hash": digest, "card": to_dict(card),
+                  "code": code_version(), "stored_at": _now()}
+        if create_record_once(lab_root, card_version_path(".", name, record["version"]).as_posix(),
+                              json_text(record).encode()):
+            return record
+        refresh_records(lab_root, card_dir(".", name).as_posix())  # another writer stored this number just now
 
 
 def record_run(lab_root: str | Path, name: str, card: ExperimentCard | None,
                folders: dict[str, str]) -> dict[str, Any]:
     """Store the card (when the experiment has one) and append this run of the experiment: the card
     version and each step's folder (``folders``: step name → folder name under the lab)."""
+    refresh_records(lab_root, card_dir(".", name).as_posix())  # the versions other nodes stored
     version = store_card(lab_root, name, card)["version"] if card is not None else None
     entry = {"experiment": name, "card_version": version, "steps": dict(folders), "started_at": _now()}
-    append_json_line(card_dir(lab_root, name) / CARD_RUNS_FILE, entry)
+    append_record(lab_root, (card_dir(".", name) / CARD_RUNS_DIR).as_posix(), entry)
     return entry
 
 
 def experiment_runs(lab_root: str | Path, name: str) -> list[dict[str, Any]]:
     """Every recorded run of experiment ``name``, oldest first."""
-    return read_json_lines(card_dir(lab_root, name) / CARD_RUNS_FILE)
+    return _entries(lab_root, name, CARD_RUNS_FILE, CARD_RUNS_DIR)
+
+
+def _entries(lab_root: str | Path, name: str, old_file: str, folder: str) -> list[dict[str, Any]]:
+    """A card's entries: its lab's old one-file form first, then the entry files in number order."""
+    return [*read_json_lines(card_dir(lab_root, name) / old_file),
+            *read_records(lab_root, (card_dir(".", name) / folder).as_posix())]
 
 
 def add_conclusion(lab_root: str | Path, name: str, text: str) -> dict[str, Any]:
     """Append a person's conclusion to experiment ``name`` (which must have run in this lab)."""
     if not experiment_runs(lab_root, name):
-        raise UserError(f"experiment {name!r}: it has not run in lab {lab_root} (no {CARD_RUNS_FILE} under "
+        raise UserError(f"experiment {name!r}: it has not run in lab {lab_root} (no runs under "
                         f"{card_dir(lab_root, name)})")
     if not text.strip():
         raise UserError("conclusion text is empty")
     entry = {"text": text.strip(), "time": _now()}
-    append_json_line(card_dir(lab_root, name) / CARD_NOTES_FILE, entry)
+    append_record(lab_root, (card_dir(".", name) / CARD_NOTES_DIR).as_posix(), entry)
     return entry
 
 
 def conclusions(lab_root: str | Path, name: str) -> list[dict[str, Any]]:
-    return read_json_lines(card_dir(lab_root, name) / CARD_NOTES_FILE)
+    return _entries(lab_root, name, CARD_NOTES_FILE, CARD_NOTES_DIR)
 
 
 def experiments_in_lab(lab_root: str | Path) -> list[str]:
@@ -178,7 +188,7 @@ def experiments_in_lab(lab_root: str | Path) -> list[str]:
     root = card_dir(lab_root, "_").parent
     if not root.is_dir():
         return []
-    return sorted(p.name for p in root.iterdir() if (p / CARD_RUNS_FILE).is_file())
+    return sorted(p.name for p in root.iterdir() if (p / CARD_RUNS_FILE).is_file() or (p / CARD_RUNS_DIR).is_dir())
 
 
 def decide(inside: list[bool | None]) -> str:

@@ -7,7 +7,10 @@ For each step the plan says *run* or *cached*. A step to run is locked (see lock
 succeeded and fewer than ``jobs`` steps are in flight (each attempt one call on the lab's
 task pool, pool.py and step_task.py). A step is marked ``succeeded`` only when its
 function returned; otherwise ``failed`` with the error, its folder kept so a rerun can resume. Retries
-follow the step's RetryPolicy. Every start, success, failure and retry is a lab event.
+follow the step's RetryPolicy; an attempt the pool lost (its worker or Ray node died) is a ``node_lost``
+incident and is tried again under the policy's ``lost``. Every start, success, failure and retry is a lab
+event. On an object-store lab a step may run in another node's working copy (``node_copy.py``): the
+executor pulls its folder when each attempt ends.
 
 Several executors may run the same DAG at once: a step locked by another executor is waited for and
 its result adopted, so each step runs once. A lock left by a dead executor is taken over.
@@ -53,6 +56,7 @@ from glasslab.lab.status import create_step_record, read_step_record, write_step
 from glasslab.lab.step import Step
 from glasslab.lab.step_task import poll_attempt, submit_attempt
 from glasslab.layout import code_version
+from glasslab.store.mirror import mirror_of
 from glasslab.track import log_lab_event
 
 BACKENDS = ("local", "ray")
@@ -69,9 +73,11 @@ class _Active:
     record: dict[str, Any]
     handle: Any = None
     failures: int = 0
+    losses: int = 0
+    """Attempts the pool lost (their worker or node died), counted apart from failures (``RetryPolicy.lost``)."""
     retry_at: float | None = None
     attempt_started: float = 0.0
-    lost: bool = False
+    lock_lost: bool = False
     stopped: bool = False
     """The executor passed its stop signal on to this attempt: it cannot count as succeeded."""
 
@@ -123,6 +129,8 @@ class Executor:
         self.tables = Console(highlight=False)  # plans and results go to stdout, progress to stderr
         self.echo = echo
         self._owner = new_owner_id()
+        self._mirror = mirror_of(self.lab_root)
+        """The object-store root this lab is a working copy of, or None (a local folder)."""
         self._mutex = threading.Lock()
         self._active: dict[str, _Active] = {}
         self._stop: str | None = None
@@ -205,7 +213,7 @@ class Executor:
                 else:
                     next_lock_try[node.key] = now + LOCK_POLL_INTERVAL_S
             for key, active in list(self._active.items()):
-                if active.lost:
+                if active.lock_lost:
                     self._finish_lost(key, active, report, backend)
                 elif active.handle is not None:
                     result = poll_attempt(backend, active.handle)
@@ -280,17 +288,20 @@ class Executor:
             inputs={name: str(dep.folder.resolve()) for name, dep in node.deps.items()},
             lab_root=str(self.lab_root.resolve()), attempt=attempt, workers=node.step.resources.workers,
             re_register=self.re_register, force_registration=self.force_registration,
+            lab_url=self._mirror.root.url if self._mirror is not None else "",
         )
         active.handle = submit_attempt(backend, spec, node.step.resources)
         worker_pid = backend.pid(active.handle)
         if worker_pid is not None:
-            active.lost = not active.lock.refresh(worker_pid)
+            active.lock_lost = not active.lock.refresh(worker_pid)
 
     def _finish_attempt(self, active: _Active, result: AttemptResult, report: RunReport) -> None:
         node, record = active.node, active.record
         now = time.time()
         duration = now - active.attempt_started
         active.handle = None
+        if self._mirror is not None and self.backend_name == "ray":  # it may have run in another node's copy
+            self._mirror.pull(node.folder)
         if active.stopped:
             # A trainer stopped by SIGTERM checkpoints and returns normally: that is not "done".
             reason = result.error or "returned after the signal"
@@ -299,7 +310,10 @@ class Executor:
         if result.ok:
             status = "succeeded"
         else:
-            active.failures += 1
+            if result.lost:
+                active.losses += 1
+            else:
+                active.failures += 1
             status = "failed"
         with self._mutex:
             record.update(status=status, error=result.error, heartbeat=now, result=result.value)
@@ -310,7 +324,15 @@ class Executor:
         if result.ok:
             self._event("step_succeeded", node, f"{node.name} succeeded in {duration:.1f} s")
             self.progress.line("✓", node.key, f"succeeded in {duration:.1f} s", "green")
-        elif not self._stop and self.retry_policy(node.step).should_retry(active.failures):
+        elif not self._stop and result.lost and active.losses <= self.retry_policy(node.step).lost:
+            delay = self.retry_policy(node.step).delay_s(active.losses)
+            active.retry_at = now + delay
+            self._event("node_lost", node, f"{node.name}: its worker was lost; trying again",
+                        f"{result.error}; attempt {record['attempts']}, after {duration:.0f} s; lost "
+                        f"{active.losses} of at most {self.retry_policy(node.step).lost} times", "incident")
+            self.progress.line("↻", node.key, f"lost ({result.error}); trying again in {delay:.1f} s", "yellow")
+            return
+        elif not self._stop and not result.lost and self.retry_policy(node.step).should_retry(active.failures):
             policy = self.retry_policy(node.step)
             delay = policy.delay_s(active.failures)
             active.retry_at = now + delay
@@ -381,10 +403,10 @@ class Executor:
                 running: dict[str, tuple[Path, float]] = {}
                 with self._mutex:
                     for active in self._active.values():
-                        if active.lost:
+                        if active.lock_lost:
                             continue
                         if not active.lock.refresh():
-                            active.lost = True
+                            active.lock_lost = True
                             continue
                         if active.record.get("status") == "running":
                             active.record["heartbeat"] = time.time()

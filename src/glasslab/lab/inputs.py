@@ -131,28 +131,54 @@ def resolve_outputs(config: Any, folders: Mapping[str, Path], step_name: str, la
     """``config`` with every reference's ``path`` set to the folder of the dependency it names (``folders``:
     dependency name → output folder), each run's ``run_dir`` to the dependency's folder of that name, else that
     folder under ``lab_root``, and the steps they were made from dropped (the config travels to another process)."""
-    if isinstance(config, RunOutput):
-        by_folder = {folder.name: folder for folder in folders.values()}
-        found = config.run_dir or by_folder.get(config.run) or Path(lab_root) / config.run
-        return dataclasses.replace(config, run_dir=str(found), producer=None)
-    if isinstance(config, StepOutput):
-        if not config:
-            return config
-        if config.name not in folders:
+
+    def resolve(ref: StepOutput | RunOutput) -> StepOutput | RunOutput:
+        if isinstance(ref, RunOutput):
+            by_folder = {folder.name: folder for folder in folders.values()}
+            found = ref.run_dir or by_folder.get(ref.run) or Path(lab_root) / ref.run
+            return dataclasses.replace(ref, run_dir=str(found), producer=None)
+        if not ref:
+            return ref
+        if ref.name not in folders:
             raise UserError(
-                f"step {step_name!r}: its config refers to the output of step {config.name!r}, which is "
+                f"step {step_name!r}: its config refers to the output of step {ref.name!r}, which is "
                 f"not a dependency (dependencies: {', '.join(sorted(folders)) or 'none'})"
             )
-        return StepOutput(config.name, str(folders[config.name]))
+        return StepOutput(ref.name, str(folders[ref.name]))
+
+    return _replace_references(config, resolve)
+
+
+def relocate_outputs(config: Any, old_root: Path, new_root: Path) -> Any:
+    """``config`` (resolved) with every folder under ``old_root`` moved under ``new_root``: a step run in another
+    node's working copy of an object-store lab (``node_copy.py``). Folders outside the lab stay as they are."""
+
+    def relocate(ref: StepOutput | RunOutput) -> StepOutput | RunOutput:
+        if isinstance(ref, RunOutput):
+            return dataclasses.replace(ref, run_dir=moved_under(ref.run_dir, old_root, new_root))
+        return dataclasses.replace(ref, path=moved_under(ref.path, old_root, new_root))
+
+    return _replace_references(config, relocate)
+
+
+def moved_under(path: str, old_root: Path, new_root: Path) -> str:
+    """``path`` moved from under ``old_root`` to under ``new_root``; as it is when it is not under ``old_root``."""
+    inside = path and Path(path).is_relative_to(old_root)
+    return str(new_root / Path(path).relative_to(old_root)) if inside else path
+
+
+def _replace_references(config: Any, replace: Any) -> Any:
+    """``config`` with each reference (nested dataclasses, lists and tuples) replaced by ``replace(ref)``;
+    the parts holding none are the same objects."""
+    if isinstance(config, (RunOutput, StepOutput)):
+        return replace(config)
     if dataclasses.is_dataclass(config) and not isinstance(config, type):
-        changed = {
-            f.name: resolve_outputs(getattr(config, f.name), folders, step_name, lab_root)
-            for f in dataclasses.fields(config)
-            if f.init
-        }
+        changed = {f.name: _replace_references(getattr(config, f.name), replace) for f in dataclasses.fields(config)
+                   if f.init}
         if all(changed[name] is getattr(config, name) for name in changed):
             return config
         return dataclasses.replace(config, **changed)
-    if isinstance(config, (list, tuple)) and any(True for _ in step_outputs(config)):
-        return type(config)(resolve_outputs(value, folders, step_name, lab_root) for value in config)
+    if isinstance(config, (list, tuple)):
+        values = [_replace_references(value, replace) for value in config]
+        return config if all(a is b for a, b in zip(values, config, strict=True)) else type(config)(values)
     return config

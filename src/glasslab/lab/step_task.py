@@ -7,7 +7,9 @@ and ``ray`` the call is :func:`run_step_process`: it starts the step process (``
 glasslab.lab.worker``, see worker.py) and waits for it, so a step behaves the same in a local pool process
 and in a Ray task. The step process sees the caller's import path (``PYTHONPATH``), gets the CPUs its step
 asks for as ``OMP_NUM_THREADS`` (Ray sets that itself for a task), and, on Ray, the cluster's address
-(:data:`RAY_ADDRESS_ENV`: a data build it runs runs its tasks there too). Its output is appended to the
+(:data:`RAY_ADDRESS_ENV`: a data build it runs runs its tasks there too, except on an object-store lab, where
+they run on the step's node). On an object-store lab the call first moves the attempt into its node's working
+copy and pushes the step's folder when the process ends (``node_copy.py``). Its output is appended to the
 step folder's ``step.log``. A ``KeyboardInterrupt`` in the call (the pool's ``terminate``; the caller is
 gone) is passed on to the step process as SIGTERM, which gets :data:`STEP_TERM_GRACE_S` to checkpoint.
 """
@@ -32,6 +34,7 @@ from typing import Any
 from glasslab.errors import UserError
 from glasslab.lab.attempt import PARENT_PID_ENV, RAY_ADDRESS_ENV, AttemptResult, WorkerSpec, one_line_error, small_json
 from glasslab.lab.modules import user_pythonpath
+from glasslab.lab.node_copy import on_this_node, push_folder
 from glasslab.lab.step import Resources
 
 STEP_LOG = "step.log"
@@ -61,7 +64,7 @@ def poll_attempt(pool: Any, handle: Any) -> AttemptResult | None:
     if outcome is None:
         return None
     if outcome.lost is not None:
-        return AttemptResult(False, f"step stopped: {outcome.lost}", outcome.host, outcome.pid)
+        return AttemptResult(False, f"step stopped: {outcome.lost}", outcome.host, outcome.pid, lost=True)
     if outcome.error is not None:
         return AttemptResult(False, one_line_error(outcome.error), outcome.host, outcome.pid)
     if pool.kind == "inline":
@@ -76,9 +79,10 @@ def call_step_function(spec: WorkerSpec) -> Any:
 
 def run_step_process(spec_bytes: bytes, env: dict[str, str], on_ray: bool) -> dict[str, Any]:
     """Run the step process to its end and report how it ended (an :class:`AttemptResult` as a dict)."""
-    spec: WorkerSpec = pickle.loads(spec_bytes)
-    env = {**os.environ, **env}
-    if on_ray:
+    attempt = on_this_node(pickle.loads(spec_bytes))
+    spec = attempt.spec
+    env = {**os.environ, **env, **attempt.env}
+    if on_ray and not spec.lab_url:  # an object-store lab's data build runs its tasks on the step's own node
         import ray
 
         env[RAY_ADDRESS_ENV] = ray.get_runtime_context().gcs_address
@@ -95,6 +99,8 @@ def run_step_process(spec_bytes: bytes, env: dict[str, str], on_ray: bool) -> di
         except subprocess.TimeoutExpired:
             _kill(proc)
             proc.wait()
+    finally:
+        push_folder(attempt)
     result = finish_result(proc, result_path)
     shutil.rmtree(scratch, ignore_errors=True)
     return asdict(result)

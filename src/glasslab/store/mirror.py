@@ -9,7 +9,7 @@ files through fsspec:
   different-sized copy of, is fetched (written locally with a temp name and renamed, its time set to
   the object's), so a resume on another node finds the run's checkpoints and run store;
 - **push** at every checkpoint (the trainer's ``on_checkpoint``, for its own run folder) and when a step
-  ends (before its lease is released), and the lab's own files (cards, the site) as the command ends:
+  ends (before its lease is released), and the lab's own files (the site) as the command ends:
   every file newer than its object is sent with one PUT (atomic: a reader sees the old object or the
   whole new one). A checkpoint's files go before its manifest and ``step.json`` goes last, so a reader
   of the root never trusts a partial checkpoint or a step that is not there yet. A SQLite file
@@ -17,7 +17,7 @@ files through fsspec:
   backup), never as a file that a writer is changing. A checkpoint folder that retention removed
   locally is removed from the root by the same push. The event log and the registry have forms of
   their own that several nodes write (``lab_records.py``): a push sends only this node's segment of
-  the log, and never a registry entry (each is created on the root).
+  the log, and never a registry entry or a card's file (each is created on the root).
 
 Node-local files never leave the node: temp names, ``.lock``/``.lock.guard``, SQLite's ``-wal``/``-shm``.
 """
@@ -28,6 +28,7 @@ import contextlib
 import functools
 import hashlib
 import os
+import shutil
 import sqlite3
 import sys
 import threading
@@ -37,6 +38,7 @@ from typing import Any
 
 from glasslab.errors import UserError
 from glasslab.layout import (
+    CARDS_DIR,
     CHECKPOINTS_DIR,
     LAB_EVENTS_DIR,
     MANIFEST_FILE,
@@ -88,16 +90,22 @@ class Mirror:
         fs, base = self.root.fs, self.root.key(under)
         fs.invalidate_cache(base)
         found = self.root.call("list the lab", fs.find, base, detail=True)
-        return {self.root.relative(k): v for k, v in found.items() if not _node_local(self.root.relative(k))}
+        return {self.root.relative(k): v for k, v in found.items()
+                if v.get("type") != "directory" and not _node_local(self.root.relative(k))}  # s3fs may list a prefix
 
     def pull(self, folder: Path | None = None) -> int:
         """Fetch what ``folder`` (default: the whole working copy) lacks or holds an older copy of (all at
         once, each into a temp name, then renamed into place with the object's time); returns the number
-        of files."""
+        of files. A step folder pulled on its own is one no process of this node is writing (a step this node
+        is about to run or has seen end): its checkpoints the root no longer has (retention removed them
+        where the step ran) are removed here too."""
         folder = Path(folder or self.work)
         wanted = {}
         own_segment = lab_events_segment(self.work)
-        for relative, info in self._remote(folder).items():
+        remote = self._remote(folder)
+        if folder != self.work:
+            self._drop_checkpoints_not_on_root(folder, remote)
+        for relative, info in remote.items():
             local = self.work / relative
             if local == own_segment and local.is_file():  # only this node writes it: the root's is never newer
                 continue
@@ -123,6 +131,13 @@ class Mirror:
             for _, tmp, _ in wanted.values():
                 tmp.unlink(missing_ok=True)
         return len(wanted)
+
+    def _drop_checkpoints_not_on_root(self, folder: Path, remote: dict[str, dict[str, Any]]) -> None:
+        on_root = {r.split(f"/{CHECKPOINTS_DIR}/")[1].split("/")[0] for r in remote if f"/{CHECKPOINTS_DIR}/" in r}
+        local = folder / CHECKPOINTS_DIR
+        for checkpoint in (p for p in local.iterdir() if p.is_dir()) if local.is_dir() else ():
+            if checkpoint.name not in on_root and not checkpoint.name.startswith(TEMP_PREFIX):
+                shutil.rmtree(checkpoint)
 
     def push(self, folder: Path | None = None) -> int:
         """Send every file of step folder ``folder`` newer than its object, in the order that keeps the root
@@ -153,9 +168,10 @@ class Mirror:
 
     def _written_elsewhere(self, path: Path) -> bool:
         """Whether ``path`` reaches the root by another way than a push (``store/lab_records.py``): a registry
-        entry (created on the root itself), or another node's segment of the event log (never sent from here)."""
+        entry or a card's file (created on the root itself), or another node's segment of the event log (never
+        sent from here)."""
         top = path.relative_to(self.work).parts[0]
-        return top == PREDICTIONS_DIR or (top == LAB_EVENTS_DIR and path != lab_events_segment(self.work))
+        return top in (PREDICTIONS_DIR, CARDS_DIR) or (top == LAB_EVENTS_DIR and path != lab_events_segment(self.work))
 
     def send(self, paths: list[Path]) -> None:
         """One atomic PUT per file of the working copy, concurrently; a SQLite file as a consistent snapshot."""
@@ -217,7 +233,8 @@ def default_work_folder(url: str) -> Path:
 
 
 @functools.lru_cache(maxsize=4)
-def _mirror_for(url: str, work: str) -> Mirror:
+def mirror_for(url: str, work: str) -> Mirror:
+    """The mirror of the root at ``url`` and the working copy ``work`` (one per pair in a process)."""
     return Mirror(open_root(url), Path(work))
 
 
@@ -225,17 +242,24 @@ def active_mirror() -> Mirror | None:
     """The mirror of the object-store lab this process works for (set by :func:`lab_workspace`, and
     inherited by the step processes it starts), or None on a local lab."""
     url, work = os.environ.get(LAB_URL_ENV), os.environ.get(WORK_ENV)
-    return _mirror_for(url, work) if url and work else None
+    return mirror_for(url, work) if url and work else None
 
 
-def _work_folder(url: str) -> Path:
+def mirror_of(lab_root: str | Path) -> Mirror | None:
+    """The active mirror when its working copy is ``lab_root`` (an object-store lab), else None (a local folder)."""
+    mirror = active_mirror()
+    return mirror if mirror is not None and Path(lab_root).resolve() == mirror.work.resolve() else None
+
+
+def work_folder(url: str) -> Path:
+    """This node's working copy of the lab at ``url``: ``$GLASSLAB_WORK``, else the default for the URL."""
     return Path(os.environ.get(WORK_ENV) or default_work_folder(url)).resolve()
 
 
 def view_folder(url: str) -> Path:
     """The node's read-only copy of the lab at ``url`` (``publish``, ``serve``): beside the working copy, never
     it, so a pull for a reader never replaces a file a command on this node is writing."""
-    work = _work_folder(url)
+    work = work_folder(url)
     return work.with_name(work.name + "-view")
 
 
@@ -247,8 +271,8 @@ def lab_workspace(value: str) -> Iterator[Path]:
     if not is_url(value) or value.startswith("file://"):
         yield Path(local_folder(value))
         return
-    work = _work_folder(value)
-    mirror = _mirror_for(value, str(work))  # opens the root: nothing is made locally for a bad URL
+    work = work_folder(value)
+    mirror = mirror_for(value, str(work))  # opens the root: nothing is made locally for a bad URL
     work.mkdir(parents=True, exist_ok=True)
     mirror.pull()
     saved = {k: os.environ.get(k) for k in (LAB_URL_ENV, WORK_ENV)}
@@ -273,7 +297,7 @@ def lab_snapshot(value: str, refresh_s: float = 0.0) -> Iterator[Path]:
         yield Path(local_folder(value))
         return
     view = view_folder(value)
-    mirror = _mirror_for(value, str(view))
+    mirror = mirror_for(value, str(view))
     view.mkdir(parents=True, exist_ok=True)
     mirror.pull()
     stop = threading.Event()
