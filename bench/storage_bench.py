@@ -27,11 +27,16 @@ the root whole file by whole file (``store/mirror.py``); so what this measures i
 folder (``--demo-local LAB``: against a finished local quick demo lab, whose time is then not measured):
 ``demo_tables_identical`` (the demo's tables, paths and times left out), ``demo_weights_identical`` (every
 ``model.pt`` and ``optimizer.pt`` of the two labs, by sha256) and ``demo_seconds_s3`` / ``_local``.
+``--e2e`` runs the ``s3`` side on a Ray cluster started here: a head without CPUs and two nodes whose
+processes each see a working folder of their own (the executor's is a third), and adds
+``demo_e2e_steps_on_node_a`` / ``_b`` (the steps each node ran).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import difflib
 import hashlib
 import os
 import re
@@ -40,6 +45,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import yaml
@@ -194,24 +200,29 @@ def sync_lag_s(run_dir: Path) -> float:
     return time.perf_counter() - started
 
 
-def demo_comparison(tmp: Path, local_lab: Path | None) -> dict[str, object]:
-    """The quick demo on ``s3://lab/demo`` (a fresh working folder), then on a local folder unless ``local_lab``
-    names a finished one; the tables and the training state files compared."""
+def demo_comparison(tmp: Path, local_lab: Path | None, ray_address: str | None = None) -> dict[str, object]:
+    """The quick demo on ``s3://lab/demo`` (a fresh working folder; on the Ray cluster at ``ray_address`` when
+    given), then on a local folder unless ``local_lab`` names a finished one; the tables and the training
+    state files compared."""
     runs = {}
+    on_ray = ("--backend", "ray", "--address", ray_address) if ray_address else ()
     for side, lab in (("s3", "s3://lab/demo"), ("local", str(local_lab or tmp / "demo-local"))):
         if side == "local" and local_lab is not None:
             runs[side] = (None, (local_lab / "demo.out").read_text(), local_lab)
             continue
         started = time.perf_counter()
         work = str(tmp / "demo-work")
-        done = run_cli("demo", "--quick", "--no-serve", "--lab", lab, timeout=3600, GLASSLAB_WORK=work)
+        ray = on_ray if side == "s3" else ()
+        done = run_cli("demo", "--quick", "--no-serve", *ray, "--lab", lab, timeout=3600, GLASSLAB_WORK=work)
         if done.returncode != 0:
             folder = Path(work if side == "s3" else lab)
             logs = [f"--- {log}:\n{log.read_text()[-1500:]}" for log in sorted(folder.glob("*/step.log"))
                     if '"failed"' in (log.parent / "step.json").read_text()]  # the scratch folder goes with the bench
             raise SystemExit(f"glasslab demo --lab {lab} failed: {done.stderr[-3000:]}\n" + "\n".join(logs))
         runs[side] = (time.perf_counter() - started, done.stdout, tmp / "demo-work" if side == "s3" else Path(lab))
-    tables = {side: _demo_tables(out) for side, (_, out, _) in runs.items()}
+    tables = {side: _demo_tables(out, folder) for side, (_, out, folder) in runs.items()}
+    for line in list(difflib.unified_diff(tables["local"], tables["s3"], "local", "s3", lineterm="", n=0))[:40]:
+        print(f"# {line}")  # what differs, when anything does
     weights = {side: _state_hashes(folder) for side, (_, _, folder) in runs.items()}
     return {
         "demo_seconds_s3": runs["s3"][0],
@@ -222,9 +233,30 @@ def demo_comparison(tmp: Path, local_lab: Path | None) -> dict[str, object]:
     }
 
 
-def _demo_tables(stdout: str) -> list[str]:
+@contextlib.contextmanager
+def ray_nodes(tmp: Path) -> Iterator[tuple[str, dict[str, Path]]]:
+    """A Ray cluster on this machine: a head without CPUs (it runs no step) and two nodes of 2 CPUs, each whose
+    processes see a working folder of their own (``GLASSLAB_WORK``); yields its address and the folders."""
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    nodes = {name: tmp / name for name in ("node_a", "node_b")}
+    saved = os.environ.get("GLASSLAB_WORK")
+    try:
+        for work in nodes.values():
+            os.environ["GLASSLAB_WORK"] = str(work)
+            cluster.add_node(num_cpus=2)
+        os.environ.pop("GLASSLAB_WORK")
+        yield cluster.address, nodes
+    finally:
+        if saved is not None:
+            os.environ["GLASSLAB_WORK"] = saved
+        cluster.shutdown()
+
+
+def _demo_tables(stdout: str, lab: Path) -> list[str]:
     """The demo's tables: its output up to the export lines, with the lab's path and any seconds left out."""
-    lines = stdout.split("the hero for transformers")[0].splitlines()
+    lines = stdout.split("the hero for transformers")[0].replace(str(lab), "LAB").splitlines()
     return [re.sub(r"\d+(\.\d+)? s\b", "", line) for line in lines]
 
 
@@ -247,10 +279,16 @@ def main() -> None:
     parser.add_argument("--demo", action="store_true", help="the quick demo on s3 and on a local folder instead")
     parser.add_argument("--demo-local", type=Path, default=None, metavar="LAB",
                         help="with --demo: a finished local quick demo lab (its stdout in LAB/demo.out)")
+    parser.add_argument("--e2e", action="store_true",
+                        help="--demo with the s3 side on a Ray cluster of two nodes that share no disk")
     args = parser.parse_args()
-    if args.demo:
+    if args.demo or args.e2e:
         with LoadWatch(), tempfile.TemporaryDirectory() as scratch, s3_server(buckets=("lab",)):
-            for name, value in demo_comparison(Path(scratch), args.demo_local).items():
+            with ray_nodes(Path(scratch)) if args.e2e else contextlib.nullcontext((None, {})) as (address, nodes):
+                figures = demo_comparison(Path(scratch), args.demo_local, address)
+            for name, work in nodes.items():  # every step ran on one of the nodes, in its own working folder
+                figures[f"demo_e2e_steps_on_{name}"] = len(list(work.glob("*/step.log")))
+            for name, value in figures.items():
                 print(f"{name}: {value if not isinstance(value, float) else f'{value:.1f}'}")
             print(f"# load average {os.getloadavg()[0]:.1f} at the end")
         return
