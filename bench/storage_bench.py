@@ -29,7 +29,8 @@ folder (``--demo-local LAB``: against a finished local quick demo lab, whose tim
 ``model.pt`` and ``optimizer.pt`` of the two labs, by sha256) and ``demo_seconds_s3`` / ``_local``.
 ``--e2e`` runs the ``s3`` side on a Ray cluster started here: a head without CPUs and two nodes whose
 processes each see a working folder of their own (the executor's is a third), and adds
-``demo_e2e_steps_on_node_a`` / ``_b`` (the steps each node ran).
+``demo_e2e_step_folders_on_node_a`` / ``_b`` (the step folders in each node's working copy: the steps it ran
+and the inputs it pulled for them).
 """
 
 from __future__ import annotations
@@ -213,7 +214,8 @@ def demo_comparison(tmp: Path, local_lab: Path | None, ray_address: str | None =
         started = time.perf_counter()
         work = str(tmp / "demo-work")
         ray = on_ray if side == "s3" else ()
-        done = run_cli("demo", "--quick", "--no-serve", *ray, "--lab", lab, timeout=3600, GLASSLAB_WORK=work)
+        done = run_cli("demo", "--quick", "--no-serve", *ray, "--lab", lab, timeout=3600, GLASSLAB_WORK=work,
+                       COLUMNS="400")  # tables wide enough that no path wraps
         if done.returncode != 0:
             folder = Path(work if side == "s3" else lab)
             logs = [f"--- {log}:\n{log.read_text()[-1500:]}" for log in sorted(folder.glob("*/step.log"))
@@ -286,8 +288,8 @@ def main() -> None:
         with LoadWatch(), tempfile.TemporaryDirectory() as scratch, s3_server(buckets=("lab",)):
             with ray_nodes(Path(scratch)) if args.e2e else contextlib.nullcontext((None, {})) as (address, nodes):
                 figures = demo_comparison(Path(scratch), args.demo_local, address)
-            for name, work in nodes.items():  # every step ran on one of the nodes, in its own working folder
-                figures[f"demo_e2e_steps_on_{name}"] = len(list(work.glob("*/step.log")))
+            for name, work in nodes.items():  # the steps it ran, and the inputs it pulled for them
+                figures[f"demo_e2e_step_folders_on_{name}"] = len(list(work.glob("*/step.log")))
             for name, value in figures.items():
                 print(f"{name}: {value if not isinstance(value, float) else f'{value:.1f}'}")
             print(f"# load average {os.getloadavg()[0]:.1f} at the end")
