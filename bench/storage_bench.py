@@ -257,9 +257,15 @@ def ray_nodes(tmp: Path) -> Iterator[tuple[str, dict[str, Path]]]:
 
 
 def _demo_tables(stdout: str, lab: Path) -> list[str]:
-    """The demo's tables: its output up to the export lines, with the lab's path and any seconds left out."""
-    lines = stdout.split("the hero for transformers")[0].replace(str(lab), "LAB").splitlines()
-    return [re.sub(r"\d+(\.\d+)? s\b", "", line) for line in lines]
+    """The demo's tables: its output up to the export lines, cell by cell (the columns' widths follow the lab's
+    path), with the lab's path, any seconds and the result table's seconds column left out."""
+    lines = []
+    for line in stdout.split("the hero for transformers")[0].replace(str(lab), "LAB").splitlines():
+        cells = [cell.strip() for cell in re.split(r"[│┃]", re.sub(r"\d+(\.\d+)? s\b", "", line))]
+        if len(cells) == 8 and cells[2] in ("succeeded", "cached", "failed", "skipped"):  # the executor's result
+            del cells[4]  # its seconds
+        lines.append(" | ".join(c for c in cells if c.strip("━─┏┓┗┛┳┻╇┡┩╈╋┼└┘┌┐├┤┬┴ ")))
+    return lines
 
 
 def _state_hashes(lab: Path) -> dict[str, str]:
