@@ -1,7 +1,8 @@
 """The lab on object storage (issue 44), against moto's S3-compatible server started here: the store
 honours conditional creates, two nodes racing for a step get one lease, a URL the lab cannot use is one
-line and exit 2, and a run SIGKILLed on one node resumes on another (its own local working folder) bit
-for bit the same as the uninterrupted run on a local folder."""
+line and exit 2, a run SIGKILLed on one node resumes on another (its own local working folder) bit
+for bit the same as the uninterrupted run on a local folder, and the demo's chain on a Ray cluster of two
+nodes that share no disk, one of them killed mid-hero, ends as it does on a local folder."""
 
 from __future__ import annotations
 
@@ -343,16 +344,6 @@ def test_a_transient_error_is_retried_and_said_once(endpoint, monkeypatch, capsy
 CHAIN = Path(__file__).with_name("store_chain.py")
 
 
-def _start_node(lab: str, node: Path) -> subprocess.Popen:
-    """``glasslab run`` of :data:`CHAIN` as a node of its own: its working copy and ``TMPDIR`` under ``node``,
-    in a process group of its own (a node's death kills its step processes too)."""
-    (node / "tmp").mkdir(parents=True)
-    env = subprocess_env(GLASSLAB_WORK=str(node / "work"), TMPDIR=str(node / "tmp"))
-    return subprocess.Popen([sys.executable, "-m", "glasslab", "run", str(CHAIN), "--lab", lab,
-                             "--force-registration"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-
-
 def _summary(lab: Path) -> str:
     from rich.console import Console
 
@@ -392,45 +383,6 @@ def _wait_for_hero_checkpoint(fs, lab: str, hero: str, *running: subprocess.Pope
         fs.invalidate_cache()
 
 
-def _assert_same_as_local(work: Path, local: Path, runs: set[str]) -> None:
-    assert _summary(work) == _summary(local)  # the rungs, the fit and the hero's outcome
-    for run in runs:
-        assert _state_files(work / run) == _state_files(local / run), run  # every checkpoint, bit for bit
-
-
-@pytest.mark.slow  # the chain trained twice (and once for the fixture): ~70 s of CPU, 10 min of wall at load 9
-def test_a_chain_whose_hero_node_dies_finishes_on_another_node_as_on_a_local_folder(endpoint, local_chain, tmp_path):
-    import s3fs
-
-    hero = _only(local_chain, "store-hero-*").name
-    fs = s3fs.S3FileSystem()
-    node_a = _start_node("s3://lab/chain", tmp_path / "node-a")
-    _wait_for_hero_checkpoint(fs, "lab/chain", hero, node_a)
-    os.killpg(node_a.pid, signal.SIGKILL)  # the node dies: its executor and the hero's process, no handler runs
-    node_a.wait()
-    assert not fs.exists(f"lab/chain/{hero}/result.json")
-
-    node_b = _start_node("s3://lab/chain", tmp_path / "node-b")
-    out, err = node_b.communicate(timeout=600)
-    assert node_b.returncode == 0, err[-3000:]
-    work = tmp_path / "node-b" / "work"
-    assert "resuming from step " in (work / hero / "step.log").read_text()
-    _assert_same_as_local(work, local_chain, {p.name for p in local_chain.glob("store-*-s0-*")} | {hero})
-    with RunReader(work / hero) as reader:
-        assert any(e["kind"] == "resume" for e in reader.events())
-
-    site = tmp_path / "site"  # a site published from the root is replayed into another lab on the root
-    published = run_cli("publish", "--lab", "s3://lab/chain", "--out", str(site), GLASSLAB_WORK=str(tmp_path / "c"))
-    assert published.returncode == 0, published.stderr[-3000:]
-    (page,) = site.glob(f"run-{hero}*.html")
-    replay = run_cli("reproduce", str(page), "--until", "8", "--lab", "s3://lab/replay", timeout=300,
-                     GLASSLAB_WORK=str(tmp_path / "node-d"))
-    assert replay.returncode == 0, replay.stderr[-3000:]
-    assert "bit-identical" in replay.stdout
-    fs.invalidate_cache()
-    assert fs.glob("lab/replay/*/step.json")
-
-
 def _kill_node(work: Path) -> int:
     """SIGKILL every process of the Ray node whose processes were started with ``GLASSLAB_WORK=work`` (its raylet,
     its workers and the step processes they started): the node dies as a machine does. Returns how many."""
@@ -446,13 +398,14 @@ def _kill_node(work: Path) -> int:
     return killed
 
 
-@pytest.mark.slow  # a Ray cluster of three raylets and the chain once more: ~60 s of CPU
+@pytest.mark.slow  # a Ray cluster of three raylets, the chain, a publish and a replay: ~70 s of CPU
 def test_two_ray_nodes_that_share_no_disk_run_the_chain_and_the_heros_node_dies_and_it_resumes_on_the_other(
         endpoint, local_chain, tmp_path, monkeypatch):
     """Issue 44's nodes that share no disk: a Ray cluster of a head (no CPUs: it runs no step) and two nodes, each
     started with its own working folder; the executor runs on neither and joins the cluster with only the root's
     URL. The node running the hero is killed with SIGKILL after a checkpoint reached the root: Ray reports the
-    task lost, the executor tries it again on the other node, which resumes from the root's checkpoint."""
+    task lost, the executor tries it again on the other node, which resumes from the root's checkpoint. A site
+    published from the root then replays into another lab on the root."""
     import s3fs
 
     cluster_utils = pytest.importorskip("ray.cluster_utils")
@@ -479,13 +432,26 @@ def test_two_ray_nodes_that_share_no_disk_run_the_chain_and_the_heros_node_dies_
     ran_on = {p.parent.name for work in nodes.values() for p in work.glob("*/step.log")}
     assert {p.name for p in local_chain.glob("store-*")} <= ran_on  # every step ran on a node, none by the executor
     work = tmp_path / "driver"  # the executor's copy: every step's folder pulled from the root as it ended
-    _assert_same_as_local(work, local_chain, {p.name for p in local_chain.glob("store-*-s0-*")} | {hero})
+    assert _summary(work) == _summary(local_chain)  # the rungs, the fit and the hero's outcome
+    for run in {p.name for p in local_chain.glob("store-*-s0-*")} | {hero}:
+        assert _state_files(work / run) == _state_files(local_chain / run), run  # every checkpoint, bit for bit
     record = json.loads((work / hero / "step.json").read_text())
     assert record["status"] == "succeeded" and record["attempts"] == 2
     timeline = run_page(Lab(work), hero)["events"]
     (lost,) = [e for e in timeline if e["kind"] == "node_lost"]
     assert "its worker was lost" in lost["title"] and "Ray lost its worker" in lost["body"], lost
     assert any(e["kind"] == "resume" for e in timeline)
+
+    site = tmp_path / "site"  # a site published from the root is replayed into another lab on the root
+    published = run_cli("publish", "--lab", "s3://lab/ray", "--out", str(site), GLASSLAB_WORK=str(tmp_path / "c"))
+    assert published.returncode == 0, published.stderr[-3000:]
+    (page,) = site.glob(f"run-{hero}*.html")
+    replay = run_cli("reproduce", str(page), "--until", "8", "--lab", "s3://lab/replay", timeout=300,
+                     GLASSLAB_WORK=str(tmp_path / "d"))
+    assert replay.returncode == 0, replay.stderr[-3000:]
+    assert "bit-identical" in replay.stdout
+    fs.invalidate_cache()
+    assert fs.glob("lab/replay/*/step.json")
 
 
 def test_the_views_refresh_outlives_objects_removed_between_its_listing_and_its_fetch(endpoint, tmp_path, monkeypatch):

@@ -321,19 +321,19 @@ class Executor:
             record["history"][-1].update(finished=now, status=status, error=result.error,
                                          worker_host=result.host, worker_pid=result.pid)
             write_step_record(node.folder, record)
+        policy = self.retry_policy(node.step)
         if result.ok:
             self._event("step_succeeded", node, f"{node.name} succeeded in {duration:.1f} s")
             self.progress.line("✓", node.key, f"succeeded in {duration:.1f} s", "green")
-        elif not self._stop and result.lost and active.losses <= self.retry_policy(node.step).lost:
-            delay = self.retry_policy(node.step).delay_s(active.losses)
+        elif not self._stop and result.lost and active.losses <= policy.lost:
+            delay = policy.delay_s(active.losses)
             active.retry_at = now + delay
             self._event("node_lost", node, f"{node.name}: its worker was lost; trying again",
                         f"{result.error}; attempt {record['attempts']}, after {duration:.0f} s; lost "
-                        f"{active.losses} of at most {self.retry_policy(node.step).lost} times", "incident")
+                        f"{active.losses} of at most {policy.lost} times", "incident")
             self.progress.line("↻", node.key, f"lost ({result.error}); trying again in {delay:.1f} s", "yellow")
             return
-        elif not self._stop and not result.lost and self.retry_policy(node.step).should_retry(active.failures):
-            policy = self.retry_policy(node.step)
+        elif not self._stop and not result.lost and policy.should_retry(active.failures):
             delay = policy.delay_s(active.failures)
             active.retry_at = now + delay
             self._event("step_retried", node, f"{node.name} failed; retry {active.failures} of "
