@@ -107,8 +107,8 @@ def _train_seconds(config: Path, lab: str, work: Path) -> float:
 def train_ratio(config: Path, tmp: Path, repeats: int, endpoint: str) -> list[float]:
     """Per round: s3 tokens/s over local tokens/s (the same tokens, so local seconds over s3 seconds)."""
     ratios = []
-    for i in range(repeats):
-        local = _train_seconds(config, str(tmp / f"local-{i}"), tmp / "unused")
+    for i in range(repeats):  # a lab of its own per endpoint on both sides: a run found done would take no time
+        local = _train_seconds(config, str(tmp / f"local-{endpoint[-5:]}-{i}"), tmp / "unused")
         os.environ["AWS_ENDPOINT_URL"] = endpoint
         s3 = _train_seconds(config, f"s3://lab/train-{endpoint[-5:]}-{i}", tmp / f"work-{endpoint[-5:]}-{i}")
         ratios.append(local / s3)
@@ -332,7 +332,7 @@ def measure(tmp: Path, endpoint: str, steps: int, repeats: int, latency_ms: floa
         os.environ["AWS_ENDPOINT_URL"] = endpoint
         loader = loader_ratio(dataset, tmp, repeats, batches=steps * 10)
         build = data_build_ratio(tmp, repeats)
-        run_dir = next(p for p in (tmp / "local-0").iterdir() if (p / "checkpoints").is_dir())  # not events/
+        run_dir = next(p for p in (tmp / f"local-{endpoint[-5:]}-0").iterdir() if (p / "checkpoints").is_dir())
         ckpt, lag = checkpoint_ratio(run_dir, repeats), sync_lag_s(run_dir)
     finally:
         proxy.close()
