@@ -22,7 +22,7 @@ hashed, or a run given by the user (its id under the lab root, or its path). The
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -167,7 +167,7 @@ def moved_under(path: str, old_root: Path, new_root: Path) -> str:
     return str(new_root / Path(path).relative_to(old_root)) if inside else path
 
 
-def _replace_references(config: Any, replace: Any) -> Any:
+def _replace_references(config: Any, replace: Callable[[StepOutput | RunOutput], Any]) -> Any:
     """``config`` with each reference (nested dataclasses, lists and tuples) replaced by ``replace(ref)``;
     the parts holding none are the same objects."""
     if isinstance(config, (RunOutput, StepOutput)):

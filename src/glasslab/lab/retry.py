@@ -21,10 +21,10 @@ class RetryPolicy:
     capped at ``max_backoff_s``. ``lost`` more attempts after attempts the pool lost, with the same waits."""
 
     count: int = 0
-    lost: int = 3
     backoff_s: float = 1.0
     factor: float = 2.0
     max_backoff_s: float = 300.0
+    lost: int = 3
 
     def __post_init__(self) -> None:
         for name in ("count", "lost"):
