@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -27,8 +28,8 @@ from glasslab.errors import UserError
 from glasslab.observatory.lab_scan import Lab
 from glasslab.observatory.run_page import run_page
 from glasslab.store.lease import RootLease
-from glasslab.store.mirror import lab_snapshot, lab_workspace
-from glasslab.store.url import open_root
+from glasslab.store.mirror import Mirror, lab_snapshot, lab_workspace
+from glasslab.store.url import MissingObject, open_root
 from glasslab.track import RunReader
 from glasslab.train import checkpoint as ckpt
 from s3_server import CREDENTIALS, s3_server
@@ -469,6 +470,28 @@ def test_the_views_refresh_outlives_objects_removed_between_its_listing_and_its_
             assert time.monotonic() < deadline, "the view stopped refreshing"
             time.sleep(0.05)
         assert [t for t in threading.enumerate() if t.name == "lab-view"]
+
+
+def test_a_push_walks_a_run_folder_while_retention_removes_its_checkpoints(endpoint, tmp_path):
+    mirror, run = Mirror(open_root("s3://lab/retention"), tmp_path), tmp_path / "run"
+    for step in (1, 2):
+        for part in range(4):
+            (run / "checkpoints" / f"step-{step}" / f"part-{part}").mkdir(parents=True)
+            (run / "checkpoints" / f"step-{step}" / f"part-{part}" / "weights.bin").write_bytes(b"w" * 64)
+    old = run / "checkpoints" / "step-1"
+    seen = mirror._written_elsewhere
+
+    def retention_strikes_mid_walk(path):  # the trainer drops its older checkpoint while the push walks it
+        if old in path.parents:
+            shutil.rmtree(old, ignore_errors=True)
+        return seen(path)
+
+    mirror._written_elsewhere = retention_strikes_mid_walk
+    with pytest.raises(MissingObject):  # what the trainer's push thread starts over on (not a failure)
+        mirror.push(run)
+    mirror.push(run)  # the next push drops what retention removed
+    on_root = {k.split("/checkpoints/")[1] for k in mirror.root.fs.find(mirror.root.key("run"))}
+    assert on_root == {f"step-2/part-{part}/weights.bin" for part in range(4)}
 
 
 def test_serve_on_the_root_shows_a_run_another_node_pushes_while_it_serves(endpoint, tmp_path):

@@ -150,16 +150,17 @@ class Mirror:
         remote = self._remote(folder)
         steps = {p.parent.name for p in self.work.glob(f"*/{STEP_RECORD}")} if whole_lab else set()
         groups: list[list[Path]] = [[], [], []]
-        for path in (p for p in folder.rglob("*") if p.is_file()):
+        for path in _files_under(folder):
             relative = path.relative_to(self.work).as_posix()
-            if relative.split("/", 1)[0] in steps:
+            if relative.split("/", 1)[0] in steps or _node_local(relative) or self._written_elsewhere(path):
                 continue
             info = remote.get(relative)
-            if _node_local(relative) or self._written_elsewhere(path) or (
-                info is not None and info["size"] == path.stat().st_size and _changed_at(path) <= _mtime(info)
-            ):
+            try:
+                sent = info is not None and info["size"] == path.stat().st_size and _changed_at(path) <= _mtime(info)
+            except FileNotFoundError:  # retention removed it since the walk: the next push drops its object
                 continue
-            groups[_push_order(relative)].append(path)
+            if not sent:
+                groups[_push_order(relative)].append(path)
         for group in groups:
             self.send(group)
         if not whole_lab:
@@ -201,6 +202,13 @@ class Mirror:
         return RootLease(self.root, Path(folder).name, owner, lease_s, is_stale)
 
 
+def _files_under(folder: Path) -> Iterator[Path]:
+    """The files under ``folder``, walked while a trainer may be removing a checkpoint folder in it (a folder
+    that vanishes during the walk is passed over, not an error)."""
+    for parent, _, names in os.walk(folder):
+        yield from (Path(parent) / name for name in names)
+
+
 def _mtime(info: dict[str, Any]) -> float:
     modified = info.get("LastModified") or info.get("mtime") or info.get("updated")
     return modified.timestamp() if hasattr(modified, "timestamp") else float(modified or 0)
@@ -208,8 +216,11 @@ def _mtime(info: dict[str, Any]) -> float:
 
 def _changed_at(path: Path) -> float:
     """When ``path`` last changed; a SQLite file's write-ahead log counts."""
-    wal = path.with_name(path.name + "-wal")
-    return max(path.stat().st_mtime, wal.stat().st_mtime if wal.exists() else 0.0)
+    try:
+        wal = path.with_name(path.name + "-wal").stat().st_mtime
+    except FileNotFoundError:  # none, or checkpointed into the database since
+        wal = 0.0
+    return max(path.stat().st_mtime, wal)
 
 
 def sqlite_snapshot(path: Path) -> bytes:
