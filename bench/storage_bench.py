@@ -8,8 +8,11 @@ the root whole file by whole file (``store/mirror.py``); so what this measures i
    the command's wall seconds (start-up, the pull, every checkpoint's push and the last push included),
    on an ``s3://`` lab (a fresh working folder each time) over a local folder; interleaved, the median of
    the rounds' ratios.
-2. ``loader_tokens_per_s_s3_vs_local``: a node that starts with nothing: pulling the dataset folder from
-   the root, then the loader's batches from the working copy, over the loader alone on the local folder.
+2. ``loader_tokens_per_s_s3_vs_local``: a node that starts with nothing opens the lab (the pull leaves the
+   dataset's token shards on the root), then the loader's batches are read from the shards by range with a
+   cold cache (``store/ranges.py``), over the same batches read on the local folder. ``lab_open_s`` is the
+   opening apart (the root's probe, its listing, the pull of every small file): once per command, whatever
+   it reads.
 3. ``checkpoint_write_s3_vs_local``: seconds of a checkpoint written and pushed to the root over seconds
    of it written locally (above 1 is slower).
 4. ``data_build_s3_vs_local``: ``glasslab data build`` of the tests' tiny corpus (its sources are built
@@ -135,22 +138,25 @@ def data_build_ratio(tmp: Path, repeats: int) -> list[float]:
     return ratios
 
 
-def loader_ratio(dataset: Path, tmp: Path, repeats: int, batches: int) -> list[float]:
-    """Per round: (pull the dataset + read ``batches``) seconds on a fresh node over reading them locally."""
-    from glasslab.store.mirror import Mirror
+def loader_ratio(dataset: Path, tmp: Path, repeats: int, batches: int) -> tuple[list[float], list[float]]:
+    """Per round: a fresh node opens the lab (the pull leaves the dataset's token shards on the root), then reads
+    ``batches`` from the shards by range, cold: (reading them locally over reading them so, seconds to open)."""
+    from glasslab.store.mirror import Mirror, lab_workspace
     from glasslab.store.url import open_root
 
-    root = open_root("s3://lab/loader")
-    Mirror(root, dataset.parent).push(dataset)
-    ratios = []
-    for i in range(repeats):
-        local = _read_batches(dataset, batches)
-        started = time.perf_counter()
-        work = tmp / f"loader-{i}"
-        Mirror(open_root("s3://lab/loader"), work).pull()
-        _read_batches(work / dataset.name, batches)
-        ratios.append(local / (time.perf_counter() - started))
-    return ratios
+    Mirror(open_root("s3://lab/loader"), dataset.parent).push(dataset)
+    ratios, opening, saved = [], [], os.environ.get("GLASSLAB_WORK")
+    try:
+        for i in range(repeats):
+            local = _read_batches(dataset, batches)
+            os.environ["GLASSLAB_WORK"] = str(tmp / f"loader-{i}")
+            started = time.perf_counter()
+            with lab_workspace("s3://lab/loader") as work:
+                opening.append(time.perf_counter() - started)
+                ratios.append(local / _read_batches(work / dataset.name, batches))
+    finally:
+        os.environ.pop("GLASSLAB_WORK") if saved is None else os.environ.__setitem__("GLASSLAB_WORK", saved)
+    return ratios, opening
 
 
 def _read_batches(dataset: Path, batches: int) -> float:
@@ -328,9 +334,9 @@ def measure(tmp: Path, endpoint: str, steps: int, repeats: int, latency_ms: floa
         train = train_ratio(config, tmp, repeats, endpoint)
         train_slow = [] if smoke else train_ratio(config, tmp, repeats, proxy.url)
         os.environ["AWS_ENDPOINT_URL"] = proxy.url
-        loader_slow = loader_ratio(dataset, tmp / "slow", repeats, batches=steps * 10)
+        loader_slow, _ = loader_ratio(dataset, tmp / "slow", repeats, batches=steps * 10)
         os.environ["AWS_ENDPOINT_URL"] = endpoint
-        loader = loader_ratio(dataset, tmp, repeats, batches=steps * 10)
+        loader, opening = loader_ratio(dataset, tmp, repeats, batches=steps * 10)
         build = data_build_ratio(tmp, repeats)
         run_dir = next(p for p in (tmp / f"local-{endpoint[-5:]}-0").iterdir() if (p / "checkpoints").is_dir())
         ckpt, lag = checkpoint_ratio(run_dir, repeats), sync_lag_s(run_dir)
@@ -342,6 +348,7 @@ def measure(tmp: Path, endpoint: str, steps: int, repeats: int, latency_ms: floa
         ("train_tokens_per_s_s3_vs_local_latency", train_slow, f"{target}; {latency_ms:g} ms per request"),
         ("loader_tokens_per_s_s3_vs_local", loader, target),
         ("loader_tokens_per_s_s3_vs_local_latency", loader_slow, f"{target}; {latency_ms:g} ms per request"),
+        ("lab_open_s", opening, "a fresh node's opening of the lab: the probe, the listing, the pull of small files"),
         ("data_build_s3_vs_local", build, "target >= 0.7; throughput, s3 over local"),
         ("checkpoint_write_s3_vs_local", ckpt, "seconds ratio, write + push over write; lower is better"),
         ("run_store_sync_lag_s", [lag], "the snapshot's PUT; a page elsewhere lags a checkpoint interval + this"),

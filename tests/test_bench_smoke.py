@@ -46,7 +46,7 @@ HEADLINES = {
     "step_hashes.py": ["step_names"],
     "storage_bench.py": ["train_tokens_per_s_s3_vs_local", "train_tokens_per_s_s3_vs_local_latency",
                          "loader_tokens_per_s_s3_vs_local", "loader_tokens_per_s_s3_vs_local_latency",
-                         "data_build_s3_vs_local", "checkpoint_write_s3_vs_local", "run_store_sync_lag_s"],
+                         "lab_open_s", "data_build_s3_vs_local", "checkpoint_write_s3_vs_local", "run_store_sync_lag_s"],
     "track_bench.py": ["track_log_cost_fraction_of_50ms_step"],
     "trace_bench.py": ["trace_index_build_tokens_per_s_per_core", "trace_index_bytes_per_token", "trace_100_token_ms"],
     "train_bench.py": ["train_overhead_percent", "peak_rss_chunked_ce_vs_full"],

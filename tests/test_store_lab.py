@@ -18,15 +18,21 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import yaml
 
 from cli_runner import run_cli, start_cli, subprocess_env
 from glasslab.cli import main as cli_main
+from glasslab.data.config import DataConfig
+from glasslab.data.loader import Loader
+from glasslab.data.mixture import MixtureConfig
+from glasslab.data.shards import open_shard, read_manifest
 from glasslab.errors import UserError
 from glasslab.observatory.lab_scan import Lab
 from glasslab.observatory.run_page import run_page
+from glasslab.store import ranges
 from glasslab.store.lease import RootLease
 from glasslab.store.mirror import Mirror, lab_snapshot, lab_workspace
 from glasslab.store.url import MissingObject, open_root
@@ -430,6 +436,10 @@ def test_two_ray_nodes_that_share_no_disk_run_the_chain_and_the_heros_node_dies_
         cluster.shutdown()
     (survivor,) = set(nodes) - {dying}
     assert "resuming from step " in (nodes[survivor] / hero / "step.log").read_text()
+    data = _only(local_chain, "data-*").name  # both nodes trained on it: one built it, the other read its tokens
+    indexes, token_shards = ({name: len(list((work / data).glob(f"shards/*/*.{kind}"))) for name, work in nodes.items()}
+                             for kind in ("idx.npy", "bin"))  # from the root by range
+    assert min(indexes.values()) > 0 and sorted(token_shards.values())[0] == 0, (indexes, token_shards)
     ran_on = {p.parent.name for work in nodes.values() for p in work.glob("*/step.log")}
     assert {p.name for p in local_chain.glob("store-*")} <= ran_on  # every step ran on a node, none by the executor
     work = tmp_path / "driver"  # the executor's copy: every step's folder pulled from the root as it ended
@@ -453,6 +463,37 @@ def test_two_ray_nodes_that_share_no_disk_run_the_chain_and_the_heros_node_dies_
     assert "bit-identical" in replay.stdout
     fs.invalidate_cache()
     assert fs.glob("lab/replay/*/step.json")
+
+
+def test_a_node_reads_the_token_shards_by_range_and_its_batches_are_the_local_ones(endpoint, tmp_path, monkeypatch):
+    lab = tmp_path / "built"
+    dataset = build_tiny_dataset(lab)
+    Mirror(open_root("s3://lab/ranges"), lab).push(dataset)
+    monkeypatch.setattr(ranges, "BLOCK_BYTES", 1000)  # many small blocks: reads cross their borders,
+    monkeypatch.setattr(ranges, "MAX_BLOCKS", 3)  # and blocks are dropped and fetched again
+    monkeypatch.setenv("GLASSLAB_WORK", str(tmp_path / "node"))
+    with lab_workspace("s3://lab/ranges") as work:
+        copy = work / dataset.name
+        assert list(copy.glob("shards/*/*.idx.npy")) and not list(copy.glob("shards/*/*.bin"))
+        manifest = read_manifest(dataset)
+        for domain in manifest["domains"]:
+            local, remote = open_shard(dataset, domain, "train"), open_shard(copy, domain, "train")
+            assert isinstance(remote.tokens, ranges.RangeTokens) and remote.num_tokens == local.num_tokens
+            rng = np.random.default_rng(0)
+            for start in rng.integers(0, local.num_tokens, 40):
+                stop = int(start + rng.integers(0, 3000))
+                assert np.array_equal(remote.tokens[start:stop], local.tokens[start:stop])
+            assert remote.tokens[-1] == local.tokens[-1] and np.array_equal(np.asarray(remote.tokens), local.tokens)
+        batches = {}
+        for path in (dataset, copy):
+            cfg = DataConfig(path=str(path), mixture=MixtureConfig(weights={"code": 0.5, "prose": 0.5}))
+            loader = Loader(cfg, seq_len=32, global_batch=8)
+            batches[path] = [loader.next_batch() for _ in range(30)]
+        assert all(torch.equal(a, b) for a, b in zip(batches[dataset], batches[copy], strict=True))
+    open_root("s3://lab/ranges").put(f"{dataset.name}/shards/code/train.bin", b"\0" * 10)  # damaged on the root
+    monkeypatch.setenv("GLASSLAB_WORK", str(tmp_path / "another-node"))
+    with lab_workspace("s3://lab/ranges") as work, pytest.raises(UserError, match="10 bytes, the manifest says"):
+        open_shard(work / dataset.name, "code", "train")
 
 
 def test_the_views_refresh_outlives_objects_removed_between_its_listing_and_its_fetch(endpoint, tmp_path, monkeypatch):

@@ -56,6 +56,9 @@ BUILD_RECORD = "build.json"
 BUILD_PROGRESS = "build-progress.json"
 """A dataset build's progress while it runs (each stage's tasks done, MB/s, documents kept); the data page
 shows a build in progress from it, and it goes when the build ends."""
+SHARDS_DIR = "shards"
+"""A dataset's token shards, ``shards/<domain>/<split>.bin`` (and each one's index, provenance and flags)."""
+TOKEN_SHARD_SUFFIX = ".bin"
 CHECKPOINTS_DIR = "checkpoints"
 """A run's checkpoint folders, ``checkpoints/step-XXXXXXX/``."""
 CHECKPOINT_PREFIX = "step-"
@@ -206,6 +209,13 @@ def checkpoint_config(path: str | Path) -> dict[str, Any]:
     if config is None:
         raise UserError(f"{path}: no {CHECKPOINT_CONFIG} (a checkpoint from before configs were stored as JSON)")
     return config
+
+
+def is_token_shard(relative: str) -> bool:
+    """Whether lab-relative path ``relative`` is a dataset's token shard, ``<step>/shards/<domain>/<split>.bin``
+    (what an object-store lab's working copy reads by range rather than fetch whole: ``store/ranges.py``)."""
+    parts = relative.split("/")
+    return len(parts) == 4 and parts[1] == SHARDS_DIR and parts[3].endswith(TOKEN_SHARD_SUFFIX)
 
 
 def lab_events_segment(lab_root: str | Path) -> Path:

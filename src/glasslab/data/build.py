@@ -74,6 +74,8 @@ from glasslab.layout import (
     BUILD_RECORD,
     MANIFEST_FILE,
     REPORT_FILE,
+    SHARDS_DIR,
+    TOKEN_SHARD_SUFFIX,
     file_sha256,
     move_into_place,
     read_json,
@@ -404,10 +406,10 @@ def _final_folder(build: Build, made: dict, final: Path) -> dict:
         for split in SPLITS:
             piece = task_folder(build.work, "assemble", f"{domain}.{split}")
             result = made["assembled"][f"{domain}.{split}"]
-            names = {"file": f"shards/{domain}/{split}.bin", "index": f"shards/{domain}/{split}.idx.npy",
-                     "provenance": f"shards/{domain}/{split}.prov.npy"}
+            shard = f"{SHARDS_DIR}/{domain}/{split}"
+            names = {"file": shard + TOKEN_SHARD_SUFFIX, "index": f"{shard}.idx.npy", "provenance": f"{shard}.prov.npy"}
             if split == "eval":
-                names["scored"] = f"shards/{domain}/{split}.scored.npy"
+                names["scored"] = f"{shard}.scored.npy"
             for key, produced in (("file", "tokens.bin"), ("index", "ends.npy"), ("provenance", "prov.npy"),
                                   ("scored", "scored.npy")):
                 if key in names:
@@ -433,7 +435,7 @@ def _final_folder(build: Build, made: dict, final: Path) -> dict:
 def _move_into_place(final: Path, out_dir: Path) -> None:
     """Replace the dataset in ``out_dir`` by the one in ``final``; the manifest goes first out and last in."""
     remove(out_dir / MANIFEST_FILE)
-    for name in (TOKENIZER_DIR, "shards", BUILD_RECORD, REPORT_FILE):
+    for name in (TOKENIZER_DIR, SHARDS_DIR, BUILD_RECORD, REPORT_FILE):
         move_into_place(final / name, out_dir / name)
     move_into_place(final / MANIFEST_FILE, out_dir / MANIFEST_FILE)
 

@@ -25,6 +25,7 @@ import numpy as np
 
 from glasslab.errors import UserError
 from glasslab.layout import MANIFEST_FILE, file_sha256, read_json
+from glasslab.store.ranges import RangeTokens, tokens_on_root
 
 SPLITS = ("train", "eval")
 FORMAT = "glasslab-dataset/3"
@@ -63,19 +64,12 @@ def manifest_hash(dataset_dir: str | Path) -> str:
 
 
 class Shard:
-    """One domain's split: memmapped token ids and document end offsets."""
+    """One domain's split: its token ids (memory-mapped, or read by range on an object-store lab) and document end
+    offsets."""
 
     def __init__(self, dataset_dir: Path, entry: dict, dtype: np.dtype) -> None:
         bin_path, index_file = dataset_dir / entry["file"], dataset_dir / entry["index"]
-        # Sizes, not hashes, are checked on every open: a truncated or missing shard is one line, at the
-        # cost of a stat (the manifest's sha256 covers silent corruption, e.g. `glasslab data report`).
-        expected = entry["tokens"] * dtype.itemsize
-        size = bin_path.stat().st_size if bin_path.is_file() else None
-        if size != expected:
-            found = "missing" if size is None else f"{size} bytes"
-            raise UserError(f"{bin_path}: {found}, the manifest says {expected} ({entry['tokens']} tokens); "
-                            "the dataset is damaged: build it again")
-        self.tokens = np.memmap(bin_path, dtype=dtype, mode="r") if entry["tokens"] else np.zeros(0, dtype)
+        self.tokens = _tokens(bin_path, dtype, entry["tokens"])
         try:
             self.ends = np.load(index_file)
         except (OSError, ValueError, EOFError):
@@ -114,6 +108,26 @@ class Shard:
     def document(self, i: int) -> np.ndarray:
         start = int(self.ends[i - 1]) if i else 0
         return self.tokens[start : int(self.ends[i])]
+
+
+def _tokens(bin_path: Path, dtype: np.dtype, count: int) -> np.ndarray | RangeTokens:
+    """The shard's token ids: memory-mapped, or on an object-store lab whose working copy left the file on the
+    root, read from it by range."""
+    if not count:
+        return np.zeros(0, dtype)
+    if not bin_path.is_file():
+        remote = tokens_on_root(bin_path, dtype, count)
+        if remote is not None:
+            return remote
+    # Sizes, not hashes, are checked on every open: a truncated or missing shard is one line, at the cost of a
+    # stat (the manifest's sha256 covers silent corruption, e.g. `glasslab data report`).
+    expected = count * dtype.itemsize
+    size = bin_path.stat().st_size if bin_path.is_file() else None
+    if size != expected:
+        found = "missing" if size is None else f"{size} bytes"
+        raise UserError(f"{bin_path}: {found}, the manifest says {expected} ({count} tokens); "
+                        "the dataset is damaged: build it again")
+    return np.memmap(bin_path, dtype=dtype, mode="r")
 
 
 def open_shard(dataset_dir: str | Path, domain: str, split: str, manifest: dict | None = None) -> Shard:

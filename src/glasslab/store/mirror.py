@@ -7,7 +7,8 @@ files through fsspec:
 
 - **pull** at the start of a command: every object the working copy lacks, or holds an older or
   different-sized copy of, is fetched (written locally with a temp name and renamed, its time set to
-  the object's), so a resume on another node finds the run's checkpoints and run store;
+  the object's), so a resume on another node finds the run's checkpoints and run store; but the datasets'
+  token shards stay on the root, where readers take what they need by range (``store/ranges.py``);
 - **push** at every checkpoint (the trainer's ``on_checkpoint``, for its own run folder) and when a step
   ends (before its lease is released), and the lab's own files (the site) as the command ends:
   every file newer than its object is sent with one PUT (atomic: a reader sees the old object or the
@@ -45,6 +46,7 @@ from glasslab.layout import (
     PREDICTIONS_DIR,
     STEP_RECORD,
     TEMP_PREFIX,
+    is_token_shard,
     lab_events_segment,
     move_into_place,
     temp_path,
@@ -78,8 +80,11 @@ def _push_order(relative: str) -> int:
 class Mirror:
     """The object-store root ``root`` and this node's working copy ``work``."""
 
-    def __init__(self, root: ObjectRoot, work: Path) -> None:
+    def __init__(self, root: ObjectRoot, work: Path, *, shards_by_range: bool = True) -> None:
         self.root, self.work = root, Path(work)
+        self.shards_by_range = shards_by_range
+        """Whether a pull leaves the datasets' token shards on the root for readers to read by range
+        (``store/ranges.py``): a working copy does; a view, which pages read with no mirror active, does not."""
         self.refused_at: dict[str, float] = {}
         """When another node last held each step's lease (step name → time): an executor waiting for a step
         asks the store again after :data:`LEASE_RETRY_S`, not at every turn of its loop."""
@@ -108,6 +113,8 @@ class Mirror:
         for relative, info in remote.items():
             local = self.work / relative
             if local == own_segment and local.is_file():  # only this node writes it: the root's is never newer
+                continue
+            if self.shards_by_range and is_token_shard(relative) and not local.is_file():
                 continue
             if local.is_file() and local.stat().st_size == info["size"] and local.stat().st_mtime >= _mtime(info):
                 continue
@@ -244,9 +251,9 @@ def default_work_folder(url: str) -> Path:
 
 
 @functools.lru_cache(maxsize=4)
-def mirror_for(url: str, work: str) -> Mirror:
+def mirror_for(url: str, work: str, shards_by_range: bool = True) -> Mirror:
     """The mirror of the root at ``url`` and the working copy ``work`` (one per pair in a process)."""
-    return Mirror(open_root(url), Path(work))
+    return Mirror(open_root(url), Path(work), shards_by_range=shards_by_range)
 
 
 def active_mirror() -> Mirror | None:
@@ -308,7 +315,7 @@ def lab_snapshot(value: str, refresh_s: float = 0.0) -> Iterator[Path]:
         yield Path(local_folder(value))
         return
     view = view_folder(value)
-    mirror = mirror_for(value, str(view))
+    mirror = mirror_for(value, str(view), shards_by_range=False)
     view.mkdir(parents=True, exist_ok=True)
     mirror.pull()
     stop = threading.Event()
