@@ -9,21 +9,23 @@ the root whole file by whole file (``store/mirror.py``); so what this measures i
    on an ``s3://`` lab (a fresh working folder each time) over a local folder; interleaved, the median of
    the rounds' ratios.
 2. ``loader_tokens_per_s_s3_vs_local``: a node that starts with nothing opens the lab (the pull leaves the
-   dataset's token shards on the root), then the loader's batches are read from the shards by range with a
-   cold cache (``store/ranges.py``), over the same batches read on the local folder. ``lab_open_s`` is the
-   opening apart (the root's probe, its listing, the pull of every small file): once per command, whatever
-   it reads.
+   dataset's token shards on the root), then the loader's batches (50 per training step of ``--steps``) are
+   read from the shards by range with a cold cache (``store/ranges.py``), over the same batches read on the
+   local folder. ``lab_open_s`` is the opening apart (the root's probe, its listing, the pull of every small
+   file): once per command, whatever it reads.
 3. ``checkpoint_write_s3_vs_local``: seconds of a checkpoint written and pushed to the root over seconds
    of it written locally (above 1 is slower).
-4. ``data_build_s3_vs_local``: ``glasslab data build`` of the tests' tiny corpus (its sources are built
-   in, so only the outputs go to the root), throughput on an ``s3://`` lab over a local folder.
+4. ``data_build_s3_vs_local``: ``glasslab data build`` of the first ``--corpus-mb`` MB (default 20) of this
+   interpreter's site-packages' Python sources (read from the local disk, so only the outputs go to the root;
+   a smoke builds the tests' tiny corpus), throughput on an ``s3://`` lab over a local folder.
 5. ``run_store_sync_lag_s``: seconds from a run store's last row to its snapshot on the root when pushed
    (the trainer pushes at every checkpoint, so a page elsewhere lags by at most the checkpoint interval
    plus this).
 
 ``--latency-ms 20`` puts every request through a small delaying proxy of the bench's own
 (``DelayProxy``: a TCP relay that holds each new request ``--latency-ms`` before passing it on), the
-``_latency`` lines. Run: ``python bench/storage_bench.py [--steps 60] [--repeats 3] [--latency-ms 20]``;
+``_latency`` lines. Run:
+``python bench/storage_bench.py [--steps 60] [--repeats 3] [--latency-ms 20] [--corpus-mb 20]``;
 ``--smoke`` (4 steps, one round, 1 ms of latency, no training behind the proxy) only checks that it runs.
 
 ``--demo`` measures instead the whole ``glasslab demo --quick --no-serve`` on an ``s3://`` lab and on a local
@@ -46,6 +48,7 @@ import os
 import re
 import socket
 import sys
+import sysconfig
 import tempfile
 import threading
 import time
@@ -118,13 +121,18 @@ def train_ratio(config: Path, tmp: Path, repeats: int, endpoint: str) -> list[fl
     return ratios
 
 
-def data_build_ratio(tmp: Path, repeats: int) -> list[float]:
-    """Per round: ``glasslab data build`` of the tests' tiny corpus, local seconds over s3 seconds."""
+def data_build_ratio(tmp: Path, repeats: int, corpus_mb: float) -> list[float]:
+    """Per round: ``glasslab data build`` of the first ``corpus_mb`` MB of this interpreter's site-packages'
+    Python sources (0: the tests' tiny corpus), local seconds over s3 seconds."""
+    from data_bench import corpus_config
+
     from glasslab import config as configs
     from train_data import tiny_build_config
 
+    purelib = Path(sysconfig.get_paths()["purelib"])
+    cfg = corpus_config(purelib, int(corpus_mb * 1e6)) if corpus_mb else tiny_build_config()
     build = tmp / "build.yaml"
-    build.write_text(yaml.safe_dump(configs.to_dict(tiny_build_config())))
+    build.write_text(yaml.safe_dump(configs.to_dict(cfg)))
     ratios = []
     for i in range(repeats):
         seconds = []
@@ -289,6 +297,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--latency-ms", type=float, default=20.0, help="the proxy's delay per request")
+    parser.add_argument("--corpus-mb", type=float, default=20.0,
+                        help="MB of site-packages' Python sources for the data build (a smoke: the tests' tiny corpus)")
     parser.add_argument("--smoke", action="store_true")
     parser.add_argument("--demo", action="store_true", help="the quick demo on s3 and on a local folder instead")
     parser.add_argument("--demo-local", type=Path, default=None, metavar="LAB",
@@ -310,7 +320,7 @@ def main() -> None:
     if args.smoke:
         args.latency_ms = 1.0
     with LoadWatch(), tempfile.TemporaryDirectory() as scratch, s3_server(buckets=("lab",)) as endpoint:
-        figures = measure(Path(scratch), endpoint, steps, repeats, args.latency_ms, args.smoke)
+        figures = measure(Path(scratch), endpoint, steps, repeats, args.latency_ms, args.smoke, args.corpus_mb)
         print(
             f"# {repeats} round(s), {steps} steps; latency proxy {args.latency_ms:g} ms per request; "
             f"load average {os.getloadavg()[0]:.1f} at the end"
@@ -320,7 +330,8 @@ def main() -> None:
         print(f"run_store_sync_lag_s: {figures[-1][1][0]:.3f}  ({figures[-1][2]})")
 
 
-def measure(tmp: Path, endpoint: str, steps: int, repeats: int, latency_ms: float, smoke: bool) -> list[tuple]:
+def measure(tmp: Path, endpoint: str, steps: int, repeats: int, latency_ms: float, smoke: bool,
+            corpus_mb: float) -> list[tuple]:
     """Every figure as (name, per-round values, note), the sync lag last. A smoke leaves out training behind
     the latency proxy (two more training processes; the loader still goes through the proxy)."""
     dataset = build_tiny_dataset(tmp / "data")
@@ -334,10 +345,10 @@ def measure(tmp: Path, endpoint: str, steps: int, repeats: int, latency_ms: floa
         train = train_ratio(config, tmp, repeats, endpoint)
         train_slow = [] if smoke else train_ratio(config, tmp, repeats, proxy.url)
         os.environ["AWS_ENDPOINT_URL"] = proxy.url
-        loader_slow, _ = loader_ratio(dataset, tmp / "slow", repeats, batches=steps * 10)
+        loader_slow, _ = loader_ratio(dataset, tmp / "slow", repeats, batches=steps * 50)
         os.environ["AWS_ENDPOINT_URL"] = endpoint
-        loader, opening = loader_ratio(dataset, tmp, repeats, batches=steps * 10)
-        build = data_build_ratio(tmp, repeats)
+        loader, opening = loader_ratio(dataset, tmp, repeats, batches=steps * 50)
+        build = data_build_ratio(tmp, repeats, 0 if smoke else corpus_mb)
         run_dir = next(p for p in (tmp / f"local-{endpoint[-5:]}-0").iterdir() if (p / "checkpoints").is_dir())
         ckpt, lag = checkpoint_ratio(run_dir, repeats), sync_lag_s(run_dir)
     finally:
