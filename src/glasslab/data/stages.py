@@ -25,7 +25,7 @@ from glasslab.data.docstore import TaskDocuments, local_of
 from glasslab.data.filters import ALL_FILTER_NAMES
 from glasslab.data.inputs import KEY_BITS
 from glasslab.data.shards import SPLITS, token_dtype
-from glasslab.layout import file_sha256
+from glasslab.layout import TOKEN_SHARD_SUFFIX, file_sha256
 
 CANDIDATE = np.dtype([("split_key", "<u8"), ("size", "<u8"), ("key", "<i8")])
 PROVENANCE = np.dtype([("ref", "<u4"), ("position", "<u8")])
@@ -233,7 +233,7 @@ def tokenize_stage(args: TokenizeArgs, folder: Path) -> dict:
     result: dict = {"splits": {}}
     for split, locals_ in zip(SPLITS, final_documents(args.work, args.task), strict=True):
         lengths, scored, nbytes = [], [], 0
-        with open(folder / f"{split}.bin", "wb") as out:
+        with open(folder / f"{split}{TOKEN_SHARD_SUFFIX}", "wb") as out:
             batch: list[str] = []
             size = 0
             for local in [*locals_.tolist(), None]:
@@ -279,7 +279,7 @@ def assemble_stage(args: AssembleArgs, folder: Path) -> dict:
     with open(folder / "tokens.bin", "wb") as out:
         for task, refs in args.pieces:
             piece = task_folder(args.work, "tokenize", task)
-            with open(piece / f"{args.split}.bin", "rb") as handle:
+            with open(piece / f"{args.split}{TOKEN_SHARD_SUFFIX}", "rb") as handle:
                 while chunk := handle.read(1 << 24):
                     out.write(chunk)
             lengths = np.load(piece / f"{args.split}.len.npy")
