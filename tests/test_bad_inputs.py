@@ -354,6 +354,10 @@ CASES = [
          "data build", one_jsonl(b"", name="empty.jsonl")),
     Case("source_path_missing_fails", BUILD, r"source web:\S*nothere\.jsonl: path \S*nothere\.jsonl does not exist",
          "data build", lambda f, s: build_yaml(f, jsonl_source("nothere.jsonl")) or {}),
+    Case("source_path_on_object_storage_fails_naming_the_field", BUILD,
+         r"build\.yaml: sources\[0\]\.path: 's3://corpus/web/\*\.jsonl' is on object storage, which a build does "
+         "not read its sources from yet", "data build",
+         lambda f, s: build_yaml(f, jsonl_source("s3://corpus/web/*.jsonl")) or {}),
     Case("every_record_without_text_field_fails_saying_why", BUILD,
          r"empty \(no documents in \S*a\.jsonl\) \(2 skipped; the last: \S*a\.jsonl:2: no text field 'text' "
          r"\(keys: body, id\)\)", "data build", one_jsonl(b'{"body": "x", "id": 1}\n{"body": "y", "id": 2}\n')),

@@ -15,6 +15,8 @@ from typing import Any, Literal
 
 from glasslab.config import UNVERSIONED, VERSIONED_WHEN_SET, apply_overrides, from_dict, read_file, require
 from glasslab.data.builtin import corpus_names
+from glasslab.errors import UserError
+from glasslab.store.url import is_url, local_folder
 
 DOMAIN_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 
@@ -413,14 +415,20 @@ def load_build_config(path: str | Path | None, overrides: Iterable[str] = ()) ->
         folder = Path(path).resolve().parent
         sources = data.get("sources")
         if isinstance(sources, list):
-            data["sources"] = [_resolve_source(source, folder) for source in sources]
+            data["sources"] = [_resolve_source(source, folder, f"{path}: sources[{i}].path")
+                               for i, source in enumerate(sources)]
     return from_dict(BuildConfig, apply_overrides(data, overrides))
 
 
-def _resolve_source(source: Any, folder: Path) -> Any:
+def _resolve_source(source: Any, folder: Path, field: str) -> Any:
     if not isinstance(source, dict) or source.get("kind", "builtin") not in FILE_KINDS:
         return source
     where = source.get("path")
+    if isinstance(where, str) and where.startswith("file://"):
+        return {**source, "path": local_folder(where)}
+    if isinstance(where, str) and is_url(where):
+        raise UserError(f"{field}: {where!r} is on object storage, which a build does not read its sources from "
+                        "yet; expected a local file, folder or glob (copy the files to a local folder first)")
     if not isinstance(where, str) or not where or Path(where).expanduser().is_absolute():
         return source
     return {**source, "path": str(folder / where)}
