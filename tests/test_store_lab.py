@@ -513,26 +513,57 @@ def test_the_views_refresh_outlives_objects_removed_between_its_listing_and_its_
         assert [t for t in threading.enumerate() if t.name == "lab-view"]
 
 
-def test_a_push_walks_a_run_folder_while_retention_removes_its_checkpoints(endpoint, tmp_path):
-    mirror, run = Mirror(open_root("s3://lab/retention"), tmp_path), tmp_path / "run"
+@pytest.mark.parametrize("strikes", ["mid-walk", "before-the-put"])
+def test_a_push_walks_a_run_folder_while_retention_removes_its_checkpoints(endpoint, tmp_path, strikes):
+    mirror, run = Mirror(open_root(f"s3://lab/retention-{strikes}"), tmp_path), tmp_path / "run"
     for step in (1, 2):
         for part in range(4):
             (run / "checkpoints" / f"step-{step}" / f"part-{part}").mkdir(parents=True)
             (run / "checkpoints" / f"step-{step}" / f"part-{part}" / "weights.bin").write_bytes(b"w" * 64)
     old = run / "checkpoints" / "step-1"
-    seen = mirror._written_elsewhere
+    hooked = "_written_elsewhere" if strikes == "mid-walk" else "send"
+    original = getattr(mirror, hooked)
 
-    def retention_strikes_mid_walk(path):  # the trainer drops its older checkpoint while the push walks it
-        if old in path.parents:
-            shutil.rmtree(old, ignore_errors=True)
-        return seen(path)
+    def retention_strikes(*args):  # the trainer drops its older checkpoint while the push is under way
+        shutil.rmtree(old, ignore_errors=True)
+        return original(*args)
 
-    mirror._written_elsewhere = retention_strikes_mid_walk
-    with pytest.raises(MissingObject):  # what the trainer's push thread starts over on (not a failure)
+    setattr(mirror, hooked, retention_strikes)
+    if strikes == "mid-walk":  # what is gone by the time the walk looks at it is passed over
         mirror.push(run)
-    mirror.push(run)  # the next push drops what retention removed
+    else:
+        with pytest.raises(MissingObject):  # what the trainer's push thread starts over on (not a failure)
+            mirror.push(run)
+        mirror.push(run)  # the next push sends the rest and drops what retention removed
     on_root = {k.split("/checkpoints/")[1] for k in mirror.root.fs.find(mirror.root.key("run"))}
     assert on_root == {f"step-2/part-{part}/weights.bin" for part in range(4)}
+
+
+def test_a_push_sends_only_what_the_root_does_not_hold_and_removes_pruned_checkpoints_in_one_request(
+    endpoint, tmp_path
+):
+    """An object's time is the store's (whole seconds on S3), so a file written in the second of its PUT
+    looked newer than its object and every push sent it again: the final checkpoint went up twice."""
+    mirror, run = Mirror(open_root("s3://lab/pushes"), tmp_path), tmp_path / "run"
+    for step in (1, 2):
+        (run / "checkpoints" / f"step-{step}").mkdir(parents=True)
+        for name in ("model.pt", "manifest.json"):
+            (run / "checkpoints" / f"step-{step}" / name).write_bytes(b"w" * 64)
+    assert mirror.push(run) == 4
+    assert mirror.push(run) == 0
+    (run / "checkpoints" / "step-2" / "model.pt").write_bytes(b"v" * 65)  # changed: sent again
+    shutil.rmtree(run / "checkpoints" / "step-1")
+    removals = []
+    remove = mirror.root.fs.rm
+    mirror.root.fs.rm = lambda keys, *args, **kwargs: removals.append(list(keys)) or remove(keys, *args, **kwargs)
+    try:
+        assert mirror.push(run) == 1
+    finally:
+        del mirror.root.fs.rm
+    assert [sorted(k.rsplit("/", 1)[1] for k in keys) for keys in removals] == [["manifest.json"], ["model.pt"]]
+    on_root = {k.split("/checkpoints/")[1] for k in mirror.root.fs.find(mirror.root.key("run"))}
+    assert on_root == {"step-2/model.pt", "step-2/manifest.json"}
+    assert mirror.root.fs.cat_file(mirror.root.key("run/checkpoints/step-2/model.pt")) == b"v" * 65
 
 
 def test_serve_on_the_root_shows_a_run_another_node_pushes_while_it_serves(endpoint, tmp_path):

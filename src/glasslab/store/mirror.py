@@ -11,8 +11,8 @@ files through fsspec:
   token shards stay on the root, where readers take what they need by range (``store/ranges.py``);
 - **push** at every checkpoint (the trainer's ``on_checkpoint``, for its own run folder) and when a step
   ends (before its lease is released), and the lab's own files (the site) as the command ends:
-  every file newer than its object is sent with one PUT (atomic: a reader sees the old object or the
-  whole new one). A checkpoint's files go before its manifest and ``step.json`` goes last, so a reader
+  every file the root does not hold as it is now is sent with one PUT (atomic: a reader sees the old object
+  or the whole new one). A checkpoint's files go before its manifest and ``step.json`` goes last, so a reader
   of the root never trusts a partial checkpoint or a step that is not there yet. A SQLite file
   (``metrics.db``, a segment of the event log) is sent as a consistent snapshot (SQLite's online
   backup), never as a file that a writer is changing. A checkpoint folder that retention removed
@@ -85,6 +85,11 @@ class Mirror:
         self.shards_by_range = shards_by_range
         """Whether a pull leaves the datasets' token shards on the root for readers to read by range
         (``store/ranges.py``): a working copy does; a view, which pages read with no mirror active, does not."""
+        self.sent: dict[str, tuple[tuple[int, float], int]] = {}
+        """What this process has put on the root: lab-relative path → (the local file's size and change time
+        when it was read for sending, the object's size). An object's time is the store's, often whole
+        seconds, so a file written in the second of its PUT looks newer than its object: this, not the
+        times, tells the next push that the file is there already."""
         self.refused_at: dict[str, float] = {}
         """When another node last held each step's lease (step name → time): an executor waiting for a step
         asks the store again after :data:`LEASE_RETRY_S`, not at every turn of its loop."""
@@ -147,7 +152,7 @@ class Mirror:
                 shutil.rmtree(checkpoint)
 
     def push(self, folder: Path | None = None) -> int:
-        """Send every file of step folder ``folder`` newer than its object, in the order that keeps the root
+        """Send every file of step folder ``folder`` the root does not hold as it is, in the order that keeps the root
         trustworthy (each group's files at once), and drop the checkpoints retention removed; returns the
         number sent. Without ``folder``: the lab's own files (this node's event log, cards, site), never a
         step folder — those go only from the node that held the step's lock, so a node's stale copy of a
@@ -161,18 +166,25 @@ class Mirror:
             relative = path.relative_to(self.work).as_posix()
             if relative.split("/", 1)[0] in steps or _node_local(relative) or self._written_elsewhere(path):
                 continue
-            info = remote.get(relative)
             try:
-                sent = info is not None and info["size"] == path.stat().st_size and _changed_at(path) <= _mtime(info)
+                if not self._on_root(relative, _signature(path), remote.get(relative)):
+                    groups[_push_order(relative)].append(path)
             except FileNotFoundError:  # retention removed it since the walk: the next push drops its object
                 continue
-            if not sent:
-                groups[_push_order(relative)].append(path)
         for group in groups:
             self.send(group)
         if not whole_lab:
             self._drop_removed_checkpoints(folder, remote)
         return sum(len(g) for g in groups)
+
+    def _on_root(self, relative: str, signature: tuple[int, float], info: dict[str, Any] | None) -> bool:
+        """Whether the root's object ``info`` of ``relative`` holds the local file whose size and change time
+        are ``signature``: this process sent it as it is, or the object is as large and no older."""
+        if info is None:
+            return False
+        if self.sent.get(relative) == (signature, info["size"]):
+            return True
+        return info["size"] == signature[0] and signature[1] <= _mtime(info)
 
     def _written_elsewhere(self, path: Path) -> bool:
         """Whether ``path`` reaches the root by another way than a push (``store/lab_records.py``): a registry
@@ -183,13 +195,21 @@ class Mirror:
 
     def send(self, paths: list[Path]) -> None:
         """One atomic PUT per file of the working copy, concurrently; a SQLite file as a consistent snapshot."""
-        key = {p: self.root.key(p.relative_to(self.work).as_posix()) for p in paths}
+        relative = {p: p.relative_to(self.work).as_posix() for p in paths}
+        key = {p: self.root.key(relative[p]) for p in paths}
+        try:  # before reading: a change while it travels is sent again
+            signature = {p: _signature(p) for p in paths}
+        except FileNotFoundError as exc:  # retention removed it since the walk, as if the PUT had not found it
+            raise MissingObject(str(exc)) from None
         databases = [p for p in paths if p.name.endswith(SQLITE_SUFFIXES)]
         files = [p for p in paths if p not in databases]
         if databases:
-            self.root.call("write run stores", self.root.fs.pipe, {key[p]: sqlite_snapshot(p) for p in databases})
+            snapshots = {p: sqlite_snapshot(p) for p in databases}
+            self.root.call("write run stores", self.root.fs.pipe, {key[p]: data for p, data in snapshots.items()})
+            self.sent.update({relative[p]: (signature[p], len(data)) for p, data in snapshots.items()})
         if files:
             self.root.call("write the lab", self.root.fs.put, [str(p) for p in files], [key[p] for p in files])
+            self.sent.update({relative[p]: (signature[p], signature[p][0]) for p in files})
 
     def _drop_removed_checkpoints(self, folder: Path, remote: dict[str, dict[str, Any]]) -> None:
         gone = [
@@ -199,8 +219,12 @@ class Mirror:
             and not (self.work / r).exists()
             and (self.work / r.split(f"/{CHECKPOINTS_DIR}/")[0] / CHECKPOINTS_DIR).is_dir()
         ]
-        for relative in sorted(gone, key=lambda r: -_push_order(r)):  # the manifest goes first
-            self.root.call(f"remove {relative}", self.root.fs.rm_file, self.root.key(relative))
+        manifests = [r for r in gone if r.endswith(f"/{MANIFEST_FILE}")]
+        for batch in (manifests, [r for r in gone if r not in manifests]):  # a manifest goes before its files
+            if batch:  # one request per thousand keys
+                self.root.call(f"remove {batch[0]}", self.root.fs.rm, [self.root.key(r) for r in batch])
+        for relative in gone:
+            self.sent.pop(relative, None)
 
     def lease(self, folder: Path, owner: str, lease_s: float, is_stale: Any) -> RootLease | None:
         """The root lease on step folder ``folder``; None when it is not a step folder of the working copy."""
@@ -219,6 +243,11 @@ def _files_under(folder: Path) -> Iterator[Path]:
 def _mtime(info: dict[str, Any]) -> float:
     modified = info.get("LastModified") or info.get("mtime") or info.get("updated")
     return modified.timestamp() if hasattr(modified, "timestamp") else float(modified or 0)
+
+
+def _signature(path: Path) -> tuple[int, float]:
+    """The size and change time of local file ``path``."""
+    return path.stat().st_size, _changed_at(path)
 
 
 def _changed_at(path: Path) -> float:

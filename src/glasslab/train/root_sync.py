@@ -8,7 +8,8 @@ so a resume on another node, which pulls the root first, restores both where thi
 The push runs in a thread of its own, so the next steps train while a checkpoint travels: checkpoints
 that come while a push is under way are sent together by the next one. The run's end (finished,
 preempted with its emergency checkpoint, or failed) waits for the last push. A file that retention
-removed while a push was sending it makes that push start over; a push the store refused is said as it
+removed while a push was sending it makes that push start over (a file that keeps vanishing with no
+checkpoint made meanwhile is a fault, not a loop); a push the store refused is said as it
 happens and, unless the run is already failing, fails the run at its end (the step's own push at its end
 would meet the same store).
 """
@@ -25,7 +26,8 @@ from glasslab.store.url import MissingObject
 from glasslab.train.callbacks import Callback
 
 MAX_RESTARTS = 3
-"""How many times in a row a push may start over because a file it was sending was removed."""
+"""How many times in a row a push may start over because a file it was sending was removed with no checkpoint
+made meanwhile (a checkpoint's retention removes older ones while a push sends them: that loss is no fault)."""
 
 
 class RootSync(Callback):
@@ -75,12 +77,11 @@ class RootSync(Callback):
                 self.mirror.push(self._folder)
                 restarts = 0
             except MissingObject as exc:  # retention removed a file this push was sending: send the folder again
-                restarts += 1
+                with self._changed:  # a checkpoint made during the push explains it (retention) and is no fault
+                    restarts = 1 if self._wanted else restarts + 1
+                    self._wanted = restarts <= MAX_RESTARTS
                 if restarts > MAX_RESTARTS:
                     self._fail(exc)
-                    continue
-                with self._changed:
-                    self._wanted = True
             except Exception as exc:  # noqa: BLE001 — kept, said now, raised at the run's end
                 self._fail(exc)
 
