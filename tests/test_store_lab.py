@@ -539,7 +539,7 @@ def test_a_push_walks_a_run_folder_while_retention_removes_its_checkpoints(endpo
     assert on_root == {f"step-2/part-{part}/weights.bin" for part in range(4)}
 
 
-def test_a_push_sends_only_what_the_root_does_not_hold_and_removes_pruned_checkpoints_in_one_request(
+def test_a_push_sends_only_what_the_root_does_not_hold_and_removes_pruned_checkpoints_in_bulk(
     endpoint, tmp_path
 ):
     """An object's time is the store's (whole seconds on S3), so a file written in the second of its PUT
