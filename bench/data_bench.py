@@ -32,9 +32,9 @@ Everything is measured side by side in one run, on a real corpus nobody here wro
 
 Run: ``python bench/data_bench.py [--corpus DIR] [--max-mb N] [--datatrove-python PATH]``. ``--baseline
 SRC`` (another checkout's ``src/``) runs section 1 only, every build in a fresh process, with SRC's sources and
-ours interleaved (1 and N workers each): before and after in one run. ``--smoke`` (2 MB
-of the corpus, 1 round, a tiny planted corpus, 0.3 MB x 10 for memory, the quick demo data) only checks that the
-bench still runs, and never needs datatrove.
+ours interleaved (1 and N workers each): before and after in one run. ``--smoke`` (0.5 MB
+of the corpus, 1 round without Ray, a tiny planted corpus, 0.3 MB x 10 for memory, the quick demo data) only checks
+that the bench still runs, and never needs datatrove.
 """
 
 from __future__ import annotations
@@ -734,7 +734,7 @@ def run_bench(args: argparse.Namespace) -> None:
     from glasslab.data import dedup
     from glasslab.data.config import DedupConfig
 
-    max_bytes = int((2 if args.smoke else args.max_mb) * 1e6)
+    max_bytes = int((0.5 if args.smoke else args.max_mb) * 1e6)
     tmp = Path(tempfile.mkdtemp(prefix="data_bench_"))
     corpus = Path(args.corpus)
     files = python_files(corpus, max_bytes)
@@ -743,7 +743,7 @@ def run_bench(args: argparse.Namespace) -> None:
 
     # 1. End to end: 1 worker, N workers, Ray, interleaved.
     load_before, control_before = loadavg(), machine_scaling(2_000_000 if args.smoke else 10_000_000)
-    with_ray = start_ray(args.workers)
+    with_ray = not args.smoke and start_ray(args.workers)  # Ray's build = the processes': test_lab_ray.py
     rounds, records, one_cpu_s = build_rounds(corpus, max_bytes, args.workers, args.repeats, tmp, with_ray)
     one = records["one"][-1]
     if with_ray:
@@ -755,7 +755,7 @@ def run_bench(args: argparse.Namespace) -> None:
     raw_bytes = one["funnel"][0]["bytes"]
     scaling = paired_ratios(rounds["one"], rounds["many"])
     ray_line = (headline(paired_ratios(rounds["many"], rounds["ray"]), "target >= 0.8") if with_ray
-                else "skipped (Ray is not installed)")
+                else f"skipped ({'a smoke does not start Ray' if args.smoke else 'Ray is not installed'})")
     print("stages, 1 worker (MB/s of each stage's input): " + ", ".join(
         f"{s['stage']}={s['mb_per_s']:.1f}" for s in one["stages"]))
     print("funnel: " + ", ".join(f"{f['stage']} {f['documents']}/{f['bytes'] / 1e6:.1f}MB" for f in one["funnel"]))
